@@ -1,0 +1,14 @@
+.PHONY: demo test setup bench
+PY := .venv/bin/python
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(PY) -m metagen demo
+
+test: setup
+	$(PY) -m pytest -x -q
+
+bench: setup
+	$(PY) -m metagen bench engine

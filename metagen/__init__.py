@@ -1,0 +1,49 @@
+"""metagen: inference-time algorithms for large language models.
+
+From decoding to meta-generation (Welleck et al., 2024): token-level generators, meta-generators
+that call them, and an engine that makes both efficient, with compute accounted in every result.
+"""
+
+from metagen._version import __version__
+from metagen.errors import (
+    CapabilityError,
+    InsufficientSamples,
+    InvalidParameterError,
+    InvalidPromptError,
+    MetagenError,
+    ModelLoadError,
+    NumericalError,
+)
+from metagen.generators.base import Capabilities, Generator, Prompt
+from metagen.types import Completion, Result, SamplingParams, Usage
+
+__all__ = [
+    "__version__",
+    "Capabilities",
+    "CapabilityError",
+    "Completion",
+    "Generator",
+    "InsufficientSamples",
+    "InvalidParameterError",
+    "InvalidPromptError",
+    "MetagenError",
+    "ModelLoadError",
+    "NumericalError",
+    "Prompt",
+    "Result",
+    "SamplingParams",
+    "Usage",
+]
+
+
+def __getattr__(name: str):  # lazy: importing metagen must not import torch
+    if name == "HFGenerator":
+        from metagen.generators.hf import HFGenerator
+        return HFGenerator
+    if name == "LocalGenerator":
+        from metagen.generators.local import LocalGenerator
+        return LocalGenerator
+    if name == "MockGenerator":
+        from metagen.generators.mock import MockGenerator
+        return MockGenerator
+    raise AttributeError(f"module 'metagen' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from metagen.cli import main
+
+sys.exit(main())

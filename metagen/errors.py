@@ -1,0 +1,58 @@
+"""The exception types users catch.
+
+Every error metagen raises on purpose derives from :class:`MetagenError`. Errors about bad input
+also derive from :class:`ValueError`, so generic ``except ValueError`` handlers keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MetagenError(Exception):
+    """Base class of every error metagen raises on purpose."""
+
+
+class InvalidParameterError(MetagenError, ValueError):
+    """A parameter has a value metagen refuses. ``param`` names it, ``value`` is what was given."""
+
+    def __init__(self, param: str, value: Any, reason: str) -> None:
+        shown = repr(value)
+        if len(shown) > 200:  # bounded error size (RELIABILITY V25)
+            shown = shown[:200] + "...(truncated)"
+        super().__init__(f"invalid {param}={shown}: {reason}")
+        self.param = param
+        self.value = value
+        self.reason = reason
+
+
+class InvalidPromptError(InvalidParameterError):
+    """A prompt is empty, malformed, out of vocabulary or longer than the context."""
+
+
+class NumericalError(MetagenError, ArithmeticError):
+    """Logits or scores contained NaN or infinity for one sequence (RELIABILITY V22)."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+
+class CapabilityError(MetagenError):
+    """An algorithm needs a capability the backend does not have (no silent downgrade)."""
+
+
+class ModelLoadError(MetagenError):
+    """A model folder is missing, malformed, or of an architecture this backend cannot run."""
+
+
+class InsufficientSamples(MetagenError):
+    """Fewer samples succeeded than a strategy's ``min_successful`` (RELIABILITY C11/C12).
+
+    ``partial`` carries whatever did succeed; ``failures`` maps a reason to its count.
+    """
+
+    def __init__(self, message: str, partial: Any = None, failures: dict[str, int] | None = None):
+        super().__init__(message)
+        self.partial = partial
+        self.failures = dict(failures or {})

@@ -1,0 +1,117 @@
+"""The Generator protocol: what every backend (engine, transformers, server, mock) implements.
+
+A generator turns a batch of prompts into ``n`` completions per prompt in **one** call and keeps a
+cumulative :class:`~metagen.types.Usage` counter; a caller measures the compute of its own calls as
+``usage_after - usage_before``. What a backend can do is declared in :class:`Capabilities`, and an
+algorithm that needs more calls :func:`require` first so it fails at once, before any model call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, Union, runtime_checkable
+
+from metagen.errors import CapabilityError, InvalidPromptError
+from metagen.types import Completion, SamplingParams, Usage
+
+ChatMessage = Mapping[str, str]
+Prompt = Union[str, Sequence[ChatMessage]]
+
+
+@dataclass(slots=True, frozen=True)
+class Capabilities:
+    """What a generator can do. Algorithms check these instead of guessing."""
+
+    logits: bool = False          # per-step logits access (custom processors, contrastive decoding)
+    logprobs: bool = False        # per-token logprobs and top-k alternatives in completions
+    prompt_scoring: bool = False  # ``score(prompts, continuations)``
+    prefix_cache: bool = False    # shared prompt prefixes are not recomputed across calls
+    constraints: bool = False     # constrained decoding (allowed ids, grammars)
+    seeded: bool = True           # per-request seeds give reproducible samples
+
+    def missing(self, *names: str) -> list[str]:
+        known = {f.name for f in fields(self)}
+        for name in names:
+            if name not in known:
+                raise ValueError(f"unknown capability {name!r}; known: {sorted(known)}")
+        return [name for name in names if not getattr(self, name)]
+
+
+def require(generator: Any, *names: str, why: str = "") -> None:
+    """Raise :class:`CapabilityError` unless ``generator`` has every named capability."""
+    caps = getattr(generator, "capabilities", None)
+    if not isinstance(caps, Capabilities):
+        raise CapabilityError(f"{type(generator).__name__} declares no capabilities")
+    lacking = caps.missing(*names)
+    if lacking:
+        reason = f" ({why})" if why else ""
+        raise CapabilityError(
+            f"{type(generator).__name__} lacks capability {', '.join(lacking)}{reason}")
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A batched text generator.
+
+    ``generate(prompts, params)`` returns ``len(prompts)`` lists of ``params.n`` completions each,
+    in prompt order, from one batched call. It raises ``InvalidParameterError`` (a ``ValueError``)
+    for requests it cannot serve, before doing any work.
+    """
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def usage(self) -> Usage: ...
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        ...
+
+
+@runtime_checkable
+class ScoringGenerator(Generator, Protocol):
+    """A generator that can also score given continuations (capability ``prompt_scoring``)."""
+
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
+              ) -> list[list[float]]:
+        """``out[i][j]`` = log p(continuations[i][j] | prompts[i]), summed over its tokens."""
+        ...
+
+
+def check_prompts(prompts: Any) -> list[Prompt]:
+    """Validate the shape of a prompt batch (not its tokens). Raises ``InvalidPromptError``."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise InvalidPromptError("prompts", prompts, "must be a list of prompts")
+    if not prompts:
+        raise InvalidPromptError("prompts", prompts, "must not be empty")
+    out: list[Prompt] = []
+    for prompt in prompts:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidPromptError("prompt", prompt, "must not be empty")
+        elif isinstance(prompt, Sequence) and prompt and all(
+                isinstance(m, Mapping) and isinstance(m.get("content"), str)
+                and isinstance(m.get("role"), str) for m in prompt):
+            pass
+        else:
+            raise InvalidPromptError(
+                "prompt", prompt, "must be a non-empty string or a non-empty list of "
+                "{'role': str, 'content': str} messages")
+        out.append(prompt)
+    return out
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
+    """The text of a prompt: a string as is; chat messages through the tokenizer's chat template.
+
+    Raises ``InvalidPromptError`` when messages are given and the tokenizer has no chat template.
+    """
+    if isinstance(prompt, str):
+        return prompt
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidPromptError(
+            "prompt", "<chat messages>", "this model's tokenizer has no chat template; "
+            "pass a plain string prompt instead")
+    return tokenizer.apply_chat_template(
+        [dict(m) for m in prompt], tokenize=False, add_generation_prompt=True)
