@@ -1,0 +1,63 @@
+"""Scorer protocols. Scorers take whole batches; a plain Python callable works wherever one does.
+
+- :class:`RewardModel` (outcome reward): ``score(prompts, completions) -> list[float]``, one score
+  per (prompt, completion) pair, higher is better.
+- :class:`ProcessRewardModel`: ``score_steps(prompts, steps) -> list[list[float]]``, one score per
+  step of each partial solution; aggregated to one number by :func:`aggregate_steps`.
+- :class:`Utility` (MBR): ``matrix(hyps, refs) -> list[list[float]]`` with ``out[i][j]`` the
+  utility of hypothesis ``i`` against pseudo-reference ``j``.
+
+Scorers that run a model also expose ``usage`` (cumulative :class:`~metagen.types.Usage` with
+``scorer_tokens``, ``scorer_calls`` and ``scorer_flops``) so strategies can account for them.
+A scorer that fails raises; it never returns a made-up score (RELIABILITY section 3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+from metagen.errors import InvalidParameterError, NumericalError
+
+StepAggregation = Literal["last", "min", "prod", "mean"]
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]: ...
+
+
+@runtime_checkable
+class ProcessRewardModel(Protocol):
+    def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
+                    ) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class Utility(Protocol):
+    def matrix(self, hyps: Sequence[str], refs: Sequence[str]) -> list[list[float]]: ...
+
+
+RewardLike = RewardModel | Callable[[str, str], float]
+
+
+def aggregate_steps(scores: Sequence[float], how: StepAggregation = "last") -> float:
+    """One number from per-step scores: the last, the minimum, the product or the mean.
+
+    Raises ``InvalidParameterError`` for an unknown mode or an empty list, ``NumericalError`` for
+    a NaN score (a failed scorer is never a score).
+    """
+    if how not in ("last", "min", "prod", "mean"):
+        raise InvalidParameterError("aggregation", how, "must be one of last, min, prod, mean")
+    if not scores:
+        raise InvalidParameterError("scores", scores, "need at least one step score")
+    if any(math.isnan(s) for s in scores):
+        raise NumericalError(f"NaN step score in {list(scores)}")
+    if how == "last":
+        return float(scores[-1])
+    if how == "min":
+        return float(min(scores))
+    if how == "prod":
+        return float(math.prod(scores))
+    return float(sum(scores) / len(scores))

@@ -1,0 +1,58 @@
+"""Compute budgets: stop a run anytime and return the best so far.
+
+A :class:`Budget` caps generated tokens, FLOPs (generator + scorer), backend calls or wall-clock
+seconds. Strategies ask ``budget.exhausted(usage)`` before each new generate call and
+``budget.remaining_tokens(usage)`` to size the next call so the token cap is never exceeded;
+a run that stops this way returns ``Result(stopped_by_budget=True)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from metagen.errors import InvalidParameterError
+from metagen.types import Usage
+
+
+def _positive_or_none(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise InvalidParameterError(name, value, "must be a positive finite number or None")
+
+
+@dataclass(slots=True, frozen=True)
+class Budget:
+    """Limits on one strategy run; ``None`` means unlimited."""
+
+    max_generated_tokens: int | None = None
+    max_flops: float | None = None
+    max_calls: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive_or_none("max_generated_tokens", self.max_generated_tokens)
+        _positive_or_none("max_flops", self.max_flops)
+        _positive_or_none("max_calls", self.max_calls)
+        _positive_or_none("max_seconds", self.max_seconds)
+
+    def exhausted(self, usage: Usage) -> bool:
+        """True when any limit is reached by ``usage`` (the run's usage so far)."""
+        return (
+            (self.max_generated_tokens is not None
+             and usage.generated_tokens >= self.max_generated_tokens)
+            or (self.max_flops is not None and usage.flops >= self.max_flops)
+            or (self.max_calls is not None and usage.calls >= self.max_calls)
+            or (self.max_seconds is not None and usage.wall_time >= self.max_seconds)
+        )
+
+    def remaining_tokens(self, usage: Usage) -> int | None:
+        """Generated tokens still allowed (``None`` when uncapped)."""
+        if self.max_generated_tokens is None:
+            return None
+        return max(0, self.max_generated_tokens - usage.generated_tokens)
+
+
+UNLIMITED = Budget()
