@@ -1,0 +1,115 @@
+"""Paged attention over the block KV cache, and the Hydragen shared-prefix merge.
+
+Every step the runner builds one :class:`AttentionMetadata` for the whole batch (the same for all
+layers). New keys/values are written into their cache slots through a flat slot index; each row's
+context is then gathered with one ``index_select`` per layer into a padded ``(B, C)`` layout and
+attended with an explicit softmax that also returns the log-sum-exp.
+
+Hydragen (Juravsky et al. 2024, "Hydragen: High-Throughput LLM Inference with Shared Prefixes"):
+when rows share a prefix of cache blocks (``n`` samples forked from one prompt, beams, tree-search
+siblings), the queries of the whole group attend to the prefix **once** (one gather of the
+prefix's KV per group and layer, never per row) and each row attends to its own suffix; the two
+partial attentions are combined exactly by :func:`merge_attention` using their log-sum-exps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(slots=True)
+class PrefixGroup:
+    """Rows whose contexts start with the same ``prefix_slots`` (cache slots, shape (P,))."""
+
+    rows: torch.Tensor  # (R,) int64 row indices into the padded batch
+    prefix_slots: torch.Tensor  # (P,) int64
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Index tensors of one step, shared by every layer.
+
+    ``slot_mapping`` (T,): cache slot of each new token. ``q_index`` (B, M): flat token index of
+    each padded query (padding points at token 0). ``out_index`` (T,): position of each flat token
+    in the flattened (B * M) padded output. ``kv_slots`` (B, C): cache slots each row attends to
+    (its suffix only, when the row is in a prefix group), padding points at slot 0. ``mask``
+    (B, M, C): True where query m of row b may attend to key c. ``groups``: Hydragen prefix groups.
+    """
+
+    slot_mapping: torch.Tensor
+    q_index: torch.Tensor
+    out_index: torch.Tensor
+    kv_slots: torch.Tensor
+    mask: torch.Tensor
+    groups: list[PrefixGroup] = field(default_factory=list)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+           scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grouped-query attention with log-sum-exp.
+
+    q (B, M, Hq, D), k/v (B, C, Hkv, D), mask (B, M, C) bool or None (all visible).
+    Returns out (B, M, Hq, D) in q's dtype and lse (B, M, Hq) float32. A query whose mask row is
+    all False gets lse = -inf and NaN output (callers never leave a real query without keys).
+    """
+    b, m, hq, d = q.shape
+    c, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    qh = q.reshape(b, m, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * m, d)
+    scores = torch.matmul(qh, k.permute(0, 2, 3, 1)).float() * scale  # (B, Hkv, G*M, C)
+    scores = scores.view(b, hkv, g, m, c)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # (B, Hkv, G, M)
+    probs = torch.exp(scores - lse[..., None]).to(v.dtype).view(b, hkv, g * m, c)
+    out = torch.matmul(probs, v.permute(0, 2, 1, 3))  # (B, Hkv, G*M, D)
+    out = out.view(b, hkv, g, m, d).permute(0, 3, 1, 2, 4).reshape(b, m, hq, d)
+    return out, lse.permute(0, 3, 1, 2).reshape(b, m, hq)
+
+
+def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
+                    lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact softmax attention over the union of two disjoint key sets from the two partials.
+
+    out_* (..., H, D), lse_* (..., H). softmax over A∪B = w_a * out_a + w_b * out_b with
+    w_x = exp(lse_x - logaddexp(lse_a, lse_b)) (Hydragen, eq. 3; also FlashAttention's rescaling).
+    """
+    lse = torch.logaddexp(lse_a, lse_b)
+    w_a = torch.exp(lse_a - lse).to(out_a.dtype)[..., None]
+    w_b = torch.exp(lse_b - lse).to(out_b.dtype)[..., None]
+    return out_a * w_a + out_b * w_b, lse
+
+
+def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                    scale: float) -> torch.Tensor:
+    """Write the new K/V into the cache, attend every new query over its row's context.
+
+    q (T, Hq, D), k_new/v_new (T, Hkv, D), k_cache/v_cache (num_blocks, block_size, Hkv, D)
+    (mutated: the new tokens' slots are written). Returns (T, Hq, D).
+    """
+    hkv, d = k_cache.shape[-2], k_cache.shape[-1]
+    kc = k_cache.view(-1, hkv, d)  # (S, Hkv, D) with S = num_blocks * block_size
+    vc = v_cache.view(-1, hkv, d)
+    kc.index_copy_(0, meta.slot_mapping, k_new)
+    vc.index_copy_(0, meta.slot_mapping, v_new)
+    b, m = meta.q_index.shape
+    c = meta.kv_slots.shape[1]
+    qp = q.index_select(0, meta.q_index.view(-1)).view(b, m, q.shape[1], d)  # (B, M, Hq, D)
+    flat = meta.kv_slots.view(-1)
+    kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (B, C, Hkv, D)
+    vp = vc.index_select(0, flat).view(b, c, hkv, d)
+    out, lse = attend(qp, kp, vp, meta.mask, scale)
+    for group in meta.groups:
+        r = group.rows.shape[0]
+        kg = kc.index_select(0, group.prefix_slots)[None]  # (1, P, Hkv, D): once per group
+        vg = vc.index_select(0, group.prefix_slots)[None]
+        qg = qp.index_select(0, group.rows).reshape(1, r * m, q.shape[1], d)
+        out_p, lse_p = attend(qg, kg, vg, None, scale)
+        merged, _ = merge_attention(out_p.view(r, m, -1, d), lse_p.view(r, m, -1),
+                                    out.index_select(0, group.rows),
+                                    lse.index_select(0, group.rows))
+        out = out.index_copy(0, group.rows, merged)
+    return out.reshape(b * m, q.shape[1], d).index_select(0, meta.out_index)

@@ -1,0 +1,143 @@
+"""ModelRunner: the "extend" forward of a batch of sequences over the paged KV cache.
+
+API (for the engine, speculative decoding and beam search)::
+
+    runner = ModelRunner(model, kv_cache, hydragen=True)
+    logits = runner.extend([ExtendRequest(block_table, num_cached, new_token_ids, all_logits)])
+
+Each :class:`ExtendRequest` is one sequence with ``num_cached`` tokens already in the KV cache
+(positions ``0 .. num_cached-1``) and a ragged run of ``new_token_ids`` at positions
+``num_cached ..``. ``block_table`` must already have blocks for all
+``num_cached + len(new_token_ids)`` positions and the blocks written to must be exclusively owned
+(copy-on-write done by the caller). The new tokens' K/V are written into their slots; the result
+is, per request, float32 logits of shape (1, V) for the last new token, or (len(new), V) for all
+of them when ``all_logits`` (prompt scoring, speculative verification). Rolling a sequence back
+(``truncate``) needs nothing from the runner: positions past ``num_cached`` are simply rewritten
+by the next extend.
+
+Rows whose block tables start with the same physical blocks are detected automatically and, with
+``hydragen``, attend to their common prefix once per group (see :mod:`metagen.engine.attention`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from metagen.engine.attention import AttentionMetadata, PrefixGroup
+from metagen.engine.kv_cache import KVCache
+from metagen.engine.models.llama import LlamaModel
+
+
+@dataclass(slots=True)
+class ExtendRequest:
+    """One row of an extend step (see the module docstring)."""
+
+    block_table: Sequence[int]
+    num_cached: int
+    new_token_ids: Sequence[int]
+    all_logits: bool = False
+
+
+def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int) -> list[tuple[list[int], int]]:
+    """Groups of >= 2 rows sharing leading physical blocks: (rows, number of shared blocks).
+
+    A shared block must lie wholly before every member's first new token, so the prefix needs no
+    causal mask. Rows are grouped by their first block; the group's prefix is the longest common
+    run of block ids.
+    """
+    by_first: dict[int, list[int]] = {}
+    for i, r in enumerate(reqs):
+        if r.num_cached >= block_size:
+            by_first.setdefault(r.block_table[0], []).append(i)
+    groups = []
+    for rows in by_first.values():
+        if len(rows) < 2:
+            continue
+        limit = min(reqs[i].num_cached // block_size for i in rows)
+        first = reqs[rows[0]].block_table
+        n = 0
+        while n < limit and all(reqs[i].block_table[n] == first[n] for i in rows):
+            n += 1
+        if n:
+            groups.append((rows, n))
+    return groups
+
+
+class ModelRunner:
+    """Runs the model over the paged KV cache. Stateless between calls apart from the cache."""
+
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, hydragen: bool = True) -> None:
+        self.model = model
+        self.kv = kv_cache
+        self.hydragen = hydragen
+        self.device = model.device
+        self.block_size = kv_cache.block_size
+
+    def _metadata(self, reqs: Sequence[ExtendRequest]
+                  ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+        bs = self.block_size
+        b = len(reqs)
+        lens = [len(r.new_token_ids) for r in reqs]
+        starts = [r.num_cached for r in reqs]
+        prefix_blocks = [0] * b
+        shared = _shared_prefixes(reqs, bs) if self.hydragen else []
+        for rows, n in shared:
+            for i in rows:
+                prefix_blocks[i] = n
+        m = max(lens)
+        nblk = max(len(r.block_table) for r in reqs)
+        table = torch.tensor([list(r.block_table) + [0] * (nblk - len(r.block_table))
+                              for r in reqs], dtype=torch.long)  # (B, NBmax)
+        pos_slots = (table[:, :, None] * bs + torch.arange(bs)).view(b, nblk * bs)
+        start = torch.tensor(starts, dtype=torch.long)
+        n_new = torch.tensor(lens, dtype=torch.long)
+        pstart = torch.tensor(prefix_blocks, dtype=torch.long) * bs
+        end = start + n_new
+        c = int((end - pstart).max())
+        kvpos = pstart[:, None] + torch.arange(c)  # (B, C)
+        kv_valid = kvpos < end[:, None]
+        kv_slots = pos_slots.gather(1, kvpos.clamp(max=nblk * bs - 1)) * kv_valid
+        ar_m = torch.arange(m)
+        qpos = start[:, None] + ar_m  # (B, M)
+        q_valid = ar_m[None] < n_new[:, None]
+        mask = (kvpos[:, None, :] <= qpos[:, :, None]) & kv_valid[:, None, :]  # (B, M, C)
+        offsets = torch.cumsum(n_new, 0) - n_new
+        q_index = (offsets[:, None] + ar_m) * q_valid
+        out_index = (torch.arange(b)[:, None] * m + ar_m)[q_valid]
+        positions = qpos[q_valid]
+        slot_mapping = pos_slots.gather(1, qpos.clamp(max=nblk * bs - 1))[q_valid]
+        input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
+        groups = [PrefixGroup(torch.tensor(rows, dtype=torch.long),
+                              pos_slots[rows[0], :n * bs].clone()) for rows, n in shared]
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=slot_mapping.to(dev), q_index=q_index.to(dev),
+            out_index=out_index.to(dev), kv_slots=kv_slots.to(dev), mask=mask.to(dev),
+            groups=[PrefixGroup(g.rows.to(dev), g.prefix_slots.to(dev)) for g in groups])
+        return input_ids.to(dev), positions.to(dev), meta, offsets.tolist()
+
+    @torch.inference_mode()
+    def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:
+        """Run one step for ``reqs``; returns per request float32 logits (1 or n_new, V)."""
+        if not reqs:
+            return []
+        for r in reqs:
+            if not r.new_token_ids:
+                raise ValueError("ExtendRequest.new_token_ids must not be empty")
+            if len(r.block_table) * self.block_size < r.num_cached + len(r.new_token_ids):
+                raise ValueError("ExtendRequest.block_table does not cover the new tokens")
+        input_ids, positions, meta, offsets = self._metadata(reqs)
+        hidden = self.model(input_ids, positions, self.kv.k, self.kv.v, meta)  # (T, H)
+        rows: list[int] = []
+        spans: list[tuple[int, int]] = []
+        for r, off in zip(reqs, offsets):
+            n = len(r.new_token_ids)
+            first = off if r.all_logits else off + n - 1
+            spans.append((len(rows), off + n - first))
+            rows.extend(range(first, off + n))
+        logits = self.model.logits(hidden.index_select(
+            0, torch.tensor(rows, dtype=torch.long, device=self.device)))  # (N, V)
+        return [logits[s:s + k] for s, k in spans]

@@ -1,0 +1,116 @@
+"""Llama-family decoder forward over a flat batch of tokens with a paged KV cache.
+
+One forward call runs T tokens that belong to any number of sequences (prefill chunks and decode
+steps mixed); which token attends to what is described by the runner's
+:class:`~metagen.engine.attention.AttentionMetadata`. Weights are stored fused (q|k|v and
+gate|up) so a layer is four matmuls. Covers Llama 2/3, Mistral (full attention), Qwen2/2.5
+(q/k/v bias) and Qwen3 (RMSNorm on q and k per head).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from metagen.engine.attention import AttentionMetadata, paged_attention
+from metagen.engine.models.config import ModelConfig
+from metagen.engine.models.rope import apply_rope, inv_frequencies, rope_tables
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm (Zhang & Sennrich 2019) computed in float32, as Hugging Face Llama does."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class DecoderLayer(nn.Module):
+    """One pre-norm transformer block with fused projections."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        qkv_out = (cfg.num_heads + 2 * cfg.num_kv_heads) * d
+        self.input_norm = nn.Parameter(torch.ones(h), requires_grad=False)
+        self.qkv = nn.Parameter(torch.empty(qkv_out, h), requires_grad=False)
+        self.qkv_bias = (nn.Parameter(torch.zeros(qkv_out), requires_grad=False)
+                         if cfg.attention_bias else None)
+        self.q_norm = nn.Parameter(torch.ones(d), requires_grad=False) if cfg.qk_norm else None
+        self.k_norm = nn.Parameter(torch.ones(d), requires_grad=False) if cfg.qk_norm else None
+        self.o = nn.Parameter(torch.empty(h, cfg.num_heads * d), requires_grad=False)
+        self.post_norm = nn.Parameter(torch.ones(h), requires_grad=False)
+        self.gate_up = nn.Parameter(torch.empty(2 * cfg.intermediate_size, h), requires_grad=False)
+        self.down = nn.Parameter(torch.empty(h, cfg.intermediate_size), requires_grad=False)
+        self.cfg = cfg
+        self.scale = d ** -0.5
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+                ) -> torch.Tensor:
+        cfg = self.cfg
+        t, d = h.shape[0], cfg.head_dim
+        x = rms_norm(h, self.input_norm, cfg.rms_norm_eps)
+        qkv = F.linear(x, self.qkv, self.qkv_bias)  # (T, (Hq + 2 Hkv) D)
+        nq, nkv = cfg.num_heads * d, cfg.num_kv_heads * d
+        q = qkv[:, :nq].view(t, cfg.num_heads, d)
+        k = qkv[:, nq:nq + nkv].view(t, cfg.num_kv_heads, d)
+        v = qkv[:, nq + nkv:].reshape(t, cfg.num_kv_heads, d)
+        if self.q_norm is not None:
+            q = rms_norm(q, self.q_norm, cfg.rms_norm_eps)
+            k = rms_norm(k, self.k_norm, cfg.rms_norm_eps)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)  # (T, Hq, D)
+        h = h + F.linear(attn.reshape(t, nq), self.o)
+        x = rms_norm(h, self.post_norm, cfg.rms_norm_eps)
+        gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+        return h + F.linear(F.silu(gate) * up, self.down)
+
+
+class LlamaModel(nn.Module):
+    """Embedding, decoder layers, final norm and LM head (tied or not)."""
+
+    def __init__(self, cfg: ModelConfig, max_positions: int | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Parameter(torch.empty(cfg.vocab_size, cfg.hidden_size), requires_grad=False)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.Parameter(torch.ones(cfg.hidden_size), requires_grad=False)
+        self.lm_head = (None if cfg.tie_word_embeddings else
+                        nn.Parameter(torch.empty(cfg.vocab_size, cfg.hidden_size),
+                                     requires_grad=False))
+        self.max_positions = max_positions or cfg.max_position_embeddings
+        self.cos: torch.Tensor | None = None
+        self.sin: torch.Tensor | None = None
+
+    def build_rope(self) -> None:
+        """Precompute cos/sin for every position (call after moving to the final device/dtype)."""
+        inv = inv_frequencies(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
+        self.cos, self.sin = rope_tables(inv, self.max_positions, self.embed.dtype,
+                                         self.embed.device)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """input_ids, positions (T,) -> final hidden states (T, hidden). Writes K/V into the cache
+        (k_cache/v_cache: (L, num_blocks, block_size, Hkv, D))."""
+        assert self.cos is not None and self.sin is not None, "call build_rope() first"
+        cos = self.cos.index_select(0, positions)  # (T, D)
+        sin = self.sin.index_select(0, positions)
+        h = self.embed.index_select(0, input_ids)  # (T, H)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, cos, sin, k_cache[i], v_cache[i], meta)
+        return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (N, H) -> float32 logits (N, V)."""
+        head = self.embed if self.lm_head is None else self.lm_head
+        return F.linear(hidden, head).float()
