@@ -7,9 +7,15 @@ by the caller (``append``) and by mirostat (its running ``mirostat_mu``).
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 
-from metagen.types import SamplingParams
+from metagen.types import SEED_MAX, SamplingParams
+
+
+def fresh_seed() -> int:
+    """A random seed in ``[0, 2**63 - 1]`` for requests without one (OS entropy)."""
+    return secrets.randbelow(SEED_MAX + 1)
 
 
 @dataclass(slots=True)
@@ -19,7 +25,15 @@ class SequenceState:
     ``sample_index`` is the sample's index among its request's ``n`` samples: with a seed, the
     randomness of step ``t`` depends only on ``(params.seed, sample_index, t)``.
     ``bad_words_ids`` are the token-id sequences of ``params.bad_words`` (tokenized by the backend);
-    ``eos_token_ids`` are the model's end tokens (suppressed while ``len(output_ids) < min_tokens``).
+    ``eos_token_ids`` are the model's end tokens (suppressed while ``len(output_ids) < min_tokens``,
+    and always when ``params.ignore_eos``).
+
+    ``rng_seed`` is the seed the sampler actually uses. Left ``None`` it becomes ``params.seed``,
+    or, when the request has no seed, a fresh random seed drawn once here (so the sequence's draws
+    are still a pure function of ``(rng_seed, sample_index, step)``). A backend that wants the
+    ``n`` unseeded samples of one request to share a seed passes the same ``rng_seed`` to each;
+    ``fork`` copies it. ``mirostat_mu`` is Mirostat's running threshold (``None``: not started,
+    i.e. ``2 * mirostat_tau``).
     """
 
     params: SamplingParams
@@ -29,6 +43,11 @@ class SequenceState:
     eos_token_ids: tuple[int, ...] = ()
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     mirostat_mu: float | None = None
+    rng_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rng_seed is None:
+            self.rng_seed = self.params.seed if self.params.seed is not None else fresh_seed()
 
     @property
     def step(self) -> int:
@@ -37,3 +56,11 @@ class SequenceState:
 
     def append(self, token_id: int) -> None:
         self.output_ids.append(token_id)
+
+    def fork(self, sample_index: int) -> SequenceState:
+        """A copy (own lists) that continues as sample ``sample_index`` with the same ``rng_seed``."""
+        return SequenceState(
+            params=self.params, prompt_ids=list(self.prompt_ids), output_ids=list(self.output_ids),
+            sample_index=sample_index, eos_token_ids=self.eos_token_ids,
+            bad_words_ids=self.bad_words_ids, mirostat_mu=self.mirostat_mu,
+            rng_seed=self.rng_seed)

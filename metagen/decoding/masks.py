@@ -1,0 +1,107 @@
+"""Hard constraints and additive biases over ``(B, V)`` logits: pure functions.
+
+Each function returns a new tensor and leaves its input alone. Removed tokens get ``-inf``.
+The helpers ``banned_by_*`` compute, for one sequence, the token ids its next step may not take;
+:func:`ban_rows` turns per-row id lists into a ``(B, V)`` mask. Token ids outside ``[0, V)`` are
+ignored here (backends validate ids against the vocabulary when a request arrives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def rows_to_mask(rows: Sequence[Sequence[int] | None], vocab_size: int,
+                 device: torch.device | str = "cpu") -> torch.Tensor:
+    """``(B, V)`` bool, True at ``rows[b]``'s ids (``None`` or empty: an all-False row)."""
+    mask = torch.zeros((len(rows), vocab_size), dtype=torch.bool)
+    r_idx: list[int] = []
+    c_idx: list[int] = []
+    for b, ids in enumerate(rows):
+        if ids:
+            kept = [t for t in ids if 0 <= t < vocab_size]
+            r_idx.extend([b] * len(kept))
+            c_idx.extend(kept)
+    if c_idx:
+        mask[torch.tensor(r_idx), torch.tensor(c_idx)] = True
+    return mask.to(device)
+
+
+def bias_matrix(biases: Sequence[Mapping[int, float] | None], vocab_size: int,
+                device: torch.device | str = "cpu") -> torch.Tensor:
+    """``(B, V)`` float32 dense bias from per-row ``{token id: bias}`` maps (``None``: zeros)."""
+    out = torch.zeros((len(biases), vocab_size), dtype=torch.float32)
+    for b, bias in enumerate(biases):
+        if bias:
+            items = [(t, v) for t, v in bias.items() if 0 <= t < vocab_size]
+            if items:
+                ids, vals = zip(*items)
+                out[b, list(ids)] = torch.tensor(vals, dtype=torch.float32)
+    return out.to(device)
+
+
+def apply_bias(logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``logits + bias`` (both ``(B, V)``); OpenAI ``logit_bias`` semantics."""
+    return logits + bias.to(logits.dtype)
+
+
+def mask_tokens(logits: torch.Tensor, banned: torch.Tensor) -> torch.Tensor:
+    """Set ``logits`` to ``-inf`` where ``banned`` (``(B, V)`` bool) is True."""
+    return logits.masked_fill(banned, NEG_INF)
+
+
+def keep_only(logits: torch.Tensor, allowed: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """For rows with ``active[b]`` (``(B,)`` bool), keep only tokens where ``allowed`` (``(B, V)``)."""
+    return logits.masked_fill(~allowed & active[:, None], NEG_INF)
+
+
+def banned_by_bad_words(tokens: Sequence[int], bad_words_ids: Sequence[Sequence[int]]) -> list[int]:
+    """Last tokens of the bad words that the next token would complete.
+
+    A one-token bad word is always banned; a longer one is banned when its prefix is the suffix of
+    ``tokens`` (prompt + output, as transformers' ``NoBadWordsLogitsProcessor``).
+    """
+    out: list[int] = []
+    n = len(tokens)
+    for word in bad_words_ids:
+        k = len(word) - 1
+        if k < 0:
+            continue
+        if k == 0 or (k <= n and all(tokens[n - k + j] == word[j] for j in range(k))):
+            out.append(word[-1])
+    return out
+
+
+def banned_by_ngram(tokens: Sequence[int], ngram_size: int) -> list[int]:
+    """Tokens that would repeat an n-gram of ``tokens`` (prompt + output, as transformers'
+    ``NoRepeatNGramLogitsProcessor`` for decoder-only models). ``ngram_size`` 0 bans nothing."""
+    n = len(tokens)
+    if ngram_size <= 0 or n < ngram_size:
+        return []
+    if ngram_size == 1:
+        return list(set(tokens))
+    k = ngram_size - 1
+    prefix = list(tokens[n - k:])
+    first = prefix[0]
+    out: list[int] = []
+    # windows tokens[i : i + ngram_size] for i + ngram_size <= n
+    for i in range(n - ngram_size + 1):
+        if tokens[i] == first and list(tokens[i:i + k]) == prefix:
+            out.append(tokens[i + k])
+    return out
+
+
+def suppressed_end_tokens(n_output: int, min_tokens: int, ignore_eos: bool,
+                          eos_token_ids: Sequence[int], stop_token_ids: Sequence[int]) -> list[int]:
+    """End tokens to suppress now: EOS always under ``ignore_eos``; EOS and stop tokens while
+    fewer than ``min_tokens`` tokens have been generated."""
+    out: list[int] = []
+    if ignore_eos or n_output < min_tokens:
+        out.extend(eos_token_ids)
+    if n_output < min_tokens:
+        out.extend(stop_token_ids)
+    return out

@@ -1,0 +1,177 @@
+"""The composed logits pipeline: raw ``(B, V)`` logits -> processed logits, per-row parameters.
+
+Order (each stage sees the previous stage's output; removed tokens are ``-inf``):
+
+1. hard constraints and biases: ``logit_bias`` (added) -> ``allowed_token_ids`` (everything else
+   removed) -> ``bad_words`` -> ``no_repeat_ngram_size`` -> end-token suppression
+   (``min_tokens``: EOS and ``stop_token_ids`` while the output is shorter; ``ignore_eos``: EOS
+   always);
+2. penalties: repetition (prompt + output) -> presence and frequency (output);
+3. temperature;
+4. truncation: top-k -> top-p -> min-p -> typical -> epsilon -> eta; for rows with
+   ``mirostat_tau`` set, Mirostat v2's surprise threshold instead of all six.
+
+Greedy rows (temperature < 1e-5) stop after stage 2: their token is the argmax of the masked and
+penalised logits, with no temperature division and no truncation (typical sampling may drop the
+argmax, so applying it would change greedy decoding).
+
+Rows whose raw logits contain NaN or +inf, or no finite value, are "bad": the other rows are
+processed normally, bad rows come out as all-NaN (:func:`bad_rows` finds them first;
+:func:`~metagen.decoding.sampler.decode_step` turns them into per-row ``NumericalError``).
+Stages no row uses are skipped, so a batch of plain temperature sampling costs one division.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from metagen.decoding.batch import BatchParams, gather_params
+from metagen.decoding.masks import (
+    apply_bias, banned_by_bad_words, banned_by_ngram, bias_matrix, keep_only, mask_tokens,
+    rows_to_mask, suppressed_end_tokens,
+)
+from metagen.decoding.penalties import (
+    apply_presence_frequency, apply_repetition_penalty, token_counts,
+)
+from metagen.decoding.state import SequenceState
+from metagen.decoding.truncation import (
+    apply_temperature, epsilon_filter, eta_filter, min_p_filter, mirostat_filter, top_k_filter,
+    top_p_filter, typical_filter,
+)
+from metagen.errors import InvalidParameterError
+
+
+def check_batch(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> None:
+    """Raise :class:`InvalidParameterError` unless ``logits`` is ``(len(seqs), V)`` floating."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise InvalidParameterError("logits", shape, "must be a (B, V) tensor")
+    if logits.shape[0] != len(seqs):
+        raise InvalidParameterError(
+            "logits", tuple(logits.shape), f"has {logits.shape[0]} rows for {len(seqs)} sequences")
+    if not logits.is_floating_point():
+        raise InvalidParameterError("logits", logits.dtype, "must be a floating-point tensor")
+    if logits.shape[1] == 0:
+        raise InvalidParameterError("logits", tuple(logits.shape), "vocabulary is empty")
+
+
+def bad_rows(logits: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` bool: rows with a NaN or +inf logit, or with no finite logit at all."""
+    if bool(torch.isfinite(logits).all()):
+        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    broken = (torch.isnan(logits) | torch.isposinf(logits)).any(dim=-1)
+    return broken | ~torch.isfinite(logits).any(dim=-1)
+
+
+def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
+    vocab, dev = x.shape[1], x.device
+    biases = [s.params.logit_bias for s in seqs]
+    if any(biases):
+        x = apply_bias(x, bias_matrix(biases, vocab, dev))
+    allowed = [s.params.allowed_token_ids for s in seqs]
+    if any(a is not None for a in allowed):
+        active = torch.tensor([a is not None for a in allowed], dtype=torch.bool, device=dev)
+        x = keep_only(x, rows_to_mask(allowed, vocab, dev), active)
+    banned: list[list[int] | None] = []
+    for s in seqs:
+        p = s.params
+        row: list[int] = []
+        if s.bad_words_ids or p.no_repeat_ngram_size:
+            context = s.prompt_ids + s.output_ids
+            if s.bad_words_ids:
+                row += banned_by_bad_words(context, s.bad_words_ids)
+            if p.no_repeat_ngram_size:
+                row += banned_by_ngram(context, p.no_repeat_ngram_size)
+        if p.ignore_eos or p.min_tokens:
+            row += suppressed_end_tokens(len(s.output_ids), p.min_tokens, p.ignore_eos,
+                                         s.eos_token_ids, p.stop_token_ids)
+        banned.append(row or None)
+    if any(banned):
+        x = mask_tokens(x, rows_to_mask(banned, vocab, dev))
+    return x
+
+
+def _penalties(x: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams) -> torch.Tensor:
+    vocab, dev = x.shape[1], x.device
+    if bp.any_repetition:
+        contexts = [s.prompt_ids + s.output_ids if s.params.repetition_penalty != 1.0 else None
+                    for s in seqs]
+        x = apply_repetition_penalty(x, rows_to_mask(contexts, vocab, dev), bp.repetition)
+    if bp.any_presence_frequency:
+        outputs = [s.output_ids if (s.params.presence_penalty or s.params.frequency_penalty)
+                   else None for s in seqs]
+        x = apply_presence_frequency(x, token_counts(outputs, vocab, dev), bp.presence,
+                                     bp.frequency)
+    return x
+
+
+def _truncate(x: torch.Tensor, bp: BatchParams) -> torch.Tensor:
+    if bp.any_temperature:
+        x = apply_temperature(x, bp.temperature)
+    if bp.any_top_k:
+        x = top_k_filter(x, bp.top_k)
+    if bp.any_top_p:
+        x = top_p_filter(x, bp.top_p)
+    if bp.any_min_p:
+        x = min_p_filter(x, bp.min_p)
+    if bp.any_typical:
+        x = typical_filter(x, bp.typical_p)
+    if bp.any_epsilon:
+        x = epsilon_filter(x, bp.epsilon)
+    if bp.any_eta:
+        x = eta_filter(x, bp.eta)
+    if bp.mirostat_rows:
+        x = mirostat_filter(x, bp.mirostat_mu)
+    return x
+
+
+def process_with(logits: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams,
+                 bad: torch.Tensor) -> torch.Tensor:
+    """:func:`process_logits` with the gathered parameters and bad rows already computed."""
+    x = logits.to(torch.float32)
+    has_bad = bool(bad.any())
+    if has_bad:
+        x = x.masked_fill(bad[:, None], 0.0)
+    x = _constraints(x, seqs)
+    x = _penalties(x, seqs, bp)
+    x = _truncate(x, bp)
+    if has_bad:
+        x = x.masked_fill(bad[:, None], float("nan"))
+    if x is logits:  # nothing applied: never hand back the caller's tensor
+        x = x.clone()
+    return x
+
+
+def process_logits(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
+    """``(B, V)`` raw logits -> ``(B, V)`` processed float32 logits (``-inf`` = removed).
+
+    All processors in the order of the module docstring, with each row's own parameters.
+    Does not mutate ``seqs`` or ``logits`` (Mirostat reads its current threshold; only
+    :func:`~metagen.decoding.sampler.decode_step` advances it). Bad rows (NaN / +inf / no finite
+    logit) come out all-NaN. Raises :class:`InvalidParameterError` on a shape mismatch.
+    """
+    check_batch(logits, seqs)
+    bp = gather_params(seqs, logits.shape[1], logits.device)
+    return process_with(logits, seqs, bp, bad_rows(logits))
+
+
+def probs_for_sampling(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
+    """``(B, V)`` float32: the distribution each row's next token is drawn from.
+
+    ``softmax(process_logits(...))`` for sampled rows; a one-hot at the argmax for greedy rows
+    (the degenerate distribution greedy decoding draws from, as speculative decoding needs);
+    all-NaN for bad rows and for rows whose constraints removed every token.
+    """
+    check_batch(logits, seqs)
+    bp = gather_params(seqs, logits.shape[1], logits.device)
+    x = process_with(logits, seqs, bp, bad_rows(logits))
+    probs = torch.softmax(x, dim=-1)
+    if bp.greedy_rows:
+        rows = torch.tensor(bp.greedy_rows, device=x.device)
+        g = x[rows]
+        one_hot = torch.zeros_like(g).scatter_(1, g.argmax(dim=-1, keepdim=True), 1.0)
+        dead = ~(g.amax(dim=-1) > float("-inf"))  # NaN or all -inf
+        probs[rows] = one_hot.masked_fill(dead[:, None], float("nan"))
+    return probs

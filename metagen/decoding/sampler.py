@@ -1,0 +1,141 @@
+"""One decoding step for a batch: process, sample with per-row seeds, report logprobs.
+
+Randomness: row ``b`` draws one uniform ``u = uniform_for(rng_seed, sample_index, step)``
+(:mod:`metagen.decoding.rng`) and takes the inverse CDF of its processed distribution at ``u``
+(cumulative sum in float64, in vocabulary order). So a sample's tokens depend only on its seed,
+its sample index and its own logits, never on its position in the batch or on the other rows.
+
+Greedy rows take the argmax of the processed logits (first index on ties). Logprobs are those of
+the model's own distribution: ``log_softmax`` of the *raw* logits (vLLM's default), for the
+chosen token and for the top-k alternatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from metagen.decoding.batch import current_mu, gather_params
+from metagen.decoding.processors import bad_rows, check_batch, process_with
+from metagen.decoding.rng import uniforms_for
+from metagen.decoding.state import SequenceState
+from metagen.decoding.truncation import mirostat_update
+from metagen.errors import NumericalError
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """What one :func:`decode_step` produced for a batch of ``B`` rows."""
+
+    tokens: torch.Tensor          # (B,) int64; -1 for rows in `errors`
+    logprobs: torch.Tensor        # (B,) float32: log-softmax of the RAW logits at the chosen token
+    top_logprobs: list[dict[int, float] | None]  # top-k of the raw log-softmax, or None
+    errors: dict[int, NumericalError] = field(default_factory=dict)  # row -> error
+
+
+def log_softmax_rows(logits: torch.Tensor) -> torch.Tensor:
+    """``(B, V)`` float32 log-softmax per row (``-inf`` logits give ``-inf``)."""
+    return torch.log_softmax(logits.to(torch.float32), dim=-1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` int64: for each row the token ``j`` with ``CDF(j-1) <= u * total < CDF(j)``.
+
+    ``probs`` ``(B, V)`` non-negative weights (need not sum to 1; each row needs one positive
+    entry), ``uniforms`` ``(B,)`` in ``[0, 1)``. Cumulative sums are float64; a token of
+    probability 0 is never returned, also when rounding puts ``u * total`` at the very end.
+    """
+    p = probs.to(torch.float64)
+    cdf = p.cumsum(dim=-1)  # (B, V)
+    target = uniforms.to(device=p.device, dtype=torch.float64)[:, None] * cdf[:, -1:]
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(1)  # (B,)
+    positive = p > 0
+    last = p.shape[-1] - 1 - positive.flip(-1).to(torch.int8).argmax(dim=-1)
+    return torch.minimum(idx, last)
+
+
+def top_logprobs_rows(logprobs: torch.Tensor, ks: Sequence[int | None]
+                      ) -> list[dict[int, float] | None]:
+    """Per row, ``{token id: logprob}`` of the ``ks[b]`` largest entries (``None`` where
+    ``ks[b]`` is None), from one ``torch.topk`` over the batch."""
+    wanted = [k for k in ks if k]
+    out: list[dict[int, float] | None] = [None if k is None else {} for k in ks]
+    if not wanted:
+        return out
+    k_max = min(max(wanted), logprobs.shape[-1])
+    vals, idx = torch.topk(logprobs, k_max, dim=-1)
+    vals_l, idx_l = vals.tolist(), idx.tolist()
+    for b, k in enumerate(ks):
+        if k:
+            out[b] = dict(zip(idx_l[b][:k], vals_l[b][:k]))
+    return out
+
+
+def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutput:
+    """One decoding step for a batch (``logits`` ``(B, V)``, ``seqs`` of length ``B``).
+
+    Processes the logits (:func:`~metagen.decoding.processors.process_logits`), samples each row
+    with its own counter-based uniform (greedy rows: argmax), and advances ``mirostat_mu`` of the
+    mirostat rows that produced a token. Does NOT append the token: the caller does
+    ``seq.append(tok)``. A row whose raw logits hold NaN or +inf (or no finite value), or whose
+    constraints removed every token, or whose processed logits overflowed, gets token -1, a NaN
+    logprob, no top-logprobs and a :class:`NumericalError` in ``errors``; the other rows are
+    computed exactly as without it. Raises ``InvalidParameterError`` on a shape mismatch.
+    """
+    check_batch(logits, seqs)
+    n, vocab = logits.shape
+    dev = logits.device
+    bp = gather_params(seqs, vocab, dev)
+    bad = bad_rows(logits)
+    x = process_with(logits, seqs, bp, bad)
+    raw = logits.to(torch.float32)
+    if bool(bad.any()):
+        raw = raw.masked_fill(bad[:, None], 0.0)
+    raw_logprobs = log_softmax_rows(raw)  # (B, V)
+
+    row_max = x.amax(dim=-1)
+    dead = ~(row_max > float("-inf")) | torch.isposinf(row_max)  # NaN, all removed, overflow
+    dead |= torch.isnan(x).any(dim=-1)
+    tokens = torch.argmax(torch.nan_to_num(x, nan=float("-inf")), dim=-1)  # greedy, (B,)
+    greedy = set(bp.greedy_rows)
+    sample_rows = [b for b in range(n) if b not in greedy]
+    alive = ~dead
+    if sample_rows:
+        rows = torch.tensor(sample_rows, device=dev)
+        ok = alive[rows]
+        u = uniforms_for([seqs[b].rng_seed for b in sample_rows],  # type: ignore[misc]
+                         [seqs[b].sample_index for b in sample_rows],
+                         [seqs[b].step for b in sample_rows])
+        xs = torch.where(ok[:, None], x[rows], torch.zeros_like(x[rows]))
+        probs = torch.softmax(xs.to(torch.float64), dim=-1)
+        drawn = inverse_cdf_sample(probs, torch.from_numpy(u))
+        tokens[rows] = drawn.to(tokens.device)
+        for b in bp.mirostat_rows:
+            if bool(alive[b]):
+                seq = seqs[b]
+                p = seq.params
+                surprise = -float(torch.log_softmax(x[b], dim=-1)[tokens[b]])
+                mu = current_mu(seq)
+                seq.mirostat_mu = mirostat_update(mu, p.mirostat_tau, p.mirostat_eta, surprise)
+
+    tokens = tokens.masked_fill(dead, -1)
+    chosen = raw_logprobs.gather(1, tokens.clamp(min=0)[:, None]).squeeze(1)
+    chosen = chosen.masked_fill(dead, float("nan"))
+    ks = [None if bool(dead[b]) else seqs[b].params.logprobs for b in range(n)]
+    errors: dict[int, NumericalError] = {}
+    if bool(dead.any()):
+        for b in torch.nonzero(dead).flatten().tolist():
+            errors[b] = NumericalError(_why(b, bool(bad[b]), seqs[b]), row=b)
+    return StepOutput(tokens=tokens, logprobs=chosen,
+                      top_logprobs=top_logprobs_rows(raw_logprobs, ks), errors=errors)
+
+
+def _why(row: int, bad: bool, seq: SequenceState) -> str:
+    if bad:
+        return (f"row {row}: logits contain NaN or +inf (or no finite value); "
+                "the model or a custom logits processor produced invalid numbers")
+    return (f"row {row}: no token can be sampled after processing (every token removed by "
+            f"allowed_token_ids / bad_words / min_tokens / ignore_eos, or logits overflowed at "
+            f"temperature={seq.params.temperature})")
