@@ -1,0 +1,408 @@
+"""The machinery every step-level search shares: batched expansion, batched scoring, budgets,
+usage accounting and the final :class:`~metagen.types.Result` per prompt.
+
+Contracts (DESIGN "Data flow"):
+
+- :meth:`StepSearch.expand` makes **one** ``generator.generate`` call for all branches of all
+  prompts in a search step. The prompt of a branch is ``prompt + steps so far`` as text, so the
+  backend's prefix cache serves the shared part. When branches ask for different numbers of
+  children, the call sends each branch's prefix once per child with ``n=1``; with a fixed
+  ``seed`` that would give identical children (sample ``i`` is a function of the seed and ``i``),
+  so seeded runs instead make one call per distinct child count (documented exception).
+- Branches of different prompts are never compared with each other: every selection happens
+  inside one :class:`SearchTree`.
+- Before each call the budget is asked: when it is exhausted, or the remaining generated-token
+  budget cannot give every requested sample at least one token, no call is made, the search
+  stops with ``stopped_by_budget`` and the best so far is returned. ``max_tokens`` of a call is
+  sized so that ``Budget.max_generated_tokens`` can never be exceeded.
+- A completion with ``finish_reason == "error"`` is dropped and counted in ``Result.failures``;
+  a scorer that fails raises (a failed scorer call is never a score).
+- Usage is ``generator.usage`` after minus before, plus the scorer's ``usage`` delta (or one
+  ``scorer_calls`` per batched call for plain callables). The usage of a batched run is
+  apportioned among its prompts by their share of generated tokens (integer fields by largest
+  remainder), so the Results' usages sum to the batch total, which each trace also carries.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from typing import Any
+
+from metagen.errors import InvalidParameterError, InvalidPromptError, MetagenError
+from metagen.scorers.base import StepAggregation, aggregate_steps
+from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
+from metagen.strategies.tree import SearchNode, SearchTree
+from metagen.types import Completion, Result, SamplingParams, Usage
+
+StepScorerFn = Callable[[list[str], list[list[str]]], list[list[float]]]
+
+
+def as_step_scorer(prm: Any) -> StepScorerFn:
+    """A batched ``(prompts, steps) -> scores`` function from a PRM or a per-item callable.
+
+    Accepts an object with ``score_steps(prompts, steps)`` (the ProcessRewardModel protocol) or a
+    plain callable ``f(prompt, steps) -> list[float] | float`` (a float scores the last step).
+    """
+    if hasattr(prm, "score_steps"):
+        return prm.score_steps
+    if callable(prm):
+        def batched(prompts: list[str], steps: list[list[str]]) -> list[list[float]]:
+            out = []
+            for p, s in zip(prompts, steps):
+                value = prm(p, s)
+                out.append([float(value)] if isinstance(value, (int, float))
+                           else [float(v) for v in value])
+            return out
+        return batched
+    raise InvalidParameterError("prm", prm, "must have score_steps(prompts, steps) or be callable")
+
+
+def check_text_prompts(prompts: Any) -> list[str]:
+    """Step search continues prompts as text, so prompts must be non-empty strings."""
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
+        raise InvalidPromptError("prompts", prompts, "must be a non-empty list of strings")
+    for p in prompts:
+        if not isinstance(p, str) or not p:
+            raise InvalidPromptError("prompt", p, "step-level search needs non-empty string "
+                                     "prompts (render chat messages to text first)")
+    return list(prompts)
+
+
+def _usage_of(obj: Any) -> Usage | None:
+    usage = getattr(obj, "usage", None)
+    return usage if isinstance(usage, Usage) else None
+
+
+def split_usage(total: Usage, weights: Sequence[float]) -> list[Usage]:
+    """``total`` apportioned by ``weights`` (uniform when all are 0); parts sum to ``total``."""
+    k = len(weights)
+    w = [max(0.0, float(x)) for x in weights]
+    s = sum(w)
+    share = [x / s for x in w] if s > 0 else [1.0 / k] * k
+    cols: dict[str, list[Any]] = {}
+    for f in fields(Usage):
+        value = getattr(total, f.name)
+        if isinstance(value, int):
+            raw = [value * x for x in share]
+            parts = [int(r) for r in raw]
+            order = sorted(range(k), key=lambda i: (parts[i] - raw[i], i))
+            for i in order[: value - sum(parts)]:
+                parts[i] += 1
+            cols[f.name] = parts
+        else:
+            cols[f.name] = [value * x for x in share]
+    return [Usage(**{name: col[i] for name, col in cols.items()}) for i in range(k)]
+
+
+class StepSearch:
+    """State of one step-level search over a batch of prompts (one :class:`SearchTree` each)."""
+
+    def __init__(self, name: str, generator: Any, prompts: Sequence[str], prm: Any, *,
+                 params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
+                 aggregation: StepAggregation = "last", budget: Budget = UNLIMITED,
+                 max_depth: int = 16) -> None:
+        self.name = name
+        self.generator = generator
+        self.trees = [SearchTree(p, i) for i, p in enumerate(check_text_prompts(prompts))]
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+            raise InvalidParameterError("max_depth", max_depth, "must be a positive integer")
+        if not isinstance(steps, StepDefinition):
+            raise InvalidParameterError("steps", steps, "must be a StepDefinition")
+        if not isinstance(budget, Budget):
+            raise InvalidParameterError("budget", budget, "must be a Budget")
+        aggregate_steps([1.0], aggregation)  # validates the mode before any model call
+        self.prm = prm
+        self._score_fn = as_step_scorer(prm) if prm is not None else None
+        self.params = params if params is not None else SamplingParams(temperature=1.0)
+        self.steps = steps
+        self.aggregation = aggregation
+        self.budget = budget
+        self.max_depth = max_depth
+        self.search_step = 0
+        self.stopped_by_budget = False
+        self.failures: list[Counter[str]] = [Counter() for _ in self.trees]
+        self._gen_start = _usage_of(generator) or Usage()
+        self._prm_start = _usage_of(prm)
+        self._own_scorer_calls = 0
+
+    # ----------------------------------------------------------------- accounting
+    def usage(self) -> Usage:
+        """Compute spent by this run so far (generator delta plus scorer delta)."""
+        total = (_usage_of(self.generator) or Usage()) - self._gen_start
+        now = _usage_of(self.prm)
+        if self._prm_start is not None and now is not None:
+            total = total + (now - self._prm_start)
+        return total + Usage(scorer_calls=self._own_scorer_calls)
+
+    def _token_cap(self, samples: int, per_sample: int) -> int | None:
+        """``max_tokens`` for a call of ``samples`` samples, or ``None`` when no call fits."""
+        used = self.usage()
+        if self.budget.exhausted(used):
+            return None
+        remaining = self.budget.remaining_tokens(used)
+        if remaining is None:
+            return per_sample
+        cap = min(per_sample, remaining // samples)
+        return cap if cap >= 1 else None
+
+    # ----------------------------------------------------------------- generation
+    def _generate(self, prefixes: list[str], ks: list[int], params: SamplingParams
+                  ) -> list[list[Completion]] | None:
+        """k_i completions for prefix i, in as few calls as the contract allows."""
+        total = sum(ks)
+        cap = self._token_cap(total, params.max_tokens)
+        if cap is None:
+            self.stopped_by_budget = True
+            return None
+        if len(set(ks)) == 1:
+            out = self.generator.generate(prefixes, params.with_(n=ks[0], max_tokens=cap))
+            self._check_shape(out, len(prefixes), ks[0])
+            return [list(c) for c in out]
+        if params.seed is None:
+            flat = [p for p, k in zip(prefixes, ks) for _ in range(k)]
+            out = self.generator.generate(flat, params.with_(n=1, max_tokens=cap))
+            self._check_shape(out, len(flat), 1)
+            grouped, i = [], 0
+            for k in ks:
+                grouped.append([c[0] for c in out[i:i + k]])
+                i += k
+            return grouped
+        result: list[list[Completion]] = [[] for _ in ks]
+        for k in sorted(set(ks)):
+            idx = [i for i, kk in enumerate(ks) if kk == k]
+            if self.budget.exhausted(self.usage()):
+                self.stopped_by_budget = True
+                break
+            out = self.generator.generate([prefixes[i] for i in idx],
+                                          params.with_(n=k, max_tokens=cap))
+            self._check_shape(out, len(idx), k)
+            for i, comps in zip(idx, out):
+                result[i] = list(comps)
+        return result
+
+    @staticmethod
+    def _check_shape(out: Any, prompts: int, n: int) -> None:
+        if len(out) != prompts or any(len(c) != n for c in out):
+            raise MetagenError(f"generator returned {[len(c) for c in out]} completions for "
+                               f"{prompts} prompts with n={n}")
+
+    def prefix(self, node: SearchNode) -> str:
+        return self.trees[node.tree].prompt + node.text()
+
+    def expand(self, requests: Sequence[tuple[SearchNode, int]],
+               params: SamplingParams | None = None, tags: Sequence[int] | None = None
+               ) -> list[list[SearchNode]] | None:
+        """Give node ``i`` up to ``k_i`` new children in one search step (one batched call).
+
+        Requests naming the same node are merged into one prefix with the summed ``k`` (so a
+        seeded call never gives two requests the same samples) and the children are dealt back
+        in request order. ``tags[i]`` sets the ``group`` of request ``i``'s children. Returns the
+        new (unscored) children per request, or ``None`` when the budget stopped the search
+        before the call. Children at ``max_depth`` are terminal (``info["max_depth"]``).
+        """
+        merged: dict[int, list[int]] = {}
+        for i, (node, k) in enumerate(requests):
+            if k > 0:
+                merged.setdefault(id(node), []).append(i)
+        out: list[list[SearchNode]] = [[] for _ in requests]
+        if not merged:
+            return out
+        heads = [requests[idx[0]][0] for idx in merged.values()]
+        ks = [sum(requests[i][1] for i in idx) for idx in merged.values()]
+        step_params = self.steps.params(params or self.params, n=1)
+        groups = self._generate([self.prefix(n) for n in heads], ks, step_params)
+        if groups is None:
+            return None
+        self.search_step += 1
+        for node, idx, comps in zip(heads, merged.values(), groups):
+            node.expanded_at = self.search_step
+            pos = 0
+            for i in idx:
+                for c in comps[pos:pos + requests[i][1]]:
+                    group = node.group if tags is None else tags[i]
+                    kid = self._child(node, c, group)
+                    if kid is not None:
+                        out[i].append(kid)
+                pos += requests[i][1]
+        return out
+
+    def _child(self, node: SearchNode, c: Completion, group: int) -> SearchNode | None:
+        if c.finish_reason == "error":
+            self.failures[node.tree]["generation_error"] += 1
+            return None
+        step, final = self.steps.close(c)
+        at_limit = node.depth + 1 >= self.max_depth
+        kid = self.trees[node.tree].add(
+            node, step, terminal=final or at_limit, tokens=len(c.token_ids),
+            token_ids=tuple(c.token_ids), logprob=c.cumulative_logprob,
+            finish_reason=c.finish_reason, group=group)
+        if at_limit and not final:
+            kid.info["max_depth"] = True
+        return kid
+
+    def continue_steps(self, items: Sequence[tuple[SearchNode, list[str]]],
+                       params: SamplingParams) -> list[tuple[str, bool, int] | None] | None:
+        """One more step for each (node, extra steps) without adding nodes (lookahead).
+
+        Returns per item ``(step, final, tokens)`` or ``None`` for a failed sample; ``None``
+        overall when the budget stopped the call.
+        """
+        if not items:
+            return []
+        prefixes = [self.prefix(n) + "".join(extra) for n, extra in items]
+        groups = self._generate(prefixes, [1] * len(items), self.steps.params(params, n=1))
+        if groups is None:
+            return None
+        out: list[tuple[str, bool, int] | None] = []
+        for (node, _), comps in zip(items, groups):
+            c = comps[0]
+            if c.finish_reason == "error":
+                self.failures[node.tree]["generation_error"] += 1
+                out.append(None)
+                continue
+            step, final = self.steps.close(c)
+            out.append((step, final, len(c.token_ids)))
+        return out
+
+    def rollout(self, nodes: Sequence[SearchNode], params: SamplingParams, max_tokens: int
+                ) -> list[Completion | None] | None:
+        """Complete each node's partial solution to the end in one call (no step stop)."""
+        if not nodes:
+            return []
+        groups = self._generate([self.prefix(n) for n in nodes], [1] * len(nodes),
+                                params.with_(n=1, max_tokens=max_tokens))
+        if groups is None:
+            return None
+        out: list[Completion | None] = []
+        for node, comps in zip(nodes, groups):
+            c = comps[0]
+            node.extra_tokens += len(c.token_ids)
+            if c.finish_reason == "error":
+                self.failures[node.tree]["generation_error"] += 1
+                out.append(None)
+            else:
+                out.append(c)
+        return out
+
+    # ----------------------------------------------------------------- scoring
+    def score_paths(self, items: Sequence[tuple[SearchNode, list[str]]]) -> list[list[float]]:
+        """Per-step scores of ``node.steps() + extra`` for every item, in one scorer call."""
+        if not items:
+            return []
+        if self._score_fn is None:
+            raise InvalidParameterError("prm", None, f"{self.name} needs a step scorer")
+        prompts = [self.trees[n.tree].prompt for n, _ in items]
+        paths = [n.steps() + list(extra) for n, extra in items]
+        scores = self._score_fn(prompts, paths)
+        if self._prm_start is None:
+            self._own_scorer_calls += 1
+        if len(scores) != len(items):
+            raise MetagenError(f"step scorer returned {len(scores)} rows for {len(items)} paths")
+        out = []
+        for row, path in zip(scores, paths):
+            row = [float(x) for x in row]
+            if not row:
+                raise MetagenError(f"step scorer returned no score for a {len(path)}-step path")
+            aggregate_steps(row, self.aggregation)  # raises NumericalError on NaN
+            out.append(row)
+        return out
+
+    def score(self, nodes: Sequence[SearchNode]) -> None:
+        """Set ``step_scores`` and the aggregated ``score`` of each node (one scorer call)."""
+        nodes = list(nodes)
+        for node, row in zip(nodes, self.score_paths([(n, []) for n in nodes])):
+            node.step_scores = row
+            node.score = aggregate_steps(row, self.aggregation)
+
+    # ----------------------------------------------------------------- results
+    @staticmethod
+    def completion(node: SearchNode) -> Completion:
+        path = node.path()
+        lps = [n.logprob for n in path]
+        finish = "length" if node.info.get("max_depth") else (
+            node.finish_reason if node.finish_reason in ("stop", "length") else "stop")
+        return Completion(
+            text=node.text(), token_ids=tuple(t for n in path for t in n.token_ids),
+            cumulative_logprob=sum(lps) if lps and all(x is not None for x in lps) else None,
+            finish_reason=finish)
+
+    def results(self, choose: Callable[[SearchTree, list[SearchNode]], SearchNode | None]
+                | None = None, trace: dict[str, Any] | None = None,
+                candidates: Callable[[SearchTree], list[SearchNode]] | None = None
+                ) -> list[Result]:
+        """One Result per prompt: candidates = ``candidates(tree)`` or the terminal leaves
+        (else, when none finished, the scored leaves that were not pruned, else all scored
+        leaves); best = ``choose(tree, candidates)`` or the highest score (ties: lowest id)."""
+        total = self.usage()
+        weights = [t.generated_tokens() for t in self.trees]
+        usages = split_usage(total, weights)
+        out = []
+        for tree, usage in zip(self.trees, usages):
+            cands = candidates(tree) if candidates is not None else tree.terminal_leaves()
+            if not cands:
+                leaves = sorted((n for n in tree.root.walk() if n.is_leaf and n.parent is not None
+                                 and n.score is not None), key=lambda n: n.id)
+                cands = [n for n in leaves if not n.pruned] or leaves
+            best_node = choose(tree, cands) if choose is not None else best_by_score(cands)
+            info = {"strategy": self.name, "tree": tree.to_dict(),
+                    "candidate_ids": [n.id for n in cands],
+                    "best_id": None if best_node is None else best_node.id,
+                    "search_steps": self.search_step, "nodes": len(tree),
+                    "batch_usage": total.to_dict(), "batch_size": len(self.trees)}
+            info.update(trace or {})
+            out.append(Result(
+                best=None if best_node is None else self.completion(best_node),
+                candidates=[self.completion(n) for n in cands],
+                scores=[n.score for n in cands], usage=usage, trace=info,
+                stopped_by_budget=self.stopped_by_budget,
+                failures=dict(self.failures[tree.index])))
+        return out
+
+
+def best_by_score(nodes: Sequence[SearchNode]) -> SearchNode | None:
+    """The node with the highest score (unscored count as -inf); ties go to the lowest id."""
+    if not nodes:
+        return None
+    return min(nodes, key=lambda n: (-(n.score if n.score is not None else float("-inf")), n.id))
+
+
+def default_answer(text: str) -> str | None:
+    """The text after the last ``####`` (GSM8K style), stripped; ``None`` when absent."""
+    if "####" not in text:
+        return None
+    answer = text.rsplit("####", 1)[1].strip().replace(",", "").rstrip(".")
+    return answer or None
+
+
+def choose_by(mode: str, nodes: Sequence[SearchNode],
+              answer: Callable[[str], str | None] = default_answer) -> SearchNode | None:
+    """Final choice among candidate nodes.
+
+    ``"score"``: the highest score. ``"vote"``: majority over extracted answers (Wang et al.
+    2023); ``"weighted_vote"``: answers weighted by score (Uesato et al. 2022). For the votes the
+    winning answer's highest-scored node is returned; ties between answers go to the answer first
+    reached by the lowest node id; candidates without an answer do not vote (when none has one,
+    the choice falls back to ``"score"``).
+    """
+    if mode == "score":
+        return best_by_score(nodes)
+    if mode not in ("vote", "weighted_vote"):
+        raise InvalidParameterError("select", mode, "must be score, vote or weighted_vote")
+    tally: dict[str, float] = {}
+    first: dict[str, int] = {}
+    members: dict[str, list[SearchNode]] = {}
+    for node in sorted(nodes, key=lambda n: n.id):
+        a = answer(node.text())
+        if a is None:
+            continue
+        weight = 1.0 if mode == "vote" else max(0.0, node.score or 0.0)
+        tally[a] = tally.get(a, 0.0) + weight
+        first.setdefault(a, node.id)
+        members.setdefault(a, []).append(node)
+    if not tally:
+        return best_by_score(nodes)
+    win = min(tally, key=lambda a: (-tally[a], first[a]))
+    return best_by_score(members[win])
