@@ -14,7 +14,9 @@ Contracts (DESIGN "Data flow"):
 - Before each call the budget is asked: when it is exhausted, or the remaining generated-token
   budget cannot give every requested sample at least one token, no call is made, the search
   stops with ``stopped_by_budget`` and the best so far is returned. ``max_tokens`` of a call is
-  sized so that ``Budget.max_generated_tokens`` can never be exceeded.
+  sized so that ``Budget.max_generated_tokens`` can never be exceeded; a step that this cap cut
+  short is terminal (``info["budget_cut"]``, finish ``"length"``) and marks the run
+  ``stopped_by_budget``.
 - A completion with ``finish_reason == "error"`` is dropped and counted in ``Result.failures``;
   a scorer that fails raises (a failed scorer call is never a score).
 - Usage is ``generator.usage`` after minus before, plus the scorer's ``usage`` delta (or one
@@ -127,6 +129,7 @@ class StepSearch:
         self._gen_start = _usage_of(generator) or Usage()
         self._prm_start = _usage_of(prm)
         self._own_scorer_calls = 0
+        self._budget_cap: int | None = None  # max_tokens of the last call when the budget cut it
 
     # ----------------------------------------------------------------- accounting
     def usage(self) -> Usage:
@@ -157,6 +160,7 @@ class StepSearch:
         if cap is None:
             self.stopped_by_budget = True
             return None
+        self._budget_cap = cap if cap < params.max_tokens else None
         if len(set(ks)) == 1:
             out = self.generator.generate(prefixes, params.with_(n=ks[0], max_tokens=cap))
             self._check_shape(out, len(prefixes), ks[0])
@@ -241,7 +245,15 @@ class StepSearch:
             finish_reason=c.finish_reason, group=group)
         if at_limit and not final:
             kid.info["max_depth"] = True
+        self._note_cut(kid.info, c)
         return kid
+
+    def _note_cut(self, info: dict[str, Any], c: Completion) -> None:
+        """A sample cut short by the budget's token cap stops the search after this step."""
+        if self._budget_cap is not None and c.finish_reason == "length" \
+                and len(c.token_ids) >= self._budget_cap:
+            info["budget_cut"] = True
+            self.stopped_by_budget = True
 
     def continue_steps(self, items: Sequence[tuple[SearchNode, list[str]]],
                        params: SamplingParams) -> list[tuple[str, bool, int] | None] | None:
@@ -264,6 +276,7 @@ class StepSearch:
                 out.append(None)
                 continue
             step, final = self.steps.close(c)
+            self._note_cut({}, c)
             out.append((step, final, len(c.token_ids)))
         return out
 
@@ -331,11 +344,14 @@ class StepSearch:
 
     def results(self, choose: Callable[[SearchTree, list[SearchNode]], SearchNode | None]
                 | None = None, trace: dict[str, Any] | None = None,
-                candidates: Callable[[SearchTree], list[SearchNode]] | None = None
+                candidates: Callable[[SearchTree], list[SearchNode]] | None = None,
+                per_tree: Callable[[SearchTree], dict[str, Any]] | None = None
                 ) -> list[Result]:
         """One Result per prompt: candidates = ``candidates(tree)`` or the terminal leaves
         (else, when none finished, the scored leaves that were not pruned, else all scored
-        leaves); best = ``choose(tree, candidates)`` or the highest score (ties: lowest id)."""
+        leaves); best = ``choose(tree, candidates)`` or the highest score (ties: lowest id).
+        ``trace`` entries go into every Result's trace, ``per_tree(tree)`` entries into that
+        tree's."""
         total = self.usage()
         weights = [t.generated_tokens() for t in self.trees]
         usages = split_usage(total, weights)
@@ -353,6 +369,8 @@ class StepSearch:
                     "search_steps": self.search_step, "nodes": len(tree),
                     "batch_usage": total.to_dict(), "batch_size": len(self.trees)}
             info.update(trace or {})
+            if per_tree is not None:
+                info.update(per_tree(tree))
             out.append(Result(
                 best=None if best_node is None else self.completion(best_node),
                 candidates=[self.completion(n) for n in cands],

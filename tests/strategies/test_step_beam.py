@@ -99,6 +99,7 @@ def test_scripted_token_budget_caps_max_tokens_of_a_call():
     assert [p.max_tokens for _, p in gen.calls] == [7, 5, 2]  # remaining // samples
     assert res.usage.generated_tokens == 28 <= 30
     assert all(c.finish_reason == "length" for c in res.candidates)
+    assert res.stopped_by_budget  # the last step was cut short by the budget's token cap
 
 
 def test_scripted_call_budget():
