@@ -1,1 +1,51 @@
-"""metagen.scorers."""
+"""metagen.scorers: reward models, process reward models, verifiers, an LM judge, MBR utilities.
+
+Every scorer takes whole batches; a plain Python callable works wherever a reward model does
+(:func:`as_reward`). Model-backed scorers expose a cumulative ``usage``. Heavy imports (torch,
+transformers, sacrebleu, rouge-score) happen only when a scorer is constructed.
+"""
+
+from metagen.scorers.base import (
+    ProcessRewardModel,
+    RewardModel,
+    StepAggregation,
+    Utility,
+    aggregate_steps,
+)
+from metagen.scorers.callables import CallableReward, as_reward, check_scores
+from metagen.scorers.execution import ExecutionAgreementUtility
+from metagen.scorers.hf_reward import HFProcessRewardModel, HFRewardModel, split_steps
+from metagen.scorers.judge import LMJudge
+from metagen.scorers.usage import UsageMeter, usage_of
+from metagen.scorers.utilities import (
+    AnswerMatchUtility,
+    BleuUtility,
+    ChrFUtility,
+    EmbeddingCosineUtility,
+    RougeUtility,
+)
+from metagen.scorers.verifiers import AnswerMatch
+
+__all__ = [
+    "AnswerMatch",
+    "AnswerMatchUtility",
+    "BleuUtility",
+    "CallableReward",
+    "ChrFUtility",
+    "EmbeddingCosineUtility",
+    "ExecutionAgreementUtility",
+    "HFProcessRewardModel",
+    "HFRewardModel",
+    "LMJudge",
+    "ProcessRewardModel",
+    "RewardModel",
+    "RougeUtility",
+    "StepAggregation",
+    "UsageMeter",
+    "Utility",
+    "aggregate_steps",
+    "as_reward",
+    "check_scores",
+    "split_steps",
+    "usage_of",
+]

@@ -1,0 +1,246 @@
+"""Outcome and process reward models from Hugging Face folders (batched, with usage).
+
+Supported folders (the head is read from ``config.json``'s ``architectures``):
+
+- ``*ForSequenceClassification`` and ``*ForTokenClassification`` (``num_labels`` 1 or 2);
+- a causal LM folder whose safetensors also hold a TRL-style value head (``v_head.summary.weight``,
+  ``v_head.summary.bias``): the value of the last hidden state.
+
+A score is read at one token position: the last token of the text (outcome reward) or the last
+token of each step (process reward). The head is applied to the backbone's final hidden states
+ourselves, so padding conventions of the classification classes do not matter. With
+``num_labels == 1`` the score is ``sigmoid(logit)`` (the testbed's P(correct)); with 2 labels it
+is ``softmax(logits)[1]``; ``transform="none"`` returns raw logits.
+
+Input conventions (the testbed's, RELIABILITY-free): the ORM reads ``prompt + completion``
+concatenated exactly; the PRM reads ``prompt + "".join(steps)`` where every step but possibly the
+last ends with ``"\n"``. Tokenization uses the tokenizer's default special tokens
+(``add_special_tokens=True``); a token that straddles a step boundary (BPE merges) counts for the
+step it starts in.
+
+FLOPs are estimated as ``2 x parameters x tokens`` (padding excluded).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
+from metagen.scorers.base import StepAggregation, aggregate_steps
+from metagen.scorers.callables import check_scores
+from metagen.scorers.usage import UsageMeter
+from metagen.types import Usage
+
+Transform = Literal["sigmoid", "none"]
+
+
+class _HFScorer:
+    """Shared loading, batching and head evaluation."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, head: Any, batch_size: int = 16,
+                 transform: Transform = "sigmoid", add_special_tokens: bool = True) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidParameterError("batch_size", batch_size, "must be a positive integer")
+        if transform not in ("sigmoid", "none"):
+            raise InvalidParameterError("transform", transform, "must be 'sigmoid' or 'none'")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.head = head
+        self.batch_size = batch_size
+        self.transform = transform
+        self.add_special_tokens = add_special_tokens
+        self.n_params = sum(p.numel() for p in model.parameters())
+        self.max_length = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+        self._meter = UsageMeter()
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, device: str = "cpu", dtype: Any = None,
+                        **kwargs: Any) -> Any:
+        """Load a folder; raises :class:`ModelLoadError` when it is missing or unsupported."""
+        model, tokenizer, head = _load(Path(path), device, dtype)
+        return cls(model, tokenizer, head=head, **kwargs)
+
+    @property
+    def usage(self) -> Usage:
+        """Cumulative scorer usage (tokens, calls, FLOPs, wall time)."""
+        return self._meter.usage
+
+    def _encode(self, text: str) -> Any:
+        enc = self.tokenizer(text, add_special_tokens=self.add_special_tokens,
+                             return_offsets_mapping=True, return_special_tokens_mask=True)
+        n = len(enc["input_ids"])
+        if n == 0:
+            raise InvalidPromptError("text", text[:80], "tokenizes to no tokens")
+        if self.max_length is not None and n > self.max_length:
+            raise InvalidPromptError(
+                "text", f"<{n} tokens>", f"longer than the scorer's context {self.max_length}")
+        return enc
+
+    def _values(self, ids: list[list[int]], positions: list[list[int]]) -> list[list[float]]:
+        """Head outputs at the given token positions of each sequence, batched by length."""
+        import torch
+
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out: list[list[float]] = [[] for _ in ids]
+        device = next(self.model.parameters()).device
+        with self._meter.timed(), torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                width = max(len(ids[r]) for r in rows)
+                batch = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T), right padded
+                mask = torch.zeros((len(rows), width), dtype=torch.long)
+                for b, r in enumerate(rows):
+                    batch[b, :len(ids[r])] = torch.tensor(ids[r])
+                    mask[b, :len(ids[r])] = 1
+                hidden = self.model.base_model(
+                    input_ids=batch.to(device), attention_mask=mask.to(device)).last_hidden_state
+                for b, r in enumerate(rows):  # hidden: (B, T, H)
+                    picked = hidden[b, positions[r]].float()  # (S, H)
+                    logits = self.head(picked.to(self.head.weight.dtype)).float()  # (S, L)
+                    out[r] = self._to_scores(logits)
+                tokens = sum(len(ids[r]) for r in rows)
+                self._meter.add(tokens, 2.0 * self.n_params * tokens)
+        return out
+
+    def _to_scores(self, logits: Any) -> list[float]:  # (S, L) -> S scores
+        if self.transform == "none":
+            if logits.shape[-1] != 1:
+                raise ModelLoadError("transform='none' needs a single-logit head")
+            return logits[:, 0].tolist()
+        if logits.shape[-1] == 1:
+            return logits[:, 0].sigmoid().tolist()
+        if logits.shape[-1] == 2:
+            return logits.softmax(-1)[:, 1].tolist()
+        raise ModelLoadError(f"a reward head needs 1 or 2 labels, this one has {logits.shape[-1]}")
+
+
+class HFRewardModel(_HFScorer):
+    """Outcome reward model: ``score(prompts, completions)`` reads ``prompt + completion``."""
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        if len(prompts) != len(completions):
+            raise InvalidParameterError(
+                "completions", len(completions), f"must match len(prompts)={len(prompts)}")
+        if not prompts:
+            return []
+        ids, positions = [], []
+        for prompt, completion in zip(prompts, completions):
+            enc = self._encode(prompt + completion)
+            ids.append(list(enc["input_ids"]))
+            positions.append([len(enc["input_ids"]) - 1])
+        values = self._values(ids, positions)
+        return check_scores([v[0] for v in values], len(prompts), who="HFRewardModel")
+
+
+class HFProcessRewardModel(_HFScorer):
+    """Process reward model: one score per step (the value at the step's last token).
+
+    ``score(prompts, completions)`` makes it usable as an outcome reward too: the completion is
+    split into lines (each keeps its ``"\n"``) and the step scores are aggregated with
+    ``aggregation`` (last | min | prod | mean).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, aggregation: StepAggregation = "last",
+                 **kwargs: Any) -> None:
+        aggregate_steps([1.0], aggregation)  # validates the mode
+        super().__init__(model, tokenizer, **kwargs)
+        self.aggregation = aggregation
+
+    def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
+                    ) -> list[list[float]]:
+        if len(prompts) != len(steps):
+            raise InvalidParameterError(
+                "steps", len(steps), f"must match len(prompts)={len(prompts)}")
+        ids, positions = [], []
+        for prompt, chain in zip(prompts, steps):
+            if isinstance(chain, str) or not chain:
+                raise InvalidParameterError("steps", chain, "each entry must be a non-empty list "
+                                            "of step strings")
+            enc = self._encode(prompt + "".join(chain))
+            ids.append(list(enc["input_ids"]))
+            positions.append(_step_positions(prompt, chain, enc))
+        values = self._values(ids, positions)
+        return [check_scores(v, len(chain), who="HFProcessRewardModel")
+                for v, chain in zip(values, steps)]
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        steps = [split_steps(c) for c in completions]
+        if any(not s for s in steps):
+            raise InvalidParameterError("completions", "''", "an empty completion has no steps")
+        per_step = self.score_steps(prompts, steps)
+        return [aggregate_steps(scores, self.aggregation) for scores in per_step]
+
+
+def split_steps(text: str) -> list[str]:
+    """Lines of ``text`` split at ``"\n"`` only (never ``splitlines``), each keeping its
+    ``"\n"``; a trailing empty piece is dropped."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _step_positions(prompt: str, steps: Sequence[str], enc: Any) -> list[int]:
+    """Token index of the last token of each step (the last token starting before its end)."""
+    starts = [start for (start, _), special in zip(enc["offset_mapping"],
+                                                   enc["special_tokens_mask"])
+              if not special]
+    index = [i for i, special in enumerate(enc["special_tokens_mask"]) if not special]
+    positions, end, t = [], len(prompt), 0
+    for step in steps:
+        end += len(step)
+        while t + 1 < len(starts) and starts[t + 1] < end:
+            t += 1
+        positions.append(index[t])
+    return positions
+
+
+def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path}: not a Hugging Face model folder (no config.json)")
+    try:
+        import transformers as tf
+        archs = json.loads((path / "config.json").read_text()).get("architectures") or []
+        tokenizer = tf.AutoTokenizer.from_pretrained(path)
+        if not getattr(tokenizer, "is_fast", False):
+            raise ModelLoadError(f"{path}: reward scorers need a fast tokenizer (offsets)")
+        kwargs = {"dtype": dtype} if dtype is not None else {}
+        if any(a.endswith("ForSequenceClassification") for a in archs):
+            model = tf.AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+        elif any(a.endswith("ForTokenClassification") for a in archs):
+            model = tf.AutoModelForTokenClassification.from_pretrained(path, **kwargs)
+        else:
+            model = tf.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            return model.to(device), tokenizer, _value_head(path, model).to(device)
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"{path}: cannot load reward model: {exc}") from exc
+    head = getattr(model, "score", None) or getattr(model, "classifier", None)
+    if head is None or not hasattr(head, "weight"):
+        raise ModelLoadError(f"{path}: no linear 'score'/'classifier' head on {type(model).__name__}")
+    return model.to(device), tokenizer, head
+
+
+def _value_head(path: Path, model: Any) -> Any:
+    import torch
+    from safetensors import safe_open
+
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            if "v_head.summary.weight" in f.keys():
+                weight = f.get_tensor("v_head.summary.weight")  # (L, H)
+                bias = f.get_tensor("v_head.summary.bias") if "v_head.summary.bias" in f.keys() \
+                    else None
+                head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+                with torch.no_grad():
+                    head.weight.copy_(weight)
+                    if bias is not None:
+                        head.bias.copy_(bias)
+                return head.to(next(model.parameters()).dtype)
+    raise ModelLoadError(f"{path}: neither a classification model nor a causal LM with a "
+                         "value head (v_head.summary.weight)")

@@ -1,0 +1,68 @@
+"""Programmatic verifiers: answer match against a reference.
+
+:class:`AnswerMatch` is a :class:`~metagen.scorers.base.RewardModel` that returns 1.0 when the
+answer extracted from a completion matches the reference answer of its prompt, else 0.0. A
+completion with no extractable answer scores 0.0 (that is a wrong answer, not a failed call).
+Answer extraction and comparison default to :mod:`metagen.tasks.answer` (GSM8K conventions:
+the last ``#### N``, else the last number) and are injectable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from metagen.errors import InvalidParameterError
+
+Extract = Callable[[str], "str | None"]
+Match = Callable[[Any, Any], bool]
+
+
+def default_extract() -> Extract:
+    """``metagen.tasks.answer.extract_answer`` (imported lazily)."""
+    from metagen.tasks.answer import extract_answer
+    return extract_answer
+
+
+def default_match() -> Match:
+    """``metagen.tasks.answer.answers_match`` (imported lazily)."""
+    from metagen.tasks.answer import answers_match
+    return answers_match
+
+
+class AnswerMatch:
+    """1.0 if ``extract(completion)`` matches the prompt's reference answer, else 0.0.
+
+    ``reference`` is one answer for every prompt, a mapping prompt -> answer, or a callable
+    prompt -> answer. A prompt without a reference raises ``KeyError`` (never a guessed score).
+    """
+
+    __slots__ = ("reference", "extract", "match")
+
+    def __init__(self, reference: Any, *, extract: Extract | None = None,
+                 match: Match | None = None) -> None:
+        if reference is None:
+            raise InvalidParameterError("reference", reference, "a reference answer is required")
+        self.reference = reference
+        self.extract = extract or default_extract()
+        self.match = match or default_match()
+
+    def _reference_for(self, prompt: str) -> Any:
+        if isinstance(self.reference, Mapping):
+            if prompt not in self.reference:
+                raise KeyError(f"no reference answer for prompt {prompt[:80]!r}")
+            return self.reference[prompt]
+        if callable(self.reference):
+            return self.reference(prompt)
+        return self.reference
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        if len(prompts) != len(completions):
+            raise InvalidParameterError(
+                "completions", len(completions), f"must match len(prompts)={len(prompts)}")
+        out = []
+        for prompt, text in zip(prompts, completions):
+            answer = self.extract(text)
+            ok = answer is not None and self.match(answer, self._reference_for(prompt))
+            out.append(1.0 if ok else 0.0)
+        return out
