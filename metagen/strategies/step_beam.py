@@ -55,8 +55,11 @@ def rank_key(node: SearchNode) -> tuple[float, int]:
 
 
 def run_beams(search: StepSearch, groups: int, width: int, branching: int,
-              lookahead: int = 0) -> None:
-    """Drive ``groups`` independent beams of ``width`` per prompt until each is done."""
+              lookahead: int = 0, threshold: float | None = None) -> None:
+    """Drive ``groups`` independent beams of ``width`` per prompt until each is done.
+
+    With ``threshold``, children valued below it are pruned, finished or not (ToT pruning).
+    """
     beams = [_Beam(t.root, g) for t in search.trees for g in range(groups)]
     while True:
         active = [b for b in beams if not b.done]
@@ -86,6 +89,11 @@ def run_beams(search: StepSearch, groups: int, width: int, branching: int,
         for b in active:
             b.started = True
             cands = per_beam.get(id(b), [])
+            if threshold is not None:
+                for k in cands:
+                    if -rank_key(k)[0] < threshold:
+                        k.pruned = True
+                cands = [k for k in cands if not k.pruned]
             b.finished.extend(k for k in cands if k.terminal)
             open_ = sorted((k for k in cands if not k.terminal), key=rank_key)
             b.live = open_[:width]
