@@ -1,0 +1,85 @@
+"""Tokenizer-side helpers shared by the model backends: prompts to ids, ids to continuation text,
+stop strings, bad words, the model's end tokens.
+
+Conventions (the same for every backend that uses these helpers):
+
+- A string prompt is tokenized with the tokenizer's special tokens (e.g. BOS); a chat prompt is
+  rendered with the chat template, which writes its own special tokens, so none are added again.
+  A prompt that yields no token besides special ones is rejected (RELIABILITY V16); a
+  whitespace-only string is a real prompt when the tokenizer gives it tokens.
+- The text of a continuation is ``decode(context + output) - decode(context)`` with ``context``
+  the last few prompt tokens, so word-initial spaces (SentencePiece ``▁``) and byte-fallback
+  characters come out as they read after the prompt. Special tokens are never in the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from metagen.errors import InvalidPromptError
+from metagen.generators.base import Prompt, render_prompt
+
+CONTEXT_TOKENS = 8  # prompt tokens decoded before a continuation to get its leading space right
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    """Token ids of one prompt (see the module docstring). Raises ``InvalidPromptError``."""
+    text = render_prompt(tokenizer, prompt)
+    ids = list(tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"])
+    special = set(tokenizer.all_special_ids)
+    if not any(t not in special for t in ids):
+        raise InvalidPromptError("prompt", text, "tokenizes to no tokens besides special tokens")
+    return ids
+
+
+def continuation_text(tokenizer: Any, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> str:
+    """Text of ``output_ids`` as it reads after ``prompt_ids`` (special tokens skipped)."""
+    if not output_ids:
+        return ""
+    context = list(prompt_ids[-CONTEXT_TOKENS:])
+    head = tokenizer.decode(context, skip_special_tokens=True)
+    whole = tokenizer.decode(context + list(output_ids), skip_special_tokens=True)
+    if whole.startswith(head):
+        return whole[len(head):]
+    return tokenizer.decode(list(output_ids), skip_special_tokens=True)
+
+
+def find_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str] | None:
+    """Earliest ``(position, stop)`` with ``text[position:].startswith(stop)`` and
+    ``position + len(stop) > start`` (i.e. the match ends in ``text[start:]``); at equal positions
+    the longer stop wins. ``None`` when no stop string occurs there.
+    """
+    best: tuple[int, int, str] | None = None
+    for stop in stops:
+        pos = text.find(stop, max(0, start - len(stop) + 1))
+        if pos >= 0 and (best is None or (pos, -len(stop)) < best[:2]):
+            best = (pos, -len(stop), stop)
+    return None if best is None else (best[0], best[2])
+
+
+def bad_words_ids(tokenizer: Any, words: Iterable[str]) -> tuple[tuple[int, ...], ...]:
+    """Token sequences to ban for each bad word: its tokenization on its own and after a space
+    (a word reads differently at the start of a text and inside one), without special tokens."""
+    out: list[tuple[int, ...]] = []
+    for word in words:
+        for variant in (word, " " + word):
+            ids = tuple(tokenizer(variant, add_special_tokens=False)["input_ids"])
+            if ids and ids not in out:
+                out.append(ids)
+    return tuple(out)
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    """The model's end tokens: its generation config's ``eos_token_id`` (int or list) and the
+    tokenizer's ``eos_token_id``, deduplicated, in that order."""
+    found: list[int] = []
+    gen_config = getattr(model, "generation_config", None)
+    for source in (getattr(gen_config, "eos_token_id", None),
+                   getattr(model.config, "eos_token_id", None),
+                   getattr(tokenizer, "eos_token_id", None)):
+        items = source if isinstance(source, (list, tuple)) else [source]
+        for tok in items:
+            if isinstance(tok, int) and tok >= 0 and tok not in found:
+                found.append(tok)
+    return tuple(found)
