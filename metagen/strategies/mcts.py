@@ -1,0 +1,208 @@
+"""Monte-Carlo tree search over reasoning steps (Kocsis & Szepesvári 2006 UCT; Silver et al. 2017
+PUCT; for LLM reasoning e.g. Hao et al. 2023 RAP, Zhang et al. 2024 ReST-MCTS*).
+
+One iteration, for all prompts at once:
+
+1. **Selection** — from the root, repeatedly take the child with the highest UCT
+   ``Q + c * sqrt(ln N_parent / N_child)`` or PUCT ``Q + c * P * sqrt(N_parent) / (1 + N_child)``
+   until a node without children or a terminal node (ties: lowest id). The prior ``P`` is a
+   softmax over siblings of their mean token log-probability when the backend returns
+   log-probabilities, else uniform.
+2. **Expansion** — the selected unfinished leaf gets ``branching`` sampled next steps (one
+   generate call for the selected leaves of all prompts). A terminal node is not expanded; its
+   value is backed up again.
+3. **Evaluation** — each new child is valued by the PRM (``"prm"``, one scorer call), by a
+   rollout to the end of the solution (``"rollout"``: one generate call for all new unfinished
+   children, valued by ``reward(prompt, text)`` when given, else by the PRM on the completed
+   path), or by ``(1 - mix) * prm + mix * rollout`` (``"mixed"``). The value is the node's
+   ``score``; rollout texts go to ``info["rollout"]`` and do not enter the tree.
+4. **Backup** — every new child starts with one visit and its value; its ancestors add them.
+
+The final choice follows the most visited (``"visits"``) or highest-valued (``"value"``) child
+from the root down; when that path does not end in a finished solution, the finished solution
+with the highest mean value is returned. ``"vote"`` takes a majority over the answers of all
+finished solutions. Candidates are all finished solutions, with their evaluation as score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from metagen.errors import InvalidParameterError
+from metagen.scorers.base import StepAggregation, aggregate_steps
+from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.step_beam import positive_int
+from metagen.strategies.step_search import StepSearch, choose_by, default_answer
+from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
+from metagen.strategies.tree import SearchNode, SearchTree
+from metagen.types import Result, SamplingParams
+
+Selection = Literal["uct", "puct"]
+Evaluation = Literal["prm", "rollout", "mixed"]
+FinalChoice = Literal["visits", "value", "vote"]
+
+
+def uct(child: SearchNode, parent_visits: int, c: float) -> float:
+    """UCT score; an unvisited child is +inf."""
+    if child.visits == 0:
+        return float("inf")
+    return child.q + c * math.sqrt(math.log(max(parent_visits, 1)) / child.visits)
+
+
+def puct(child: SearchNode, parent_visits: int, c: float) -> float:
+    """PUCT score (AlphaZero): ``Q + c * P * sqrt(N_parent) / (1 + N_child)``."""
+    return child.q + c * child.prior * math.sqrt(parent_visits) / (1 + child.visits)
+
+
+def softmax_priors(logprobs: Sequence[float | None], tokens: Sequence[int]) -> list[float]:
+    """Priors from mean token log-probabilities (uniform when any is missing)."""
+    k = len(logprobs)
+    if k == 0:
+        return []
+    if any(lp is None for lp in logprobs):
+        return [1.0 / k] * k
+    means = [lp / max(t, 1) for lp, t in zip(logprobs, tokens)]  # type: ignore[operator]
+    top = max(means)
+    ex = [math.exp(m - top) for m in means]
+    return [e / sum(ex) for e in ex]
+
+
+def select_leaf(root: SearchNode, selection: Selection, c: float) -> SearchNode:
+    """Descend from ``root`` by UCT/PUCT to a node without children or a terminal node."""
+    rule = uct if selection == "uct" else puct
+    node = root
+    while node.children and not node.terminal:
+        node = min(node.children, key=lambda ch: (-rule(ch, node.visits, c), ch.id))
+    return node
+
+
+def backup(node: SearchNode, value: float) -> None:
+    """Add one visit with ``value`` to ``node`` and every ancestor."""
+    cur: SearchNode | None = node
+    while cur is not None:
+        cur.visits += 1
+        cur.value_sum += value
+        cur = cur.parent
+
+
+def mcts(generator: Any, prompts: Sequence[str], prm: Any, *, iterations: int = 16,
+         branching: int = 4, c: float = 1.0, selection: Selection = "uct",
+         evaluation: Evaluation = "prm", mix: float = 0.5,
+         reward: Callable[[str, str], float] | None = None, rollout_max_tokens: int = 256,
+         final: FinalChoice = "visits", max_depth: int = 16,
+         params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
+         aggregation: StepAggregation = "last",
+         answer: Callable[[str], str | None] = default_answer,
+         budget: Budget = UNLIMITED) -> list[Result]:
+    """MCTS over a list of prompts; one Result per prompt (see module doc).
+
+    ``prm`` may be ``None`` only with ``evaluation="rollout"`` and a ``reward``. Raises
+    ``InvalidParameterError`` for bad options before any model call.
+    """
+    positive_int("iterations", iterations)
+    positive_int("branching", branching)
+    positive_int("rollout_max_tokens", rollout_max_tokens)
+    if selection not in ("uct", "puct"):
+        raise InvalidParameterError("selection", selection, "must be 'uct' or 'puct'")
+    if evaluation not in ("prm", "rollout", "mixed"):
+        raise InvalidParameterError("evaluation", evaluation, "must be prm, rollout or mixed")
+    if final not in ("visits", "value", "vote"):
+        raise InvalidParameterError("final", final, "must be visits, value or vote")
+    for name, v, lo in (("c", c, 0.0), ("mix", mix, 0.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < math.inf:
+            raise InvalidParameterError(name, v, "must be a finite number >= 0")
+    if mix > 1:
+        raise InvalidParameterError("mix", mix, "must be in [0, 1]")
+    if prm is None and (evaluation != "rollout" or reward is None):
+        raise InvalidParameterError("prm", prm, "needed unless evaluation='rollout' with reward")
+    search = StepSearch("mcts", generator, prompts, prm, params=params, steps=steps,
+                        aggregation=aggregation, budget=budget, max_depth=max_depth)
+    order: list[list[int]] = [[] for _ in search.trees]
+    for _ in range(iterations):
+        leaves = [select_leaf(t.root, selection, c) for t in search.trees]
+        for leaf in leaves:
+            if leaf.terminal:
+                backup(leaf, leaf.score if leaf.score is not None else 0.0)
+        todo = [leaf for leaf in leaves if not leaf.terminal]
+        if not todo:
+            continue
+        kids = search.expand([(leaf, branching) for leaf in todo])
+        if kids is None:
+            break
+        for leaf, ks in zip(todo, kids):
+            order[leaf.tree].append(leaf.id)
+            for k, p in zip(ks, softmax_priors([k.logprob for k in ks], [k.tokens for k in ks])):
+                k.prior = p
+        new = [k for ks in kids for k in ks]
+        if not _evaluate(search, new, evaluation, mix, reward, rollout_max_tokens):
+            break
+        for k in new:
+            backup(k, k.score if k.score is not None else 0.0)
+    choose = lambda tree, cands: _final(tree, cands, final, answer)  # noqa: E731
+    return search.results(choose, trace={
+        "iterations": iterations, "branching": branching, "c": c, "selection": selection,
+        "evaluation": evaluation, "final": final}, per_tree=lambda t: {"order": order[t.index]})
+
+
+def _evaluate(search: StepSearch, nodes: list[SearchNode], evaluation: Evaluation, mix: float,
+              reward: Callable[[str, str], float] | None, max_tokens: int) -> bool:
+    """Set each node's ``score`` to its evaluation; False when the budget stopped a rollout."""
+    if evaluation in ("prm", "mixed"):
+        search.score(nodes)
+    elif reward is None:  # rollout valued by the PRM: finished children need only their own
+        search.score([n for n in nodes if n.terminal])
+    if evaluation == "prm":
+        return True
+    open_ = [n for n in nodes if not n.terminal]
+    outs = search.rollout(open_, search.params, max_tokens)
+    if outs is None:
+        return False
+    values: dict[int, float] = {}
+    tree_of: Callable[[SearchNode], SearchTree] = lambda n: search.trees[n.tree]  # noqa: E731
+    if reward is not None:
+        for n in nodes:
+            text = n.text()
+            if not n.terminal:
+                out = outs[open_.index(n)]
+                if out is None:
+                    continue
+                text += out.text
+                n.info["rollout"] = out.text
+            values[n.id] = float(reward(tree_of(n).prompt, text))
+    else:
+        done = [(n, o) for n, o in zip(open_, outs) if o is not None]
+        rows = search.score_paths([(n, search.steps.split(o.text)) for n, o in done])
+        for (n, o), row in zip(done, rows):
+            n.info["rollout"] = o.text
+            values[n.id] = aggregate_steps(row, search.aggregation)
+        for n in nodes:
+            if n.terminal:
+                values[n.id] = n.score  # type: ignore[assignment]
+    for n in nodes:
+        prm_value = n.score
+        roll = values.get(n.id)
+        if evaluation == "rollout":
+            n.score = roll
+        elif roll is not None and prm_value is not None:
+            n.score = (1 - mix) * prm_value + mix * roll
+        if roll is not None:
+            n.info["rollout_value"] = roll
+    return True
+
+
+def _final(tree: SearchTree, cands: list[SearchNode], final: FinalChoice,
+           answer: Callable[[str], str | None]) -> SearchNode | None:
+    if final == "vote":
+        return choose_by("vote", cands, answer)
+    node = tree.root
+    while node.children:
+        if final == "visits":
+            node = min(node.children, key=lambda ch: (-ch.visits, -ch.q, ch.id))
+        else:
+            node = min((ch for ch in node.children if ch.visits), default=None,
+                       key=lambda ch: (-ch.q, ch.id)) or node.children[0]
+    if node.terminal and node in cands:
+        return node
+    return min(cands, key=lambda n: (-n.q, n.id)) if cands else None
