@@ -112,8 +112,9 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
         probs = torch.softmax(xs.to(torch.float64), dim=-1)
         drawn = inverse_cdf_sample(probs, torch.from_numpy(u))
         tokens[rows] = drawn.to(tokens.device)
+        alive_l = alive.tolist()
         for b in bp.mirostat_rows:
-            if bool(alive[b]):
+            if alive_l[b]:
                 seq = seqs[b]
                 p = seq.params
                 surprise = -float(torch.log_softmax(x[b], dim=-1)[tokens[b]])
@@ -123,7 +124,8 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
     tokens = tokens.masked_fill(dead, -1)
     chosen = raw_logprobs.gather(1, tokens.clamp(min=0)[:, None]).squeeze(1)
     chosen = chosen.masked_fill(dead, float("nan"))
-    ks = [None if bool(dead[b]) else seqs[b].params.logprobs for b in range(n)]
+    dead_l = dead.tolist()
+    ks = [None if dead_l[b] else seqs[b].params.logprobs for b in range(n)]
     errors: dict[int, NumericalError] = {}
     if bool(dead.any()):
         for b in torch.nonzero(dead).flatten().tolist():
