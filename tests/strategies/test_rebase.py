@@ -33,8 +33,8 @@ def test_scripted_golden_allocation_and_one_call_per_depth():
     [res] = rebase(gen, ["Q:\n"], ScriptedPRM(table, default=0.5), width=4, temperature=0.2)
     allocs = res.trace["allocations"]
     assert allocs[0] == [[0, 4]]
-    # softmax([0.9, 0.5, 0.1, 0.0] / 0.2) * 4 = 3.52, 0.48, 0.07, 0.03 -> 3, 1, 0, 0
-    assert allocs[1] == [[1, 4 * 0 + 3], [2, 1], [3, 0], [4, 0]]
+    # softmax([0.9, 0.5, 0.1, 0.0] / 0.2) * 4 = 3.43, 0.46, 0.06, 0.04 -> 3, 1, 0, 0
+    assert allocs[1] == [[1, 3], [2, 1], [3, 0], [4, 0]]
     # depth 2: one call, each prefix once per child with n=1 (no seed)
     prompts, params = gen.calls[1]
     assert prompts == ["Q:\n0\n"] * 3 + ["Q:\n1\n"] and params.n == 1

@@ -1,0 +1,263 @@
+"""Refinement: attempt, get feedback, try again with the feedback in the prompt.
+
+- :func:`refine_with_feedback` — the feedback is external and injected: a verifier's message,
+  failing test output, a compiler error (Chen et al. 2024, "Teaching Large Language Models to
+  Self-Debug"). ``feedback(prompt, attempt) -> Feedback(ok, message, score)``.
+  Each round of feedback counts as one ``scorer_calls`` in the usage.
+- :func:`self_refine` — the model critiques its own attempt and rewrites it (Madaan et al. 2023,
+  "Self-Refine"); the critique is a generation from ``critique_template``, and the loop ends when
+  it contains ``stop_phrase``.
+
+A chain stops on **success** (``Feedback.ok``), on **no progress** (an attempt repeats an earlier
+one, or its score has not beaten the best score for ``patience`` attempts), after
+``max_attempts`` attempts, or on the **budget** (checked before every call; ``max_tokens`` sized
+so ``Budget.max_generated_tokens`` is never exceeded; an attempt the cap cut short is kept but
+gets no feedback). All live chains advance together: one
+generate call per round for all prompts' attempts (and, for self-refine, one for their critiques).
+The answer is the successful attempt, else the highest-scored one (ties: the earlier), else the
+last. ``Result.trace["chain"]`` lists every attempt with its feedback, score and tokens;
+``trace["stop_reason"]`` says why the chain ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from metagen.errors import InvalidParameterError
+from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.step_beam import positive_int
+from metagen.strategies.step_search import StepSearch, split_usage
+from metagen.types import Completion, Result, SamplingParams
+
+FEEDBACK_TEMPLATE = ("{prompt}{attempt}\n\nFeedback on the attempt above:\n{feedback}\n\n"
+                     "Revised attempt:\n")
+CRITIQUE_TEMPLATE = ("{prompt}{attempt}\n\nReview the attempt above step by step. If it is "
+                     "correct, say NO ISSUES. Otherwise point out the mistake.\nReview:")
+REFINE_TEMPLATE = ("{prompt}{attempt}\n\nReview:{feedback}\n\nUsing the review, write an "
+                   "improved attempt.\nImproved attempt:\n")
+
+
+@dataclass(slots=True, frozen=True)
+class Feedback:
+    """What a feedback source says about one attempt: success, a message for the next attempt,
+    and an optional score (higher is better) used to detect progress and pick the best."""
+
+    ok: bool
+    message: str = ""
+    score: float | None = None
+
+
+FeedbackFn = Callable[[str, str], Feedback]
+
+
+@dataclass(slots=True)
+class Chain:
+    """One prompt's refinement chain."""
+
+    prompt: str
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
+    next_prompt: str = ""
+    best_score: float | None = None
+    stale: int = 0
+    stop_reason: str | None = None
+    tokens: int = 0
+
+
+class RefineRun(StepSearch):
+    """Budget, usage and batched generation of a refinement run (no step scorer)."""
+
+    def __init__(self, name: str, generator: Any, prompts: Sequence[str],
+                 params: SamplingParams | None, budget: Budget) -> None:
+        super().__init__(name, generator, prompts, None, params=params, budget=budget)
+
+    def generate_one(self, prefixes: list[str], params: SamplingParams | None = None
+                     ) -> list[Completion] | None:
+        """One completion per prefix, in one call; ``None`` when the budget forbids it."""
+        p = params or self.params
+        out = self._generate(prefixes, [1] * len(prefixes), p.with_(n=1))
+        return None if out is None else [c[0] for c in out]
+
+    def count_feedback_call(self) -> None:
+        self._own_scorer_calls += 1
+
+    def cut_by_budget(self, c: Completion) -> bool:
+        """True when ``c`` was cut short by the budget's token cap (it gets no feedback)."""
+        info: dict[str, Any] = {}
+        self._note_cut(info, c)
+        return bool(info)
+
+
+def _record_cut(chain: Chain, c: Completion) -> None:
+    chain.attempts.append({"attempt": len(chain.attempts), "text": c.text,
+                           "tokens": len(c.token_ids), "finish_reason": c.finish_reason,
+                           "budget_cut": True})
+    chain.completions.append(c)
+    chain.tokens += len(c.token_ids)
+    chain.stop_reason = "budget"
+
+
+def _record(run: RefineRun, i: int, chain: Chain, c: Completion, fb: Feedback | None,
+            patience: int, max_attempts: int, extra: dict[str, Any] | None = None) -> None:
+    """Add an attempt to a chain and decide whether the chain stops."""
+    entry: dict[str, Any] = {"attempt": len(chain.attempts), "text": c.text,
+                             "tokens": len(c.token_ids), "finish_reason": c.finish_reason}
+    chain.tokens += len(c.token_ids)
+    if fb is None:  # a failed sample: counted, retried with the same prompt
+        run.failures[i]["generation_error"] += 1
+        entry["error"] = True
+    else:
+        entry.update(ok=fb.ok, feedback=fb.message, score=fb.score)
+        repeated = any(a.get("text") == c.text and not a.get("error") for a in chain.attempts)
+        if fb.score is not None and (chain.best_score is None or fb.score > chain.best_score):
+            chain.best_score, chain.stale = fb.score, 0
+        else:
+            chain.stale += 1
+        if fb.ok:
+            chain.stop_reason = "success"
+        elif repeated or (chain.best_score is not None and chain.stale >= patience):
+            chain.stop_reason = "no_progress"
+    entry.update(extra or {})
+    chain.attempts.append(entry)
+    chain.completions.append(c)
+    if chain.stop_reason is None and len(chain.attempts) >= max_attempts:
+        chain.stop_reason = "max_attempts"
+
+
+def _results(run: RefineRun, chains: list[Chain], trace: dict[str, Any]) -> list[Result]:
+    total = run.usage()
+    out = []
+    for i, (chain, usage) in enumerate(zip(chains, split_usage(total, [c.tokens for c in chains]))):
+        good = [k for k, a in enumerate(chain.attempts) if not a.get("error")]
+        ok = [k for k in good if chain.attempts[k].get("ok")]
+        scored = [k for k in good if chain.attempts[k].get("score") is not None]
+        if ok:
+            best = ok[0]
+        elif scored:
+            best = min(scored, key=lambda k: (-chain.attempts[k]["score"], k))
+        else:
+            best = good[-1] if good else None
+        info = {"strategy": run.name, "chain": chain.attempts, "best_attempt": best,
+                "stop_reason": chain.stop_reason or ("budget" if run.stopped_by_budget
+                                                     else None),
+                "batch_usage": total.to_dict(), "batch_size": len(chains)}
+        info.update(trace)
+        out.append(Result(
+            best=None if best is None else chain.completions[best],
+            candidates=[chain.completions[k] for k in good],
+            scores=[chain.attempts[k].get("score") for k in good], usage=usage, trace=info,
+            stopped_by_budget=chain.stop_reason == "budget"
+            or (run.stopped_by_budget and chain.stop_reason is None),
+            failures=dict(run.failures[i])))
+    return out
+
+
+def _check_common(max_attempts: int, patience: int, template: str, *keys: str) -> None:
+    positive_int("max_attempts", max_attempts)
+    positive_int("patience", patience)
+    for key in keys:
+        if "{" + key + "}" not in template:
+            raise InvalidParameterError("template", template, f"must contain {{{key}}}")
+
+
+def refine_with_feedback(generator: Any, prompts: Sequence[str], feedback: FeedbackFn, *,
+                         max_attempts: int = 4, patience: int = 1,
+                         template: str = FEEDBACK_TEMPLATE, params: SamplingParams | None = None,
+                         budget: Budget = UNLIMITED) -> list[Result]:
+    """Refinement with external feedback over a list of prompts; one Result per prompt.
+
+    ``template`` gets ``{prompt}``, ``{attempt}`` (the last attempt) and ``{feedback}`` (its
+    message). ``feedback`` is called once per attempt; a raising feedback source propagates.
+    """
+    _check_common(max_attempts, patience, template, "prompt", "attempt", "feedback")
+    if not callable(feedback):
+        raise InvalidParameterError("feedback", feedback, "must be callable(prompt, attempt)")
+    run = RefineRun("refine_with_feedback", generator, prompts, params, budget)
+    chains = [Chain(t.prompt, next_prompt=t.prompt) for t in run.trees]
+    while True:
+        live = [i for i, ch in enumerate(chains) if ch.stop_reason is None]
+        if not live:
+            break
+        outs = run.generate_one([chains[i].next_prompt for i in live])
+        if outs is None:
+            break
+        run.count_feedback_call()
+        for i, c in zip(live, outs):
+            ch = chains[i]
+            if run.cut_by_budget(c):
+                _record_cut(ch, c)
+                continue
+            fb = None if c.finish_reason == "error" else feedback(ch.prompt, c.text)
+            if fb is not None and not isinstance(fb, Feedback):
+                raise InvalidParameterError("feedback", fb, "must return a Feedback")
+            _record(run, i, ch, c, fb, patience, max_attempts)
+            if fb is not None:
+                ch.next_prompt = template.format(prompt=ch.prompt, attempt=c.text,
+                                                 feedback=fb.message)
+    return _results(run, chains, {"max_attempts": max_attempts, "patience": patience})
+
+
+def self_refine(generator: Any, prompts: Sequence[str], *, max_attempts: int = 4,
+                stop_phrase: str = "NO ISSUES", score: Callable[[str, str], float] | None = None,
+                patience: int = 1, critique_template: str = CRITIQUE_TEMPLATE,
+                refine_template: str = REFINE_TEMPLATE, params: SamplingParams | None = None,
+                critique_params: SamplingParams | None = None,
+                budget: Budget = UNLIMITED) -> list[Result]:
+    """Self-Refine over a list of prompts; one Result per prompt.
+
+    Each round: one call for the live chains' attempts, one for their critiques
+    (``critique_template`` with ``{prompt}``, ``{attempt}``); success when the critique contains
+    ``stop_phrase``. The next attempt's prompt is ``refine_template`` with ``{prompt}``,
+    ``{attempt}`` and ``{feedback}`` (the critique). ``score(prompt, attempt)`` (optional) gives
+    the progress measure.
+    """
+    _check_common(max_attempts, patience, critique_template, "prompt", "attempt")
+    _check_common(max_attempts, patience, refine_template, "prompt", "attempt", "feedback")
+    if not isinstance(stop_phrase, str) or not stop_phrase:
+        raise InvalidParameterError("stop_phrase", stop_phrase, "must be a non-empty string")
+    run = RefineRun("self_refine", generator, prompts, params, budget)
+    chains = [Chain(t.prompt, next_prompt=t.prompt) for t in run.trees]
+    while True:
+        live = [i for i, ch in enumerate(chains) if ch.stop_reason is None]
+        if not live:
+            break
+        outs = run.generate_one([chains[i].next_prompt for i in live])
+        if outs is None:
+            break
+        for i, c in zip(live, outs):
+            if run.cut_by_budget(c):
+                _record_cut(chains[i], c)
+        live_outs = [(i, c) for i, c in zip(live, outs) if chains[i].stop_reason is None]
+        live, outs = [i for i, _ in live_outs], [c for _, c in live_outs]
+        good = [(i, c) for i, c in zip(live, outs) if c.finish_reason != "error"]
+        crit_prompts = [critique_template.format(prompt=chains[i].prompt, attempt=c.text)
+                        for i, c in good]
+        crits = run.generate_one(crit_prompts, critique_params) if good else []
+        if crits is None:
+            crits = []  # the budget stopped the critiques: record attempts without feedback
+        by_index = {i: cr for (i, _), cr in zip(good, crits)}
+        for i, c in zip(live, outs):
+            ch = chains[i]
+            cr = by_index.get(i)
+            if c.finish_reason == "error" or cr is None or cr.finish_reason == "error":
+                if c.finish_reason != "error" and cr is None and run.stopped_by_budget:
+                    ch.completions.append(c)
+                    ch.attempts.append({"attempt": len(ch.attempts), "text": c.text,
+                                        "tokens": len(c.token_ids), "feedback": None})
+                    ch.tokens += len(c.token_ids)
+                    continue
+                _record(run, i, ch, c, None, patience, max_attempts)
+                continue
+            fb = Feedback(ok=stop_phrase in cr.text, message=cr.text,
+                          score=None if score is None else float(score(ch.prompt, c.text)))
+            _record(run, i, ch, c, fb, patience, max_attempts,
+                    extra={"feedback_tokens": len(cr.token_ids)})
+            ch.tokens += len(cr.token_ids)
+            ch.next_prompt = refine_template.format(prompt=ch.prompt, attempt=c.text,
+                                                    feedback=cr.text)
+        if run.stopped_by_budget:
+            break
+    return _results(run, chains, {"max_attempts": max_attempts, "patience": patience,
+                                  "stop_phrase": stop_phrase})
