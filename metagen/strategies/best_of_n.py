@@ -1,0 +1,53 @@
+"""Best-of-N: sample N, return the candidate with the highest reward (Welleck et al. 2024, 4.1;
+Cobbe et al. 2021 verifier reranking). Ties: the lowest sample index wins."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from metagen.generators.base import Prompt
+from metagen.scorers.callables import as_reward, check_scores
+from metagen.strategies.budget import Budget
+from metagen.strategies.parallel import run_parallel
+from metagen.strategies.selection import Selection, argmax_first, flatten, scorers_usage
+from metagen.types import Completion, Result, SamplingParams, Usage
+
+
+class BestOfN:
+    """Selector: argmax of ``reward`` (a RewardModel or ``fn(prompt, completion) -> float``).
+    All candidates of all groups are scored in ONE reward call."""
+
+    name = "best_of_n"
+
+    def __init__(self, reward: Any) -> None:
+        self.reward = as_reward(reward)
+
+    @property
+    def usage(self) -> Usage:
+        return scorers_usage(self.reward)
+
+    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+               ) -> list[Selection]:
+        flat_p, flat_c, starts = flatten(prompts, groups)
+        scores = check_scores(self.reward.score(flat_p, flat_c), len(flat_c),
+                              who=type(self.reward).__name__)
+        out = []
+        for start, group in zip(starts, groups):
+            mine = scores[start:start + len(group)]
+            out.append(Selection(argmax_first(mine), list(mine), {"rewards": list(mine)}))
+        return out
+
+
+def best_of_n(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int = 16, reward: Any,
+              params: SamplingParams | None = None, budget: Budget | None = None,
+              min_successful: int = 1) -> Result | list[Result]:
+    """The highest-reward of ``n`` samples (one generate call, one reward call).
+
+    A list of prompts returns a list of Results. ``Result.scores`` are the rewards of the
+    successful candidates; ``trace["rewards"]`` repeats them. Raises ``InsufficientSamples``
+    below ``min_successful`` successes, and whatever the reward model raises (a failed scorer
+    call is never a score).
+    """
+    return run_parallel(generator, prompt, BestOfN(reward), n=n, params=params, budget=budget,
+                        min_successful=min_successful)

@@ -1,0 +1,79 @@
+"""Strategies as generators, so they compose (Welleck et al. 2024: a meta-generator is itself a
+generator).
+
+``StrategyGenerator(gen, BestOfN(rm), group=4)`` implements the Generator protocol: its
+``generate(prompts, params)`` makes ONE call ``gen.generate(prompts, params(n = n * group))`` and
+reduces each consecutive group of ``group`` samples to one completion with the selector (all
+groups of all prompts in one selector call). So
+``self_consistency(StrategyGenerator(gen, BestOfN(rm), group=4), prompt, n=8)`` votes over 8
+best-of-4 winners drawn from a single batch of 32 samples.
+
+A group with fewer than ``min_successful`` successful samples becomes a failed completion
+(``finish_reason="error"``, ``stop_reason="insufficient_samples"``), which the outer strategy
+counts as a failure. ``usage`` is cumulative: the inner generator's usage deltas plus the
+selector's scorer usage. The returned completion is the chosen sample itself (token ids,
+logprobs and finish reason as the inner backend produced them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from metagen.errors import InvalidParameterError
+from metagen.generators.base import Capabilities, Prompt, check_prompts
+from metagen.strategies.parallel import check_counts, failure_reason, prompt_text
+from metagen.strategies.selection import Selector
+from metagen.types import Completion, SamplingParams, Usage
+
+
+class StrategyGenerator:
+    """A :class:`~metagen.generators.base.Generator` whose samples are group winners."""
+
+    def __init__(self, generator: Any, selector: Selector, *, group: int,
+                 min_successful: int = 1) -> None:
+        if not isinstance(group, int) or isinstance(group, bool) or group < 1:
+            raise InvalidParameterError("group", group, "must be a positive integer")
+        if not isinstance(min_successful, int) or not 1 <= min_successful <= group:
+            raise InvalidParameterError("min_successful", min_successful,
+                                        f"must be an int in [1, group={group}]")
+        self.generator = generator
+        self.selector = selector
+        self.group = group
+        self.min_successful = min_successful
+        self._usage = Usage()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        inner = self.generator.capabilities
+        return Capabilities(logprobs=inner.logprobs, prefix_cache=inner.prefix_cache,
+                            seeded=inner.seeded)
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams
+                 ) -> list[list[Completion]]:
+        prompts = check_prompts(prompts)
+        n, g = params.n, self.group
+        gen_before, sel_before = self.generator.usage, self.selector.usage
+        outs = check_counts(self.generator.generate(prompts, params.with_(n=n * g)),
+                            len(prompts), n * g, type(self.generator).__name__)
+        groups, where, out = [], [], []
+        for i, row in enumerate(outs):
+            out.append([])
+            for k in range(n):
+                ok = [c for c in row[k * g:(k + 1) * g] if failure_reason(c) is None]
+                if len(ok) >= self.min_successful:
+                    groups.append(ok)
+                    where.append((i, k))
+                out[i].append(Completion(text="", finish_reason="error",
+                                         stop_reason="insufficient_samples"))
+        if groups:
+            chosen = self.selector.select([prompt_text(prompts[i]) for i, _ in where], groups)
+            for (i, k), group, sel in zip(where, groups, chosen):
+                out[i][k] = group[sel.index]
+        spent = (self.generator.usage - gen_before) + (self.selector.usage - sel_before)
+        self._usage = self._usage + spent
+        return out

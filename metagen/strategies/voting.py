@@ -1,0 +1,180 @@
+"""Voting over extracted answers.
+
+- :func:`self_consistency` — majority vote (Wang et al. 2023, "Self-Consistency Improves Chain
+  of Thought Reasoning").
+- :func:`weighted_vote` — each vote weighted by a reward (Li et al. 2023, DiVeRSe; Uesato et al.
+  2022, ORM-weighted majority voting) or by the sample's length-normalised probability (Wang et
+  al. 2023, Table 1); ``aggregate="sum"`` adds the weights of an answer, ``"mean"`` averages them.
+
+Answers come from ``extract(text)`` (default :func:`metagen.tasks.answer.extract_answer`) and are
+grouped with ``match`` (default ``answers_match``). A sample without an answer abstains.
+Deterministic tie-breaking (documented contract): among answers with equal votes the one whose
+first occurrence has the LOWEST sample index wins; self-consistency returns that first
+occurrence, weighted voting the highest-weight sample of the winning answer (lowest index among
+equal weights). When no sample has an answer, the first sample is returned with answer None.
+This makes ``mbr`` with the answer-match utility select exactly what self-consistency selects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from metagen.errors import CapabilityError, InvalidParameterError
+from metagen.generators.base import Prompt
+from metagen.scorers.callables import as_reward, check_scores
+from metagen.scorers.verifiers import Extract, Match, default_extract, default_match
+from metagen.strategies.budget import Budget
+from metagen.strategies.parallel import run_parallel
+from metagen.strategies.selection import (
+    Selection,
+    argmax_first,
+    flatten,
+    group_answers,
+    scorers_usage,
+)
+from metagen.types import Completion, Result, SamplingParams, Usage
+
+
+def vote(classes: Sequence[int | None], weights: Sequence[float],
+         aggregate: Literal["sum", "mean"] = "sum") -> tuple[int | None, dict[int, float]]:
+    """(winning class, class -> value). Ties: the class appearing first wins; None abstains."""
+    totals: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for cls, w in zip(classes, weights):
+        if cls is not None:
+            totals[cls] = totals.get(cls, 0.0) + w
+            counts[cls] = counts.get(cls, 0) + 1
+    if aggregate == "mean":
+        totals = {k: v / counts[k] for k, v in totals.items()}
+    if not totals:
+        return None, {}
+    order = sorted(totals)  # class ids are numbered by first appearance
+    return order[argmax_first([totals[k] for k in order])], totals
+
+
+class _Voter:
+    def __init__(self, extract: Extract | None, match: Match | None) -> None:
+        self.extract = extract or default_extract()
+        self.match = match or default_match()
+
+    def _classes(self, group: Sequence[Completion]) -> tuple[list[Any], list[int | None]]:
+        answers = [self.extract(c.text) for c in group]
+        return answers, group_answers(answers, self.match)
+
+
+class SelfConsistency(_Voter):
+    """Selector: majority vote; ``scores[i]`` is the vote share of sample i's answer."""
+
+    name = "self_consistency"
+
+    def __init__(self, extract: Extract | None = None, match: Match | None = None) -> None:
+        super().__init__(extract, match)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage()
+
+    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+               ) -> list[Selection]:
+        out = []
+        for group in groups:
+            answers, classes = self._classes(group)
+            winner, totals = vote(classes, [1.0] * len(group))
+            index = 0 if winner is None else classes.index(winner)
+            scores = [None if c is None else totals[c] / len(group) for c in classes]
+            out.append(Selection(index, scores, _vote_trace(answers, classes, winner, totals)))
+        return out
+
+
+class WeightedVote(_Voter):
+    """Selector: votes weighted by ``reward`` (one batched reward call) or by
+    ``exp(cumulative_logprob / tokens)`` when ``reward="logprob"``. Weights must be >= 0."""
+
+    name = "weighted_vote"
+
+    def __init__(self, reward: Any = "logprob", *, aggregate: Literal["sum", "mean"] = "sum",
+                 extract: Extract | None = None, match: Match | None = None) -> None:
+        super().__init__(extract, match)
+        if aggregate not in ("sum", "mean"):
+            raise InvalidParameterError("aggregate", aggregate, "must be 'sum' or 'mean'")
+        self.aggregate = aggregate
+        self.reward = None if reward == "logprob" else as_reward(reward)
+
+    @property
+    def usage(self) -> Usage:
+        return scorers_usage(self.reward)
+
+    def _weights(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+                 ) -> list[float]:
+        flat_p, flat_c, _ = flatten(prompts, groups)
+        if self.reward is not None:
+            weights = check_scores(self.reward.score(flat_p, flat_c), len(flat_c),
+                                   who=type(self.reward).__name__)
+        else:
+            weights = [_normalised_prob(c) for g in groups for c in g]
+        for w in weights:
+            if w < 0:
+                raise InvalidParameterError("reward", w, "weighted voting needs non-negative "
+                                            "weights (use a probability, e.g. sigmoid(logit))")
+        return weights
+
+    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+               ) -> list[Selection]:
+        weights = self._weights(prompts, groups)
+        out, start = [], 0
+        for group in groups:
+            w = weights[start:start + len(group)]
+            start += len(group)
+            answers, classes = self._classes(group)
+            winner, totals = vote(classes, w, self.aggregate)
+            if winner is None:
+                index = 0
+            else:
+                members = [i for i, c in enumerate(classes) if c == winner]
+                index = members[argmax_first([w[i] for i in members])]
+            trace = _vote_trace(answers, classes, winner, totals)
+            trace["weights"] = list(w)
+            out.append(Selection(index, list(w), trace))
+        return out
+
+
+def _normalised_prob(c: Completion) -> float:
+    if c.cumulative_logprob is None or not c.token_ids:
+        raise CapabilityError("weighted_vote with reward='logprob' needs completions with "
+                              "cumulative_logprob and token_ids (a backend with logprobs)")
+    return math.exp(c.cumulative_logprob / len(c.token_ids))
+
+
+def _vote_trace(answers: list[Any], classes: list[int | None], winner: int | None,
+                totals: dict[int, float]) -> dict[str, Any]:
+    first: dict[int, str] = {}
+    for answer, cls in zip(answers, classes):
+        if cls is not None and cls not in first:
+            first[cls] = str(answer)
+    return {"answers": [None if a is None else str(a) for a in answers],
+            "votes": {first[c]: v for c, v in sorted(totals.items())},
+            "answer": None if winner is None else first[winner],
+            "abstained": sum(c is None for c in classes)}
+
+
+def self_consistency(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
+                     extract: Extract | None = None, match: Match | None = None,
+                     params: SamplingParams | None = None, budget: Budget | None = None,
+                     min_successful: int = 1) -> Result | list[Result]:
+    """Majority vote over ``n`` samples' answers (one generate call). See the module docstring
+    for tie-breaking; ``trace`` holds ``answers``, ``votes`` and the winning ``answer``."""
+    return run_parallel(generator, prompt, SelfConsistency(extract, match), n=n, params=params,
+                        budget=budget, min_successful=min_successful)
+
+
+def weighted_vote(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
+                  reward: Any = "logprob", aggregate: Literal["sum", "mean"] = "sum",
+                  extract: Extract | None = None, match: Match | None = None,
+                  params: SamplingParams | None = None, budget: Budget | None = None,
+                  min_successful: int = 1) -> Result | list[Result]:
+    """Reward-weighted vote over ``n`` samples (one generate call, one reward call)."""
+    return run_parallel(generator, prompt, WeightedVote(reward, aggregate=aggregate,
+                                                        extract=extract, match=match),
+                        n=n, params=params, budget=budget, min_successful=min_successful)
