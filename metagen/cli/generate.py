@@ -1,0 +1,124 @@
+"""``metagen generate MODEL PROMPT``: sample completions from a model folder.
+
+Flag values go to :class:`~metagen.types.SamplingParams` unchanged, so a bad value (``--top-p
+1.5``) fails with the same typed error as in Python, which ``metagen.cli.main`` prints as one line
+(exit status 2) -- before any model is loaded. ``--json`` prints one JSON object::
+
+    {"model": str, "backend": str, "prompt": str, "params": {...SamplingParams.to_dict()},
+     "completions": [{"text", "token_ids", "logprobs", "cumulative_logprob", "finish_reason",
+                      "stop_reason", "top_logprobs"}, ...],
+     "usage": {...Usage.to_dict()}}
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from typing import Any
+
+import click
+
+from metagen.errors import InvalidParameterError
+from metagen.types import SamplingParams
+
+# backend name -> (module, class); each class has from_pretrained(path, **options).
+BACKENDS: dict[str, tuple[str, str]] = {
+    "hf": ("metagen.generators.hf", "HFGenerator"),
+    "local": ("metagen.generators.local", "LocalGenerator"),
+}
+DEFAULT_BACKEND = "hf"
+
+
+def available_backends() -> list[str]:
+    """Backends whose module exists in this installation."""
+    return [name for name, (module, _) in BACKENDS.items()
+            if importlib.util.find_spec(module) is not None]
+
+
+def load_generator(backend: str, model: str, **options: Any) -> Any:
+    """``BACKENDS[backend].from_pretrained(model, **options)``; options that are None are left
+    out so each backend keeps its own defaults."""
+    if backend not in available_backends():
+        raise InvalidParameterError("backend", backend,
+                                    f"must be one of {', '.join(available_backends())}")
+    module, attr = BACKENDS[backend]
+    cls = getattr(importlib.import_module(module), attr)
+    return cls.from_pretrained(model, **{k: v for k, v in options.items() if v is not None})
+
+
+def _int(name: str, text: str | None) -> int | None:
+    """A flag's integer value; a malformed one is an ``InvalidParameterError`` naming it."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidParameterError(name, text, "must be an integer") from None
+
+
+def _float(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidParameterError(name, text, "must be a number") from None
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model")
+@click.argument("prompt")
+@click.option("--backend", default=DEFAULT_BACKEND, show_default=True,
+              help="hf (transformers) or local (the built-in engine, when installed).")
+@click.option("--n", "n", type=str, metavar="INT", default=1, show_default=True,
+              help="Completions to sample.")
+@click.option("--temperature", type=str, metavar="FLOAT", default=1.0, show_default=True,
+              help="0 is greedy.")
+@click.option("--top-p", type=str, metavar="FLOAT", default=1.0, show_default=True)
+@click.option("--top-k", type=str, metavar="INT", default=0, show_default=True,
+              help="0 or -1 disables.")
+@click.option("--min-p", type=str, metavar="FLOAT", default=0.0, show_default=True)
+@click.option("--typical-p", type=str, metavar="FLOAT", default=1.0, show_default=True)
+@click.option("--repetition-penalty", type=str, metavar="FLOAT", default=1.0, show_default=True)
+@click.option("--presence-penalty", type=str, metavar="FLOAT", default=0.0, show_default=True)
+@click.option("--frequency-penalty", type=str, metavar="FLOAT", default=0.0, show_default=True)
+@click.option("--max-tokens", type=str, metavar="INT", default=64, show_default=True)
+@click.option("--min-tokens", type=str, metavar="INT", default=0, show_default=True)
+@click.option("--stop", multiple=True, help="Stop string (repeatable); not included in the text.")
+@click.option("--seed", type=str, metavar="INT", default=None, help="Makes sampling reproducible.")
+@click.option("--logprobs", type=str, metavar="INT", default=None,
+              help="Top-k alternatives per token.")
+@click.option("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu).")
+@click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the "
+              "checkpoint's).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def generate(model: str, prompt: str, backend: str, n: str, temperature: str, top_p: str,
+             top_k: str, min_p: str, typical_p: str, repetition_penalty: str,
+             presence_penalty: str, frequency_penalty: str, max_tokens: str,
+             min_tokens: str, stop: tuple[str, ...], seed: str | None, logprobs: str | None,
+             device: str | None, dtype: str | None, as_json: bool) -> None:
+    """Generate completions of PROMPT with the model in folder MODEL."""
+    params = SamplingParams(
+        n=_int("n", n), temperature=_float("temperature", temperature),
+        top_p=_float("top_p", top_p), top_k=_int("top_k", top_k), min_p=_float("min_p", min_p),
+        typical_p=_float("typical_p", typical_p),
+        repetition_penalty=_float("repetition_penalty", repetition_penalty),
+        presence_penalty=_float("presence_penalty", presence_penalty),
+        frequency_penalty=_float("frequency_penalty", frequency_penalty),
+        max_tokens=_int("max_tokens", max_tokens), min_tokens=_int("min_tokens", min_tokens),
+        stop=stop, seed=_int("seed", seed), logprobs=_int("logprobs", logprobs))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a CLI prints results, not loading bars
+    gen = load_generator(backend, model, device=device, dtype=dtype)
+    completions = gen.generate([prompt], params)[0]
+    if as_json:
+        click.echo(json.dumps({
+            "model": model, "backend": backend, "prompt": prompt, "params": params.to_dict(),
+            "completions": [c.to_dict() for c in completions], "usage": gen.usage.to_dict(),
+        }, ensure_ascii=False))
+        return
+    for i, comp in enumerate(completions):
+        if len(completions) > 1:
+            click.echo(f"--- completion {i} ({comp.finish_reason}, "
+                       f"{len(comp.token_ids)} tokens)")
+        click.echo(prompt + comp.text)

@@ -1,0 +1,218 @@
+"""HFGenerator: any ``transformers`` causal LM, decoded by metagen's own processors and sampler.
+
+The reference backend and the fallback for architectures the engine does not cover. Generation
+runs through ``model.generate`` (its loop, KV cache and left padding) with one logits processor
+that makes every token choice with :func:`metagen.decoding.decode_step` (see
+:mod:`metagen.generators.hf_rows`), so the same :class:`~metagen.types.SamplingParams` mean the
+same thing here as on the built-in engine: a seeded sample depends only on (seed, sample index),
+never on the batch around it. The model's own ``generation_config`` (default temperature, penalties,
+...) is ignored on purpose; only its end tokens are kept.
+
+Requests are validated against the model before any work (RELIABILITY V14-V17): token ids in
+``logit_bias`` / ``allowed_token_ids`` / ``stop_token_ids`` must be below the vocabulary size, and
+prompt + ``max_tokens`` must fit the context (``InvalidPromptError`` names both numbers).
+
+Usage accounting: there is no prefix cache, and ``transformers`` prefills every row, so
+``prompt_tokens`` counts each prompt ``n`` times (never ``cached_prompt_tokens``);
+``generated_tokens`` counts every generated token (EOS and stop tokens included, padding
+excluded); ``generator_flops`` is :class:`~metagen.generators.flops.FlopModel`'s estimate per row.
+``score`` is counted as ``scorer_tokens`` / ``scorer_calls`` / ``scorer_flops``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from metagen.decoding import SequenceState
+from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
+from metagen.generators.base import Capabilities, Prompt, check_prompts
+from metagen.generators.flops import FlopModel, flop_model_of
+from metagen.generators.hf_rows import (
+    LogitsHook,
+    MetagenLogitsProcessor,
+    Row,
+    RowTracker,
+    TrackerStoppingCriteria,
+)
+from metagen.generators.tokenize import bad_words_ids, encode_prompt, eos_token_ids
+from metagen.types import Completion, SamplingParams, Usage
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
+    if dtype is None:
+        return "auto"
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise InvalidParameterError("dtype", dtype, f"must be one of {sorted(_DTYPES)} or None")
+    return _DTYPES[dtype]
+
+
+class HFGenerator:
+    """Generator over a ``transformers`` causal LM and its tokenizer.
+
+    Build it with :meth:`from_pretrained`, or directly from a loaded ``model`` and ``tokenizer``.
+    ``max_batch_rows`` caps how many sequences run through one ``model.generate`` (a call with more
+    prompts x n is split; seeded results do not depend on the split). ``logits_hook(logits (A, V),
+    seqs) -> logits`` runs on the raw logits before metagen's processors (capability ``logits``).
+    A completion whose logits turn NaN/inf ends with ``finish_reason="error"`` and
+    ``stop_reason="numerical_error"``; the other completions are unaffected (RELIABILITY V22).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch_rows: int = 256,
+                 logits_hook: LogitsHook | None = None) -> None:
+        from transformers import GenerationConfig
+
+        if not isinstance(max_batch_rows, int) or max_batch_rows < 1:
+            raise InvalidParameterError("max_batch_rows", max_batch_rows, "must be an int >= 1")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_batch_rows = max_batch_rows
+        self.logits_hook = logits_hook
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0))
+        head = model.get_output_embeddings()
+        self.vocab_size = int(head.weight.shape[0] if head is not None
+                              else model.config.vocab_size)
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+            else model.config
+        self.context_length = int(getattr(config, "max_position_embeddings", None)
+                                  or tokenizer.model_max_length)
+        self.flop_model: FlopModel = flop_model_of(model)
+        model.generation_config = GenerationConfig(
+            bos_token_id=getattr(model.generation_config, "bos_token_id", None),
+            eos_token_id=list(self.eos_ids) or None, pad_token_id=self.pad_id)
+        self._usage = Usage()
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str = "cpu",
+                        dtype: str | torch.dtype | None = None, **kwargs: Any) -> HFGenerator:
+        """Load any ``AutoModelForCausalLM`` folder (offline: nothing is downloaded).
+
+        ``dtype`` None keeps the checkpoint's dtype. Raises ``ModelLoadError`` when the folder is
+        missing or cannot be loaded.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        folder = Path(path)
+        if not (folder / "config.json").is_file():
+            raise ModelLoadError(f"no model folder at {str(path)!r} (config.json not found)")
+        torch_dtype = _resolve_dtype(dtype)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                folder, dtype=torch_dtype, local_files_only=True).to(device)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"cannot load a causal LM from {str(path)!r}: {first}") from exc
+        return cls(model, tokenizer, **kwargs)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(logits=True, logprobs=True, prompt_scoring=True, prefix_cache=False,
+                            constraints=True, seeded=True)
+
+    @property
+    def usage(self) -> Usage:
+        """Cumulative usage of every call so far (see the module docstring)."""
+        return self._usage
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ generate
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams
+                 ) -> list[list[Completion]]:
+        """``len(prompts)`` lists of ``params.n`` completions. Validates everything first."""
+        start = time.perf_counter()
+        if not isinstance(params, SamplingParams):
+            raise InvalidParameterError("params", params, "must be a SamplingParams")
+        prompt_ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
+        self._check_request(prompt_ids, params)
+        bad = bad_words_ids(self.tokenizer, params.bad_words)
+        rows = [Row(i, SequenceState(params=params, prompt_ids=list(ids), sample_index=j,
+                                     eos_token_ids=self.eos_ids, bad_words_ids=bad))
+                for i, ids in enumerate(prompt_ids) for j in range(params.n)]
+        for lo in range(0, len(rows), self.max_batch_rows):
+            self._run(rows[lo:lo + self.max_batch_rows], params)
+        out: list[list[Completion]] = [[] for _ in prompt_ids]
+        flops = 0.0
+        for row in rows:
+            out[row.prompt_index].append(row.completion(self.tokenizer))
+            flops += self.flop_model.sequence(len(row.seq.prompt_ids), len(row.seq.output_ids))
+        self._usage = self._usage + Usage(
+            prompt_tokens=sum(len(r.seq.prompt_ids) for r in rows),
+            generated_tokens=sum(len(r.seq.output_ids) for r in rows), calls=1,
+            generator_flops=flops, wall_time=time.perf_counter() - start)
+        return out
+
+    def _check_request(self, prompt_ids: list[list[int]], params: SamplingParams) -> None:
+        vocab = self.vocab_size
+        for name, ids in (("logit_bias", list(params.logit_bias or ())),
+                          ("allowed_token_ids", list(params.allowed_token_ids or ())),
+                          ("stop_token_ids", list(params.stop_token_ids))):
+            for tok in ids:
+                if tok >= vocab:
+                    raise InvalidParameterError(name, tok, f"token id out of the vocabulary "
+                                                f"(size {vocab})")
+        for ids in prompt_ids:
+            if len(ids) + params.max_tokens > self.context_length:
+                raise InvalidPromptError(
+                    "prompt", f"<{len(ids)} tokens>",
+                    f"prompt of {len(ids)} tokens + max_tokens={params.max_tokens} = "
+                    f"{len(ids) + params.max_tokens} exceeds the model's maximum context length "
+                    f"of {self.context_length} tokens")
+
+    @torch.inference_mode()
+    def _run(self, rows: list[Row], params: SamplingParams) -> None:
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        width = max(len(r.seq.prompt_ids) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # (B, T)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)                   # (B, T)
+        for b, row in enumerate(rows):
+            ids = row.seq.prompt_ids
+            input_ids[b, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            mask[b, width - len(ids):] = 1
+        tracker = RowTracker(rows, self.tokenizer, self.eos_ids, self.pad_id, self.logits_hook)
+        self.model.generate(
+            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+            do_sample=False, num_beams=1, max_new_tokens=params.max_tokens,
+            logits_processor=LogitsProcessorList([MetagenLogitsProcessor(tracker)]),
+            stopping_criteria=StoppingCriteriaList([TrackerStoppingCriteria(tracker)]),
+            pad_token_id=self.pad_id)
+        for row in rows:  # transformers' own max length may end the loop first
+            if row.finish is None:
+                row.finish = "length"
+
+    # ------------------------------------------------------------------ score
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
+              ) -> list[list[float]]:
+        """``out[i][j]`` = log p(continuations[i][j] | prompts[i]), summed over its tokens.
+
+        The prompt is tokenized exactly as :meth:`generate` does. The continuation's tokens are
+        those of ``tokenize(prompt + continuation)`` after the prompt's tokens when the prompt's
+        tokens are a prefix of it (the usual case); when a token merges across the boundary, the
+        continuation is tokenized on its own. An empty continuation scores 0.
+        """
+        from metagen.generators.hf_score import score_pairs
+
+        start = time.perf_counter()
+        plist = check_prompts(prompts)
+        if isinstance(continuations, (str, bytes)) or len(continuations) != len(plist):
+            raise InvalidParameterError("continuations", f"<{len(continuations)} items>",
+                                        f"need one list of strings per prompt ({len(plist)})")
+        result, tokens, flops = score_pairs(self, plist, continuations)
+        self._usage = self._usage + Usage(scorer_tokens=tokens, scorer_calls=1,
+                                          scorer_flops=flops,
+                                          wall_time=time.perf_counter() - start)
+        return result

@@ -1,0 +1,200 @@
+"""HFGenerator on real models: stories260K and a random-weight Llama built in the test."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
+from metagen.generators.base import Generator, ScoringGenerator
+from metagen.generators.hf import HFGenerator
+from metagen.types import SamplingParams
+
+LILY = ", there was a little girl named Lily."
+OTHERS = ["The cat", "One day, a boy", "Tom and Sue", "The sun was", "Lily had a",
+          "There was a dog", "Mom said", "The big tree", "A bird", "Sam wanted to",
+          "Once", "The little car", "In the park", "Ben and his mom", "The fish", "It was a"]
+
+
+def test_stories_greedy_lily(stories_gen) -> None:
+    assert isinstance(stories_gen, Generator) and isinstance(stories_gen, ScoringGenerator)
+    comp = stories_gen.generate(["Once upon a time"], SamplingParams(temperature=0,
+                                                                      max_tokens=30))[0][0]
+    assert comp.text.startswith(LILY)
+    assert comp.finish_reason == "length" and len(comp.token_ids) == 30
+    assert len(comp.logprobs) == 30 and all(lp <= 0 for lp in comp.logprobs)
+    assert comp.cumulative_logprob == pytest.approx(sum(comp.logprobs))
+
+
+def test_greedy_equals_plain_transformers_generate(random_llama_path) -> None:
+    """Our processor + argmax == transformers' own greedy, batched with left padding."""
+    gen = HFGenerator.from_pretrained(random_llama_path)
+    prompts = ["Once upon a time", "The", "Tom and Sue went to the park to play"]
+    ours = gen.generate(prompts, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))
+    for prompt, (comp,) in zip(prompts, ours):
+        enc = gen.tokenizer(prompt, return_tensors="pt")
+        ref = gen.model.generate(**enc, do_sample=False, max_new_tokens=24, min_new_tokens=24,
+                                 pad_token_id=0)
+        assert list(comp.token_ids) == ref[0, enc["input_ids"].shape[1]:].tolist()
+
+
+def test_seeded_samples_do_not_depend_on_the_batch(stories_gen) -> None:
+    params = SamplingParams(n=2, temperature=1.0, seed=1234, max_tokens=16)
+    target = "Once upon a time"
+    alone = stories_gen.generate([target], params)[0]
+    with4 = stories_gen.generate(OTHERS[:2] + [target] + OTHERS[2:4], params)[2]
+    with16 = stories_gen.generate(OTHERS[:9] + [target] + OTHERS[9:], params)[9]
+    split = HFGenerator(stories_gen.model, stories_gen.tokenizer, max_batch_rows=3)
+    chunked = split.generate(OTHERS[:4] + [target], params)[4]
+    for other in (with4, with16, chunked):
+        assert [c.token_ids for c in other] == [c.token_ids for c in alone]
+    assert alone[0].token_ids != alone[1].token_ids
+
+
+def test_n_samples_are_distinct_at_temperature_one(stories_gen) -> None:
+    row = stories_gen.generate(["The cat"], SamplingParams(n=4, temperature=1.0, seed=5,
+                                                          max_tokens=20))[0]
+    assert len(row) == 4
+    assert len({c.token_ids for c in row}) == 4  # P(any two equal) is negligible at 20 tokens
+
+
+def test_stop_string_spanning_tokens_is_cut(stories_gen) -> None:
+    # greedy tokens: ... "▁little" "▁g" "ir" "l" "▁named" ...: the stop spans three tokens
+    comp = stories_gen.generate(["Once upon a time"], SamplingParams(
+        temperature=0, max_tokens=30, stop=("irl named",)))[0][0]
+    assert comp.text == ", there was a little g"
+    assert (comp.finish_reason, comp.stop_reason) == ("stop", "irl named")
+    assert "irl named" in stories_gen.tokenizer.decode(list(comp.token_ids))
+
+
+def test_stop_token_id_and_earliest_stop_string(stories_gen) -> None:
+    params = SamplingParams(temperature=0, max_tokens=30, stop_token_ids=(426,))  # "."
+    comp = stories_gen.generate(["Once upon a time"], params)[0][0]
+    assert comp.text == ", there was a little girl named Lily"
+    assert (comp.finish_reason, comp.stop_reason, comp.token_ids[-1]) == ("stop", 426, 426)
+    comp = stories_gen.generate(["Once upon a time"], SamplingParams(
+        temperature=0, max_tokens=30, stop=("park", "Lily", "there")))[0][0]
+    assert (comp.text, comp.stop_reason) == (", ", "there")
+
+
+def test_min_tokens_delays_stops(stories_gen) -> None:
+    base = SamplingParams(temperature=0, max_tokens=40)
+    comp = stories_gen.generate(["Once upon a time"], base.with_(stop=(".",), min_tokens=12)
+                                )[0][0]
+    assert comp.text == LILY + " She loved to play outside in the park"
+    comp = stories_gen.generate(["Once upon a time"], base.with_(stop_token_ids=(426,),
+                                                                min_tokens=12))[0][0]
+    assert comp.finish_reason == "stop" and len(comp.token_ids) >= 12
+    assert 426 not in comp.token_ids[:-1]
+
+
+def test_top_logprobs_and_usage(stories_gen) -> None:
+    before = stories_gen.usage
+    params = SamplingParams(n=3, temperature=0.8, seed=2, max_tokens=8, logprobs=3)
+    rows = stories_gen.generate(["Once upon a time", "The cat"], params)
+    used = stories_gen.usage - before
+    for row in rows:
+        for comp in row:
+            assert len(comp.top_logprobs) == len(comp.token_ids)
+            for tok, lp, top in zip(comp.token_ids, comp.logprobs, comp.top_logprobs):
+                assert len(top) == 3 and max(top.values()) <= 0
+                if tok in top:
+                    assert top[tok] == pytest.approx(lp, abs=1e-5)
+    assert used.calls == 1
+    lens = [len(stories_gen.tokenizer(p)["input_ids"]) for p in ("Once upon a time", "The cat")]
+    assert used.prompt_tokens == 3 * sum(lens)  # n x prompt: no prefix cache
+    assert used.generated_tokens == sum(len(c.token_ids) for r in rows for c in r)
+    fm = stories_gen.flop_model
+    assert used.generator_flops == pytest.approx(sum(
+        fm.sequence(p, len(c.token_ids)) for p, r in zip(lens, rows) for c in r))
+    assert used.wall_time > 0
+
+
+def test_score_matches_generation_logprobs(stories_gen) -> None:
+    comp = stories_gen.generate(["Once upon a time"], SamplingParams(temperature=0,
+                                                                      max_tokens=12))[0][0]
+    before = stories_gen.usage
+    (good, other, empty), = stories_gen.score(["Once upon a time"],
+                                              [[comp.text, ", there was a purple cow", ""]])
+    assert good == pytest.approx(comp.cumulative_logprob, abs=1e-4)
+    assert other < good and empty == 0.0
+    used = stories_gen.usage - before
+    assert used.scorer_calls == 1 and used.calls == 0 and used.scorer_tokens > 0
+
+
+def test_numerical_error_fails_only_its_row(stories_path) -> None:
+    """Scripted fault (a logits hook that writes NaN into one prompt's rows), RELIABILITY V22."""
+    plain = HFGenerator.from_pretrained(stories_path)
+    bad_prompt = plain.tokenizer("The cat")["input_ids"]
+
+    def poison(logits, seqs):
+        out = logits.clone()
+        for k, seq in enumerate(seqs):
+            if seq.prompt_ids == bad_prompt and seq.step == 3:
+                out[k, 7] = float("nan")
+        return out
+
+    hooked = HFGenerator(plain.model, plain.tokenizer, logits_hook=poison)
+    params = SamplingParams(temperature=0, max_tokens=10)
+    got = hooked.generate(["Once upon a time", "The cat", "Tom"], params)
+    ref = plain.generate(["Once upon a time", "The cat", "Tom"], params)
+    assert got[1][0].finish_reason == "error" and got[1][0].stop_reason == "numerical_error"
+    assert len(got[1][0].token_ids) == 3
+    assert got[0][0] == ref[0][0] and got[2][0] == ref[2][0]
+
+
+@pytest.mark.parametrize("changes, param", [
+    ({"logit_bias": {512: 1.0}}, "logit_bias"),
+    ({"allowed_token_ids": (5, 600)}, "allowed_token_ids"),
+    ({"stop_token_ids": (512,)}, "stop_token_ids"),
+])
+def test_token_ids_out_of_vocab_are_rejected(stories_gen, changes, param) -> None:
+    with pytest.raises(InvalidParameterError) as info:
+        stories_gen.generate(["Hi"], SamplingParams(**changes))
+    assert info.value.param == param
+
+
+def test_context_overflow_names_both_numbers(stories_gen) -> None:
+    with pytest.raises(InvalidPromptError) as info:
+        stories_gen.generate(["Once upon a time"], SamplingParams(max_tokens=510))
+    assert "5 tokens" in str(info.value) and "max_tokens=510" in str(info.value)
+    assert "512" in str(info.value)
+
+
+def test_bad_prompts_are_rejected(stories_gen) -> None:
+    for prompts in ([""], [], "Once", ["<s>"], [[{"role": "user", "content": "hi"}]]):
+        with pytest.raises(InvalidPromptError):
+            stories_gen.generate(prompts, SamplingParams(max_tokens=4))
+    with pytest.raises(InvalidParameterError, match="params"):
+        stories_gen.generate(["Hi"], {"temperature": 0})
+
+
+def test_chat_prompt_uses_the_template(stories_path) -> None:
+    gen = HFGenerator.from_pretrained(stories_path)
+    gen.tokenizer.chat_template = (
+        "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    msgs = [{"role": "user", "content": "Once upon a time"}]
+    chat = gen.generate([msgs], SamplingParams(temperature=0, max_tokens=8))[0][0]
+    text = gen.generate(["Once upon a time"], SamplingParams(temperature=0, max_tokens=8))[0][0]
+    assert chat.token_ids == text.token_ids  # the template's BOS is not doubled
+
+
+def test_model_load_errors(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="config.json"):
+        HFGenerator.from_pretrained(tmp_path / "missing")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError):
+        HFGenerator.from_pretrained(tmp_path)
+    with pytest.raises(InvalidParameterError, match="dtype"):
+        HFGenerator.from_pretrained(tmp_path, dtype="float8")
+
+
+def test_generator_does_not_inherit_model_generation_defaults(stories_path) -> None:
+    """A checkpoint's generation_config (here a repetition penalty) must not leak in."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(stories_path)
+    model.generation_config.repetition_penalty = 5.0
+    gen = HFGenerator(model, AutoTokenizer.from_pretrained(stories_path))
+    comp = gen.generate(["Once upon a time"], SamplingParams(temperature=0, max_tokens=12))[0][0]
+    assert comp.text.startswith(LILY)
+    assert torch.is_grad_enabled()
