@@ -75,6 +75,7 @@ class ModelRunner:
         self.hydragen = hydragen
         self.device = model.device
         self.block_size = kv_cache.block_size
+        self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
 
     def _metadata(self, reqs: Sequence[ExtendRequest]
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
@@ -85,6 +86,7 @@ class ModelRunner:
         prefix_blocks = [0] * b
         shared = _shared_prefixes(reqs, bs) if self.hydragen else []
         for rows, n in shared:
+            self.hydragen_rows += len(rows)
             for i in rows:
                 prefix_blocks[i] = n
         m = max(lens)

@@ -57,3 +57,52 @@ def random_model_dir(tmp_path_factory):
         return cache[kind]
 
     return get
+
+
+def _hf_greedy(folder: Path, prompt: list[int], steps: int, banned: tuple[int, ...] = ()
+              ) -> tuple[list[int], list[float]]:
+    """Reference greedy decoding with transformers' own forward and KV cache: token ids and the
+    raw log-softmax of each chosen token. ``banned`` ids are never chosen (mirrors ignore_eos)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokens, logprobs = [], []
+    ids = torch.tensor([prompt])
+    past = None
+    with torch.no_grad():
+        for _ in range(steps):
+            out = model(ids, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[0, -1].float()
+            lp = torch.log_softmax(logits, -1)
+            masked = logits.clone()
+            masked[list(banned)] = float("-inf")
+            tok = int(masked.argmax())
+            tokens.append(tok)
+            logprobs.append(float(lp[tok]))
+            ids = torch.tensor([[tok]])
+    return tokens, logprobs
+
+
+@pytest.fixture(scope="session")
+def hf_greedy():
+    """The reference greedy decoder (a function; see _hf_greedy)."""
+    return _hf_greedy
+
+
+@pytest.fixture(scope="session")
+def stories_engine_factory(stories_path):
+    """Build an LLMEngine on stories260K sharing one loaded model and tokenizer."""
+    from transformers import AutoTokenizer
+
+    from metagen.engine.config import EngineConfig
+    from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.models import load_model
+
+    model = load_model(stories_path)
+    tok = AutoTokenizer.from_pretrained(str(stories_path))
+
+    def make(**options):
+        return LLMEngine(model, tok, EngineConfig(device="cpu", **options))
+
+    return make

@@ -1,0 +1,72 @@
+"""Incremental detokenization with stop strings that never leak into a stream.
+
+The text of a completion is decoded together with a few prompt tokens of context (so a
+SentencePiece leading space or a multi-token character decodes as it would inside the full text).
+Stop strings are searched only in the newly decoded tail. :meth:`Detokenizer.stream_text` holds
+back ``max(len(stop)) - 1`` characters and any trailing incomplete character (U+FFFD) until the
+completion finishes, so a partial stop string is never emitted (vLLM's rule, RELIABILITY V12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+_CONTEXT_TOKENS = 4
+
+
+class Detokenizer:
+    """Text of one sequence's output tokens; detects stop strings."""
+
+    __slots__ = ("tokenizer", "stop", "hold", "context", "base", "text", "searched", "stopped_at")
+
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], stop: Sequence[str] = ()) -> None:
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.context = list(prompt_ids[-_CONTEXT_TOKENS:])
+        self.base = self._decode(self.context) if tokenizer is not None else ""
+        self.text = ""
+        self.searched = 0  # characters of text already searched for stop strings
+        self.stopped_at: str | None = None
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def update(self, output_ids: Sequence[int], check_stop: bool = True) -> str | None:
+        """Re-decode after new tokens; return the stop string found (text is cut before it)."""
+        if self.tokenizer is None or self.stopped_at is not None:
+            return self.stopped_at
+        full = self._decode(self.context + list(output_ids))
+        self.text = full[len(self.base):] if full.startswith(self.base) else self._decode(output_ids)
+        if not check_stop or not self.stop:
+            self.searched = max(0, len(self.text) - self.hold)
+            return None
+        start = max(0, self.searched - self.hold)
+        best: tuple[int, str] | None = None
+        for s in self.stop:
+            i = self.text.find(s, start)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        self.searched = len(self.text)
+        if best is not None:
+            self.text = self.text[:best[0]]
+            self.stopped_at = best[1]
+        return self.stopped_at
+
+    def stream_text(self, finished: bool) -> str:
+        """The prefix of the text that is safe to emit now."""
+        if finished:
+            return self.text
+        end = len(self.text) - self.hold
+        while end > 0 and self.text[end - 1] == "\ufffd":
+            end -= 1
+        return self.text[:max(end, 0)]
+
+    def copy(self) -> Detokenizer:
+        """An independent copy (for a forked sequence)."""
+        new = Detokenizer.__new__(Detokenizer)
+        for name in Detokenizer.__slots__:
+            setattr(new, name, getattr(self, name))
+        new.context = list(self.context)
+        return new

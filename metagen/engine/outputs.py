@@ -1,0 +1,61 @@
+"""What the engine hands back: finished requests, stream deltas, and its compute counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from metagen.types import Completion
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """A finished request: one completion per sample (in sample order) and per-sample errors.
+
+    A sample that failed (e.g. NaN logits, RELIABILITY V22) has ``finish_reason == "error"`` and
+    its exception in ``errors``; the other samples and requests are unaffected.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    outputs: list[Completion]
+    errors: list[Exception | None]
+    num_cached_tokens: int = 0
+    scores: list[float] | None = None  # scoring requests: log p(continuation tokens)
+
+    @property
+    def error(self) -> Exception | None:
+        return next((e for e in self.errors if e is not None), None)
+
+
+@dataclass(slots=True)
+class StreamDelta:
+    """New text and tokens of sample ``index`` of a request since the previous delta."""
+
+    request_id: str
+    index: int
+    text: str
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None
+    error: Exception | None = None
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Cumulative counters. ``computed_tokens`` counts every token run through the model
+    (prefill, decode and recompute after preemption); ``flops`` estimates their cost."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    computed_tokens: int = 0
+    flops: float = 0.0
+    steps: int = 0
+    preemptions: int = 0
+    requests: int = 0
+
+    def snapshot(self) -> EngineStats:
+        return EngineStats(*(getattr(self, f.name) for f in fields(self)))
+
+
+__all__ = ["EngineStats", "RequestOutput", "StreamDelta"]

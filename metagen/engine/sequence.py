@@ -1,0 +1,96 @@
+"""Sequence and Request: the engine's bookkeeping of one sample and of one user request."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from metagen.decoding.state import SequenceState
+from metagen.engine.detokenizer import Detokenizer
+from metagen.types import Completion, SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """One sample: its tokens, KV blocks and decoding state.
+
+    ``token_ids`` is prompt + output; the KV of ``token_ids[:num_computed_tokens]`` is in the cache
+    in ``block_table`` (position p lives in block ``block_table[p // block_size]``). A sequence
+    has work to do while ``num_computed_tokens < len(token_ids)``; when the two are equal after a
+    forward step it samples its next token. ``score_from`` marks a scoring sequence: it only
+    prefills and collects log p(token_ids[j]) for j >= score_from. ``pending_fork`` children are
+    forked off right after the prompt's prefill (n > 1: one prefill, n samples).
+    """
+
+    seq_id: int
+    request: Request
+    state: SequenceState
+    token_ids: list[int]
+    detok: Detokenizer
+    status: Status = Status.WAITING
+    block_table: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    pending_fork: int = 0
+    prompt_cached: bool = False  # the prompt's full blocks were inserted into the prefix cache
+    score_from: int | None = None
+    score_logprobs: list[float] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float] | None] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    error: Exception | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.state.prompt_ids)
+
+    @property
+    def num_uncomputed(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def completion(self) -> Completion:
+        """The public result of this sample."""
+        want_top = self.state.params.logprobs is not None
+        return Completion(
+            text=self.detok.text,
+            token_ids=tuple(self.state.output_ids),
+            logprobs=tuple(self.logprobs),
+            cumulative_logprob=float(sum(self.logprobs)),
+            finish_reason=(self.finish_reason or "length"),  # type: ignore[arg-type]
+            top_logprobs=tuple(t or {} for t in self.top_logprobs) if want_top else None,
+            stop_reason=self.stop_reason,
+        )
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """A user request: one prompt, its params, its ``n`` samples (or one scoring sequence)."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    seqs: list[Sequence] = field(default_factory=list)
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache (first admission)
+    admitted: bool = False
+    arrival: int = 0
+    tag: Any = None
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.seqs) and all(s.is_finished and s.pending_fork == 0 for s in self.seqs)
+
+    @property
+    def error(self) -> Exception | None:
+        """The first error of a sample of this request, if any."""
+        return next((s.error for s in self.seqs if s.error is not None), None)

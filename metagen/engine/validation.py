@@ -1,0 +1,54 @@
+"""Request checks that need the model: token ids against the vocabulary, lengths against the
+context (RELIABILITY V9, V14, V15, V16, V17). Each raises a typed ``ValueError`` naming the
+parameter before the engine does any work, so a bad request never reaches a batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from metagen.errors import InvalidParameterError, InvalidPromptError
+from metagen.types import SamplingParams
+
+
+def check_prompt_ids(prompt_ids: Any, vocab_size: int, max_model_len: int,
+                     name: str = "prompt") -> list[int]:
+    """A non-empty list of in-vocabulary ids shorter than the context."""
+    if isinstance(prompt_ids, (str, bytes)) or not isinstance(prompt_ids, Sequence):
+        raise InvalidPromptError(name, prompt_ids, "must be a list of token ids")
+    if len(prompt_ids) == 0:
+        raise InvalidPromptError(name, prompt_ids, "must not be empty")
+    for tok in prompt_ids:
+        if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < vocab_size:
+            raise InvalidPromptError(
+                name, tok, f"token ids must be integers in [0, {vocab_size}) (the vocabulary)")
+    if len(prompt_ids) >= max_model_len:
+        raise InvalidPromptError(
+            name, f"<{len(prompt_ids)} tokens>",
+            f"this model's maximum context length is {max_model_len} tokens and the prompt has "
+            f"{len(prompt_ids)}; shorten it (no silent truncation)")
+    return list(prompt_ids)
+
+
+def check_params(params: Any, prompt_len: int, vocab_size: int, max_model_len: int,
+                 has_tokenizer: bool) -> SamplingParams:
+    if not isinstance(params, SamplingParams):
+        raise InvalidParameterError("params", params, "must be a metagen.SamplingParams")
+    if prompt_len + params.max_tokens > max_model_len:
+        raise InvalidParameterError(
+            "max_tokens", params.max_tokens,
+            f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) exceeds the "
+            f"maximum context length {max_model_len}")
+    for name in ("stop_token_ids", "allowed_token_ids"):
+        for tok in getattr(params, name) or ():
+            if tok >= vocab_size:
+                raise InvalidParameterError(name, tok, f"must be < vocab size {vocab_size}")
+    for tok in params.logit_bias or {}:
+        if tok >= vocab_size:
+            raise InvalidParameterError("logit_bias", tok, f"keys must be < vocab size {vocab_size}")
+    if not has_tokenizer:
+        for name in ("stop", "bad_words"):
+            if getattr(params, name):
+                raise InvalidParameterError(name, getattr(params, name),
+                                            "needs an engine with a tokenizer")
+    return params
