@@ -1,0 +1,76 @@
+"""Accuracy and compute of parallel strategies at every N, from ONE set of samples.
+
+All N are evaluated as nested prefixes of the same per-problem samples (the first N of 32): the
+curve then shows what more samples buy without resampling noise between N, and costs one
+sampling pass. Compute at N is the part of the sampling pass that produced those samples:
+``generated_tokens`` counts the prefix exactly; generator FLOPs and seconds are the pass's totals
+times the prefix's share of generated tokens; strategies that use the ORM add ``N / N_max`` of
+its FLOPs and seconds (every sample was scored once). Selection reuses the library's own
+selectors (:class:`~metagen.strategies.BestOfN` etc.), so the demo measures the shipped code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from metagen.strategies.parallel import failure_reason
+from metagen.strategies.selection import Selector
+from metagen.types import Completion, Usage
+
+
+@dataclass(slots=True)
+class DemoProblem:
+    """One problem's prompt, gold answer and samples in sample order (failed ones included);
+    ``orm[j]`` is the ORM score of sample j (None when it failed)."""
+
+    prompt: str
+    answer: Any
+    samples: list[Completion]
+    orm: list[float | None]
+
+
+class CachedReward:
+    """A reward model over precomputed scores keyed by (prompt, completion text)."""
+
+    def __init__(self, problems: Sequence[DemoProblem]) -> None:
+        self.table = {(p.prompt, c.text): s for p in problems
+                      for c, s in zip(p.samples, p.orm) if s is not None}
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        return [self.table[(p, c)] for p, c in zip(prompts, completions)]
+
+
+def evaluate_prefixes(problems: Sequence[DemoProblem], selectors: dict[str, Selector],
+                      ns: Sequence[int], grade: Callable[[str, Any], bool], *,
+                      sampling: Usage, scoring: Usage, uses_orm: set[str]) -> list[dict]:
+    """One row per (strategy, N): accuracy, generated tokens, FLOPs, seconds.
+
+    ``sampling`` is the usage of the one sampling call, ``scoring`` the ORM's usage over all
+    samples. A problem with no successful sample among its first N counts as wrong.
+    """
+    n_max = max(len(p.samples) for p in problems)
+    total_tokens = sum(len(c.token_ids) for p in problems for c in p.samples) or 1
+    rows = []
+    for n in ns:
+        prefix_tokens = sum(len(c.token_ids) for p in problems for c in p.samples[:n])
+        share = prefix_tokens / total_tokens
+        groups = [[c for c in p.samples[:n] if failure_reason(c) is None] for p in problems]
+        live = [i for i, g in enumerate(groups) if g]
+        for name, selector in selectors.items():
+            start = time.perf_counter()
+            chosen = selector.select([problems[i].prompt for i in live],
+                                     [groups[i] for i in live])
+            correct = sum(grade(groups[i][sel.index].text, problems[i].answer)
+                          for i, sel in zip(live, chosen))
+            seconds = sampling.wall_time * share + time.perf_counter() - start
+            flops = sampling.generator_flops * share
+            if name in uses_orm:
+                seconds += scoring.wall_time * n / n_max
+                flops += scoring.scorer_flops * n / n_max
+            rows.append({"strategy": name, "n": n, "accuracy": correct / len(problems),
+                         "generated_tokens": prefix_tokens, "flops": flops,
+                         "seconds": seconds})
+    return rows

@@ -1,0 +1,164 @@
+"""The demo pipeline: greedy, then ONE sampling call, ONE ORM pass, then every strategy at every N.
+
+``run_demo(DemoConfig(problems=...))`` on the testbed (held-out ``test`` split, fixed seed):
+
+1. greedy: one generate call, temperature 0, for all problems;
+2. sampling: one generate call with ``n = max(ns)`` samples per problem for all problems;
+3. the testbed ORM scores every successful sample once (batched);
+4. :func:`~metagen.demo.evaluate.evaluate_prefixes` evaluates best_of_n (ORM), self_consistency,
+   weighted_vote (ORM-weighted) and mbr (answer-match utility unless ``mbr_utility`` says
+   otherwise) at each N on nested prefixes of the samples.
+
+Everything the run needs (generator, ORM, problems, grader) can be injected, which is how the
+tests run it on a scripted generator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from metagen.demo.evaluate import CachedReward, DemoProblem, evaluate_prefixes
+from metagen.errors import InvalidParameterError
+from metagen.strategies import MBR, BestOfN, SelfConsistency, WeightedVote
+from metagen.strategies.parallel import check_counts, failure_reason
+from metagen.types import SamplingParams, Usage
+
+Stage = Callable[[str, int, int], None]  # (stage, done, total)
+STRATEGIES = ("greedy", "best_of_n", "self_consistency", "weighted_vote", "mbr")
+
+
+@dataclass(slots=True, frozen=True)
+class DemoConfig:
+    """Demo settings; validated on construction."""
+
+    problems: int = 100
+    ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    temperature: float = 0.8
+    max_tokens: int = 256
+    seed: int = 0
+    split: Literal["train", "val", "test"] = "test"
+    backend: Literal["local", "hf"] = "local"
+    mbr_utility: str = "answer"
+    score_chunk: int = 512
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.problems, int) or not 1 <= self.problems <= 100_000:
+            raise InvalidParameterError("problems", self.problems, "must be in [1, 100000]")
+        if not self.ns or any(not isinstance(n, int) or n < 1 for n in self.ns) \
+                or list(self.ns) != sorted(set(self.ns)):
+            raise InvalidParameterError("ns", self.ns, "must be increasing positive integers")
+        if self.backend not in ("local", "hf"):
+            raise InvalidParameterError("backend", self.backend, "must be 'local' or 'hf'")
+        if self.split not in ("train", "val", "test"):
+            raise InvalidParameterError("split", self.split, "must be train, val or test")
+        SamplingParams(n=max(self.ns), temperature=self.temperature, max_tokens=self.max_tokens)
+
+
+def load_generator(backend: str, path: Any) -> tuple[Any, str]:
+    """(generator, backend used): the engine's LocalGenerator when asked and available, else
+    HFGenerator."""
+    if backend == "local":
+        try:
+            from metagen.generators.local import LocalGenerator
+        except ImportError:
+            pass
+        else:
+            return LocalGenerator.from_pretrained(path), "local"
+    from metagen.generators.hf import HFGenerator
+    return HFGenerator.from_pretrained(path), "hf"
+
+
+def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
+             problems: Sequence[Any] | None = None, format_prompt: Callable[[Any], str] | None =
+             None, grade: Callable[[str, Any], bool] | None = None,
+             extract: Callable[[str], Any] | None = None,
+             match: Callable[[Any, Any], bool] | None = None,
+             on_stage: Stage | None = None) -> dict[str, Any]:
+    """Run the demo; returns ``{"problems": int, "results": [rows], "info": {...}}``."""
+    stage = on_stage or (lambda name, done, total: None)
+    info: dict[str, Any] = {}
+    if problems is None or format_prompt is None or grade is None:
+        from metagen import testbed
+        problems = problems or testbed.make_problems(config.split, config.problems, config.seed)
+        format_prompt = format_prompt or testbed.format_prompt
+        grade = grade or testbed.grade
+    if generator is None:
+        from metagen.testbed import model_path
+        generator, info["backend"] = load_generator(config.backend, model_path("policy"))
+    if orm is None:
+        from metagen.scorers import HFRewardModel
+        from metagen.testbed import model_path
+        orm = HFRewardModel.from_pretrained(model_path("orm"), batch_size=64)
+    prompts = [format_prompt(p) for p in problems]
+    answers = [p.answer for p in problems]
+
+    stage("greedy", 0, 1)
+    greedy_row, greedy_usage = _greedy(generator, prompts, answers, grade, config)
+    stage("greedy", 1, 1)
+    n_max = max(config.ns)
+    stage("sampling", 0, 1)
+    before = generator.usage
+    samples = check_counts(generator.generate(prompts, SamplingParams(
+        n=n_max, temperature=config.temperature, max_tokens=config.max_tokens,
+        seed=config.seed)), len(prompts), n_max, type(generator).__name__)
+    sampling = generator.usage - before
+    stage("sampling", 1, 1)
+    scores, scoring = _score_all(orm, prompts, samples, config.score_chunk, stage)
+    demo_problems = [DemoProblem(p, a, s, o) for p, a, s, o in
+                     zip(prompts, answers, samples, scores)]
+    reward = CachedReward(demo_problems)
+    utility: Any = config.mbr_utility
+    if utility == "answer":
+        from metagen.scorers import AnswerMatchUtility
+        utility = AnswerMatchUtility(extract=extract, match=match)
+    selectors = {"best_of_n": BestOfN(reward),
+                 "self_consistency": SelfConsistency(extract, match),
+                 "weighted_vote": WeightedVote(reward, extract=extract, match=match),
+                 "mbr": MBR(utility)}
+    stage("selection", 0, 1)
+    rows = evaluate_prefixes(demo_problems, selectors, config.ns, grade, sampling=sampling,
+                             scoring=scoring, uses_orm={"best_of_n", "weighted_vote"})
+    stage("selection", 1, 1)
+    info.update({"greedy_usage": greedy_usage.to_dict(), "sampling_usage": sampling.to_dict(),
+                 "scoring_usage": scoring.to_dict(), "failed_samples": sum(
+                     failure_reason(c) is not None for row in samples for c in row)})
+    return {"problems": len(problems), "results": [greedy_row] + rows, "info": info}
+
+
+def _greedy(generator: Any, prompts: list[str], answers: list[Any],
+            grade: Callable[[str, Any], bool], config: DemoConfig) -> tuple[dict, Usage]:
+    start, before = time.perf_counter(), generator.usage
+    outs = check_counts(generator.generate(prompts, SamplingParams(
+        temperature=0.0, max_tokens=config.max_tokens)), len(prompts), 1,
+        type(generator).__name__)
+    usage = generator.usage - before
+    correct = sum(failure_reason(row[0]) is None and grade(row[0].text, a)
+                  for row, a in zip(outs, answers))
+    return ({"strategy": "greedy", "n": 1, "accuracy": correct / len(prompts),
+             "generated_tokens": usage.generated_tokens, "flops": usage.generator_flops,
+             "seconds": time.perf_counter() - start}, usage)
+
+
+def _score_all(orm: Any, prompts: list[str], samples: list[list[Any]], chunk: int,
+               stage: Stage) -> tuple[list[list[float | None]], Usage]:
+    """ORM score of every successful sample (None for failed ones), in chunks for progress."""
+    from metagen.scorers import check_scores, usage_of
+
+    pairs = [(i, j) for i, row in enumerate(samples) for j, c in enumerate(row)
+             if failure_reason(c) is None]
+    out: list[list[float | None]] = [[None] * len(row) for row in samples]
+    start, before = time.perf_counter(), usage_of(orm)
+    for k in range(0, len(pairs), chunk):
+        part = pairs[k:k + chunk]
+        got = check_scores(orm.score([prompts[i] for i, _ in part],
+                                     [samples[i][j].text for i, j in part]), len(part),
+                           who="ORM")
+        for (i, j), s in zip(part, got):
+            out[i][j] = s
+        stage("scoring", min(k + chunk, len(pairs)), len(pairs))
+    usage = usage_of(orm) - before
+    usage = Usage(**{**usage.to_dict(), "wall_time": time.perf_counter() - start})
+    return out, usage
