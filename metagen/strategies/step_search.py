@@ -20,7 +20,8 @@ Contracts (DESIGN "Data flow"):
 - A completion with ``finish_reason == "error"`` is dropped and counted in ``Result.failures``;
   a scorer that fails raises (a failed scorer call is never a score).
 - Usage is ``generator.usage`` after minus before, plus the scorer's ``usage`` delta (or one
-  ``scorer_calls`` per batched call for plain callables). The usage of a batched run is
+  ``scorer_calls`` per batched call for plain callables); a scorer whose ``generator`` attribute
+  is the search's generator is counted through the generator only. The usage of a batched run is
   apportioned among its prompts by their share of generated tokens (integer fields by largest
   remainder), so the Results' usages sum to the batch total, which each trace also carries.
 """
@@ -127,7 +128,10 @@ class StepSearch:
         self.stopped_by_budget = False
         self.failures: list[Counter[str]] = [Counter() for _ in self.trees]
         self._gen_start = _usage_of(generator) or Usage()
-        self._prm_start = _usage_of(prm)
+        # a scorer that runs on the search's own generator (LMStepValue) is already counted there
+        shares = prm is not None and getattr(prm, "generator", None) is generator
+        self._prm_start = None if shares else _usage_of(prm)
+        self._prm_shared = shares
         self._own_scorer_calls = 0
         self._budget_cap: int | None = None  # max_tokens of the last call when the budget cut it
 
@@ -310,7 +314,7 @@ class StepSearch:
         prompts = [self.trees[n.tree].prompt for n, _ in items]
         paths = [n.steps() + list(extra) for n, extra in items]
         scores = self._score_fn(prompts, paths)
-        if self._prm_start is None:
+        if self._prm_start is None and not self._prm_shared:
             self._own_scorer_calls += 1
         if len(scores) != len(items):
             raise MetagenError(f"step scorer returned {len(scores)} rows for {len(items)} paths")

@@ -42,8 +42,9 @@ class LMStepValue:
     ``generator.score`` gives to ``yes`` and ``no``. One value per path (its last step).
 
     Needs the ``prompt_scoring`` capability (raises ``CapabilityError`` at construction). Its
-    ``usage`` counts scorer calls only; the judge's tokens and FLOPs are in the judge generator's
-    own usage (and so in a search's usage when the judge is the search's generator).
+    ``usage`` sums what its ``score`` calls added to the judge generator's usage (or one
+    ``scorer_calls`` per call when the judge keeps no usage). A search whose generator *is* the
+    judge finds these already in the generator's usage and does not add them twice.
     """
 
     def __init__(self, generator: Any, template: str = DEFAULT_VALUE_TEMPLATE,
@@ -63,8 +64,13 @@ class LMStepValue:
     def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
         judged = [self.template.format(prompt=p, steps="".join(s)) for p, s in zip(prompts, steps)]
+        before = getattr(self.generator, "usage", None)
         rows = self.generator.score(judged, [[self.yes, self.no]] * len(judged))
-        self._usage = self._usage + Usage(scorer_calls=1)
+        after = getattr(self.generator, "usage", None)
+        if isinstance(before, Usage) and isinstance(after, Usage):
+            self._usage = self._usage + (after - before)
+        else:
+            self._usage = self._usage + Usage(scorer_calls=1)
         out = []
         for row in rows:
             if len(row) != 2 or not all(math.isfinite(x) for x in row):
