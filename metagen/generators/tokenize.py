@@ -33,16 +33,26 @@ def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     return ids
 
 
+def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:
+    """``tokenizer.decode(ids, skip_special_tokens=True)``, through the Rust tokenizer directly
+    when that gives the same text (no ``clean_up_tokenization_spaces``): the generation loop
+    decodes every step, and the Python wrapper costs more than the decoding."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        return backend.decode(list(ids), skip_special_tokens=True)
+    return tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
 def continuation_text(tokenizer: Any, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> str:
     """Text of ``output_ids`` as it reads after ``prompt_ids`` (special tokens skipped)."""
     if not output_ids:
         return ""
     context = list(prompt_ids[-CONTEXT_TOKENS:])
-    head = tokenizer.decode(context, skip_special_tokens=True)
-    whole = tokenizer.decode(context + list(output_ids), skip_special_tokens=True)
+    head = decode_ids(tokenizer, context)
+    whole = decode_ids(tokenizer, context + list(output_ids))
     if whole.startswith(head):
         return whole[len(head):]
-    return tokenizer.decode(list(output_ids), skip_special_tokens=True)
+    return decode_ids(tokenizer, output_ids)
 
 
 def find_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str] | None:

@@ -34,8 +34,12 @@ def test_greedy_equals_plain_transformers_generate(random_llama_path) -> None:
     for prompt, (comp,) in zip(prompts, ours):
         enc = gen.tokenizer(prompt, return_tensors="pt")
         ref = gen.model.generate(**enc, do_sample=False, max_new_tokens=24, min_new_tokens=24,
-                                 pad_token_id=0)
-        assert list(comp.token_ids) == ref[0, enc["input_ids"].shape[1]:].tolist()
+                                 pad_token_id=0, return_dict_in_generate=True,
+                                 output_logits=True)
+        assert list(comp.token_ids) == ref.sequences[0, enc["input_ids"].shape[1]:].tolist()
+        raw = torch.log_softmax(torch.stack(ref.logits)[:, 0].float(), dim=-1)  # (T, V)
+        expected = raw.gather(1, torch.tensor(comp.token_ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=1e-4)
 
 
 def test_seeded_samples_do_not_depend_on_the_batch(stories_gen) -> None:

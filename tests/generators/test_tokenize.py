@@ -62,3 +62,9 @@ def test_eos_token_ids(tok, stories_path) -> None:
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(stories_path)
     assert eos_token_ids(model, tok) == (2,)
+
+
+def test_fast_decode_equals_tokenizer_decode(tok) -> None:
+    from metagen.generators.tokenize import decode_ids
+    ids = tok("Once upon a time, there was 日本 </s> a cat.\n")["input_ids"]
+    assert decode_ids(tok, ids) == tok.decode(ids, skip_special_tokens=True)
