@@ -91,14 +91,17 @@ def mcts(generator: Any, prompts: Sequence[str], prm: Any, *, iterations: int = 
          branching: int = 4, c: float = 1.0, selection: Selection = "uct",
          evaluation: Evaluation = "prm", mix: float = 0.5,
          reward: Callable[[str, str], float] | None = None, rollout_max_tokens: int = 256,
-         final: FinalChoice = "visits", max_depth: int = 16,
+         final: FinalChoice = "visits", complete: bool = True, max_depth: int = 16,
          params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
          aggregation: StepAggregation = "last",
          answer: Callable[[str], str | None] = default_answer,
          budget: Budget = UNLIMITED) -> list[Result]:
     """MCTS over a list of prompts; one Result per prompt (see module doc).
 
-    ``prm`` may be ``None`` only with ``evaluation="rollout"`` and a ``reward``. Raises
+    ``prm`` may be ``None`` only with ``evaluation="rollout"`` and a ``reward``. With
+    ``complete`` (default), a prompt whose search found no finished solution gets one rollout
+    from the node the final choice reaches (one call for all such prompts, within the budget);
+    its steps enter the tree as a chain marked ``info["completion"]`` and are scored. Raises
     ``InvalidParameterError`` for bad options before any model call.
     """
     positive_int("iterations", iterations)
@@ -140,6 +143,8 @@ def mcts(generator: Any, prompts: Sequence[str], prm: Any, *, iterations: int = 
             break
         for k in new:
             backup(k, k.score if k.score is not None else 0.0)
+    if complete:
+        _complete(search, final, rollout_max_tokens, reward)
     choose = lambda tree, cands: _final(tree, cands, final, answer)  # noqa: E731
     return search.results(choose, trace={
         "iterations": iterations, "branching": branching, "c": c, "selection": selection,
@@ -192,17 +197,54 @@ def _evaluate(search: StepSearch, nodes: list[SearchNode], evaluation: Evaluatio
     return True
 
 
+def descend(root: SearchNode, final: FinalChoice) -> SearchNode:
+    """Follow the most visited (``"visits"``, ties: higher value, lower id) or highest-valued
+    visited child (``"value"``; an unvisited completion chain is followed as is) to a leaf."""
+    node = root
+    while node.children:
+        if final == "value":
+            node = min((ch for ch in node.children if ch.visits), default=None,
+                       key=lambda ch: (-ch.q, ch.id)) or node.children[0]
+        else:
+            node = min(node.children, key=lambda ch: (-ch.visits, -ch.q, ch.id))
+    return node
+
+
 def _final(tree: SearchTree, cands: list[SearchNode], final: FinalChoice,
            answer: Callable[[str], str | None]) -> SearchNode | None:
     if final == "vote":
         return choose_by("vote", cands, answer)
-    node = tree.root
-    while node.children:
-        if final == "visits":
-            node = min(node.children, key=lambda ch: (-ch.visits, -ch.q, ch.id))
-        else:
-            node = min((ch for ch in node.children if ch.visits), default=None,
-                       key=lambda ch: (-ch.q, ch.id)) or node.children[0]
+    node = descend(tree.root, final)
     if node.terminal and node in cands:
         return node
-    return min(cands, key=lambda n: (-n.q, n.id)) if cands else None
+    value = lambda n: n.q if n.visits else (n.score or 0.0)  # noqa: E731
+    return min(cands, key=lambda n: (-value(n), n.id)) if cands else None
+
+
+def _complete(search: StepSearch, final: FinalChoice, max_tokens: int,
+              reward: Callable[[str, str], float] | None) -> None:
+    """Roll out the chosen path of every tree without a finished solution (one call)."""
+    ends = [descend(t.root, final) for t in search.trees if not t.terminal_leaves()]
+    outs = search.rollout(ends, search.params, max_tokens) if ends else None
+    if not outs:
+        return
+    chain_ends = []
+    for end, out in zip(ends, outs):
+        if out is None:
+            continue
+        end.extra_tokens -= len(out.token_ids)  # the tokens belong to the new chain
+        tree = search.trees[end.tree]
+        node = end
+        for j, part in enumerate(search.steps.split(out.text) or [out.text]):
+            node = tree.add(node, part, finish_reason=out.finish_reason)
+            node.info["completion"] = True
+            if j == 0:
+                node.tokens, node.token_ids = len(out.token_ids), tuple(out.token_ids)
+                node.logprob = out.cumulative_logprob
+        node.terminal = True
+        chain_ends.append(node)
+    if search._score_fn is not None:
+        search.score(chain_ends)
+    elif reward is not None:
+        for n in chain_ends:
+            n.score = float(reward(search.trees[n.tree].prompt, n.text()))

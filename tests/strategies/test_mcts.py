@@ -124,3 +124,17 @@ def test_scripted_budget_and_bad_options():
             mcts(gen, ["Q:\n"], ScriptedPRM(TABLE), **kwargs)
     with pytest.raises(InvalidParameterError):
         mcts(gen, ["Q:\n"], None)
+
+
+def test_scripted_unfinished_search_is_completed_by_one_rollout():
+    gen = ScriptedStepGenerator(_rollout_script)
+    prm = ScriptedPRM({"a0": 0.9, "a1": 0.1, "b": 0.5, "####": 0.7})
+    [res] = mcts(gen, ["Q:\n"], prm, iterations=1, branching=2)
+    assert res.text == "a0\nb\n#### 0" and res.scores == [0.7]
+    chain = res.trace["tree"]["children"][0]["children"]
+    assert chain[0]["info"] == {"completion": True} and chain[0]["tokens"] == len("b\n#### 0")
+    assert gen.calls[1][0] == ["Q:\na0\n"] and "\n" not in gen.calls[1][1].stop
+    assert res.usage.generated_tokens == gen.usage.generated_tokens
+    [partial] = mcts(ScriptedStepGenerator(_rollout_script), ["Q:\n"], prm, iterations=1,
+                     branching=2, complete=False)
+    assert partial.text == "a0\n" and partial.trace["candidate_ids"] == [1, 2]
