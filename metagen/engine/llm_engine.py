@@ -11,7 +11,7 @@ drives the engine.
 For algorithms on top (beam search, speculative decoding): :meth:`fork` (children share KV),
 :meth:`truncate` (roll a sequence back), ``engine.runner`` (the raw extend forward, see
 :mod:`metagen.engine.model_runner`), and ``logits_hook`` (a callable ``(logits (B, V),
-seqs) -> logits`` applied before sampling; tests use it to inject NaN, RELIABILITY V22).
+states) -> logits`` on the raw logits before sampling, ``states`` the rows' SequenceStates; tests use it to inject NaN, RELIABILITY V22).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
 from metagen.engine.validation import check_params, check_prompt_ids
 from metagen.errors import InvalidParameterError
+from metagen.generators.tokenize import bad_words_ids
 from metagen.types import SamplingParams
 
 DEFAULT_KV_BYTES = 64 << 20
-LogitsHook = Callable[[torch.Tensor, list[Seq]], torch.Tensor]
+LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
 
 class LLMEngine(ScoringMixin):
@@ -115,8 +116,7 @@ class LLMEngine(ScoringMixin):
         if rid in self.requests:
             raise InvalidParameterError("request_id", rid, "is already in use")
         req = Request(rid, ids, params)
-        bad = tuple(tuple(self.tokenizer.encode(w, add_special_tokens=False))
-                    for w in params.bad_words) if params.bad_words else ()
+        bad = bad_words_ids(self.tokenizer, params.bad_words) if params.bad_words else ()
         state = SequenceState(params, list(ids), eos_token_ids=self.eos_token_ids,
                               bad_words_ids=bad)
         seq = self._new_seq(req, state, list(ids), Detokenizer(self.tokenizer, ids, params.stop))
@@ -168,7 +168,8 @@ class LLMEngine(ScoringMixin):
         keep_out = num_tokens - seq.num_prompt_tokens
         del seq.token_ids[num_tokens:], seq.state.output_ids[keep_out:]
         del seq.logprobs[keep_out:], seq.top_logprobs[keep_out:]
-        seq.num_computed_tokens = min(seq.num_computed_tokens, num_tokens)
+        # the last kept token is recomputed: its logits give the next token
+        seq.num_computed_tokens = min(seq.num_computed_tokens, num_tokens - 1)
         keep_blocks = -(-seq.num_computed_tokens // self.config.block_size)
         if len(seq.block_table) > keep_blocks:
             self.blocks.free(seq.block_table[keep_blocks:])
@@ -236,9 +237,10 @@ class LLMEngine(ScoringMixin):
             mc.head_dim * ctx
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
+        states = [s.state for s in rows]
         if self.logits_hook is not None:
-            logits = self.logits_hook(logits, rows)
-        out = decode_step(logits, [s.state for s in rows])  # logits (B, V)
+            logits = self.logits_hook(logits, states)
+        out = decode_step(logits, states)  # logits (B, V)
         tokens = out.tokens.tolist()
         lps = out.logprobs.tolist()
         for i, seq in enumerate(rows):
