@@ -202,3 +202,41 @@ def test_generator_does_not_inherit_model_generation_defaults(stories_path) -> N
     comp = gen.generate(["Once upon a time"], SamplingParams(temperature=0, max_tokens=12))[0][0]
     assert comp.text.startswith(LILY)
     assert torch.is_grad_enabled()
+
+
+def test_sampling_params_reach_the_decoder(stories_gen) -> None:
+    """Plumbing: every kind of processor named in SamplingParams changes the HF output."""
+    greedy = SamplingParams(temperature=0, max_tokens=30)
+    prompt = ["Once upon a time"]
+    comp = stories_gen.generate(prompt, greedy.with_(bad_words=("Lily",)))[0][0]
+    assert "Lily" not in comp.text and comp.text.startswith(", there was a little girl named")
+    comp = stories_gen.generate(prompt, greedy.with_(logit_bias={432: -100.0}))[0][0]
+    assert comp.token_ids[0] != 432
+    allowed = (261, 298, 315, 383, 426)
+    comp = stories_gen.generate(prompt, greedy.with_(allowed_token_ids=allowed))[0][0]
+    assert set(comp.token_ids) <= set(allowed)
+    comp = stories_gen.generate(prompt, greedy.with_(no_repeat_ngram_size=2, max_tokens=60))[0][0]
+    ids = list(stories_gen.tokenizer("Once upon a time")["input_ids"]) + list(comp.token_ids)
+    bigrams = list(zip(ids, ids[1:]))
+    assert len(bigrams) == len(set(bigrams))
+
+
+def test_tiny_temperatures_never_give_garbage(stories_gen) -> None:
+    """RELIABILITY V3: 1e-8 is greedy; 1e-4 and 0.009 sample from a near-one-hot distribution."""
+    greedy = stories_gen.generate(["Once upon a time"], SamplingParams(temperature=0,
+                                                                       max_tokens=16))[0][0]
+    for t in (1e-8, 1e-4, 0.009):
+        comp = stories_gen.generate(["Once upon a time"], SamplingParams(
+            temperature=t, seed=3, max_tokens=16))[0][0]
+        assert comp.token_ids == greedy.token_ids
+        assert all(lp == lp and lp <= 0 for lp in comp.logprobs)  # no NaN
+
+
+def test_huge_top_k_is_clamped_and_a_bad_request_leaves_it_working(stories_gen) -> None:
+    """RELIABILITY V5 (top_k 10**9 == disabled) and S11-style survival after a rejection."""
+    base = SamplingParams(temperature=1.0, seed=11, max_tokens=12)
+    off = stories_gen.generate(["The cat"], base)[0][0]
+    with pytest.raises(InvalidParameterError):
+        stories_gen.generate(["The cat"], base.with_(stop_token_ids=(10**6,)))
+    huge = stories_gen.generate(["The cat"], base.with_(top_k=10**9))[0][0]
+    assert huge.token_ids == off.token_ids
