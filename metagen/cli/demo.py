@@ -31,7 +31,7 @@ def _parse_ns(text: str) -> tuple[int, ...]:
               show_default=True, help="Engine (falls back to hf when absent) or transformers.")
 @click.option("--ns", default="1,2,4,8,16,32", show_default=True, help="Values of N.")
 @click.option("--temperature", type=float, default=0.8, show_default=True)
-@click.option("--max-tokens", type=int, default=256, show_default=True)
+@click.option("--max-tokens", type=int, default=160, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--mbr-utility", type=click.Choice(["answer", "chrf", "bleu", "rouge"]),
               default="answer", show_default=True)

@@ -37,7 +37,7 @@ class DemoConfig:
     problems: int = 100
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     temperature: float = 0.8
-    max_tokens: int = 256
+    max_tokens: int = 160
     seed: int = 0
     split: Literal["train", "val", "test"] = "test"
     backend: Literal["local", "hf"] = "local"
