@@ -1,0 +1,82 @@
+"""Model configurations of the testbed and loading helpers (plain transformers classes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.testbed.tokenizer import Codec as CharCodec
+
+ModelName = Literal["policy", "draft", "orm", "prm"]
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+NAMES: tuple[str, ...] = ("policy", "draft", "orm", "prm")
+
+
+@dataclass(frozen=True, slots=True)
+class ArchConfig:
+    """Llama shape. ``hidden`` must be divisible by ``heads``; ``heads`` by ``kv_heads``."""
+
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 4
+    intermediate: int = 384
+    max_positions: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_positions"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise InvalidParameterError(name, v, "must be a positive integer")
+        if self.hidden % self.heads or self.heads % self.kv_heads:
+            raise InvalidParameterError("heads", self.heads, "hidden % heads and heads % kv_heads must be 0")
+
+    def llama_config(self):
+        from transformers import LlamaConfig
+
+        codec = CharCodec()
+        return LlamaConfig(
+            vocab_size=codec.size, hidden_size=self.hidden, intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers, num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads, head_dim=self.hidden // self.heads,
+            max_position_embeddings=self.max_positions, rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            tie_word_embeddings=True, bos_token_id=codec.bos, eos_token_id=codec.eos,
+            pad_token_id=codec.pad, attention_bias=False, mlp_bias=False)
+
+
+POLICY_ARCH = ArchConfig()
+DRAFT_ARCH = ArchConfig(hidden=64, layers=2, heads=2, kv_heads=2, intermediate=192)
+
+
+def model_path(name: ModelName) -> Path:
+    """Folder of a committed testbed model (a Hugging Face folder: config, safetensors, tokenizer)."""
+    if name not in NAMES:
+        raise InvalidParameterError("name", name, f"must be one of {NAMES}")
+    return MODELS_DIR / name
+
+
+def load_model(name: ModelName, folder: str | Path | None = None, dtype=None):
+    """The model with plain transformers: CausalLM for policy/draft, SequenceClassification for
+    the ORM, TokenClassification for the PRM. Raises ``ModelLoadError`` if the folder is missing."""
+    import transformers
+
+    path = Path(folder) if folder is not None else model_path(name)
+    if not (path / "config.json").exists():
+        raise ModelLoadError(f"no model at {path}; run `metagen testbed train --only {name}`")
+    cls = {"policy": transformers.LlamaForCausalLM, "draft": transformers.LlamaForCausalLM,
+           "orm": transformers.LlamaForSequenceClassification,
+           "prm": transformers.LlamaForTokenClassification}[name]
+    import torch
+
+    model = cls.from_pretrained(path, dtype=dtype or torch.float32)
+    model.eval()
+    return model
+
+
+def load_tokenizer(name: ModelName = "policy", folder: str | Path | None = None):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(Path(folder) if folder is not None else model_path(name))
