@@ -1,0 +1,1 @@
+"""metagen's performance benchmarks (run from a source checkout): ``metagen bench engine``."""

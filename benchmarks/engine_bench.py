@@ -1,0 +1,171 @@
+"""The engine benchmark: peers side by side on workloads A-E, in one run; JSON + rich table.
+
+    python -m benchmarks.engine_bench [--quick] [--json PATH]    (or: metagen bench engine)
+
+One run measures this machine's roofline, builds the deterministic models
+(:mod:`benchmarks.factory`), runs every available peer on every workload it supports, checks that
+all engines produced the same greedy tokens, and prints each ratio with min/median/max over runs.
+Timings are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks import factory, roofline, workloads
+from benchmarks.peers import PEERS, MetagenPeer, Peer
+
+
+def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
+    vals = [outputs[k] for k in keys if k in outputs]
+    if len(vals) < 2:
+        return None
+    return all(v == vals[0] for v in vals[1:])
+
+
+def run(quick: bool = False, cache_dir: str | Path | None = None,
+        workload_names: str = "ABCDE", log=print) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON-ready result."""
+    sizes = factory.QUICK if quick else factory.FULL
+    s = workloads.QUICK_SETTINGS if quick else workloads.FULL_SETTINGS
+    cache = Path(cache_dir or os.environ.get("METAGEN_BENCH_CACHE")
+                 or Path(tempfile.gettempdir()) / "metagen-bench-models")
+    log("measuring roofline ...")
+    roof = roofline.measure(mbytes=64 if quick else 512, matmul_n=256 if quick else 1024,
+                            repeats=2 if quick else 5)
+    log("building models ...")
+    paths = factory.build_models(cache, sizes, perturb=0.3 if quick else 0.2)
+    weight_bytes = factory.param_count(paths["target"]) * 4
+    roof_tok_s = roof.decode_tokens_per_s(weight_bytes)
+    peers: list[Peer] = []
+    skipped: dict[str, str] = {}
+    for cls in PEERS:
+        peer = cls()
+        if peer.available():
+            log(f"loading {peer.name} ...")
+            peer.load(paths)
+            peers.append(peer)
+        else:
+            skipped[peer.name] = "not installed / not enabled (METAGEN_BENCH_PEERS)"
+    rows: list[dict[str, Any]] = []
+    checks: dict[str, bool | None] = {}
+    v = sizes.vocab
+    if "A" in workload_names:
+        log("workload A ...")
+        r, out = workloads.workload_a(peers, s, v, roof_tok_s)
+        rows += r
+        checks["A greedy tokens equal across peers"] = _check_same(out, list(out))
+    if "B" in workload_names:
+        log("workload B ...")
+        rows += workloads.workload_b(peers, s, v)
+    if "C" in workload_names:
+        log("workload C ...")
+        r, out = workloads.workload_c(peers, s, v)
+        rows += r
+        checks["C beam tokens equal across peers"] = _check_same(out, list(out))
+    if "D" in workload_names:
+        log("workload D ...")
+        r, out = workloads.workload_d(peers, s, v)
+        rows += r
+        for mode in ("draft", "ngram"):
+            checks[f"D {mode}: speculative == greedy, all peers"] = _check_same(
+                out, [k for k in out if f"/{mode}/" in k])
+    metagen = next((p for p in peers if isinstance(p, MetagenPeer)), None)
+    if "E" in workload_names and metagen is not None:
+        log("workload E ...")
+        rows += workloads.workload_e(metagen, s, v)
+    for row in rows:
+        row["time"] = workloads.summary(row["times"])
+        row["tokens_per_s"] = row["tokens"] / row["time"]["median"]
+    return {
+        "meta": {"quick": quick, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                 "torch": torch.__version__, "python": platform.python_version(),
+                 "machine": platform.machine(), "threads": torch.get_num_threads(),
+                 "sizes": {k: getattr(sizes, k) for k in sizes.__slots__},
+                 "settings": {k: getattr(s, k) for k in s.__slots__},
+                 "target_params": weight_bytes // 4, "models": {k: str(p) for k, p in paths.items()}},
+        "roofline": roof.to_dict() | {"target_weight_bytes": weight_bytes,
+                                      "decode_roofline_tok_s": roof_tok_s},
+        "peers": [p.name for p in peers], "skipped_peers": skipped,
+        "rows": rows, "checks": checks,
+    }
+
+
+def _fmt_ratio(row: dict[str, Any]) -> str:
+    r = row.get("ratio")
+    if not r:
+        return ""
+    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}) {row.get('ratio_name', '')}"
+
+
+def print_table(result: dict[str, Any], console=None) -> None:
+    """A rich table of the rows, then the roofline and the checks."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=max(Console().width, 150))
+    roof = result["roofline"]
+    table = Table(title="metagen engine benchmark" + (" (quick)" if result["meta"]["quick"] else ""))
+    for col in ("wl", "peer", "variant", "time s median (min-max)", "tok/s", "ratio", "goal",
+                "extra"):
+        table.add_column(col)
+    for row in result["rows"]:
+        t = row["time"]
+        extra = []
+        if "decode_tok_s" in row:
+            extra.append(f"decode {row['decode_tok_s']['median']:.1f} tok/s")
+        if "acceptance_rate" in row:
+            extra.append(f"accept {row['acceptance_rate']:.2f}")
+        if "prefill_over_unique" in row:
+            extra.append(f"prefill/unique {row['prefill_over_unique']:.2f}")
+        table.add_row(row["workload"], row["peer"], row["variant"],
+                      f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})",
+                      f"{row['tokens_per_s']:.1f}", _fmt_ratio(row), row.get("target") or "",
+                      ", ".join(extra))
+    console.print(table)
+    console.print(f"roofline: read {roof['read_gb_s']:.1f} GB/s, copy {roof['copy_gb_s']:.1f} GB/s, "
+                  f"matmul {roof['matmul_gflop_s']:.1f} GFLOP/s, threads {roof['threads']}; "
+                  f"batch-1 decode bound {roof['decode_roofline_tok_s']:.1f} tok/s "
+                  f"({roof['target_weight_bytes'] / 1e6:.1f} MB of weights)")
+    for name, ok in result["checks"].items():
+        mark = {True: "ok", False: "MISMATCH", None: "n/a"}[ok]
+        console.print(f"check: {name}: {mark}")
+    if result["skipped_peers"]:
+        console.print("skipped peers: " + ", ".join(result["skipped_peers"]))
+
+
+def write_json(result: dict[str, Any], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=float))
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--workloads", default="ABCDE")
+    args = ap.parse_args(argv)
+    result = run(quick=args.quick, workload_names=args.workloads,
+                 log=lambda m: print(m, file=sys.stderr))
+    print_table(result)
+    if args.json:
+        write_json(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Peers of the engine benchmark: each is a class with ``available()`` and the workloads it runs.
+
+``transformers`` (always) and ``metagen`` run here. OpenVINO GenAI, onnxruntime-genai,
+llama.cpp and CTranslate2 are hooks: a setup script may install them into their own
+environments; when their package is importable and ``METAGEN_BENCH_PEERS`` names them they would
+run, otherwise they are listed as skipped. Their workload methods are not written yet: a peer
+lacking a workload raises :class:`Unsupported` and the row is reported as skipped.
+
+Every workload method returns the generated token ids (lists), so the harness can check that all
+engines produced the same greedy tokens, and may add counters to ``self.last``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class Unsupported(Exception):
+    """This peer does not run this workload."""
+
+
+class Peer:
+    name = "peer"
+
+    def available(self) -> bool:
+        return False
+
+    def load(self, paths: dict[str, Path]) -> None:
+        self.paths = paths
+        self.last: dict[str, Any] = {}
+
+    def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
+        raise Unsupported
+
+    def best_of_n(self, model: str, prompt: list[int], n: int, max_new: int,
+                  seed: int) -> list[list[int]]:
+        raise Unsupported
+
+    def beam(self, model: str, prompt: list[int], width: int, max_new: int) -> list[int]:
+        raise Unsupported
+
+    def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
+                    mode: str) -> list[int]:
+        raise Unsupported
+
+
+class TransformersPeer(Peer):
+    """Plain ``transformers`` ``generate`` (eager attention, fp32, DynamicCache)."""
+
+    name = "transformers"
+
+    def available(self) -> bool:
+        return True
+
+    def load(self, paths: dict[str, Path]) -> None:
+        super().load(paths)
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+        logging.set_verbosity_error()
+        self.models = {k: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval()
+                       for k, p in paths.items()}
+
+    def _gen(self, model: str, prompt: list[int], **kw: Any) -> torch.Tensor:
+        x = torch.tensor([prompt])
+        with torch.inference_mode():
+            out = self.models[model].generate(x, attention_mask=torch.ones_like(x),
+                                              pad_token_id=0, eos_token_id=None, **kw)
+        return out[:, len(prompt):]
+
+    def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
+        return self._gen(model, prompt, do_sample=False, max_new_tokens=max_new,
+                         min_new_tokens=max_new)[0].tolist()
+
+    def best_of_n(self, model: str, prompt: list[int], n: int, max_new: int,
+                  seed: int) -> list[list[int]]:
+        torch.manual_seed(seed)
+        out = self._gen(model, prompt, do_sample=True, top_k=0, temperature=1.0,
+                        num_return_sequences=n, max_new_tokens=max_new, min_new_tokens=max_new)
+        return out.tolist()
+
+    def beam(self, model: str, prompt: list[int], width: int, max_new: int) -> list[int]:
+        return self._gen(model, prompt, do_sample=False, num_beams=width, max_new_tokens=max_new,
+                         early_stopping=False)[0].tolist()
+
+    def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
+                    mode: str) -> list[int]:
+        kw: dict[str, Any] = ({"assistant_model": self.models["draft"]} if mode == "draft"
+                              else {"prompt_lookup_num_tokens": k})
+        return self._gen(model, prompt, do_sample=False, max_new_tokens=max_new,
+                         min_new_tokens=max_new, **kw)[0].tolist()
+
+
+class MetagenPeer(Peer):
+    """metagen's engine: LLMEngine for plain generation, the token-level drivers on top."""
+
+    name = "metagen"
+
+    def available(self) -> bool:
+        return True
+
+    def load(self, paths: dict[str, Path]) -> None:
+        super().load(paths)
+        from metagen.engine.models.loader import load_model
+
+        self.models = {k: load_model(p) for k, p in paths.items()}
+
+    def engine(self, model: str, prefix_cache: bool = True, num_blocks: int = 1024):
+        from metagen.engine.config import EngineConfig
+        from metagen.engine.llm_engine import LLMEngine
+
+        cfg = EngineConfig(block_size=16, num_blocks=num_blocks, prefix_cache=prefix_cache,
+                           max_num_batched_tokens=4096, device="cpu")
+        return LLMEngine(self.models[model], None, cfg)
+
+    def session(self, model: str, num_blocks: int = 512):
+        from metagen.engine.speculative_decoding import PagedSession
+
+        return PagedSession(self.models[model], num_blocks=num_blocks, block_size=16)
+
+    def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
+        from metagen.types import SamplingParams
+
+        out = self.engine(model).generate([prompt], SamplingParams(
+            temperature=0, max_tokens=max_new, ignore_eos=True))
+        return list(out[0].outputs[0].token_ids)
+
+    def best_of_n(self, model: str, prompt: list[int], n: int, max_new: int,
+                  seed: int) -> list[list[int]]:
+        from metagen.types import SamplingParams
+
+        out = self.engine(model).generate([prompt], SamplingParams(
+            n=n, temperature=1.0, max_tokens=max_new, ignore_eos=True, seed=seed))
+        return [list(c.token_ids) for c in out[0].outputs]
+
+    def beam(self, model: str, prompt: list[int], width: int, max_new: int) -> list[int]:
+        from metagen.decoding.beam import BeamParams
+        from metagen.engine.beam_search import beam_search
+
+        params = BeamParams(num_beams=width, max_tokens=max_new, early_stopping=False)
+        return list(beam_search(self.session(model), [prompt], params)[0][0].tokens)
+
+    def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
+                    mode: str) -> list[int]:
+        from metagen.engine.proposers import DraftModelProposer, NgramProposer
+        from metagen.engine.speculative_decoding import SpecStats, speculative_generate
+        from metagen.types import SamplingParams
+
+        proposer = (DraftModelProposer(self.session("draft")) if mode == "draft"
+                    else NgramProposer(max_ngram=3))
+        stats = SpecStats()
+        out = speculative_generate(self.session(model), proposer, [prompt],
+                                   SamplingParams(temperature=0, max_tokens=max_new), k,
+                                   stats=stats)
+        self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds}
+        return out[0]
+
+
+class _OptionalPeer(Peer):
+    """A peer installed by a setup script into its own environment (hook only)."""
+
+    module = ""
+
+    def available(self) -> bool:
+        wanted = os.environ.get("METAGEN_BENCH_PEERS", "").split(",")
+        return self.name in wanted and importlib.util.find_spec(self.module) is not None
+
+
+class OpenVINOGenAIPeer(_OptionalPeer):
+    name, module = "openvino-genai", "openvino_genai"
+
+
+class OnnxRuntimeGenAIPeer(_OptionalPeer):
+    name, module = "onnxruntime-genai", "onnxruntime_genai"
+
+
+class LlamaCppPeer(_OptionalPeer):
+    name, module = "llama.cpp", "llama_cpp"
+
+
+class CTranslate2Peer(_OptionalPeer):
+    name, module = "ctranslate2", "ctranslate2"
+
+
+PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, OpenVINOGenAIPeer,
+                           OnnxRuntimeGenAIPeer, LlamaCppPeer, CTranslate2Peer]
