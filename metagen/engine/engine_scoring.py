@@ -9,6 +9,7 @@ only computes its own tokens (plus the partial last block of the prompt).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -42,39 +43,45 @@ class ScoringMixin:
               continuations: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:
         """``out[i][j]`` = sum of log p(continuations[i][j][t] | prompts[i] + earlier tokens).
 
-        Every prompt and continuation is validated first (ids in the vocabulary, total length
-        within the context); an empty continuation scores 0. Raises :class:`NumericalError` if a
-        score is not finite.
+        An empty continuation scores 0. See :meth:`score_sequences` for checks and errors.
         """
         if len(prompts) != len(continuations):
             raise InvalidPromptError("continuations", f"<{len(continuations)} lists>",
                                      f"need one list per prompt ({len(prompts)})")
-        checked: list[tuple[list[int], list[list[int]]]] = []
-        for p, conts in zip(prompts, continuations):
-            ids = check_prompt_ids(p, self.vocab_size, self.max_model_len)
-            cs = []
-            for c in conts:
-                cs.append(check_prompt_ids(list(ids) + list(c), self.vocab_size,
-                                           self.max_model_len + 1, "continuation")[len(ids):]
-                          if len(c) else [])
-            checked.append((ids, cs))
-        if self.radix is not None:  # warm the cache with prompts that have several continuations
-            warm = {tuple(ids) for ids, cs in checked
-                    if sum(1 for c in cs if c) > 1 and len(ids) > self.config.block_size}
-            self.run_until_done([self._add_scoring(list(t), len(t)) for t in warm])
-        ids_grid = [[self._add_scoring(ids + c, len(ids)) if c else None for c in cs]
-                    for ids, cs in checked]
-        flat = [r for row in ids_grid for r in row if r is not None]
-        outs = {o.request_id: o for o in self.run_until_done(flat)}
+        items = [(list(p) + list(c), len(p)) for p, cs in zip(prompts, continuations) for c in cs]
+        flat = iter(self.score_sequences(items))
+        return [[next(flat) for _ in cs] for cs in continuations]
+
+    def score_sequences(self, items: Sequence[tuple[Sequence[int], int]]) -> list[float]:
+        """For each ``(ids, k)`` with ``1 <= k <= len(ids)``: sum over ``t >= k`` of
+        log p(ids[t] | ids[:t]). All items run as one batch of prefill-only sequences.
+
+        Every item is validated first (ids in the vocabulary, length within the context).
+        When several items share their conditioning prefix ``ids[:k]``, it is prefilled once and
+        cached first. Raises :class:`NumericalError` if a score is not finite.
+        """
+        checked = []
+        for ids, k in items:
+            ids = check_prompt_ids(ids, self.vocab_size, self.max_model_len + 1, "continuation")
+            if not isinstance(k, int) or not 1 <= k <= len(ids):
+                raise InvalidPromptError("prompt", k, "the conditioning prefix must hold "
+                                         "between 1 token and the whole sequence")
+            checked.append((ids, k))
+        if self.radix is not None:
+            heads: dict[tuple[int, ...], int] = {}
+            for ids, k in checked:
+                if k < len(ids) and k > self.config.block_size:
+                    heads[tuple(ids[:k])] = heads.get(tuple(ids[:k]), 0) + 1
+            warm = [list(h) for h, count in heads.items() if count > 1]
+            self.run_until_done([self._add_scoring(h, len(h)) for h in warm])
+        rids = [self._add_scoring(ids, k) if k < len(ids) else None for ids, k in checked]
+        outs = {o.request_id: o for o in self.run_until_done([r for r in rids if r])}
         result = []
-        for row in ids_grid:
-            vals = []
-            for r in row:
-                v = 0.0 if r is None else outs[r].scores[0]  # type: ignore[index]
-                if not torch.isfinite(torch.tensor(v)):
-                    raise NumericalError(f"score of request {r} is {v}")
-                vals.append(v)
-            result.append(vals)
+        for r in rids:
+            v = 0.0 if r is None else outs[r].scores[0]  # type: ignore[index]
+            if not math.isfinite(v):
+                raise NumericalError(f"score of request {r} is {v}")
+            result.append(v)
         return result
 
     def _collect_scores(self, seq: Seq, start: int, logits: torch.Tensor) -> None:

@@ -25,7 +25,6 @@ from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine, LogitsHook
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 from metagen.generators.base import Capabilities, Prompt, check_prompts, render_prompt
-from metagen.generators.hf_score import continuation_ids
 from metagen.generators.tokenize import encode_prompt
 from metagen.types import Completion, SamplingParams, Usage
 
@@ -130,32 +129,54 @@ class LocalGenerator:
 
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
               ) -> list[list[float]]:
-        """``out[i][j]`` = log p(continuations[i][j] | prompts[i]) summed over its tokens; the
-        tokens are those of ``tokenize(prompt + continuation)`` after the prompt's (as
-        ``HFGenerator.score``). The prompt's KV comes from the prefix cache when present."""
+        """``out[i][j]`` = log p(continuations[i][j] | prompts[i]) summed over its tokens.
+
+        The scored tokens are those of ``tokenize(prompt + continuation)`` after its longest
+        common prefix with the prompt's tokens (a token merging across the boundary is scored),
+        as ``HFGenerator.score`` does; an empty continuation scores 0. Prompts shared by several
+        continuations are prefilled once (prefix cache)."""
         start = time.perf_counter()
         plist = check_prompts(prompts)
         if isinstance(continuations, (str, bytes)) or len(continuations) != len(plist):
             raise InvalidParameterError("continuations", f"<{len(continuations)} items>",
                                         f"need one list of strings per prompt ({len(plist)})")
-        p_ids, c_ids = [], []
+        items: list[tuple[list[int], int]] = []
+        shape: list[int] = []
         for prompt, conts in zip(plist, continuations):
             if isinstance(conts, (str, bytes)) or not isinstance(conts, Sequence):
                 raise InvalidParameterError("continuations", conts,
                                             "each item must be a list of strings")
             ids = encode_prompt(self.tokenizer, prompt)
             text = render_prompt(self.tokenizer, prompt)
-            row = []
             for cont in conts:
                 if not isinstance(cont, str):
                     raise InvalidParameterError("continuations", cont, "must be a string")
-                row.append(continuation_ids(self.tokenizer, prompt, ids, text, cont))
-            p_ids.append(ids)
-            c_ids.append(row)
+                items.append(_scored_sequence(self.tokenizer, prompt, ids, text, cont))
+            shape.append(len(conts))
         before = self.engine.stats.snapshot()
-        result = self.engine.score(p_ids, c_ids)
+        flat = iter(self.engine.score_sequences(items))
+        result = [[next(flat) for _ in range(k)] for k in shape]
         after = self.engine.stats
         self._usage = self._usage + Usage(
             scorer_tokens=after.computed_tokens - before.computed_tokens, scorer_calls=1,
             scorer_flops=after.flops - before.flops, wall_time=time.perf_counter() - start)
         return result
+
+
+def _scored_sequence(tokenizer: Any, prompt: Prompt, prompt_ids: list[int], prompt_text: str,
+                     continuation: str) -> tuple[list[int], int]:
+    """``(ids, k)``: the tokens to run and how many leading ones only condition (the rest are
+    scored). Same rule as the transformers backend's scorer."""
+    if not continuation:
+        return list(prompt_ids), len(prompt_ids)
+    whole = list(tokenizer(prompt_text + continuation,
+                           add_special_tokens=isinstance(prompt, str))["input_ids"])
+    k = 0
+    while k < min(len(whole), len(prompt_ids)) and whole[k] == prompt_ids[k]:
+        k += 1
+    if k == 0:
+        return list(prompt_ids) + list(
+            tokenizer(continuation, add_special_tokens=False)["input_ids"]), len(prompt_ids)
+    if k == len(whole):  # the continuation vanished into the prompt's tokens
+        return whole, k
+    return whole, k
