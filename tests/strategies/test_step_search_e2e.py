@@ -124,3 +124,18 @@ def test_tot_with_the_model_as_value(stories):
     values = [c["score"] for c in res.trace["tree"]["children"]]
     assert len(values) == 2 and all(0.0 < v < 1.0 for v in values)
     assert res.usage.scorer_calls == 2
+
+
+def test_engine_prefix_cache_serves_the_steps_so_far(stories_path, greedy_text):
+    # on the built-in engine the re-sent "prompt + steps so far" hits the radix cache
+    from metagen.generators.local import LocalGenerator
+    gen = LocalGenerator.from_pretrained(stories_path)
+    [res] = step_beam_search(gen, ["Once upon a time"], _length_value, width=1, branching=1,
+                             max_depth=3, steps=SENTENCES, params=GREEDY)
+    assert res.text == "".join(SENTENCES.split(greedy_text)[:3])
+    assert res.usage.calls == 3 and res.usage.cached_prompt_tokens > 0
+    res = step_beam_search(gen, ["Once upon a time", "Tom had a dog"], _length_value, width=2,
+                           branching=2, max_depth=2, steps=SENTENCES,
+                           params=SamplingParams(temperature=1.0, seed=1))
+    usage = res[0].trace["batch_usage"]
+    assert usage["calls"] == 2 and usage["cached_prompt_tokens"] > 0
