@@ -199,10 +199,11 @@ class HFGenerator:
               ) -> list[list[float]]:
         """``out[i][j]`` = log p(continuations[i][j] | prompts[i]), summed over its tokens.
 
-        The prompt is tokenized exactly as :meth:`generate` does. The continuation's tokens are
-        those of ``tokenize(prompt + continuation)`` after the prompt's tokens when the prompt's
-        tokens are a prefix of it (the usual case); when a token merges across the boundary, the
-        continuation is tokenized on its own. An empty continuation scores 0.
+        The scored tokens are those of ``tokenize(prompt + continuation)`` after its longest
+        common prefix with the prompt's tokens (tokenized as :meth:`generate` does): usually
+        exactly the tokens after the prompt; when a token merges across the boundary (prompt
+        ``"... ti"``, continuation ``"me"``) the merged token is scored, conditioned on the
+        prompt tokens before it. An empty continuation scores 0.
         """
         from metagen.generators.hf_score import score_pairs
 

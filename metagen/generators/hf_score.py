@@ -1,8 +1,8 @@
 """Log-likelihood of given continuations under an :class:`~metagen.generators.hf.HFGenerator`.
 
-Each (prompt, continuation) pair becomes one sequence ``prompt_ids + continuation_ids``; the
-sequences run through the model in right-padded batches of at most ``max_batch_rows``, and the
-score is the sum over the continuation's tokens of ``log_softmax(logits[t - 1])[ids[t]]``.
+Each (prompt, continuation) pair becomes one sequence ``ids`` with ``k`` conditioning tokens
+(:func:`scored_sequence`); the sequences run through the model in right-padded batches of at most
+``max_batch_rows``, and the score is ``sum(log_softmax(logits[t - 1])[ids[t]] for t >= k)``.
 """
 
 from __future__ import annotations
@@ -17,16 +17,21 @@ from metagen.generators.base import Prompt
 from metagen.generators.tokenize import encode_prompt
 
 
-def continuation_ids(tokenizer: Any, prompt: Prompt, prompt_ids: list[int], prompt_text: str,
-                     continuation: str) -> list[int]:
-    """Token ids of ``continuation`` after a prompt (see ``HFGenerator.score``)."""
+def scored_sequence(tokenizer: Any, prompt: Prompt, prompt_ids: list[int], prompt_text: str,
+                    continuation: str) -> tuple[list[int], int]:
+    """``(ids, k)``: the tokens to run and how many leading ones only condition; ``ids[k:]`` are
+    scored (the rule of ``HFGenerator.score``). An empty continuation scores nothing."""
     if not continuation:
-        return []
+        return list(prompt_ids), len(prompt_ids)
     whole = list(tokenizer(prompt_text + continuation,
                            add_special_tokens=isinstance(prompt, str))["input_ids"])
-    if whole[:len(prompt_ids)] == prompt_ids and len(whole) > len(prompt_ids):
-        return whole[len(prompt_ids):]
-    return list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
+    k = 0
+    while k < min(len(whole), len(prompt_ids)) and whole[k] == prompt_ids[k]:
+        k += 1
+    if k == 0:  # nothing to condition on: score the continuation tokenized on its own
+        return list(prompt_ids) + list(
+            tokenizer(continuation, add_special_tokens=False)["input_ids"]), len(prompt_ids)
+    return whole, k
 
 
 def score_pairs(gen: Any, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
@@ -47,14 +52,14 @@ def score_pairs(gen: Any, prompts: Sequence[Prompt], continuations: Sequence[Seq
         for j, cont in enumerate(conts):
             if not isinstance(cont, str):
                 raise InvalidParameterError("continuations", cont, "must be a string")
-            c_ids = continuation_ids(tok, prompt, p_ids, p_text, cont)
-            if len(p_ids) + len(c_ids) > gen.context_length:
+            ids, k = scored_sequence(tok, prompt, p_ids, p_text, cont)
+            if len(ids) > gen.context_length:
                 raise InvalidPromptError(
-                    "continuations", f"<{len(p_ids) + len(c_ids)} tokens>",
-                    f"prompt ({len(p_ids)}) + continuation ({len(c_ids)}) tokens exceed the "
-                    f"model's maximum context length of {gen.context_length}")
-            if c_ids:
-                seqs.append((i, j, p_ids + c_ids, len(p_ids)))
+                    "continuations", f"<{len(ids)} tokens>",
+                    f"prompt and continuation take {len(ids)} tokens, more than the model's "
+                    f"maximum context length of {gen.context_length}")
+            if len(ids) > k:
+                seqs.append((i, j, ids, k))
     tokens = sum(len(s[2]) for s in seqs)
     flops = sum(gen.flop_model.forward(0, len(s[2])) for s in seqs)
     for lo in range(0, len(seqs), gen.max_batch_rows):

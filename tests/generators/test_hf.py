@@ -242,19 +242,19 @@ def test_huge_top_k_is_clamped_and_a_bad_request_leaves_it_working(stories_gen) 
     assert huge.token_ids == off.token_ids
 
 
-def test_score_across_a_token_merge_keeps_the_prompt_ids(stories_gen) -> None:
-    """Prompt "Once upon a ti" + "me": "time" would be one token, but the prompt's ids are kept
-    (as generate() would see them) and "me" is tokenized on its own (documented choice)."""
-    from metagen.generators.hf_score import continuation_ids
+def test_score_across_a_token_merge(stories_gen) -> None:
+    """Prompt "Once upon a ti" + "me": "time" is one token, so it is scored as a whole,
+    conditioned on the prompt tokens before it (the rule shared with LocalGenerator.score)."""
+    from metagen.generators.hf_score import scored_sequence
     tok = stories_gen.tokenizer
     p_ids = tok("Once upon a ti")["input_ids"]
-    c_ids = continuation_ids(tok, "Once upon a ti", p_ids, "Once upon a ti", "me")
-    assert c_ids == tok("me", add_special_tokens=False)["input_ids"]
+    ids, k = scored_sequence(tok, "Once upon a ti", p_ids, "Once upon a ti", "me")
+    assert ids == tok("Once upon a time")["input_ids"] and ids[:k] == p_ids[:k] and k < len(p_ids)
     a_ids = tok("Once upon a")["input_ids"]
-    assert continuation_ids(tok, "Once upon a", a_ids, "Once upon a", " time") == [378]
+    assert scored_sequence(tok, "Once upon a", a_ids, "Once upon a", " time") == \
+        (a_ids + [378], len(a_ids))
     (merged,), = stories_gen.score(["Once upon a ti"], [["me"]])
-    ids = p_ids + c_ids
     with torch.no_grad():
         logp = torch.log_softmax(stories_gen.model(torch.tensor([ids])).logits[0].float(), -1)
-    expected = sum(float(logp[t - 1, ids[t]]) for t in range(len(p_ids), len(ids)))
+    expected = sum(float(logp[t - 1, ids[t]]) for t in range(k, len(ids)))
     assert merged == pytest.approx(expected, abs=1e-4)
