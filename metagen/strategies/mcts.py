@@ -78,6 +78,26 @@ def select_leaf(root: SearchNode, selection: Selection, c: float) -> SearchNode:
     return node
 
 
+def select_leaves(root: SearchNode, selection: Selection, c: float, k: int) -> list[SearchNode]:
+    """Up to ``k`` distinct leaves for one batched iteration (parallel MCTS, Chaslot et al.
+    2008): after each selection a virtual loss (one visit of value 0 along its path) steers the
+    next one elsewhere; the virtual losses are removed before returning. A leaf selected twice
+    ends the selection."""
+    chosen: list[SearchNode] = []
+    for _ in range(k):
+        leaf = select_leaf(root, selection, c)
+        if any(leaf is x for x in chosen):
+            break
+        chosen.append(leaf)
+        backup(leaf, 0.0)
+    for leaf in chosen:
+        cur: SearchNode | None = leaf
+        while cur is not None:
+            cur.visits -= 1
+            cur = cur.parent
+    return chosen
+
+
 def backup(node: SearchNode, value: float) -> None:
     """Add one visit with ``value`` to ``node`` and every ancestor."""
     cur: SearchNode | None = node
@@ -91,14 +111,17 @@ def mcts(generator: Any, prompts: Sequence[str], prm: Any, *, iterations: int = 
          branching: int = 4, c: float = 1.0, selection: Selection = "uct",
          evaluation: Evaluation = "prm", mix: float = 0.5,
          reward: Callable[[str, str], float] | None = None, rollout_max_tokens: int = 256,
-         final: FinalChoice = "visits", complete: bool = True, max_depth: int = 16,
+         final: FinalChoice = "visits", complete: bool = True, parallel: int = 1,
+         max_depth: int = 16,
          params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
          aggregation: StepAggregation = "last",
          answer: Callable[[str], str | None] = default_answer,
          budget: Budget = UNLIMITED) -> list[Result]:
     """MCTS over a list of prompts; one Result per prompt (see module doc).
 
-    ``prm`` may be ``None`` only with ``evaluation="rollout"`` and a ``reward``. With
+    ``parallel`` leaves per prompt are selected in each iteration (with a virtual loss, so they
+    differ) and expanded in the same call. ``prm`` may be ``None`` only with
+    ``evaluation="rollout"`` and a ``reward``. With
     ``complete`` (default), a prompt whose search found no finished solution gets one rollout
     from the node the final choice reaches (one call for all such prompts, within the budget);
     its steps enter the tree as a chain marked ``info["completion"]`` and are scored. Raises
@@ -107,6 +130,7 @@ def mcts(generator: Any, prompts: Sequence[str], prm: Any, *, iterations: int = 
     positive_int("iterations", iterations)
     positive_int("branching", branching)
     positive_int("rollout_max_tokens", rollout_max_tokens)
+    positive_int("parallel", parallel)
     if selection not in ("uct", "puct"):
         raise InvalidParameterError("selection", selection, "must be 'uct' or 'puct'")
     if evaluation not in ("prm", "rollout", "mixed"):
@@ -124,7 +148,8 @@ def mcts(generator: Any, prompts: Sequence[str], prm: Any, *, iterations: int = 
                         aggregation=aggregation, budget=budget, max_depth=max_depth)
     order: list[list[int]] = [[] for _ in search.trees]
     for _ in range(iterations):
-        leaves = [select_leaf(t.root, selection, c) for t in search.trees]
+        leaves = [leaf for t in search.trees for leaf in select_leaves(t.root, selection, c,
+                                                                       parallel)]
         for leaf in leaves:
             if leaf.terminal:
                 backup(leaf, leaf.score if leaf.score is not None else 0.0)

@@ -138,3 +138,13 @@ def test_scripted_unfinished_search_is_completed_by_one_rollout():
     [partial] = mcts(ScriptedStepGenerator(_rollout_script), ["Q:\n"], prm, iterations=1,
                      branching=2, complete=False)
     assert partial.text == "a0\n" and partial.trace["candidate_ids"] == [1, 2]
+
+
+def test_scripted_parallel_selection_expands_distinct_leaves_in_one_call():
+    gen = ScriptedStepGenerator(tree_script("Q:\n", depth=3))
+    [res] = mcts(gen, ["Q:\n"], ScriptedPRM(TABLE), iterations=2, branching=2, parallel=2,
+                 complete=False)
+    # iteration 1 reaches only the root; iteration 2 takes "1" and then, with "1" holding a
+    # virtual loss, "0": both in one call
+    assert [p for p, _ in gen.calls] == [["Q:\n"], ["Q:\n1\n", "Q:\n0\n"]]
+    assert res.trace["order"] == [0, 2, 1] and res.trace["tree"]["visits"] == 6
