@@ -3,7 +3,7 @@
 Every step the runner builds one :class:`AttentionMetadata` for the whole batch (the same for all
 layers). New keys/values are written into their cache slots through a flat slot index; each row's
 context is then gathered with one ``index_select`` per layer into a padded ``(B, C)`` layout and
-attended with an explicit softmax that also returns the log-sum-exp.
+attended with PyTorch's fused SDPA, or, when Hydragen needs the log-sum-exp, an explicit softmax.
 
 Hydragen (Juravsky et al. 2024, "Hydragen: High-Throughput LLM Inference with Shared Prefixes"):
 when rows share a prefix of cache blocks (``n`` samples forked from one prompt, beams, tree-search
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass(slots=True)
@@ -101,6 +102,11 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     flat = meta.kv_slots.view(-1)
     kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (B, C, Hkv, D)
     vp = vc.index_select(0, flat).view(b, c, hkv, d)
+    if not meta.groups:  # no log-sum-exp needed: one fused kernel
+        out = F.scaled_dot_product_attention(
+            qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),
+            attn_mask=meta.mask[:, None], scale=scale, enable_gqa=True).transpose(1, 2)
+        return out.reshape(b * m, q.shape[1], d).index_select(0, meta.out_index)
     out, lse = attend(qp, kp, vp, meta.mask, scale)
     for group in meta.groups:
         r = group.rows.shape[0]

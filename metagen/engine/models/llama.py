@@ -20,9 +20,7 @@ from metagen.engine.models.rope import apply_rope, inv_frequencies, rope_tables
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm (Zhang & Sennrich 2019) computed in float32, as Hugging Face Llama does."""
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
 
 
 class DecoderLayer(nn.Module):
@@ -53,14 +51,13 @@ class DecoderLayer(nn.Module):
         x = rms_norm(h, self.input_norm, cfg.rms_norm_eps)
         qkv = F.linear(x, self.qkv, self.qkv_bias)  # (T, (Hq + 2 Hkv) D)
         nq, nkv = cfg.num_heads * d, cfg.num_kv_heads * d
-        q = qkv[:, :nq].view(t, cfg.num_heads, d)
-        k = qkv[:, nq:nq + nkv].view(t, cfg.num_kv_heads, d)
+        qk = qkv[:, :nq + nkv].view(t, cfg.num_heads + cfg.num_kv_heads, d)
         v = qkv[:, nq + nkv:].reshape(t, cfg.num_kv_heads, d)
         if self.q_norm is not None:
-            q = rms_norm(q, self.q_norm, cfg.rms_norm_eps)
-            k = rms_norm(k, self.k_norm, cfg.rms_norm_eps)
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
+            qk = torch.cat([rms_norm(qk[:, :cfg.num_heads], self.q_norm, cfg.rms_norm_eps),
+                            rms_norm(qk[:, cfg.num_heads:], self.k_norm, cfg.rms_norm_eps)], 1)
+        qk = apply_rope(qk, cos, sin)  # q and k heads rotated together
+        q, k = qk[:, :cfg.num_heads], qk[:, cfg.num_heads:]
         attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)  # (T, Hq, D)
         h = h + F.linear(attn.reshape(t, nq), self.o)
         x = rms_norm(h, self.post_norm, cfg.rms_norm_eps)
