@@ -10,24 +10,39 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 NEG_INF = float("-inf")
+
+
+def flat_row_ids(rows: Sequence[Sequence[int] | None], vocab_size: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate per-row id lists into ``(row, id)`` index tensors, dropping ids outside
+    ``[0, V)`` (``None`` rows contribute nothing)."""
+    flat: list[int] = []
+    lengths: list[int] = []
+    for ids in rows:
+        if ids:
+            flat.extend(ids)
+            lengths.append(len(ids))
+        else:
+            lengths.append(0)
+    cols = torch.from_numpy(np.array(flat, dtype=np.int64))  # much faster than torch.tensor
+    row_idx = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(lengths))
+    valid = (cols >= 0) & (cols < vocab_size)
+    if not bool(valid.all()):
+        cols, row_idx = cols[valid], row_idx[valid]
+    return row_idx, cols
 
 
 def rows_to_mask(rows: Sequence[Sequence[int] | None], vocab_size: int,
                  device: torch.device | str = "cpu") -> torch.Tensor:
     """``(B, V)`` bool, True at ``rows[b]``'s ids (``None`` or empty: an all-False row)."""
     mask = torch.zeros((len(rows), vocab_size), dtype=torch.bool)
-    r_idx: list[int] = []
-    c_idx: list[int] = []
-    for b, ids in enumerate(rows):
-        if ids:
-            kept = [t for t in ids if 0 <= t < vocab_size]
-            r_idx.extend([b] * len(kept))
-            c_idx.extend(kept)
-    if c_idx:
-        mask[torch.tensor(r_idx), torch.tensor(c_idx)] = True
+    row_idx, cols = flat_row_ids(rows, vocab_size)
+    if cols.numel():
+        mask[row_idx, cols] = True
     return mask.to(device)
 
 
@@ -84,15 +99,19 @@ def banned_by_ngram(tokens: Sequence[int], ngram_size: int) -> list[int]:
         return []
     if ngram_size == 1:
         return list(set(tokens))
+    seq = tokens if isinstance(tokens, list) else list(tokens)
     k = ngram_size - 1
-    prefix = list(tokens[n - k:])
+    prefix = seq[n - k:]
     first = prefix[0]
     out: list[int] = []
-    # windows tokens[i : i + ngram_size] for i + ngram_size <= n
-    for i in range(n - ngram_size + 1):
-        if tokens[i] == first and list(tokens[i:i + k]) == prefix:
-            out.append(tokens[i + k])
-    return out
+    i, stop = -1, n - k  # window starts i with i + ngram_size <= n
+    while True:
+        try:
+            i = seq.index(first, i + 1, stop)  # C-speed scan to the next candidate
+        except ValueError:
+            return out
+        if seq[i:i + k] == prefix:
+            out.append(seq[i + k])
 
 
 def suppressed_end_tokens(n_output: int, min_tokens: int, ignore_eos: bool,

@@ -13,19 +13,14 @@ from collections.abc import Sequence
 
 import torch
 
+from metagen.decoding.masks import flat_row_ids
+
 
 def token_counts(rows: Sequence[Sequence[int] | None], vocab_size: int,
                  device: torch.device | str = "cpu") -> torch.Tensor:
     """``(B, V)`` float32 counts of each token id per row (ids outside ``[0, V)`` are ignored)."""
-    flat: list[int] = []
-    for b, ids in enumerate(rows):
-        if ids:
-            base = b * vocab_size
-            flat.extend(base + t for t in ids if 0 <= t < vocab_size)
-    size = len(rows) * vocab_size
-    if not flat:
-        return torch.zeros((len(rows), vocab_size), dtype=torch.float32, device=device)
-    counts = torch.bincount(torch.tensor(flat, dtype=torch.int64), minlength=size)
+    row_idx, cols = flat_row_ids(rows, vocab_size)
+    counts = torch.bincount(row_idx * vocab_size + cols, minlength=len(rows) * vocab_size)
     return counts.view(len(rows), vocab_size).to(device=device, dtype=torch.float32)
 
 

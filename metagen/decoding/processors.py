@@ -58,11 +58,15 @@ def check_batch(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> None:
 
 
 def bad_rows(logits: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` bool: rows with a NaN or +inf logit, or with no finite logit at all."""
-    if bool(torch.isfinite(logits).all()):
-        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
-    broken = (torch.isnan(logits) | torch.isposinf(logits)).any(dim=-1)
-    return broken | ~torch.isfinite(logits).any(dim=-1)
+    """``(B,)`` bool: rows with a NaN or +inf logit, or with no finite logit at all.
+
+    One reduction: the row maximum is NaN (max propagates NaN), +inf, or -inf exactly then.
+    """
+    return bad_from_max(logits.amax(dim=-1))
+
+
+def bad_from_max(row_max: torch.Tensor) -> torch.Tensor:
+    return ~(row_max > float("-inf")) | (row_max == float("inf"))
 
 
 def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
@@ -98,38 +102,40 @@ def _penalties(x: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams) 
     if bp.any_repetition:
         contexts = [s.prompt_ids + s.output_ids if s.params.repetition_penalty != 1.0 else None
                     for s in seqs]
-        x = apply_repetition_penalty(x, rows_to_mask(contexts, vocab, dev), bp.repetition)
+        seen = rows_to_mask(contexts, vocab, dev)
+        x = apply_repetition_penalty(x, seen, bp.column("repetition"))
     if bp.any_presence_frequency:
         outputs = [s.output_ids if (s.params.presence_penalty or s.params.frequency_penalty)
                    else None for s in seqs]
-        x = apply_presence_frequency(x, token_counts(outputs, vocab, dev), bp.presence,
-                                     bp.frequency)
+        x = apply_presence_frequency(x, token_counts(outputs, vocab, dev), bp.column("presence"),
+                                     bp.column("frequency"))
     return x
 
 
 def _truncate(x: torch.Tensor, bp: BatchParams) -> torch.Tensor:
     if bp.any_temperature:
-        x = apply_temperature(x, bp.temperature)
+        x = apply_temperature(x, bp.column("temperature"))
     if bp.any_top_k:
-        x = top_k_filter(x, bp.top_k)
+        x = top_k_filter(x, bp.column("top_k"))
     if bp.any_top_p:
-        x = top_p_filter(x, bp.top_p)
+        x = top_p_filter(x, bp.column("top_p"))
     if bp.any_min_p:
-        x = min_p_filter(x, bp.min_p)
+        x = min_p_filter(x, bp.column("min_p"))
     if bp.any_typical:
-        x = typical_filter(x, bp.typical_p)
+        x = typical_filter(x, bp.column("typical_p"))
     if bp.any_epsilon:
-        x = epsilon_filter(x, bp.epsilon)
+        x = epsilon_filter(x, bp.column("epsilon"))
     if bp.any_eta:
-        x = eta_filter(x, bp.eta)
+        x = eta_filter(x, bp.column("eta"))
     if bp.mirostat_rows:
-        x = mirostat_filter(x, bp.mirostat_mu)
+        x = mirostat_filter(x, bp.column("mirostat_mu"))
     return x
 
 
 def process_with(logits: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams,
-                 bad: torch.Tensor) -> torch.Tensor:
-    """:func:`process_logits` with the gathered parameters and bad rows already computed."""
+                 bad: torch.Tensor, copy: bool = True) -> torch.Tensor:
+    """:func:`process_logits` with the gathered parameters and bad rows already computed.
+    With ``copy=False`` the result may be ``logits`` itself when no stage applies."""
     x = logits.to(torch.float32)
     has_bad = bool(bad.any())
     if has_bad:
@@ -139,7 +145,7 @@ def process_with(logits: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchP
     x = _truncate(x, bp)
     if has_bad:
         x = x.masked_fill(bad[:, None], float("nan"))
-    if x is logits:  # nothing applied: never hand back the caller's tensor
+    if copy and x is logits:  # nothing applied: never hand back the caller's tensor
         x = x.clone()
     return x
 

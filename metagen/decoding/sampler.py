@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from metagen.decoding.batch import current_mu, gather_params
-from metagen.decoding.processors import bad_rows, check_batch, process_with
+from metagen.decoding.processors import bad_from_max, check_batch, process_with
 from metagen.decoding.rng import uniforms_for
 from metagen.decoding.state import SequenceState
 from metagen.decoding.truncation import mirostat_update
@@ -47,13 +47,15 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
     entry), ``uniforms`` ``(B,)`` in ``[0, 1)``. Cumulative sums are float64; a token of
     probability 0 is never returned, also when rounding puts ``u * total`` at the very end.
     """
-    p = probs.to(torch.float64)
-    cdf = p.cumsum(dim=-1)  # (B, V)
+    p = probs
+    cdf = p.cumsum(dim=-1, dtype=torch.float64)  # (B, V)
     target = uniforms.to(device=p.device, dtype=torch.float64)[:, None] * cdf[:, -1:]
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(1)  # (B,)
-    positive = p > 0
-    last = p.shape[-1] - 1 - positive.flip(-1).to(torch.int8).argmax(dim=-1)
-    return torch.minimum(idx, last)
+    idx = torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1)  # (B, 1)
+    zero = p.gather(1, idx) <= 0  # only when u * total rounded onto the end of the CDF
+    if bool(zero.any()):
+        last = p.shape[-1] - 1 - (p > 0).flip(-1).to(torch.int8).argmax(dim=-1, keepdim=True)
+        idx = torch.where(zero, last, idx)
+    return idx.squeeze(1)
 
 
 def top_logprobs_rows(logprobs: torch.Tensor, ks: Sequence[int | None]
@@ -88,50 +90,69 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
     n, vocab = logits.shape
     dev = logits.device
     bp = gather_params(seqs, vocab, dev)
-    bad = bad_rows(logits)
-    x = process_with(logits, seqs, bp, bad)
     raw = logits.to(torch.float32)
-    if bool(bad.any()):
+    raw_max = raw.amax(dim=-1)  # (B,)
+    bad = bad_from_max(raw_max)
+    has_bad = bool(bad.any())
+    x = process_with(raw, seqs, bp, bad, copy=False)  # (B, V)
+    dead = bad | bad_from_max(x.amax(dim=-1)) if x is not raw else bad
+    if has_bad:
         raw = raw.masked_fill(bad[:, None], 0.0)
     raw_logprobs = log_softmax_rows(raw)  # (B, V)
 
-    row_max = x.amax(dim=-1)
-    dead = ~(row_max > float("-inf")) | torch.isposinf(row_max)  # NaN, all removed, overflow
-    dead |= torch.isnan(x).any(dim=-1)
-    tokens = torch.argmax(torch.nan_to_num(x, nan=float("-inf")), dim=-1)  # greedy, (B,)
+    tokens = torch.zeros(n, dtype=torch.int64, device=dev)
     greedy = set(bp.greedy_rows)
     sample_rows = [b for b in range(n) if b not in greedy]
-    alive = ~dead
+    if bp.greedy_rows:
+        g = torch.tensor(bp.greedy_rows, device=dev)
+        tokens[g] = x[g].argmax(dim=-1)
     if sample_rows:
-        rows = torch.tensor(sample_rows, device=dev)
-        ok = alive[rows]
-        u = uniforms_for([seqs[b].rng_seed for b in sample_rows],  # type: ignore[misc]
-                         [seqs[b].sample_index for b in sample_rows],
-                         [seqs[b].step for b in sample_rows])
-        xs = torch.where(ok[:, None], x[rows], torch.zeros_like(x[rows]))
-        probs = torch.softmax(xs.to(torch.float64), dim=-1)
-        drawn = inverse_cdf_sample(probs, torch.from_numpy(u))
-        tokens[rows] = drawn.to(tokens.device)
-        alive_l = alive.tolist()
-        for b in bp.mirostat_rows:
-            if alive_l[b]:
-                seq = seqs[b]
-                p = seq.params
-                surprise = -float(torch.log_softmax(x[b], dim=-1)[tokens[b]])
-                mu = current_mu(seq)
-                seq.mirostat_mu = mirostat_update(mu, p.mirostat_tau, p.mirostat_eta, surprise)
+        tokens = _sample(x, seqs, sample_rows, dead, tokens)
+        if bp.mirostat_rows:
+            _advance_mirostat(x, seqs, bp.mirostat_rows, dead, tokens)
 
     tokens = tokens.masked_fill(dead, -1)
     chosen = raw_logprobs.gather(1, tokens.clamp(min=0)[:, None]).squeeze(1)
     chosen = chosen.masked_fill(dead, float("nan"))
     dead_l = dead.tolist()
     ks = [None if dead_l[b] else seqs[b].params.logprobs for b in range(n)]
-    errors: dict[int, NumericalError] = {}
-    if bool(dead.any()):
-        for b in torch.nonzero(dead).flatten().tolist():
-            errors[b] = NumericalError(_why(b, bool(bad[b]), seqs[b]), row=b)
+    errors = {b: NumericalError(_why(b, bool(bad[b]), seqs[b]), row=b)
+              for b in range(n) if dead_l[b]}
     return StepOutput(tokens=tokens, logprobs=chosen,
                       top_logprobs=top_logprobs_rows(raw_logprobs, ks), errors=errors)
+
+
+def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int], dead: torch.Tensor,
+            tokens: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws for ``rows`` of the processed logits ``x``, one uniform per row."""
+    u = uniforms_for([seqs[b].rng_seed for b in rows],  # type: ignore[misc]
+                     [seqs[b].sample_index for b in rows], [seqs[b].step for b in rows])
+    if len(rows) == x.shape[0]:
+        xs, ok = x, ~dead
+    else:
+        idx = torch.tensor(rows, device=x.device)
+        xs, ok = x[idx], ~dead[idx]
+    if not bool(ok.all()):
+        xs = xs.masked_fill(~ok[:, None], 0.0)  # dead rows: any valid weights, result dropped
+    weights = torch.exp(xs - xs.amax(dim=-1, keepdim=True))  # (S, V), max 1; need not sum to 1
+    drawn = inverse_cdf_sample(weights, torch.from_numpy(u))
+    if len(rows) == x.shape[0]:
+        return drawn
+    tokens[idx] = drawn
+    return tokens
+
+
+def _advance_mirostat(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int],
+                      dead: torch.Tensor, tokens: torch.Tensor) -> None:
+    idx = torch.tensor(rows, device=x.device)
+    surprise = -torch.log_softmax(x[idx], dim=-1).gather(1, tokens[idx][:, None]).squeeze(1)
+    dead_l, surprise_l = dead[idx].tolist(), surprise.tolist()
+    for j, b in enumerate(rows):
+        if not dead_l[j]:
+            seq = seqs[b]
+            p = seq.params
+            seq.mirostat_mu = mirostat_update(current_mu(seq), p.mirostat_tau,  # type: ignore
+                                              p.mirostat_eta, surprise_l[j])
 
 
 def _why(row: int, bad: bool, seq: SequenceState) -> str:

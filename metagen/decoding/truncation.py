@@ -52,12 +52,33 @@ def top_k_filter(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(logits < thresh, NEG_INF)
 
 
-def top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """``top_p`` ``(B,)`` in (0, 1]; rows with p >= 1 are unchanged."""
+TOP_P_PREFIX = 256  # top-p first looks for its boundary among this many most likely tokens
+
+
+def top_p_filter(logits: torch.Tensor, top_p: torch.Tensor, prefix: int = TOP_P_PREFIX
+                 ) -> torch.Tensor:
+    """``top_p`` ``(B,)`` in (0, 1]; rows with p >= 1 are unchanged.
+
+    A token is removed when the tokens more likely than it already hold mass >= p
+    (transformers' rule: its ascending cumulative mass <= 1 - p). When the ``prefix`` most
+    likely tokens of every active row hold mass >= p, only they are sorted (``torch.topk``);
+    otherwise the whole vocabulary is, as in transformers. The two agree except for a token
+    whose cumulative mass equals p to float rounding.
+    """
     p = top_p.to(device=logits.device, dtype=logits.dtype)
     on = p < 1.0
     if not bool(on.any()):
         return logits
+    vocab = logits.shape[-1]
+    if prefix < vocab:
+        vals, idx = torch.topk(logits, prefix, dim=-1)  # (B, prefix), descending
+        probs = torch.exp(vals - torch.logsumexp(logits, dim=-1, keepdim=True))
+        cum = probs.cumsum(dim=-1)
+        if bool(((cum[:, -1] >= p) | ~on).all()):
+            keep_sorted = (cum - probs) < p[:, None]  # mass strictly before the token < p
+            keep_sorted[:, 0] = True
+            keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, idx, keep_sorted)
+            return logits.masked_fill(~keep & on[:, None], NEG_INF)
     sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=False)  # ascending
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (B, V)
     remove_sorted = cum <= (1.0 - p)[:, None]

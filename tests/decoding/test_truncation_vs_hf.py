@@ -98,3 +98,16 @@ def test_top_k_keeps_ties_with_kth_value_like_transformers():
     ref = TopKLogitsWarper(2)(torch.zeros((1, 1), dtype=torch.long), logits.clone())
     assert_same(ours, ref)
     assert (~torch.isneginf(ours)).sum() == 3  # 3.0 and both 2.0s
+
+
+@pytest.mark.parametrize("prefix", [1, 4, 16, 63])
+def test_top_p_prefix_path_matches_transformers(prefix):
+    for seed in range(6):
+        values = [0.05, 0.3, 0.6, 0.9, 0.99, 1.0]
+        logits = random_logits(len(values), 100 + seed) * (1 + seed)  # peaked and flat rows
+        ours = top_p_filter(logits, torch.tensor(values), prefix=prefix)
+        for b, value in enumerate(values[:-1]):
+            ref = TopPLogitsWarper(value)(torch.zeros((1, 1), dtype=torch.long),
+                                         logits[b:b + 1].clone())
+            assert_same(ours[b:b + 1], ref)
+        assert torch.equal(ours[-1], logits[-1])
