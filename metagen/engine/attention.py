@@ -20,6 +20,9 @@ import torch
 import torch.nn.functional as F
 
 
+GATHER_BYTES = 64 << 20  # bound on the K/V gathered at once per layer (transient memory)
+
+
 @dataclass(slots=True)
 class PrefixGroup:
     """Rows whose contexts start with the same ``prefix_slots`` (cache slots, shape (P,))."""
@@ -99,14 +102,24 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     b, m = meta.q_index.shape
     c = meta.kv_slots.shape[1]
     qp = q.index_select(0, meta.q_index.view(-1)).view(b, m, q.shape[1], d)  # (B, M, Hq, D)
+    if not meta.groups:  # no log-sum-exp needed: one fused kernel per chunk of rows
+        # rows are processed in chunks so the gathered K/V copy stays under GATHER_BYTES
+        per_row = 2 * c * hkv * d * k_cache.element_size()
+        step = max(1, GATHER_BYTES // max(per_row, 1))
+        parts = []
+        for lo in range(0, b, step):
+            hi = min(b, lo + step)
+            flat = meta.kv_slots[lo:hi].reshape(-1)
+            kp = kc.index_select(0, flat).view(hi - lo, c, hkv, d)  # (b', C, Hkv, D)
+            vp = vc.index_select(0, flat).view(hi - lo, c, hkv, d)
+            parts.append(F.scaled_dot_product_attention(
+                qp[lo:hi].transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),
+                attn_mask=meta.mask[lo:hi, None], scale=scale, enable_gqa=True).transpose(1, 2))
+        out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return out.reshape(b * m, q.shape[1], d).index_select(0, meta.out_index)
     flat = meta.kv_slots.view(-1)
     kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (B, C, Hkv, D)
     vp = vc.index_select(0, flat).view(b, c, hkv, d)
-    if not meta.groups:  # no log-sum-exp needed: one fused kernel
-        out = F.scaled_dot_product_attention(
-            qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),
-            attn_mask=meta.mask[:, None], scale=scale, enable_gqa=True).transpose(1, 2)
-        return out.reshape(b * m, q.shape[1], d).index_select(0, meta.out_index)
     out, lse = attend(qp, kp, vp, meta.mask, scale)
     for group in meta.groups:
         r = group.rows.shape[0]

@@ -109,3 +109,18 @@ def test_unsupported_architecture_names_it_and_suggests_hf(tmp_path):
                                "num_attention_heads": 2, "rope_parameters": {"rope_type": "yarn"}})
     with pytest.raises(ModelLoadError, match="config.json"):
         load_model(tmp_path)
+
+
+def test_row_chunked_gather_equals_one_gather(random_models, monkeypatch):
+    """Bounding the transient K/V gather (rows in chunks) does not change the logits."""
+    import metagen.engine.attention as attention
+
+    model = load_model(random_models["llama"])
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, 96, (n,), generator=g).tolist() for n in (9, 3, 21)]
+    reqs = [ExtendRequest(list(range(8 * i, 8 * i + 8)), 0, p, True) for i, p in enumerate(prompts)]
+    whole = _runner(model).extend(reqs)
+    monkeypatch.setattr(attention, "GATHER_BYTES", 1)  # one row at a time
+    chunked = _runner(model).extend(reqs)
+    for a, b in zip(whole, chunked):
+        assert (a - b).abs().max() < 1e-5
