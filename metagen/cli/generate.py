@@ -15,36 +15,53 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+from pathlib import Path
 from typing import Any
 
 import click
 
-from metagen.errors import InvalidParameterError
+from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.types import SamplingParams
 
 # backend name -> (module, class); each class has from_pretrained(path, **options).
+# "auto" tries them in this order and takes the first that can load the model.
 BACKENDS: dict[str, tuple[str, str]] = {
-    "hf": ("metagen.generators.hf", "HFGenerator"),
     "local": ("metagen.generators.local", "LocalGenerator"),
+    "hf": ("metagen.generators.hf", "HFGenerator"),
 }
-DEFAULT_BACKEND = "hf"
 
 
 def available_backends() -> list[str]:
-    """Backends whose module exists in this installation."""
+    """Backends whose module exists in this installation, in ``auto`` order."""
     return [name for name, (module, _) in BACKENDS.items()
             if importlib.util.find_spec(module) is not None]
 
 
-def load_generator(backend: str, model: str, **options: Any) -> Any:
-    """``BACKENDS[backend].from_pretrained(model, **options)``; options that are None are left
-    out so each backend keeps its own defaults."""
-    if backend not in available_backends():
+def load_generator(backend: str, model: str, **options: Any) -> tuple[str, Any]:
+    """``(name, BACKENDS[name].from_pretrained(model, **options))``; options that are None are
+    left out so each backend keeps its own defaults.
+
+    ``backend="auto"`` takes the first available backend that loads the model: when the engine
+    cannot run an architecture (``ModelLoadError``) it says so on stderr and uses the next one.
+    A named backend is used or fails, never replaced.
+    """
+    names = available_backends()
+    if backend != "auto" and backend not in names:
         raise InvalidParameterError("backend", backend,
-                                    f"must be one of {', '.join(available_backends())}")
-    module, attr = BACKENDS[backend]
-    cls = getattr(importlib.import_module(module), attr)
-    return cls.from_pretrained(model, **{k: v for k, v in options.items() if v is not None})
+                                    f"must be auto or one of {', '.join(names)}")
+    kwargs = {k: v for k, v in options.items() if v is not None}
+    candidates = names if backend == "auto" else [backend]
+    for i, name in enumerate(candidates):
+        module, attr = BACKENDS[name]
+        cls = getattr(importlib.import_module(module), attr)
+        try:
+            return name, cls.from_pretrained(model, **kwargs)
+        except ModelLoadError as exc:
+            if i + 1 == len(candidates) or not (Path(model) / "config.json").is_file():
+                raise
+            click.echo(f"note: backend {name} cannot load this model ({exc}); "
+                       f"using {candidates[i + 1]}", err=True)
+    raise AssertionError("unreachable")
 
 
 def _int(name: str, text: str | None) -> int | None:
@@ -67,8 +84,9 @@ def _float(name: str, text: str) -> float:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model")
 @click.argument("prompt")
-@click.option("--backend", default=DEFAULT_BACKEND, show_default=True,
-              help="hf (transformers) or local (the built-in engine, when installed).")
+@click.option("--backend", default="auto", show_default=True,
+              help="local (the built-in engine), hf (transformers: any architecture), or auto "
+              "(local when it can run the model, else hf).")
 @click.option("--n", "n", type=str, metavar="INT", default=1, show_default=True,
               help="Completions to sample.")
 @click.option("--temperature", type=str, metavar="FLOAT", default=1.0, show_default=True,
@@ -109,7 +127,7 @@ def generate(model: str, prompt: str, backend: str, n: str, temperature: str, to
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a CLI prints results, not loading bars
-    gen = load_generator(backend, model, device=device, dtype=dtype)
+    backend, gen = load_generator(backend, model, device=device, dtype=dtype)
     completions = gen.generate([prompt], params)[0]
     if as_json:
         click.echo(json.dumps({

@@ -25,9 +25,11 @@ def test_version(capsys) -> None:
     assert code == 0 and __version__ in out
 
 
-def test_generate_json_greedy_lily(capsys, stories_path) -> None:
+@pytest.mark.parametrize("backend", ["auto", *available_backends()])
+def test_generate_json_greedy_lily(capsys, stories_path, backend) -> None:
     code, out, err = run(capsys, "generate", str(stories_path), "Once upon a time",
-                         "--temperature", "0", "--max-tokens", "30", "--json")
+                         "--temperature", "0", "--max-tokens", "30", "--json",
+                         "--backend", backend)
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {"model", "backend", "prompt", "params", "completions", "usage"}
@@ -37,7 +39,8 @@ def test_generate_json_greedy_lily(capsys, stories_path) -> None:
     assert len(comp["token_ids"]) == len(comp["logprobs"]) == 30
     assert comp["finish_reason"] == "length"
     assert doc["usage"]["generated_tokens"] == 30 and doc["usage"]["calls"] == 1
-    assert doc["params"]["max_tokens"] == 30 and doc["backend"] == "hf"
+    assert doc["params"]["max_tokens"] == 30
+    assert doc["backend"] == (available_backends()[0] if backend == "auto" else backend)
 
 
 def test_generate_text_output_with_n_and_stop(capsys, stories_path) -> None:
@@ -73,6 +76,17 @@ def test_missing_model_and_unknown_backend_are_one_line(capsys, tmp_path) -> Non
 
 def test_hf_backend_is_available() -> None:
     assert "hf" in available_backends()
+
+
+def test_auto_backend_falls_back_to_hf_for_other_architectures(capsys, random_gpt2_path) -> None:
+    code, out, err = run(capsys, "generate", str(random_gpt2_path), "Once upon a time",
+                         "--temperature", "0", "--max-tokens", "5", "--json")
+    assert code == 0, err
+    assert json.loads(out)["backend"] == "hf"
+    if "local" in available_backends():
+        assert "note: backend local cannot load this model" in err
+        code, _, err = run(capsys, "generate", str(random_gpt2_path), "Hi", "--backend", "local")
+        assert code != 0 and len(err.strip().splitlines()) == 1
 
 
 def test_python_m_metagen_top_p_subprocess(stories_path) -> None:

@@ -32,3 +32,20 @@ def random_llama_path(tmp_path_factory, stories_path) -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(stories_path / name, folder / name)
     return folder
+
+
+@pytest.fixture(scope="session")
+def random_gpt2_path(tmp_path_factory, stories_path) -> Path:
+    """A random-weight GPT-2 (an architecture the built-in engine does not run)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=512, n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                     bos_token_id=1, eos_token_id=2)
+    model = GPT2LMHeadModel(cfg)
+    folder = tmp_path_factory.mktemp("random_gpt2")
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(stories_path / name, folder / name)
+    return folder

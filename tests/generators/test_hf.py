@@ -42,6 +42,21 @@ def test_greedy_equals_plain_transformers_generate(random_llama_path) -> None:
         assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=1e-4)
 
 
+def test_gpt2_greedy_and_context(random_gpt2_path) -> None:
+    """Another architecture (learned positions, 128-token context) through the same path."""
+    gen = HFGenerator.from_pretrained(random_gpt2_path)
+    assert gen.context_length == 128
+    prompts = ["Once upon a time", "The cat sat"]
+    ours = gen.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+    for prompt, (comp,) in zip(prompts, ours):
+        enc = gen.tokenizer(prompt, return_tensors="pt")
+        ref = gen.model.generate(**enc, do_sample=False, max_new_tokens=16, min_new_tokens=16,
+                                 pad_token_id=0)
+        assert list(comp.token_ids) == ref[0, enc["input_ids"].shape[1]:].tolist()
+    with pytest.raises(InvalidPromptError, match="128"):
+        gen.generate(prompts, SamplingParams(max_tokens=125))
+
+
 def test_seeded_samples_do_not_depend_on_the_batch(stories_gen) -> None:
     params = SamplingParams(n=2, temperature=1.0, seed=1234, max_tokens=16)
     target = "Once upon a time"
