@@ -61,7 +61,8 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
 def top_logprobs_rows(logprobs: torch.Tensor, ks: Sequence[int | None]
                       ) -> list[dict[int, float] | None]:
     """Per row, ``{token id: logprob}`` of the ``ks[b]`` largest entries (``None`` where
-    ``ks[b]`` is None), from one ``torch.topk`` over the batch."""
+    ``ks[b]`` is None), from one ``torch.topk`` over the batch. Tokens of probability 0
+    (logprob ``-inf``) are left out, so the dicts are JSON-safe."""
     wanted = [k for k in ks if k]
     out: list[dict[int, float] | None] = [None if k is None else {} for k in ks]
     if not wanted:
@@ -71,7 +72,7 @@ def top_logprobs_rows(logprobs: torch.Tensor, ks: Sequence[int | None]
     vals_l, idx_l = vals.tolist(), idx.tolist()
     for b, k in enumerate(ks):
         if k:
-            out[b] = dict(zip(idx_l[b][:k], vals_l[b][:k]))
+            out[b] = {t: v for t, v in zip(idx_l[b][:k], vals_l[b][:k]) if v != float("-inf")}
     return out
 
 

@@ -4,7 +4,6 @@ greedy semantics, mirostat by hand, and per-row numerical errors."""
 from __future__ import annotations
 
 import math
-import random
 
 import torch
 from transformers.generation.logits_process import (
@@ -18,6 +17,8 @@ from metagen.decoding import (
     SequenceState, decode_step, probs_for_sampling, process_logits,
 )
 from metagen.errors import InvalidParameterError, NumericalError
+
+from ._batches import random_batch
 from metagen.types import SamplingParams
 
 V = 48
@@ -55,38 +56,6 @@ def test_full_chain_equals_transformers_chain_in_documented_order():
         keep = ~torch.isneginf(ref)
         torch.testing.assert_close(ours[keep], ref[keep], rtol=1e-6, atol=1e-6)
         assert torch.isneginf(ours[0, [0, 9, 2]]).all()  # min_tokens eos, bad word, 2-gram "1 2"
-
-
-def random_params(rng: random.Random) -> SamplingParams:
-    if rng.random() < 0.2:
-        return SamplingParams(temperature=0.0, repetition_penalty=rng.choice([1.0, 1.3]))
-    kw = dict(temperature=rng.choice([0.5, 1.0, 1.7]), seed=rng.randrange(100))
-    if rng.random() < 0.2:
-        kw["mirostat_tau"] = rng.choice([1.0, 3.0])
-    for name, values in [("top_k", [0, 5, 20]), ("top_p", [1.0, 0.8, 0.95]),
-                         ("min_p", [0.0, 0.05]), ("typical_p", [1.0, 0.9]),
-                         ("epsilon_cutoff", [0.0, 0.01]), ("eta_cutoff", [0.0, 0.02]),
-                         ("repetition_penalty", [1.0, 1.4]), ("presence_penalty", [0.0, 0.5]),
-                         ("frequency_penalty", [0.0, -0.3]), ("no_repeat_ngram_size", [0, 3]),
-                         ("min_tokens", [0, 4])]:
-        kw[name] = rng.choice(values)
-    if rng.random() < 0.3:
-        kw["logit_bias"] = {rng.randrange(V): rng.uniform(-5, 5)}
-    if rng.random() < 0.2:
-        kw["allowed_token_ids"] = tuple(rng.sample(range(V), 10))
-    kw["max_tokens"] = 16
-    return SamplingParams(**kw)
-
-
-def random_batch(seed: int, rows: int) -> list[SequenceState]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(rows):
-        prompt = [rng.randrange(V) for _ in range(rng.randrange(1, 8))]
-        output = [rng.randrange(V) for _ in range(rng.randrange(0, 6))]
-        out.append(SequenceState(random_params(rng), prompt, output, sample_index=i,
-                                 eos_token_ids=(0,), bad_words_ids=((1, 2), (3,))))
-    return out
 
 
 def test_mixed_batch_equals_each_row_alone():

@@ -19,6 +19,7 @@ from metagen.decoding import (
 from metagen.types import SamplingParams
 
 DELTA = 1e-6  # every statistical test below fails with probability < DELTA under H0
+NEG_INF = float("-inf")
 
 
 def chi2_sf(stat: float, dof: int) -> float:
@@ -187,3 +188,11 @@ def test_top_logprobs_equal_topk_of_raw_log_softmax():
     assert out.top_logprobs[3] is None
     chosen = raw.gather(1, out.tokens[:, None]).squeeze(1)
     assert torch.equal(out.logprobs, chosen)  # raw logprobs, not the processed ones
+
+
+def test_top_logprobs_leave_out_impossible_tokens():
+    logits = torch.full((1, 6), NEG_INF)
+    logits[0, [1, 4]] = torch.tensor([0.0, 1.0])
+    out = decode_step(logits, [SequenceState(SamplingParams(logprobs=5, seed=0), [1])])
+    assert set(out.top_logprobs[0]) == {1, 4}
+    assert all(math.isfinite(v) for v in out.top_logprobs[0].values())

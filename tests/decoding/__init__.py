@@ -1,0 +1,1 @@
+"""Tests of metagen.decoding (a package, so that helpers import relatively)."""
