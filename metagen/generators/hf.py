@@ -5,8 +5,8 @@ runs through ``model.generate`` (its loop, KV cache and left padding) with one l
 that makes every token choice with :func:`metagen.decoding.decode_step` (see
 :mod:`metagen.generators.hf_rows`), so the same :class:`~metagen.types.SamplingParams` mean the
 same thing here as on the built-in engine: a seeded sample depends only on (seed, sample index),
-never on the batch around it. The model's own ``generation_config`` (default temperature, penalties,
-...) is ignored on purpose; only its end tokens are kept.
+never on the batch around it. The checkpoint's own ``generation_config`` (a default temperature,
+repetition penalty, ...) is ignored on purpose; only its end tokens are kept.
 
 Requests are validated against the model before any work (RELIABILITY V14-V17): token ids in
 ``logit_bias`` / ``allowed_token_ids`` / ``stop_token_ids`` must be below the vocabulary size, and
@@ -64,6 +64,9 @@ class HFGenerator:
     seqs) -> logits`` runs on the raw logits before metagen's processors (capability ``logits``).
     A completion whose logits turn NaN/inf ends with ``finish_reason="error"`` and
     ``stop_reason="numerical_error"``; the other completions are unaffected (RELIABILITY V22).
+
+    Construction puts ``model`` in eval mode and replaces its ``generation_config`` by a neutral
+    one that keeps only the BOS/EOS/PAD ids. Not thread-safe: one call at a time.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch_rows: int = 256,
