@@ -70,7 +70,7 @@ def mask_tokens(logits: torch.Tensor, banned: torch.Tensor) -> torch.Tensor:
 
 
 def keep_only(logits: torch.Tensor, allowed: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """For rows with ``active[b]`` (``(B,)`` bool), keep only tokens where ``allowed`` (``(B, V)``)."""
+    """Rows with ``active[b]`` (``(B,)`` bool) keep only tokens where ``allowed`` (``(B, V)``)."""
     return logits.masked_fill(~allowed & active[:, None], NEG_INF)
 
 

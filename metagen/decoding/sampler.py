@@ -20,7 +20,7 @@ import torch
 from metagen.decoding.batch import current_mu, gather_params
 from metagen.decoding.processors import bad_from_max, check_batch, process_with
 from metagen.decoding.rng import uniforms_for
-from metagen.decoding.state import SequenceState
+from metagen.decoding.state import SequenceState, fresh_seed
 from metagen.decoding.truncation import mirostat_update
 from metagen.errors import NumericalError
 
@@ -126,6 +126,9 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
 def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int], dead: torch.Tensor,
             tokens: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draws for ``rows`` of the processed logits ``x``, one uniform per row."""
+    for b in rows:
+        if seqs[b].rng_seed is None:  # cleared after construction: draw one, keep it
+            seqs[b].rng_seed = fresh_seed()
     u = uniforms_for([seqs[b].rng_seed for b in rows],  # type: ignore[misc]
                      [seqs[b].sample_index for b in rows], [seqs[b].step for b in rows])
     if len(rows) == x.shape[0]:

@@ -58,7 +58,7 @@ class SequenceState:
         self.output_ids.append(token_id)
 
     def fork(self, sample_index: int) -> SequenceState:
-        """A copy (own lists) that continues as sample ``sample_index`` with the same ``rng_seed``."""
+        """A copy (own lists) continuing as sample ``sample_index``, same ``rng_seed``."""
         return SequenceState(
             params=self.params, prompt_ids=list(self.prompt_ids), output_ids=list(self.output_ids),
             sample_index=sample_index, eos_token_ids=self.eos_token_ids,
