@@ -27,7 +27,10 @@ _SCORE_PARAMS = SamplingParams(temperature=0.0, max_tokens=1)
 class ScoringMixin:
     """``score`` and its helpers; mixed into LLMEngine (uses its scheduler, stats, requests)."""
 
-    def _add_scoring(self, tokens: list[int], score_from: int) -> str:
+    def add_scoring_request(self, tokens: list[int], score_from: int) -> str:
+        """Queue a prefill-only request scoring ``tokens[score_from:]`` (already validated:
+        use :meth:`score_sequences` for checked, blocking scoring). Its output's ``scores[0]``
+        is the summed log-probability."""
         rid = f"score-{next(self._req_ids)}"
         req = Request(rid, tokens, _SCORE_PARAMS)
         state = SequenceState(_SCORE_PARAMS, list(tokens))
@@ -73,8 +76,8 @@ class ScoringMixin:
                 if k < len(ids) and k > self.config.block_size:
                     heads[tuple(ids[:k])] = heads.get(tuple(ids[:k]), 0) + 1
             warm = [list(h) for h, count in heads.items() if count > 1]
-            self.run_until_done([self._add_scoring(h, len(h)) for h in warm])
-        rids = [self._add_scoring(ids, k) if k < len(ids) else None for ids, k in checked]
+            self.run_until_done([self.add_scoring_request(h, len(h)) for h in warm])
+        rids = [self.add_scoring_request(ids, k) if k < len(ids) else None for ids, k in checked]
         outs = {o.request_id: o for o in self.run_until_done([r for r in rids if r])}
         result = []
         for r in rids:
@@ -88,7 +91,8 @@ class ScoringMixin:
         """Add the continuation logprobs predicted by rows of ``logits`` (n, V) for positions
         start .. start+n-1 (row r predicts token start+r+1); finish the sequence when done."""
         n = logits.shape[0]
-        lo = max(seq.score_from, start + 1)  # type: ignore[arg-type]
+        # after a preemption the tokens are recomputed: skip targets already collected
+        lo = max(seq.score_from + len(seq.score_logprobs), start + 1)  # type: ignore[operator]
         hi = min(start + n, len(seq.token_ids) - 1)
         if lo <= hi:
             rows = logits[lo - 1 - start:hi - start]  # (k, V)

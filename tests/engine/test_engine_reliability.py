@@ -118,15 +118,22 @@ def test_stress_tight_memory_preempts_and_frees_everything(llama):
               for i in range(len(prompts))]
     engine = _engine(llama, block_size=4, num_blocks=40, max_num_seqs=24,
                      max_num_batched_tokens=48)
-    ids = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+    ids, scored = [], []
+    for i, (p, sp) in enumerate(zip(prompts, params)):
+        ids.append(engine.add_request(p, sp))
+        if i < 20:  # scoring requests interleaved with the first ones (they get preempted too)
+            scored.append(engine.add_scoring_request(p + [7] * 12, len(p)))
     outs = {}
     while engine.has_unfinished():
         for out in engine.step():
             outs[out.request_id] = out
         engine.check_integrity()
         assert engine.blocks.num_free >= 0
-    assert len(outs) == len(ids)
+    assert len(outs) == len(ids) + len(scored)
     assert engine.stats.preemptions > 0
+    ref_scores = _engine(llama).score(prompts[:20], [[[7] * 12]] * 20)
+    for rid, ref in zip(scored, ref_scores):
+        assert abs(outs[rid].scores[0] - ref[0]) < 1e-4
     assert all(o.error is None for o in outs.values())
     for rid, sp in zip(ids, params):
         assert all(len(c.token_ids) == sp.max_tokens for c in outs[rid].outputs)
