@@ -18,7 +18,10 @@ last ends with ``"\n"``. Tokenization uses the tokenizer's default special token
 (``add_special_tokens=True``); a token that straddles a step boundary (BPE merges) counts for the
 step it starts in.
 
-FLOPs are estimated as ``2 x parameters x tokens`` (padding excluded).
+Rows that share a prompt share one prompt forward pass (its KV cache is repeated over them), so
+N samples of one prompt cost one prompt plus N continuations. ``usage``: one ``scorer_calls`` per
+``score``/``score_steps`` call, ``scorer_tokens`` = tokens actually computed, FLOPs estimated as
+``2 x parameters x scorer_tokens`` (padding excluded).
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
 
 Transform = Literal["sigmoid", "none"]
+
+
+def _inference_mode() -> Any:
+    import torch
+    return torch.inference_mode()
 
 
 class _HFScorer:
@@ -55,6 +63,7 @@ class _HFScorer:
         self.n_params = sum(p.numel() for p in model.parameters())
         self.max_length = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
         self._meter = UsageMeter()
+        self._prompt_ids: dict[str, list[int]] = {}
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, device: str = "cpu", dtype: Any = None,
@@ -79,31 +88,101 @@ class _HFScorer:
                 "text", f"<{n} tokens>", f"longer than the scorer's context {self.max_length}")
         return enc
 
-    def _values(self, ids: list[list[int]], positions: list[list[int]]) -> list[list[float]]:
-        """Head outputs at the given token positions of each sequence, batched by length."""
+    def _values(self, ids: list[list[int]], positions: list[list[int]],
+                prefixes: list[int] | None = None) -> list[list[float]]:
+        """Head outputs at the given token positions of each sequence.
+
+        ``prefixes[r]`` is the length of row r's prompt prefix (0: none). Rows with the same
+        prompt prefix share ONE prompt forward pass: its KV cache is repeated over the rows and
+        only their continuations are computed (what an engine's prefix cache does); the others
+        run in length-sorted padded batches.
+        """
+        out: list[list[float]] = [[] for _ in ids]
+        prefixes = prefixes or [0] * len(ids)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        plain = []
+        for r, p in enumerate(prefixes):
+            if p > 0 and ids[r][:p] and all(q >= p - 1 for q in positions[r]):
+                groups.setdefault(tuple(ids[r][:p]), []).append(r)
+            else:
+                plain.append(r)
+        with self._meter.timed(), _inference_mode():
+            for prefix, rows in groups.items():
+                for start in range(0, len(rows), self.batch_size):
+                    self._shared_batch(list(prefix), rows[start:start + self.batch_size], ids,
+                                       positions, out)
+            plain.sort(key=lambda r: len(ids[r]))
+            for start in range(0, len(plain), self.batch_size):
+                self._plain_batch(plain[start:start + self.batch_size], ids, positions, out)
+        self._meter.add(0, 0.0, calls=1)  # one scorer call per score()/score_steps()
+        return out
+
+    def _plain_batch(self, rows: list[int], ids: list[list[int]],
+                     positions: list[list[int]], out: list[list[float]]) -> None:
         import torch
 
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        out: list[list[float]] = [[] for _ in ids]
-        device = next(self.model.parameters()).device
-        with self._meter.timed(), torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start:start + self.batch_size]
-                width = max(len(ids[r]) for r in rows)
-                batch = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T), right padded
-                mask = torch.zeros((len(rows), width), dtype=torch.long)
-                for b, r in enumerate(rows):
-                    batch[b, :len(ids[r])] = torch.tensor(ids[r])
-                    mask[b, :len(ids[r])] = 1
-                hidden = self.model.base_model(
-                    input_ids=batch.to(device), attention_mask=mask.to(device)).last_hidden_state
-                for b, r in enumerate(rows):  # hidden: (B, T, H)
-                    picked = hidden[b, positions[r]].float()  # (S, H)
-                    logits = self.head(picked.to(self.head.weight.dtype)).float()  # (S, L)
-                    out[r] = self._to_scores(logits)
-                tokens = sum(len(ids[r]) for r in rows)
-                self._meter.add(tokens, 2.0 * self.n_params * tokens)
-        return out
+        width = max(len(ids[r]) for r in rows)
+        batch = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T), right padded
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, r in enumerate(rows):
+            batch[b, :len(ids[r])] = torch.tensor(ids[r])
+            mask[b, :len(ids[r])] = 1
+        hidden = self.model.base_model(input_ids=batch.to(self.device),
+                                       attention_mask=mask.to(self.device)).last_hidden_state
+        for b, r in enumerate(rows):  # hidden: (B, T, H)
+            out[r] = self._head_scores(hidden[b, positions[r]])
+        tokens = sum(len(ids[r]) for r in rows)
+        self._meter.add(tokens, 2.0 * self.n_params * tokens, calls=0)
+
+    def _shared_batch(self, prefix: list[int], rows: list[int], ids: list[list[int]],
+                      positions: list[list[int]], out: list[list[float]]) -> None:
+        import torch
+
+        p = len(prefix)
+        pre = self.model.base_model(input_ids=torch.tensor([prefix], device=self.device),
+                                    use_cache=True)
+        tails = [ids[r][p:] for r in rows]
+        width = max(len(t) for t in tails)
+        hidden = None
+        if width:
+            cache = pre.past_key_values
+            cache.batch_repeat_interleave(len(rows))
+            batch = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T) continuations
+            mask = torch.zeros((len(rows), p + width), dtype=torch.long)  # (B, P + T)
+            mask[:, :p] = 1
+            for b, tail in enumerate(tails):
+                batch[b, :len(tail)] = torch.tensor(tail, dtype=torch.long)
+                mask[b, p:p + len(tail)] = 1
+            hidden = self.model.base_model(
+                input_ids=batch.to(self.device), attention_mask=mask.to(self.device),
+                past_key_values=cache, use_cache=True).last_hidden_state  # (B, T, H)
+        for b, r in enumerate(rows):
+            picked = [pre.last_hidden_state[0, q] if q < p else hidden[b, q - p]  # type: ignore
+                      for q in positions[r]]
+            out[r] = self._head_scores(torch.stack(picked))
+        tokens = p + sum(len(t) for t in tails)
+        self._meter.add(tokens, 2.0 * self.n_params * tokens, calls=0)
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+    def _head_scores(self, picked: Any) -> list[float]:  # (S, H) -> S scores
+        logits = self.head(picked.to(self.head.weight.dtype)).float()  # (S, L)
+        return self._to_scores(logits)
+
+    def _prefix_len(self, prompt: str, full_ids: list[int]) -> int:
+        """Token length of the prompt when the full text's tokens start with the prompt's own
+        tokens (no merge across the boundary), else 0 (no sharing for that row)."""
+        cached = self._prompt_ids.get(prompt)
+        if cached is None:
+            cached = list(self.tokenizer(prompt, add_special_tokens=self.add_special_tokens)
+                          ["input_ids"])
+            if len(self._prompt_ids) > 4096:
+                self._prompt_ids.clear()
+            self._prompt_ids[prompt] = cached
+        n = len(cached)
+        return n if n and full_ids[:n] == cached else 0
 
     def _to_scores(self, logits: Any) -> list[float]:  # (S, L) -> S scores
         if self.transform == "none":
@@ -126,12 +205,13 @@ class HFRewardModel(_HFScorer):
                 "completions", len(completions), f"must match len(prompts)={len(prompts)}")
         if not prompts:
             return []
-        ids, positions = [], []
+        ids, positions, prefixes = [], [], []
         for prompt, completion in zip(prompts, completions):
             enc = self._encode(prompt + completion)
             ids.append(list(enc["input_ids"]))
             positions.append([len(enc["input_ids"]) - 1])
-        values = self._values(ids, positions)
+            prefixes.append(self._prefix_len(prompt, ids[-1]))
+        values = self._values(ids, positions, prefixes)
         return check_scores([v[0] for v in values], len(prompts), who="HFRewardModel")
 
 
@@ -154,7 +234,7 @@ class HFProcessRewardModel(_HFScorer):
         if len(prompts) != len(steps):
             raise InvalidParameterError(
                 "steps", len(steps), f"must match len(prompts)={len(prompts)}")
-        ids, positions = [], []
+        ids, positions, prefixes = [], [], []
         for prompt, chain in zip(prompts, steps):
             if isinstance(chain, str) or not chain:
                 raise InvalidParameterError("steps", chain, "each entry must be a non-empty list "
@@ -162,7 +242,8 @@ class HFProcessRewardModel(_HFScorer):
             enc = self._encode(prompt + "".join(chain))
             ids.append(list(enc["input_ids"]))
             positions.append(_step_positions(prompt, chain, enc))
-        values = self._values(ids, positions)
+            prefixes.append(self._prefix_len(prompt, ids[-1]))
+        values = self._values(ids, positions, prefixes)
         return [check_scores(v, len(chain), who="HFProcessRewardModel")
                 for v, chain in zip(values, steps)]
 

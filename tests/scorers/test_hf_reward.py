@@ -50,6 +50,19 @@ def test_orm_batched_equals_one_by_one_and_counts_usage(orm_path):
     assert usage.scorer_flops == pytest.approx(2 * rm.n_params * 2 * tokens)
 
 
+def test_orm_shares_the_prompt_forward_pass_across_samples(orm_path):
+    rm = HFRewardModel.from_pretrained(orm_path, batch_size=2)
+    comps = ["#### 5", "2 + 3 = 5\n#### 5", "", "2 + 2 = 4\n"]
+    shared = rm.score([PROMPTS[0]] * 4, comps)
+    for c, g in zip(comps, shared):
+        want = torch.sigmoid(_reference_orm(orm_path, PROMPTS[0] + c)[0]).item()
+        assert g == pytest.approx(want, abs=1e-5)
+    p = len(rm.tokenizer(PROMPTS[0])["input_ids"])
+    tails = sum(len(rm.tokenizer(PROMPTS[0] + c)["input_ids"]) - p for c in comps)
+    assert rm.usage.scorer_tokens == 2 * p + tails  # two chunks of 2 rows, one prompt pass each
+    assert rm.usage.scorer_calls == 1
+
+
 def test_prm_step_scores_are_token_logits_at_each_steps_last_token(prm_path):
     from transformers import AutoModelForTokenClassification, AutoTokenizer
     prm = HFProcessRewardModel.from_pretrained(prm_path, batch_size=2)
