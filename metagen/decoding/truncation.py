@@ -60,25 +60,32 @@ def top_p_filter(logits: torch.Tensor, top_p: torch.Tensor, prefix: int = TOP_P_
     """``top_p`` ``(B,)`` in (0, 1]; rows with p >= 1 are unchanged.
 
     A token is removed when the tokens more likely than it already hold mass >= p
-    (transformers' rule: its ascending cumulative mass <= 1 - p). When the ``prefix`` most
-    likely tokens of every active row hold mass >= p, only they are sorted (``torch.topk``);
-    otherwise the whole vocabulary is, as in transformers. The two agree except for a token
-    whose cumulative mass equals p to float rounding.
+    (transformers' rule: its ascending cumulative mass <= 1 - p). Rows whose ``prefix`` most
+    likely tokens hold mass >= p sort only those (``torch.topk``); the other rows sort the whole
+    vocabulary, as transformers. The two agree except for a token whose cumulative mass equals
+    p to float rounding.
     """
     p = top_p.to(device=logits.device, dtype=logits.dtype)
     on = p < 1.0
     if not bool(on.any()):
         return logits
-    vocab = logits.shape[-1]
-    if prefix < vocab:
-        vals, idx = torch.topk(logits, prefix, dim=-1)  # (B, prefix), descending
-        probs = torch.exp(vals - torch.logsumexp(logits, dim=-1, keepdim=True))
-        cum = probs.cumsum(dim=-1)
-        if bool(((cum[:, -1] >= p) | ~on).all()):
-            keep_sorted = (cum - probs) < p[:, None]  # mass strictly before the token < p
-            keep_sorted[:, 0] = True
-            keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, idx, keep_sorted)
-            return logits.masked_fill(~keep & on[:, None], NEG_INF)
+    if prefix >= logits.shape[-1]:
+        return _top_p_sorted(logits, p, on)
+    vals, idx = torch.topk(logits, prefix, dim=-1)  # (B, prefix), descending
+    probs = torch.exp(vals - torch.logsumexp(logits, dim=-1, keepdim=True))
+    cum = probs.cumsum(dim=-1)
+    keep_sorted = (cum - probs) < p[:, None]  # mass strictly before the token < p
+    keep_sorted[:, 0] = True
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, idx, keep_sorted)
+    out = logits.masked_fill(~keep & on[:, None], NEG_INF)
+    wide = on & (cum[:, -1] < p)  # boundary beyond the prefix: sort the whole row
+    if bool(wide.any()):
+        rows = wide.nonzero().flatten()
+        out[rows] = _top_p_sorted(logits[rows], p[rows], on[rows])
+    return out
+
+
+def _top_p_sorted(logits: torch.Tensor, p: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
     sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=False)  # ascending
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (B, V)
     remove_sorted = cum <= (1.0 - p)[:, None]
