@@ -47,7 +47,7 @@ class CallableReward:
 
 
 def as_reward(reward: Any) -> RewardModel:
-    """A batched :class:`RewardModel` from a scorer object or a ``(prompt, completion)`` callable."""
+    """A batched :class:`RewardModel` from a scorer or a ``(prompt, completion)`` callable."""
     if reward is None:
         raise InvalidParameterError("reward", reward, "a reward model or callable is required")
     if callable(getattr(reward, "score", None)):
@@ -55,7 +55,8 @@ def as_reward(reward: Any) -> RewardModel:
     if callable(reward):
         return CallableReward(reward)
     raise InvalidParameterError(
-        "reward", reward, "must have score(prompts, completions) or be callable(prompt, completion)")
+        "reward", reward,
+        "must have score(prompts, completions) or be callable(prompt, completion)")
 
 
 def check_scores(scores: Any, n: int, *, who: str = "scorer") -> list[float]:
@@ -67,7 +68,8 @@ def check_scores(scores: Any, n: int, *, who: str = "scorer") -> list[float]:
     try:
         values = list(scores)
     except TypeError as exc:
-        raise TypeError(f"{who} returned {type(scores).__name__}, expected a list of floats") from exc
+        raise TypeError(
+            f"{who} returned {type(scores).__name__}, expected a list of floats") from exc
     if len(values) != n:
         raise ValueError(f"{who} returned {len(values)} scores for {n} inputs")
     out: list[float] = []

@@ -303,7 +303,8 @@ def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
         raise ModelLoadError(f"{path}: cannot load reward model: {exc}") from exc
     head = getattr(model, "score", None) or getattr(model, "classifier", None)
     if head is None or not hasattr(head, "weight"):
-        raise ModelLoadError(f"{path}: no linear 'score'/'classifier' head on {type(model).__name__}")
+        raise ModelLoadError(
+            f"{path}: no linear 'score'/'classifier' head on {type(model).__name__}")
     return model.to(device), tokenizer, head
 
 

@@ -1,4 +1,4 @@
-"""MBR utilities against their libraries' own scores; reference aggregation is exact where stated."""
+"""MBR utilities against their libraries' own scores; exact reference aggregation."""
 
 from __future__ import annotations
 

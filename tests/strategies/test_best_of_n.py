@@ -1,4 +1,4 @@
-"""best_of_n on MockGenerator (scripted): golden picks, one batched call, failures, budget, usage."""
+"""best_of_n on MockGenerator (scripted): golden picks, one call, failures, budget, usage."""
 
 from __future__ import annotations
 
