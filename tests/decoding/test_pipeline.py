@@ -158,9 +158,16 @@ def test_every_token_removed_is_an_error_not_token_zero():
                           eos_token_ids=(2,), rng_seed=0),
             SequenceState(SamplingParams(temperature=0.0, allowed_token_ids=(2,),
                                          ignore_eos=True), [1], eos_token_ids=(2,), rng_seed=0),
-            SequenceState(SamplingParams(), [1], rng_seed=0)]
-    out = decode_step(logits_for(3, 2), seqs)
-    assert set(out.errors) == {0, 1} and out.tokens[2] >= 0
+            SequenceState(SamplingParams(), [1], rng_seed=0),
+            SequenceState(SamplingParams(allowed_token_ids=(2,), ignore_eos=True, top_k=3,
+                                         top_p=0.5, min_p=0.1, typical_p=0.5,
+                                         epsilon_cutoff=0.1, eta_cutoff=0.1), [1],
+                          eos_token_ids=(2,), rng_seed=0),
+            SequenceState(SamplingParams(allowed_token_ids=(2,), ignore_eos=True,
+                                         mirostat_tau=1.0), [1], eos_token_ids=(2,), rng_seed=0)]
+    out = decode_step(logits_for(5, 2), seqs)
+    assert set(out.errors) == {0, 1, 3, 4} and out.tokens[2] >= 0
+    assert seqs[4].mirostat_mu is None
 
 
 def test_overflow_after_temperature_is_an_error():
