@@ -196,3 +196,23 @@ def test_top_logprobs_leave_out_impossible_tokens():
     out = decode_step(logits, [SequenceState(SamplingParams(logprobs=5, seed=0), [1])])
     assert set(out.top_logprobs[0]) == {1, 4}
     assert all(math.isfinite(v) for v in out.top_logprobs[0].values())
+
+
+def test_two_step_joint_distribution_matches_chi_square():
+    # H0: (token at step 0, token at step 1) ~ p0(a) * p1(b | a) for a toy 4-token model, i.e. the
+    # draws at consecutive steps of one sample are independent. Pearson chi-square over the 16
+    # cells, fails with probability < DELTA under H0.
+    v, n = 4, 8000
+    base = torch.tensor([[0.1, 0.2, 0.3, 0.4]]).log()
+    cond = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25],
+                         [0.1, 0.2, 0.3, 0.4], [0.05, 0.05, 0.1, 0.8]]).log()
+    params = SamplingParams(seed=77, max_tokens=2)
+    seqs = [SequenceState(params, [0], sample_index=i) for i in range(n)]
+    first = decode_step(base.expand(n, -1), seqs).tokens
+    for s, t in zip(seqs, first.tolist()):
+        s.append(t)
+    second = decode_step(cond[first], seqs).tokens
+    counts = torch.bincount(first * v + second, minlength=v * v).double()
+    target = (base.exp().T * cond.exp()).flatten().double()  # p0(a) * p1(b | a)
+    stat, dof = chi_square_ok(counts, target)
+    assert chi2_sf(stat, dof) > DELTA, stat
