@@ -1,8 +1,8 @@
 """FLOP estimates for a decoder-only transformer (Kaplan et al. 2020, "Scaling Laws", sec. 2.1).
 
 A forward pass over one token at position ``p`` (0-based; it attends to ``p + 1`` positions)
-costs about ``2 * N + 4 * L * d_attn * (p + 1)`` FLOPs, with ``N`` the parameters that take part in
-matrix products (everything except the input embedding lookup; a tied output head counts once),
+costs about ``2 * N + 4 * L * d_attn * (p + 1)`` FLOPs, with ``N`` the weight-matrix parameters (not the
+input embedding lookup, norms or biases; a tied output head counts once -- the engine's count),
 ``L`` the layers and ``d_attn`` the attention width (heads x head dim): the first term is the
 matmuls, the second QK^T and attention x V.
 """
@@ -46,7 +46,7 @@ class FlopModel:
 
 def flop_model_of(model: Any) -> FlopModel:
     """A :class:`FlopModel` for a ``transformers`` causal LM (reads ``model.config``)."""
-    params = {id(p): p.numel() for p in model.parameters()}
+    params = {id(p): p.numel() for p in model.parameters() if p.dim() >= 2}  # weight matrices
     total = sum(params.values())
     embed = model.get_input_embeddings()
     head = model.get_output_embeddings()

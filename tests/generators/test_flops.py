@@ -26,8 +26,10 @@ def test_flop_model_of_tied_llama(stories_path) -> None:
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(stories_path)
     fm = flop_model_of(model)
-    total = sum(p.numel() for p in model.parameters())  # tied head counted once
+    total = sum(p.numel() for p in model.parameters() if p.dim() >= 2)  # tied head once
     assert fm.matmul_params == total
+    # layers x (q, k, v, o + 3 MLP matrices) + the tied head: the engine's own count
+    assert total == 5 * (64 * 8 * (8 * 2 + 4 * 2) + 3 * 64 * 172) + 512 * 64
     assert (fm.layers, fm.attn_dim) == (5, 64)
 
 
@@ -36,5 +38,5 @@ def test_flop_model_of_untied_excludes_lookup_table() -> None:
     cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg)
-    total = sum(p.numel() for p in model.parameters())
+    total = sum(p.numel() for p in model.parameters() if p.dim() >= 2)
     assert flop_model_of(model).matmul_params == total - 64 * 16
