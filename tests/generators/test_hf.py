@@ -273,3 +273,22 @@ def test_score_across_a_token_merge(stories_gen) -> None:
         logp = torch.log_softmax(stories_gen.model(torch.tensor([ids])).logits[0].float(), -1)
     expected = sum(float(logp[t - 1, ids[t]]) for t in range(k, len(ids)))
     assert merged == pytest.approx(expected, abs=1e-4)
+
+
+def test_same_accounting_and_scores_as_the_engine(stories_gen, stories_path) -> None:
+    """HF and the built-in engine report the same work the same way (no prefix cache hit here)."""
+    local_mod = pytest.importorskip("metagen.generators.local")
+    local = local_mod.LocalGenerator.from_pretrained(stories_path)
+    params = SamplingParams(temperature=0, max_tokens=20)
+    hf_before = stories_gen.usage
+    ours = stories_gen.generate(["Once upon a time"], params)[0][0]
+    theirs = local.generate(["Once upon a time"], params)[0][0]
+    hf_used = stories_gen.usage - hf_before
+    assert ours.token_ids == theirs.token_ids and ours.text == theirs.text
+    for field in ("prompt_tokens", "generated_tokens", "calls"):
+        assert getattr(hf_used, field) == getattr(local.usage, field)
+    assert hf_used.generator_flops == pytest.approx(local.usage.generator_flops, rel=1e-9)
+    conts = [[", there was a dog", "me", ""]]
+    for prompt in ("Once upon a time", "Once upon a ti"):
+        assert stories_gen.score([prompt], conts)[0] == pytest.approx(
+            local.score([prompt], conts)[0], abs=1e-4)
