@@ -150,6 +150,7 @@ def process_with(logits: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchP
     return x
 
 
+@torch.no_grad()
 def process_logits(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
     """``(B, V)`` raw logits -> ``(B, V)`` processed float32 logits (``-inf`` = removed).
 
@@ -163,6 +164,7 @@ def process_logits(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> torch
     return process_with(logits, seqs, bp, bad_rows(logits))
 
 
+@torch.no_grad()
 def probs_for_sampling(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
     """``(B, V)`` float32: the distribution each row's next token is drawn from.
 

@@ -76,6 +76,7 @@ def top_logprobs_rows(logprobs: torch.Tensor, ks: Sequence[int | None]
     return out
 
 
+@torch.no_grad()
 def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutput:
     """One decoding step for a batch (``logits`` ``(B, V)``, ``seqs`` of length ``B``).
 
