@@ -10,6 +10,7 @@ Timings are reported, never asserted.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -33,10 +34,15 @@ def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
 
 
 def run(quick: bool = False, cache_dir: str | Path | None = None,
-        workload_names: str = "ABCDE", log=print) -> dict[str, Any]:
-    """Run the benchmark; returns the JSON-ready result."""
+        workload_names: str = "ABCDE", log=print, repeats: int | None = None,
+        warmup: bool | None = None) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON-ready result. ``repeats``/``warmup`` override the
+    settings' timed runs per measurement and the untimed first run."""
     sizes = factory.QUICK if quick else factory.FULL
     s = workloads.QUICK_SETTINGS if quick else workloads.FULL_SETTINGS
+    if repeats is not None or warmup is not None:
+        s = dataclasses.replace(s, repeats=repeats or s.repeats,
+                                warmup=s.warmup if warmup is None else warmup)
     cache = Path(cache_dir or os.environ.get("METAGEN_BENCH_CACHE")
                  or Path(tempfile.gettempdir()) / "metagen-bench-models")
     log("measuring roofline ...")
@@ -158,8 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--workloads", default="ABCDE")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args(argv)
-    result = run(quick=args.quick, workload_names=args.workloads,
+    result = run(quick=args.quick, workload_names=args.workloads, repeats=args.repeats,
+                 warmup=False if args.no_warmup else None, cache_dir=args.cache_dir,
                  log=lambda m: print(m, file=sys.stderr))
     print_table(result)
     if args.json:

@@ -20,9 +20,11 @@ from benchmarks.peers import MetagenPeer, Peer, Unsupported
 
 @dataclass(slots=True, frozen=True)
 class Settings:
-    """Sizes of the workloads (full run vs --quick)."""
+    """Sizes of the workloads (full run vs --quick). ``warmup`` runs each measurement once
+    untimed first (its output is still checked)."""
 
     repeats: int = 3
+    warmup: bool = True
     a_prompt: int = 256
     a_new: int = 128
     b_prompt: int = 512
@@ -51,9 +53,10 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def timed(fn: Callable[[], Any], repeats: int) -> tuple[list[float], Any]:
-    """Run ``fn`` once to warm up, then ``repeats`` timed runs; returns times and last output."""
-    out = fn()
+def timed(fn: Callable[[], Any], repeats: int, warmup: bool = True) -> tuple[list[float], Any]:
+    """Optionally run ``fn`` once to warm up, then ``repeats`` timed runs; returns the times and
+    the last output."""
+    out = fn() if warmup else None
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -85,8 +88,8 @@ def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float
     prompt = random_prompt(s.a_prompt, vocab, 1)
     rows, outputs = [], {}
     for peer in peers:
-        t_all, toks = timed(lambda: peer.greedy("target", prompt, s.a_new), s.repeats)
-        t_one, _ = timed(lambda: peer.greedy("target", prompt, 1), s.repeats)
+        t_all, toks = timed(lambda: peer.greedy("target", prompt, s.a_new), s.repeats, s.warmup)
+        t_one, _ = timed(lambda: peer.greedy("target", prompt, 1), s.repeats, s.warmup)
         decode = [(s.a_new - 1) / max(a - b, 1e-9) for a, b in zip(t_all, t_one)]
         frac = [d / roof_tok_s for d in decode]
         outputs[peer.name] = toks
@@ -100,7 +103,8 @@ def workload_b(peers: list[Peer], s: Settings, vocab: int) -> list[dict]:
     prompt = random_prompt(s.b_prompt, vocab, 2)
     rows = []
     for peer in peers:
-        times, _ = timed(lambda: peer.best_of_n("target", prompt, s.b_n, s.b_new, 7), s.repeats)
+        times, _ = timed(lambda: peer.best_of_n("target", prompt, s.b_n, s.b_new, 7),
+                         s.repeats, s.warmup)
         rows.append(_row("B", peer, f"best-of-{s.b_n}", times, s.b_n * s.b_new))
     return rows
 
@@ -109,7 +113,8 @@ def workload_c(peers: list[Peer], s: Settings, vocab: int) -> tuple[list[dict], 
     prompt = random_prompt(s.c_prompt, vocab, 3)
     rows, outputs = [], {}
     for peer in peers:
-        times, toks = timed(lambda: peer.beam("target", prompt, s.c_width, s.c_new), s.repeats)
+        times, toks = timed(lambda: peer.beam("target", prompt, s.c_width, s.c_new),
+                            s.repeats, s.warmup)
         outputs[peer.name] = toks
         rows.append(_row("C", peer, f"beam {s.c_width}", times, s.c_new))
     return rows, outputs
@@ -123,9 +128,10 @@ def workload_d(peers: list[Peer], s: Settings, vocab: int) -> tuple[list[dict], 
     for mode, model, prompt, goal in cases:
         for peer in peers:
             try:
-                t_base, base = timed(lambda: peer.greedy(model, prompt, s.d_new), s.repeats)
+                t_base, base = timed(lambda: peer.greedy(model, prompt, s.d_new),
+                                     s.repeats, s.warmup)
                 t_spec, spec = timed(lambda: peer.speculative(model, prompt, s.d_new, s.d_k, mode),
-                                     s.repeats)
+                                     s.repeats, s.warmup)
             except Unsupported:
                 continue
             speed = [b / t for b, t in zip(t_base, t_spec)]
@@ -172,8 +178,8 @@ def workload_e(peer: MetagenPeer, s: Settings, vocab: int) -> list[dict]:
                 "prompt_tokens": prompt_tokens, "generated": generated}
 
     rows = []
-    t_on, on = timed(lambda: run(True), s.repeats)
-    t_off, off = timed(lambda: run(False), s.repeats)
+    t_on, on = timed(lambda: run(True), s.repeats, s.warmup)
+    t_off, off = timed(lambda: run(False), s.repeats, s.warmup)
     speed = [b / a for a, b in zip(t_on, t_off)]
     gen_tokens = on["generated"]
     rows.append(_row("E", peer, "step search, cache on", t_on, gen_tokens,

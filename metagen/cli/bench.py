@@ -38,7 +38,11 @@ def bench() -> None:
               help="Which workloads to run (letters A-E).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where the generated benchmark models are kept (default: a temp folder).")
-def engine(quick: bool, json_path: str | None, workloads: str, cache_dir: str | None) -> None:
+@click.option("--repeats", type=click.IntRange(1, 100), default=None,
+              help="Timed runs per measurement (default: 3 full, 1 quick).")
+@click.option("--no-warmup", is_flag=True, help="Skip the untimed first run of each measurement.")
+def engine(quick: bool, json_path: str | None, workloads: str, cache_dir: str | None,
+           repeats: int | None, no_warmup: bool) -> None:
     """Engine benchmark: workloads A-E, peers side by side, roofline measured in the same run."""
     bad = set(workloads.upper()) - set("ABCDE")
     if bad or not workloads:
@@ -46,7 +50,8 @@ def engine(quick: bool, json_path: str | None, workloads: str, cache_dir: str | 
                                  param_hint="--workloads")
     harness = _harness()
     result = harness.run(quick=quick, cache_dir=cache_dir, workload_names=workloads.upper(),
-                         log=lambda m: click.echo(m, err=True))
+                         log=lambda m: click.echo(m, err=True), repeats=repeats,
+                         warmup=False if no_warmup else None)
     harness.print_table(result)
     if json_path:
         harness.write_json(result, json_path)
