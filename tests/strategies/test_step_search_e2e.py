@@ -126,8 +126,9 @@ def test_tot_with_the_model_as_value(stories):
     assert res.usage.scorer_calls == 2
 
 
-def test_engine_prefix_cache_serves_the_steps_so_far(stories_path, greedy_text):
-    # on the built-in engine the re-sent "prompt + steps so far" hits the radix cache
+def test_engine_prefix_cache_serves_the_steps_so_far(stories, stories_path, greedy_text):
+    # on the built-in engine the re-sent "prompt + steps so far" hits the radix cache, and a
+    # seeded search grows the same tree as on the transformers backend
     from metagen.generators.local import LocalGenerator
     gen = LocalGenerator.from_pretrained(stories_path)
     [res] = step_beam_search(gen, ["Once upon a time"], _length_value, width=1, branching=1,
@@ -139,3 +140,7 @@ def test_engine_prefix_cache_serves_the_steps_so_far(stories_path, greedy_text):
                            params=SamplingParams(temperature=1.0, seed=1))
     usage = res[0].trace["batch_usage"]
     assert usage["calls"] == 2 and usage["cached_prompt_tokens"] > 0
+    ref = step_beam_search(stories, ["Once upon a time", "Tom had a dog"], _length_value,
+                           width=2, branching=2, max_depth=2, steps=SENTENCES,
+                           params=SamplingParams(temperature=1.0, seed=1))
+    assert [r.trace["tree"] for r in res] == [r.trace["tree"] for r in ref]
