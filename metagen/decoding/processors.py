@@ -66,7 +66,8 @@ def bad_rows(logits: torch.Tensor) -> torch.Tensor:
 
 
 def bad_from_max(row_max: torch.Tensor) -> torch.Tensor:
-    return ~(row_max > float("-inf")) | (row_max == float("inf"))
+    """``(B,)`` bool from the row maxima: NaN, +inf or -inf (see :func:`bad_rows`)."""
+    return ~torch.isfinite(row_max)
 
 
 def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:

@@ -23,6 +23,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _MUL1 = 0xBF58476D1CE4E5B9
 _MUL2 = 0x94D049BB133111EB
 _INV_2_53 = 2.0 ** -53
+_SCALAR_MAX = 16
 
 
 def _mix(z: int) -> int:
@@ -65,6 +66,10 @@ def uniforms_for(seeds: Sequence[int], sample_indices: Sequence[int],
     n = len(seeds)
     if len(sample_indices) != n or (not isinstance(steps, int) and len(steps) != n):
         raise ValueError("seeds, sample_indices and steps must have the same length")
+    if n <= _SCALAR_MAX:  # plain Python ints beat NumPy's per-call overhead on small batches
+        step_list = [steps] * n if isinstance(steps, int) else steps
+        return np.array([uniform_for(int(a), int(b), int(c), stream)
+                         for a, b, c in zip(seeds, sample_indices, step_list)], dtype=np.float64)
     with np.errstate(over="ignore"):
         h = _mix_np(_as_u64(seeds, n))
         h = _mix_np(h ^ _as_u64(sample_indices, n))

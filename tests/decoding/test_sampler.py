@@ -39,8 +39,10 @@ def hoeffding_radius(n: int, categories: int, delta: float = DELTA) -> float:
 def test_vectorised_uniforms_equal_scalar_ones(seed, index, step, stream):
     u = uniform_for(seed, index, step, stream)
     assert 0.0 <= u < 1.0
-    v = uniforms_for([seed, 1], [index, 2], [step, 3], stream)
+    v = uniforms_for([seed, 1], [index, 2], [step, 3], stream)  # small batch: Python ints
     assert v[0] == u and v[1] == uniform_for(1, 2, 3, stream)
+    w = uniforms_for([seed] * 40, [index + i for i in range(40)], step, stream)  # NumPy path
+    assert w[0] == u and w[39] == uniform_for(seed, index + 39, step, stream)
 
 
 def test_uniforms_are_uniform_chi_square():
