@@ -2,7 +2,7 @@
 
 Each function returns a new tensor and leaves its input alone. Removed tokens get ``-inf``.
 The helpers ``banned_by_*`` compute, for one sequence, the token ids its next step may not take;
-:func:`ban_rows` turns per-row id lists into a ``(B, V)`` mask. Token ids outside ``[0, V)`` are
+:func:`rows_to_mask` turns per-row id lists into a ``(B, V)`` mask. Token ids outside ``[0, V)`` are
 ignored here (backends validate ids against the vocabulary when a request arrives).
 """
 
@@ -39,24 +39,25 @@ def flat_row_ids(rows: Sequence[Sequence[int] | None], vocab_size: int
 def rows_to_mask(rows: Sequence[Sequence[int] | None], vocab_size: int,
                  device: torch.device | str = "cpu") -> torch.Tensor:
     """``(B, V)`` bool, True at ``rows[b]``'s ids (``None`` or empty: an all-False row)."""
-    mask = torch.zeros((len(rows), vocab_size), dtype=torch.bool)
+    mask = torch.zeros((len(rows), vocab_size), dtype=torch.bool, device=device)
     row_idx, cols = flat_row_ids(rows, vocab_size)
-    if cols.numel():
-        mask[row_idx, cols] = True
-    return mask.to(device)
+    if cols.numel():  # only the indices travel to the device, not a (B, V) mask
+        mask[row_idx.to(device), cols.to(device)] = True
+    return mask
 
 
 def bias_matrix(biases: Sequence[Mapping[int, float] | None], vocab_size: int,
                 device: torch.device | str = "cpu") -> torch.Tensor:
     """``(B, V)`` float32 dense bias from per-row ``{token id: bias}`` maps (``None``: zeros)."""
-    out = torch.zeros((len(biases), vocab_size), dtype=torch.float32)
+    out = torch.zeros((len(biases), vocab_size), dtype=torch.float32, device=device)
     for b, bias in enumerate(biases):
         if bias:
             items = [(t, v) for t, v in bias.items() if 0 <= t < vocab_size]
             if items:
                 ids, vals = zip(*items)
-                out[b, list(ids)] = torch.tensor(vals, dtype=torch.float32)
-    return out.to(device)
+                out[b, torch.tensor(ids, device=device)] = torch.tensor(
+                    vals, dtype=torch.float32, device=device)
+    return out
 
 
 def apply_bias(logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

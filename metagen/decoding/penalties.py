@@ -20,8 +20,9 @@ def token_counts(rows: Sequence[Sequence[int] | None], vocab_size: int,
                  device: torch.device | str = "cpu") -> torch.Tensor:
     """``(B, V)`` float32 counts of each token id per row (ids outside ``[0, V)`` are ignored)."""
     row_idx, cols = flat_row_ids(rows, vocab_size)
-    counts = torch.bincount(row_idx * vocab_size + cols, minlength=len(rows) * vocab_size)
-    return counts.view(len(rows), vocab_size).to(device=device, dtype=torch.float32)
+    flat = (row_idx * vocab_size + cols).to(device)
+    counts = torch.bincount(flat, minlength=len(rows) * vocab_size)
+    return counts.view(len(rows), vocab_size).to(torch.float32)
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor,
