@@ -112,7 +112,8 @@ class BeamState:
 
 @dataclass(slots=True, frozen=True)
 class BeamMove:
-    """How live beams evolved in one step: new beam ``i`` = old beam ``parents[i]`` + ``tokens[i]``."""
+    """How live beams evolved in one step: new beam ``i`` = old beam ``parents[i]`` followed by
+    ``tokens[i]``."""
 
     parents: tuple[int, ...]
     tokens: tuple[int, ...]
@@ -230,8 +231,9 @@ class StochasticBeamState:
     running_index: tuple[int, ...] = field(default=(0,))  # beam index -> row of the next log_probs
 
 
-def stochastic_beam_step(state: StochasticBeamState, log_probs: torch.Tensor, uniforms: torch.Tensor,
-                         params: BeamParams) -> tuple[StochasticBeamState, BeamMove]:
+def stochastic_beam_step(state: StochasticBeamState, log_probs: torch.Tensor,
+                         uniforms: torch.Tensor, params: BeamParams
+                         ) -> tuple[StochasticBeamState, BeamMove]:
     """One step of stochastic beam search. ``log_probs`` (R, V) for the R running (unfinished)
     beams in ``state.running_index`` order; ``uniforms`` (R, V) in (0, 1).
 

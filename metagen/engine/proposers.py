@@ -120,8 +120,9 @@ class DraftModelProposer:
         idx = [s.sample_index for s in states]
         for t in range(k):
             logits = torch.cat(self.session.extend(seqs))  # (B, V)
-            pos_states = [SequenceState(s.params, s.prompt_ids, s.output_ids + tokens[j, :t].tolist(),
-                                        s.sample_index, s.eos_token_ids, rng_seed=s.rng_seed)
+            pos_states = [SequenceState(s.params, s.prompt_ids,
+                                        s.output_ids + tokens[j, :t].tolist(), s.sample_index,
+                                        s.eos_token_ids, rng_seed=s.rng_seed)
                           for j, s in enumerate(states)]
             q = probs_for_sampling(logits, pos_states)  # (B, V)
             u = torch.from_numpy(uniforms_for(seeds, idx, [s.step + t for s in states],

@@ -199,7 +199,8 @@ def speculative_generate(target: PagedSession, proposer: Proposer,
     while live:
         k = min(num_speculative_tokens, min(params.max_tokens - states[i].step for i in live) - 1)
         k = max(k, 0)
-        prop = proposer.propose([seqs[i].tokens for i in live], k, [states[i] for i in live])  # (B, K)
+        prop = proposer.propose([seqs[i].tokens for i in live], k,
+                                [states[i] for i in live])  # tokens (B, K)
         verify = []
         for j, i in enumerate(live):
             nd = int(prop.num_draft[j])

@@ -95,7 +95,8 @@ def test_beam_step_equals_transformers(stories, case: dict) -> None:
                         num_return_sequences=2, length_penalty=case["length_penalty"],
                         early_stopping=case["early_stopping"], eos_token_ids=case["eos"])
     ours = run_pure_beam(model, prompt[0].tolist(), params)
-    ref = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, num_beams=case["num_beams"],
+    ref = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                         num_beams=case["num_beams"],
                          num_return_sequences=2, length_penalty=case["length_penalty"],
                          early_stopping=case["early_stopping"], max_new_tokens=max_new,
                          eos_token_id=list(case["eos"]), pad_token_id=1,

@@ -96,8 +96,9 @@ def test_first_token_distributed_as_target(deterministic: bool) -> None:
         drafts = torch.multinomial(q, n, replacement=True, generator=gen).view(n, 1)
         draft_probs = q.expand(n, 1, v)
     target = p.expand(n, 2, v)
-    out = speculative_accept(drafts, draft_probs, target, torch.rand(n, 1, generator=gen,
-                             dtype=torch.float64), torch.rand(n, generator=gen, dtype=torch.float64))
+    accept_u = torch.rand(n, 1, generator=gen, dtype=torch.float64)
+    sample_u = torch.rand(n, generator=gen, dtype=torch.float64)
+    out = speculative_accept(drafts, draft_probs, target, accept_u, sample_u)
     counts = torch.bincount(out.tokens[:, 0], minlength=v).double()
     stat, df = chi2_stat(counts, p)
     assert stat < chi2_critical(df), (stat, df)
@@ -115,7 +116,8 @@ def _speculative_chain(p_table: torch.Tensor, q_table: torch.Tensor | None, star
     have = torch.zeros(n, dtype=torch.long)
     rows = torch.arange(n)
     while bool((have < length).any()):
-        last = torch.where(have > 0, seqs[rows, (have - 1).clamp(min=0)], torch.full_like(have, start))
+        last = torch.where(have > 0, seqs[rows, (have - 1).clamp(min=0)],
+                           torch.full_like(have, start))
         drafts, dprobs, prev = [], [], last
         for _ in range(k):
             if q_table is None:
@@ -130,8 +132,9 @@ def _speculative_chain(p_table: torch.Tensor, q_table: torch.Tensor | None, star
         ctx = torch.cat([last.unsqueeze(1), drafts_t], 1)  # token before each target position
         target = p_table[ctx]  # (n, K+1, V)
         q = None if q_table is None else torch.stack(dprobs, 1)
-        out = speculative_accept(drafts_t, q, target, torch.rand(n, k, generator=gen,
-                                 dtype=torch.float64), torch.rand(n, generator=gen, dtype=torch.float64))
+        accept_u = torch.rand(n, k, generator=gen, dtype=torch.float64)
+        sample_u = torch.rand(n, generator=gen, dtype=torch.float64)
+        out = speculative_accept(drafts_t, q, target, accept_u, sample_u)
         for j in range(k + 1):
             put = (j < out.num_emitted) & (have + j < seqs.shape[1])
             seqs[rows[put], (have + j)[put]] = out.tokens[put, j]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metagen.decoding.beam import BeamParams, BeamState, beam_step, best_hypotheses, diversity_penalty
+from metagen.decoding.beam import (
+    BeamParams, BeamState, beam_step, best_hypotheses, diversity_penalty)
 from metagen.engine.beam_search import beam_search, stochastic_beam_search
 from metagen.engine.models.loader import load_model
 from metagen.engine.speculative_decoding import PagedSession
@@ -60,8 +61,8 @@ def test_engine_beam_search_equals_transformers(models, name: str, case: dict) -
         prompts = [[1, 17, 42, 3, 9, 11, 60, 2, 33, 21], [1, 80, 14]]
     max_new = 20
     params = BeamParams(num_beams=case["num_beams"], max_tokens=max_new, num_return_sequences=2,
-                        length_penalty=case["length_penalty"], early_stopping=case["early_stopping"],
-                        eos_token_ids=case["eos"])
+                        length_penalty=case["length_penalty"],
+                        early_stopping=case["early_stopping"], eos_token_ids=case["eos"])
     session = PagedSession(model, num_blocks=96, block_size=4)
     results = beam_search(session, prompts, params)
     for ids, hyps in zip(prompts, results):
