@@ -182,11 +182,18 @@ def speculative_generate(target: PagedSession, proposer: Proposer,
 
     ``params`` gives the target's sampling distribution (temperature, truncation, penalties,
     ``max_tokens``, ``seed``, ``stop_token_ids``; mirostat is refused: its state is sequential).
-    Output ends at ``max_tokens`` or after an EOS / stop token (which is included).
+    Output ends at ``max_tokens`` or after an EOS / stop token (which is included). Row ``i``
+    samples as ``sample_index`` i. Stop strings and ``n > 1`` are refused (InvalidParameterError).
     """
     if params.mirostat_tau is not None:
         raise InvalidParameterError("mirostat_tau", params.mirostat_tau,
                                     "mirostat is not supported with speculative decoding")
+    if params.stop:
+        raise InvalidParameterError("stop", params.stop, "stop strings need text; speculative "
+                                    "decoding works on token ids: use stop_token_ids")
+    if params.n != 1:
+        raise InvalidParameterError("n", params.n, "one sample per prompt: repeat the prompt "
+                                    "(row i samples as sample_index i)")
     if not isinstance(num_speculative_tokens, int) or not 0 <= num_speculative_tokens <= 64:
         raise InvalidParameterError("num_speculative_tokens", num_speculative_tokens,
                                     "must be an integer in [0, 64]")

@@ -86,6 +86,10 @@ def test_speculative_rejects_bad_settings(setup) -> None:
         speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(), -1)
     with pytest.raises(InvalidParameterError, match="mirostat"):
         speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(mirostat_tau=3.0))
+    with pytest.raises(InvalidParameterError, match="stop"):
+        speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(stop=["."]))
+    with pytest.raises(InvalidParameterError, match="n="):
+        speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(n=2))
 
 
 def test_ngram_lookup_golden() -> None:
