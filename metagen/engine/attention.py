@@ -20,34 +20,43 @@ import torch
 import torch.nn.functional as F
 
 
-GATHER_BYTES = 64 << 20  # bound on the K/V gathered at once per layer (transient memory)
-
-
 @dataclass(slots=True)
 class PrefixGroup:
     """Rows whose contexts start with the same ``prefix_slots`` (cache slots, shape (P,))."""
 
-    rows: torch.Tensor  # (R,) int64 row indices into the padded batch
+    rows: torch.Tensor  # (R,) int64 row indices into the chunk's padded rows
     prefix_slots: torch.Tensor  # (P,) int64
+
+
+@dataclass(slots=True)
+class RowChunk:
+    """Rows of the batch attended together in one padded layout.
+
+    ``q_index`` (b, M): flat token index of each padded query (padding points at token 0).
+    ``kv_slots`` (b, C): cache slots each row attends to (its suffix only, when the row is in a
+    prefix group); padding points at slot 0. ``mask`` (b, M, C): True where query m of row r may
+    attend to key c. ``groups``: Hydragen prefix groups among these rows.
+    """
+
+    q_index: torch.Tensor
+    kv_slots: torch.Tensor
+    mask: torch.Tensor
+    groups: list[PrefixGroup] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class AttentionMetadata:
     """Index tensors of one step, shared by every layer.
 
-    ``slot_mapping`` (T,): cache slot of each new token. ``q_index`` (B, M): flat token index of
-    each padded query (padding points at token 0). ``out_index`` (T,): position of each flat token
-    in the flattened (B * M) padded output. ``kv_slots`` (B, C): cache slots each row attends to
-    (its suffix only, when the row is in a prefix group), padding points at slot 0. ``mask``
-    (B, M, C): True where query m of row b may attend to key c. ``groups``: Hydragen prefix groups.
+    ``slot_mapping`` (T,): cache slot of each new token. ``chunks``: the rows, split so that
+    decode rows are not padded to a prefill's length and each chunk's transient tensors stay
+    bounded. ``out_index`` (T,): position of each flat token in the concatenation of the chunks'
+    flattened (b * M) outputs.
     """
 
     slot_mapping: torch.Tensor
-    q_index: torch.Tensor
+    chunks: list[RowChunk]
     out_index: torch.Tensor
-    kv_slots: torch.Tensor
-    mask: torch.Tensor
-    groups: list[PrefixGroup] = field(default_factory=list)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -99,36 +108,36 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     vc = v_cache.view(-1, hkv, d)
     kc.index_copy_(0, meta.slot_mapping, k_new)
     vc.index_copy_(0, meta.slot_mapping, v_new)
-    b, m = meta.q_index.shape
-    c = meta.kv_slots.shape[1]
-    qp = q.index_select(0, meta.q_index.view(-1)).view(b, m, q.shape[1], d)  # (B, M, Hq, D)
-    if not meta.groups:  # no log-sum-exp needed: one fused kernel per chunk of rows
-        # rows are processed in chunks so the gathered K/V copy stays under GATHER_BYTES
-        per_row = 2 * c * hkv * d * k_cache.element_size()
-        step = max(1, GATHER_BYTES // max(per_row, 1))
-        parts = []
-        for lo in range(0, b, step):
-            hi = min(b, lo + step)
-            flat = meta.kv_slots[lo:hi].reshape(-1)
-            kp = kc.index_select(0, flat).view(hi - lo, c, hkv, d)  # (b', C, Hkv, D)
-            vp = vc.index_select(0, flat).view(hi - lo, c, hkv, d)
-            parts.append(F.scaled_dot_product_attention(
-                qp[lo:hi].transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),
-                attn_mask=meta.mask[lo:hi, None], scale=scale, enable_gqa=True).transpose(1, 2))
-        out = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return out.reshape(b * m, q.shape[1], d).index_select(0, meta.out_index)
-    flat = meta.kv_slots.view(-1)
-    kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (B, C, Hkv, D)
+    outs = [_attend_chunk(q, kc, vc, chunk, scale) for chunk in meta.chunks]
+    out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (sum b*M, Hq, D)
+    return out.index_select(0, meta.out_index)
+
+
+def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: RowChunk,
+                  scale: float) -> torch.Tensor:
+    """Attention of one row chunk; returns (b * M, Hq, D)."""
+    hkv, d = kc.shape[-2], kc.shape[-1]
+    b, m = chunk.q_index.shape
+    c = chunk.kv_slots.shape[1]
+    hq = q.shape[1]
+    qp = q.index_select(0, chunk.q_index.view(-1)).view(b, m, hq, d)  # (b, M, Hq, D)
+    flat = chunk.kv_slots.view(-1)
+    kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (b, C, Hkv, D)
     vp = vc.index_select(0, flat).view(b, c, hkv, d)
-    out, lse = attend(qp, kp, vp, meta.mask, scale)
-    for group in meta.groups:
+    if not chunk.groups:  # no log-sum-exp needed: one fused kernel
+        out = F.scaled_dot_product_attention(
+            qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),
+            attn_mask=chunk.mask[:, None], scale=scale, enable_gqa=True).transpose(1, 2)
+        return out.reshape(b * m, hq, d)
+    out, lse = attend(qp, kp, vp, chunk.mask, scale)
+    for group in chunk.groups:
         r = group.rows.shape[0]
         kg = kc.index_select(0, group.prefix_slots)[None]  # (1, P, Hkv, D): once per group
         vg = vc.index_select(0, group.prefix_slots)[None]
-        qg = qp.index_select(0, group.rows).reshape(1, r * m, q.shape[1], d)
+        qg = qp.index_select(0, group.rows).reshape(1, r * m, hq, d)
         out_p, lse_p = attend(qg, kg, vg, None, scale)
-        merged, _ = merge_attention(out_p.view(r, m, -1, d), lse_p.view(r, m, -1),
+        merged, _ = merge_attention(out_p.view(r, m, hq, d), lse_p.view(r, m, hq),
                                     out.index_select(0, group.rows),
                                     lse.index_select(0, group.rows))
         out = out.index_copy(0, group.rows, merged)
-    return out.reshape(b * m, q.shape[1], d).index_select(0, meta.out_index)
+    return out.reshape(b * m, hq, d)

@@ -17,6 +17,9 @@ by the next extend.
 
 Rows whose block tables start with the same physical blocks are detected automatically and, with
 ``hydragen``, attend to their common prefix once per group (see :mod:`metagen.engine.attention`).
+Rows are attended in chunks (single-token rows apart from multi-token ones, each chunk's padded
+tensors under ``ATTN_CHUNK_BYTES``), so a long prefill never pads a batch of decodes and the
+transient memory of a step stays bounded.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from dataclasses import dataclass
 
 import torch
 
-from metagen.engine.attention import AttentionMetadata, PrefixGroup
+from metagen.engine.attention import AttentionMetadata, PrefixGroup, RowChunk
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.models.llama import LlamaModel
+
+
+ATTN_CHUNK_BYTES = 64 << 20  # bound on a row chunk's transient attention tensors
 
 
 @dataclass(slots=True)
@@ -77,49 +83,89 @@ class ModelRunner:
         self.block_size = kv_cache.block_size
         self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
 
-    def _metadata(self, reqs: Sequence[ExtendRequest]
-                  ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+    def _partition(self, reqs: Sequence[ExtendRequest], lens: list[int]) -> list[list[int]]:
+        """Split the rows into chunks: single-token rows first, then the multi-token ones, and
+        a new chunk whenever the padded transient tensors would pass ATTN_CHUNK_BYTES."""
+        cfg = self.model.cfg
+        elem = self.kv.k.element_size()
+        order = [i for i, n in enumerate(lens) if n == 1] + [i for i, n in enumerate(lens) if n > 1]
+        chunks: list[list[int]] = []
+        rows: list[int] = []
+        m = c = 0
+        for i in order:
+            m2 = max(m, lens[i])
+            c2 = max(c, reqs[i].num_cached + lens[i])
+            cost = (len(rows) + 1) * (2 * c2 * cfg.num_kv_heads * cfg.head_dim * elem
+                                      + 3 * 4 * cfg.num_heads * m2 * c2)
+            if rows and (cost > ATTN_CHUNK_BYTES or (m == 1) != (m2 == 1)):
+                chunks.append(rows)
+                rows, m2, c2 = [], lens[i], reqs[i].num_cached + lens[i]
+            rows.append(i)
+            m, c = m2, c2
+        chunks.append(rows)
+        return chunks
+
+    def _chunk(self, reqs: Sequence[ExtendRequest], rows: list[int], offsets: list[int]
+               ) -> tuple[RowChunk, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One row chunk and, for its valid queries: flat token index, position in the chunk's
+        padded output, cache slot, absolute position."""
         bs = self.block_size
-        b = len(reqs)
-        lens = [len(r.new_token_ids) for r in reqs]
-        starts = [r.num_cached for r in reqs]
+        sub = [reqs[i] for i in rows]
+        b = len(sub)
         prefix_blocks = [0] * b
-        shared = _shared_prefixes(reqs, bs) if self.hydragen else []
-        for rows, n in shared:
-            self.hydragen_rows += len(rows)
-            for i in rows:
+        shared = _shared_prefixes(sub, bs) if self.hydragen else []
+        for group_rows, n in shared:
+            self.hydragen_rows += len(group_rows)
+            for i in group_rows:
                 prefix_blocks[i] = n
-        m = max(lens)
-        nblk = max(len(r.block_table) for r in reqs)
+        nblk = max(len(r.block_table) for r in sub)
         table = torch.tensor([list(r.block_table) + [0] * (nblk - len(r.block_table))
-                              for r in reqs], dtype=torch.long)  # (B, NBmax)
+                              for r in sub], dtype=torch.long)  # (b, NBmax)
         pos_slots = (table[:, :, None] * bs + torch.arange(bs)).view(b, nblk * bs)
-        start = torch.tensor(starts, dtype=torch.long)
-        n_new = torch.tensor(lens, dtype=torch.long)
+        start = torch.tensor([r.num_cached for r in sub], dtype=torch.long)
+        n_new = torch.tensor([len(r.new_token_ids) for r in sub], dtype=torch.long)
         pstart = torch.tensor(prefix_blocks, dtype=torch.long) * bs
         end = start + n_new
-        c = int((end - pstart).max())
-        kvpos = pstart[:, None] + torch.arange(c)  # (B, C)
+        m, c = int(n_new.max()), int((end - pstart).max())
+        kvpos = pstart[:, None] + torch.arange(c)  # (b, C)
         kv_valid = kvpos < end[:, None]
         kv_slots = pos_slots.gather(1, kvpos.clamp(max=nblk * bs - 1)) * kv_valid
         ar_m = torch.arange(m)
-        qpos = start[:, None] + ar_m  # (B, M)
+        qpos = start[:, None] + ar_m  # (b, M)
         q_valid = ar_m[None] < n_new[:, None]
-        mask = (kvpos[:, None, :] <= qpos[:, :, None]) & kv_valid[:, None, :]  # (B, M, C)
-        offsets = torch.cumsum(n_new, 0) - n_new
-        q_index = (offsets[:, None] + ar_m) * q_valid
-        out_index = (torch.arange(b)[:, None] * m + ar_m)[q_valid]
-        positions = qpos[q_valid]
-        slot_mapping = pos_slots.gather(1, qpos.clamp(max=nblk * bs - 1))[q_valid]
-        input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
-        groups = [PrefixGroup(torch.tensor(rows, dtype=torch.long),
-                              pos_slots[rows[0], :n * bs].clone()) for rows, n in shared]
+        mask = (kvpos[:, None, :] <= qpos[:, :, None]) & kv_valid[:, None, :]  # (b, M, C)
+        flat = (torch.tensor([offsets[i] for i in rows], dtype=torch.long)[:, None] + ar_m)
+        q_index = flat * q_valid
+        out_pos = (torch.arange(b)[:, None] * m + ar_m)[q_valid]
+        slots = pos_slots.gather(1, qpos.clamp(max=nblk * bs - 1))[q_valid]
         dev = self.device
-        meta = AttentionMetadata(
-            slot_mapping=slot_mapping.to(dev), q_index=q_index.to(dev),
-            out_index=out_index.to(dev), kv_slots=kv_slots.to(dev), mask=mask.to(dev),
-            groups=[PrefixGroup(g.rows.to(dev), g.prefix_slots.to(dev)) for g in groups])
-        return input_ids.to(dev), positions.to(dev), meta, offsets.tolist()
+        groups = [PrefixGroup(torch.tensor(g, dtype=torch.long, device=dev),
+                              pos_slots[g[0], :n * bs].to(dev)) for g, n in shared]
+        chunk = RowChunk(q_index.to(dev), kv_slots.to(dev), mask.to(dev), groups)
+        return chunk, flat[q_valid], out_pos, slots, qpos[q_valid]
+
+    def _metadata(self, reqs: Sequence[ExtendRequest]
+                  ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+        lens = [len(r.new_token_ids) for r in reqs]
+        offsets = [0] * len(reqs)
+        for i in range(1, len(reqs)):
+            offsets[i] = offsets[i - 1] + lens[i - 1]
+        total = offsets[-1] + lens[-1]
+        out_index = torch.empty(total, dtype=torch.long)
+        slot_mapping = torch.empty(total, dtype=torch.long)
+        positions = torch.empty(total, dtype=torch.long)
+        chunks, base = [], 0
+        for rows in self._partition(reqs, lens):
+            chunk, flat, out_pos, slots, pos = self._chunk(reqs, rows, offsets)
+            out_index[flat] = out_pos + base
+            slot_mapping[flat] = slots
+            positions[flat] = pos
+            base += chunk.q_index.numel()
+            chunks.append(chunk)
+        input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
+        dev = self.device
+        meta = AttentionMetadata(slot_mapping.to(dev), chunks, out_index.to(dev))
+        return input_ids.to(dev), positions.to(dev), meta, offsets
 
     @torch.inference_mode()
     def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:

@@ -111,16 +111,24 @@ def test_unsupported_architecture_names_it_and_suggests_hf(tmp_path):
         load_model(tmp_path)
 
 
-def test_row_chunked_gather_equals_one_gather(random_models, monkeypatch):
-    """Bounding the transient K/V gather (rows in chunks) does not change the logits."""
-    import metagen.engine.attention as attention
+def test_row_chunked_attention_equals_one_chunk(random_models, monkeypatch):
+    """Attending rows in chunks (bounded transient memory) does not change the logits."""
+    import metagen.engine.model_runner as model_runner
 
     model = load_model(random_models["llama"])
     g = torch.Generator().manual_seed(4)
-    prompts = [torch.randint(3, 96, (n,), generator=g).tolist() for n in (9, 3, 21)]
-    reqs = [ExtendRequest(list(range(8 * i, 8 * i + 8)), 0, p, True) for i, p in enumerate(prompts)]
-    whole = _runner(model).extend(reqs)
-    monkeypatch.setattr(attention, "GATHER_BYTES", 1)  # one row at a time
-    chunked = _runner(model).extend(reqs)
-    for a, b in zip(whole, chunked):
-        assert (a - b).abs().max() < 1e-5
+    prompts = [torch.randint(3, 96, (n,), generator=g).tolist() for n in (9, 3, 21, 1, 1)]
+    tables = [list(range(8 * i, 8 * i + 8)) for i in range(len(prompts))]
+    runner = _runner(model)
+    runner.extend([ExtendRequest(t, 0, p) for t, p in zip(tables, prompts)])
+    # decode rows mixed with multi-token rows on top of the cached prompts
+    reqs = [ExtendRequest(t, len(p), [5] * k, True)
+            for t, p, k in zip(tables, prompts, (1, 4, 1, 1, 7))]
+    assert len(runner._partition(reqs, [len(r.new_token_ids) for r in reqs])) == 2
+    whole = runner.extend(reqs)
+    monkeypatch.setattr(model_runner, "ATTN_CHUNK_BYTES", 1)  # one row per chunk
+    assert len(runner._partition(reqs, [len(r.new_token_ids) for r in reqs])) == 5
+    chunked = runner.extend(reqs)
+    singles = [runner.extend([r])[0] for r in reqs]
+    for a, b, c in zip(whole, chunked, singles):
+        assert (a - b).abs().max() < 1e-5 and (a - c).abs().max() < 1e-5
