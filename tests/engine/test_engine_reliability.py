@@ -182,3 +182,29 @@ def test_score_matches_manual_log_likelihood(llama, random_model_dir):
     assert got[-1] == 0.0
     # the prompt was prefilled once and cached: 3 whole blocks are shared by the continuations
     assert engine.stats.computed_tokens == len(prompt) + sum(len(c) + 7 for c in conts)
+
+
+def _status_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return None
+
+
+def test_peak_memory_within_kv_budget_plus_constant(llama):
+    """Peak RSS growth while serving stays under the KV budget + 128 MiB (transient tensors are
+    bounded by the runner's row chunks). Linux only: resets the peak via /proc/self/clear_refs."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM (the peak resident set) to the current RSS
+    except OSError:
+        pytest.skip("cannot reset the peak RSS on this system")
+    base = _status_kib("VmRSS")
+    budget = 8 << 20
+    engine = _engine(llama, kv_cache_bytes=budget, max_num_batched_tokens=4096)
+    prompts = _prompts(24, seed=8, lo=100, hi=400)
+    engine.generate(prompts, SamplingParams(temperature=0.5, n=2, seed=0, max_tokens=8,
+                                            ignore_eos=True))
+    growth = (_status_kib("VmHWM") - base) * 1024
+    assert growth <= budget + (128 << 20), f"peak grew by {growth / 2**20:.0f} MiB"
