@@ -182,5 +182,5 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 
 BlockManagerMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=50, deadline=None)
+    max_examples=60, stateful_step_count=50, deadline=None, derandomize=True)
 test_block_manager_random_operations = BlockManagerMachine.TestCase

@@ -4,10 +4,15 @@ block) and a shadow of each block's KV content."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import dataclass
 
-from metagen.engine.block_manager import BlockManager, IntegrityError
-from metagen.engine.radix_cache import RadixCache
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from metagen.engine.block_manager import BlockManager, IntegrityError, OutOfBlocks
+from metagen.engine.radix_cache import RadixCache, RadixNode
 from metagen.errors import InvalidParameterError
 
 BS = 2
@@ -201,3 +206,315 @@ def test_check_integrity_detects_corruption() -> None:
     rc.root.children[(1, 2)].lock_ref = 1  # lock_ref without a lock
     with pytest.raises(IntegrityError, match="lock_ref"):
         rc.check_integrity()
+
+
+# -- random operations over the cache and the block manager together ----------------------------
+
+Prefix = tuple[tuple[int, ...], ...]
+# Prompts: a cut of one of a few templates plus a random tail, over a 3-token alphabet, so that
+# requests share prefixes of every length (edge splits, duplicate inserts, partial matches).
+TEMPLATES = ([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2], [0, 1, 2, 0, 2, 2, 1, 1, 0, 0], [1] * 12)
+TOKENS = st.builds(
+    lambda t, cut, tail: TEMPLATES[t][:cut] + tail,
+    st.integers(0, len(TEMPLATES) - 1), st.integers(0, 12),
+    st.lists(st.integers(0, 2), max_size=4))
+INDEX = st.integers(0, 1000)
+
+
+@dataclass
+class Seq:
+    tokens: list[int]
+    blocks: list[int]
+    lock: RadixNode | None = None
+    lock_prefix: Prefix = ()
+
+
+@dataclass
+class Lock:
+    node: RadixNode
+    prefix: Prefix = ()
+
+
+class CacheMachine(RuleBasedStateMachine):
+    """Engine-like use of both structures, checked against independent shadows:
+
+    - ``oracle``: cached block-prefix -> block, updated by the rules of insert (the first block
+      inserted for a prefix wins) and synced after eviction (which may only drop a suffix-closed
+      set); ``stamp``: the logical time each prefix was last matched or inserted.
+    - ``content``: the token ids written into each block (the stand-in for its KV data). A block
+      is written only when its refcount is 1, so the content of every shared block stays what
+      every holder expects.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bm: BlockManager
+        self.rc: RadixCache
+        self.bs = 1
+        self.seqs: list[Seq] = []
+        self.locks: list[Lock] = []
+        self.oracle: dict[Prefix, int] = {}
+        self.stamp: dict[Prefix, int] = {}
+        self.clock = 0
+        self.content: dict[int, list[int]] = {}
+
+    @initialize(bs=st.sampled_from([1, 2, 3]), num_blocks=st.integers(8, 32))
+    def setup(self, bs: int, num_blocks: int) -> None:
+        self.bs = bs
+        self.bm = BlockManager(num_blocks, bs)
+        self.rc = RadixCache(self.bm)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def keys(self, tokens: list[int]) -> Prefix:
+        bs = self.bs
+        return tuple(tuple(tokens[j:j + bs]) for j in range(0, len(tokens) // bs * bs, bs))
+
+    def checked_match(self, tokens: list[int]):
+        keys = self.keys(tokens)
+        expect = 0
+        while expect < len(keys) and keys[:expect + 1] in self.oracle:
+            expect += 1
+        m = self.rc.match(tokens)
+        assert m.blocks == [self.oracle[keys[:j + 1]] for j in range(expect)]
+        assert m.num_tokens == expect * self.bs == len(m.blocks) * self.bs
+        self.clock += 1
+        for j in range(expect):
+            self.stamp[keys[:j + 1]] = self.clock
+        return m, keys[:expect]
+
+    def locked_prefixes(self) -> set[Prefix]:
+        out: set[Prefix] = set()
+        for p in [s.lock_prefix for s in self.seqs if s.lock] + [lk.prefix for lk in self.locks]:
+            out.update(p[:j + 1] for j in range(len(p)))
+        return out
+
+    def checked_evict(self, n: int) -> int:
+        free, before = self.bm.num_free, dict(self.oracle)
+        freed = self.rc.evict(n)
+        assert 0 <= freed <= n and self.bm.num_free == free + freed
+        if freed < n:
+            assert self.rc.evictable_blocks == 0
+        cached = set(self.rc.cached_blocks())
+        self.oracle = {p: b for p, b in before.items() if b in cached}
+        evicted = [p for p in before if p not in self.oracle]
+        locked = self.locked_prefixes()
+        assert not locked & set(evicted), "a locked prefix was evicted"
+        assert all(p[:-1] in self.oracle or len(p) == 1 for p in self.oracle), "not prefix-closed"
+        if evicted:  # LRU: every unlocked leaf left is no older than anything evicted
+            newest_evicted = max(self.stamp[p] for p in evicted)
+            parents = {p[:-1] for p in self.oracle}
+            for p in self.oracle:
+                if p not in parents and p not in locked:
+                    assert self.stamp[p] >= newest_evicted
+        for p in evicted:
+            del self.stamp[p]
+        return freed
+
+    def take(self, n: int) -> list[int] | None:
+        """Allocate n blocks, evicting from the cache if needed; None when memory is full."""
+        if not self.bm.can_allocate(n):
+            self.checked_evict(n - self.bm.num_free)
+        if not self.bm.can_allocate(n):
+            with pytest.raises(OutOfBlocks):
+                self.bm.allocate(n)
+            return None
+        blocks = self.bm.allocate(n)
+        for b in blocks:
+            self.content[b] = []
+        return blocks
+
+    def write(self, seq: Seq, tokens: list[int]) -> None:
+        for t in tokens:
+            b = seq.blocks[len(seq.tokens) // self.bs]
+            assert self.bm.refcount(b) == 1 and b not in self.rc.cached_blocks()
+            self.content[b].append(t)
+            seq.tokens.append(t)
+
+    def release(self, seq: Seq) -> None:
+        if seq.lock is not None:
+            self.rc.unlock(seq.lock)
+        self.bm.free(seq.blocks)
+
+    def checked_insert(self, seq: Seq) -> None:
+        full = len(seq.tokens) // self.bs
+        keys = self.keys(seq.tokens)
+        new = 0
+        for j in range(full):
+            if keys[:j + 1] not in self.oracle:
+                self.oracle[keys[:j + 1]] = seq.blocks[j]
+                new += 1
+        assert self.rc.insert(seq.tokens, seq.blocks[:full]) == new * self.bs
+        self.clock += 1
+        for j in range(full):
+            self.stamp[keys[:j + 1]] = self.clock
+
+    # -- rules -----------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.seqs) < 4)  # few live sequences: turnover fills the cache
+    @rule(tokens=TOKENS, cache_prompt=st.booleans())
+    def add_request(self, tokens: list[int], cache_prompt: bool) -> None:
+        """Match, lock, allocate the rest (evicting if needed), prefill, maybe cache the prompt."""
+        m, prefix = self.checked_match(tokens)
+        self.bm.incref(m.blocks)
+        self.rc.lock(m.node)
+        seq = Seq(tokens[:m.num_tokens], list(m.blocks), m.node, prefix)
+        more = self.take(self.bm.blocks_for(len(tokens)) - len(m.blocks))
+        if more is None:
+            self.release(seq)
+            return
+        seq.blocks += more
+        self.write(seq, tokens[m.num_tokens:])
+        self.seqs.append(seq)
+        if cache_prompt:
+            self.checked_insert(seq)
+
+    @precondition(lambda self: self.seqs)
+    @rule(i=INDEX, token=st.integers(0, 2))
+    def decode(self, i: int, token: int) -> None:
+        seq = self.seqs[i % len(self.seqs)]
+        if len(seq.tokens) % self.bs == 0:  # the last block is full (or there is none)
+            more = self.take(1)
+            if more is None:
+                return
+            seq.blocks += more
+        else:
+            last = seq.blocks[-1]
+            try:
+                new, copied = self.bm.copy_on_write(last)
+            except OutOfBlocks:
+                if not self.checked_evict(1):
+                    return
+                new, copied = self.bm.copy_on_write(last)
+            if copied:
+                self.content[new] = list(self.content[last])
+                seq.blocks[-1] = new
+        self.write(seq, [token])
+
+    @precondition(lambda self: 0 < len(self.seqs) < 6)
+    @rule(i=INDEX)
+    def fork(self, i: int) -> None:
+        seq = self.seqs[i % len(self.seqs)]
+        self.bm.incref(seq.blocks)
+        self.seqs.append(Seq(list(seq.tokens), list(seq.blocks)))
+
+    @precondition(lambda self: 0 < len(self.seqs) < 4)
+    @rule(i=INDEX, tokens=st.lists(st.integers(0, 2), min_size=1, max_size=3))
+    def sample_n(self, i: int, tokens: list[int]) -> None:
+        """Parallel sampling: fork a sequence once per token and decode one token on each, so
+        the forks copy their shared partial last block on write."""
+        seq = self.seqs[i % len(self.seqs)]
+        first = len(self.seqs)
+        for _ in tokens:
+            self.fork(self.seqs.index(seq))
+        for j, t in enumerate(tokens):
+            self.decode(first + j, t)
+
+    @precondition(lambda self: self.seqs)
+    @rule(i=INDEX, adopt=st.booleans())
+    def cache(self, i: int, adopt: bool) -> None:
+        """Insert a running sequence; with ``adopt`` it then swaps its duplicate blocks for the
+        cached ones (as an engine does to free the duplicates)."""
+        seq = self.seqs[i % len(self.seqs)]
+        self.checked_insert(seq)
+        if adopt:
+            m, _ = self.checked_match(seq.tokens)
+            for j, b in enumerate(m.blocks):
+                if seq.blocks[j] != b:
+                    assert self.content[b] == self.content[seq.blocks[j]]
+                    self.bm.incref([b])
+                    self.bm.free([seq.blocks[j]])
+                    seq.blocks[j] = b
+
+    @precondition(lambda self: self.seqs)
+    @rule(i=INDEX, insert=st.booleans())
+    def finish(self, i: int, insert: bool) -> None:
+        seq = self.seqs.pop(i % len(self.seqs))
+        if insert:
+            self.checked_insert(seq)
+        self.release(seq)
+
+    @rule(tokens=TOKENS)
+    def request_done(self, tokens: list[int]) -> None:
+        """A whole request in one step (add, prefill, cache, finish): the cache is left the only
+        holder of its new blocks, which makes them evictable and freeable."""
+        self.add_request(tokens, cache_prompt=False)
+        if self.seqs and self.seqs[-1].tokens == tokens:
+            self.finish(len(self.seqs) - 1, insert=True)
+
+    @rule(tokens=TOKENS)
+    def probe(self, tokens: list[int]) -> None:
+        m, _ = self.checked_match(tokens)
+        assert [t for b in m.blocks for t in self.content[b]] == tokens[:m.num_tokens]
+
+    @precondition(lambda self: len(self.locks) < 2)
+    @rule(tokens=TOKENS)
+    def lock(self, tokens: list[int]) -> None:
+        m, prefix = self.checked_match(tokens)
+        self.rc.lock(m.node)
+        self.locks.append(Lock(m.node, prefix))
+
+    @precondition(lambda self: self.locks)
+    @rule(i=INDEX)
+    def unlock(self, i: int) -> None:
+        self.rc.unlock(self.locks.pop(i % len(self.locks)).node)
+
+    @rule(n=st.integers(0, 3))
+    def evict(self, n: int) -> None:
+        self.checked_evict(n)
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def consistent(self) -> None:
+        if not hasattr(self, "rc"):
+            return
+        rc, bm = self.rc, self.bm
+        rc.check_integrity()
+        cached = set(rc.cached_blocks())
+        assert cached == set(self.oracle.values()) and len(cached) == len(self.oracle)
+        assert self.tree_prefixes() == self.oracle
+        for p, b in self.oracle.items():
+            assert self.content[b] == list(p[-1])
+        held: dict[int, int] = {}
+        for seq in self.seqs:
+            assert [t for b in seq.blocks for t in self.content[b]] == seq.tokens
+            assert len(seq.blocks) == bm.blocks_for(len(seq.tokens))
+            for b in seq.blocks:
+                held[b] = held.get(b, 0) + 1
+        for b in range(bm.num_blocks):
+            assert bm.refcount(b) == held.get(b, 0) + (b in cached), f"block {b}"
+        locked = self.locked_prefixes()
+        assert rc.evictable_blocks == sum(p not in locked for p in self.oracle)
+        assert rc.num_cached_blocks == len(self.oracle)
+
+    def tree_prefixes(self) -> dict[Prefix, int]:
+        out: dict[Prefix, int] = {}
+        stack: list[tuple[RadixNode, Prefix]] = [(self.rc.root, ())]
+        while stack:
+            node, prefix = stack.pop()
+            for j, b in enumerate(node.blocks):
+                out[prefix + tuple(node.key[:j + 1])] = b
+            prefix = prefix + tuple(node.key)
+            stack.extend((c, prefix) for c in node.children.values())
+        return out
+
+    def teardown(self) -> None:
+        if not hasattr(self, "rc"):
+            return
+        for seq in self.seqs:
+            self.release(seq)
+        for lk in self.locks:
+            self.rc.unlock(lk.node)
+        self.seqs, self.locks = [], []
+        assert self.rc.evictable_blocks == self.rc.num_cached_blocks
+        cached = self.rc.num_cached_blocks
+        assert self.checked_evict(self.bm.num_blocks) == cached  # all were the cache's alone
+        self.rc.check_integrity()
+        assert self.rc.num_cached_blocks == 0 and not self.oracle
+        assert self.bm.num_free == self.bm.num_blocks  # everything freed returns every block
+
+
+CacheMachine.TestCase.settings = settings(
+    max_examples=80, stateful_step_count=60, deadline=None, derandomize=True)
+test_cache_random_operations = CacheMachine.TestCase
