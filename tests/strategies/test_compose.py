@@ -39,3 +39,22 @@ def test_scripted_failed_groups_become_failed_samples():
     inner = StrategyGenerator(gen, BestOfN(lambda p, c: 1.0), group=4)
     res = best_of_n(inner, "Q", n=2, reward=lambda p, c: 1.0, params=PARAMS)
     assert res.failures == {"insufficient_samples": 1} and res.text == "x #### 4"
+
+
+def test_scripted_traces_are_json_serialisable():
+    import json
+
+    from metagen.strategies import mbr, rejection_sampling, weighted_vote
+    outs = ["a #### 1", "b #### 2", "c #### 2", "d #### 1"]
+    kw = {"extract": last_int, "match": same, "params": PARAMS}
+    results = [
+        self_consistency(MockGenerator(outs), ["Q1", "Q2"], n=4, **kw)[0],
+        weighted_vote(MockGenerator(outs), "Q", n=4, reward=lambda p, c: 0.5, **kw),
+        best_of_n(MockGenerator(outs), "Q", n=4, reward=lambda p, c: 1.0, params=PARAMS),
+        mbr(MockGenerator(outs), "Q", n=4, utility="chrf", method="prune", schedule=(2,),
+            params=PARAMS),
+        rejection_sampling(MockGenerator(outs), "Q", lambda p, c: "2" in c, params=PARAMS),
+    ]
+    for r in results:
+        json.dumps(r.trace)
+        json.dumps(r.usage.to_dict())
