@@ -90,12 +90,10 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
         format_prompt = format_prompt or testbed.format_prompt
         grade = grade or testbed.grade
     if generator is None:
-        from metagen.testbed import model_path
-        generator, info["backend"] = load_generator(config.backend, model_path("policy"))
+        generator, info["backend"] = load_generator(config.backend, _testbed_model("policy"))
     if orm is None:
         from metagen.scorers import HFRewardModel
-        from metagen.testbed import model_path
-        orm = HFRewardModel.from_pretrained(model_path("orm"), batch_size=64)
+        orm = HFRewardModel.from_pretrained(_testbed_model("orm"), batch_size=64)
     prompts = [format_prompt(p) for p in problems]
     answers = [p.answer for p in problems]
 
@@ -130,6 +128,17 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
                  "scoring_usage": scoring.to_dict(), "failed_samples": sum(
                      failure_reason(c) is not None for row in samples for c in row)})
     return {"problems": len(problems), "results": [greedy_row] + rows, "info": info}
+
+
+def _testbed_model(name: str) -> Any:
+    from metagen.errors import ModelLoadError
+    from metagen.testbed import model_path
+
+    path = model_path(name)  # type: ignore[arg-type]
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"the testbed {name} model is missing at {path}; train it with "
+                             f"`metagen testbed train --only {name}`")
+    return path
 
 
 def _greedy(generator: Any, prompts: list[str], answers: list[Any],
