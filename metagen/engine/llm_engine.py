@@ -71,7 +71,8 @@ class LLMEngine(ScoringMixin):
         self.blocks = BlockManager(num_blocks, bs)
         self.radix = RadixCache(self.blocks) if cfg.prefix_cache else None
         self.scheduler = Scheduler(cfg, self.blocks, self.radix, self.kv.copy_blocks)
-        self.runner = ModelRunner(model, self.kv, hydragen=cfg.hydragen)
+        self.runner = ModelRunner(model, self.kv, hydragen=cfg.hydragen,
+                                  hydragen_min_prefix=cfg.hydragen_min_prefix)
         eos = set(mc.eos_token_ids)
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
             eos.add(int(tokenizer.eos_token_id))

@@ -47,12 +47,13 @@ class ExtendRequest:
     all_logits: bool = False
 
 
-def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int) -> list[tuple[list[int], int]]:
+def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int, min_tokens: int = 0
+                     ) -> list[tuple[list[int], int]]:
     """Groups of >= 2 rows sharing leading physical blocks: (rows, number of shared blocks).
 
     A shared block must lie wholly before every member's first new token, so the prefix needs no
     causal mask. Rows are grouped by their first block; the group's prefix is the longest common
-    run of block ids.
+    run of block ids; groups sharing fewer than ``min_tokens`` tokens are dropped.
     """
     by_first: dict[int, list[int]] = {}
     for i, r in enumerate(reqs):
@@ -67,7 +68,7 @@ def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int) -> list[tup
         n = 0
         while n < limit and all(reqs[i].block_table[n] == first[n] for i in rows):
             n += 1
-        if n:
+        if n and n * block_size >= min_tokens:
             groups.append((rows, n))
     return groups
 
@@ -75,10 +76,12 @@ def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int) -> list[tup
 class ModelRunner:
     """Runs the model over the paged KV cache. Stateless between calls apart from the cache."""
 
-    def __init__(self, model: LlamaModel, kv_cache: KVCache, hydragen: bool = True) -> None:
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, hydragen: bool = True,
+                 hydragen_min_prefix: int = 0) -> None:
         self.model = model
         self.kv = kv_cache
         self.hydragen = hydragen
+        self.hydragen_min_prefix = hydragen_min_prefix
         self.device = model.device
         self.block_size = kv_cache.block_size
         self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
@@ -113,7 +116,7 @@ class ModelRunner:
         sub = [reqs[i] for i in rows]
         b = len(sub)
         prefix_blocks = [0] * b
-        shared = _shared_prefixes(sub, bs) if self.hydragen else []
+        shared = _shared_prefixes(sub, bs, self.hydragen_min_prefix) if self.hydragen else []
         for group_rows, n in shared:
             self.hydragen_rows += len(group_rows)
             for i in group_rows:

@@ -118,9 +118,36 @@ def test_n_samples_prefill_once_and_seeded_samples_independent_of_batch(qwen3):
 def test_hydragen_on_equals_off(qwen3):
     prompts = _prompts(3, 96, seed=13, lo=35, hi=60)
     params = SamplingParams(temperature=1.0, n=4, seed=99, max_tokens=20, ignore_eos=True)
-    on_engine = _engine(qwen3, block_size=8, hydragen=True)
+    on_engine = _engine(qwen3, block_size=8, hydragen=True, hydragen_min_prefix=0)
     on = on_engine.generate(prompts, params)
     off = _engine(qwen3, block_size=8, hydragen=False).generate(prompts, params)
     for a, b in zip(on, off):
         _same(a, b, tol=1e-4)
     assert on_engine.runner.hydragen_rows > 0  # the shared-prefix path actually ran
+
+
+def test_stop_token_ids_and_max_tokens(qwen3):
+    prompt = _prompts(1, 96, seed=15)[0]
+    free = _engine(qwen3).generate([prompt], SamplingParams(temperature=0.0, max_tokens=20,
+                                                            ignore_eos=True))[0].outputs[0]
+    stop_tok = free.token_ids[4]
+    first = free.token_ids.index(stop_tok)
+    out = _engine(qwen3).generate([prompt], SamplingParams(
+        temperature=0.0, max_tokens=20, ignore_eos=True, stop_token_ids=(stop_tok,)))[0]
+    c = out.outputs[0]
+    assert c.token_ids == free.token_ids[:first + 1]
+    assert (c.finish_reason, c.stop_reason) == ("stop", stop_tok)
+    assert free.finish_reason == "length" and len(free.token_ids) == 20
+
+
+def test_bfloat16_engine_generates_like_float32(stories_path):
+    from metagen.generators.local import LocalGenerator
+
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    bf = LocalGenerator.from_pretrained(stories_path, dtype="bfloat16", device="cpu")
+    f32 = LocalGenerator.from_pretrained(stories_path, device="cpu")
+    a = bf.generate(["Once upon a time"], params)[0][0]
+    b = f32.generate(["Once upon a time"], params)[0][0]
+    assert bf.engine.kv.k.dtype == torch.bfloat16
+    assert a.token_ids[:5] == b.token_ids[:5]  # bf16 rounding may flip a later near-tie
+    assert all(abs(x - y) < 0.1 for x, y in zip(a.logprobs[:5], b.logprobs[:5]))
