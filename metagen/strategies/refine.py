@@ -126,6 +126,17 @@ def _record(run: RefineRun, i: int, chain: Chain, c: Completion, fb: Feedback | 
         chain.stop_reason = "max_attempts"
 
 
+def _record_unreviewed(chain: Chain, c: Completion, max_attempts: int) -> None:
+    """Keep an attempt that got no critique (budget, failed critique) as a candidate."""
+    chain.attempts.append({"attempt": len(chain.attempts), "text": c.text,
+                           "tokens": len(c.token_ids), "finish_reason": c.finish_reason,
+                           "feedback": None})
+    chain.completions.append(c)
+    chain.tokens += len(c.token_ids)
+    if len(chain.attempts) >= max_attempts:
+        chain.stop_reason = "max_attempts"
+
+
 def _results(run: RefineRun, chains: list[Chain], trace: dict[str, Any]) -> list[Result]:
     total = run.usage()
     out = []
@@ -240,15 +251,14 @@ def self_refine(generator: Any, prompts: Sequence[str], *, max_attempts: int = 4
         by_index = {i: cr for (i, _), cr in zip(good, crits)}
         for i, c in zip(live, outs):
             ch = chains[i]
-            cr = by_index.get(i)
-            if c.finish_reason == "error" or cr is None or cr.finish_reason == "error":
-                if c.finish_reason != "error" and cr is None and run.stopped_by_budget:
-                    ch.completions.append(c)
-                    ch.attempts.append({"attempt": len(ch.attempts), "text": c.text,
-                                        "tokens": len(c.token_ids), "feedback": None})
-                    ch.tokens += len(c.token_ids)
-                    continue
+            if c.finish_reason == "error":
                 _record(run, i, ch, c, None, patience, max_attempts)
+                continue
+            cr = by_index.get(i)
+            if cr is None or cr.finish_reason == "error":  # budget or a failed critique
+                if cr is not None:
+                    run.failures[i]["critique_error"] += 1
+                _record_unreviewed(ch, c, max_attempts)
                 continue
             fb = Feedback(ok=stop_phrase in cr.text, message=cr.text,
                           score=None if score is None else float(score(ch.prompt, c.text)))

@@ -122,3 +122,11 @@ def test_scripted_self_refine_no_progress_and_bad_options():
         self_refine(gen, ["Q: "], critique_template="no slots")
     with pytest.raises(InvalidParameterError):
         refine_with_feedback(gen, ["Q: "], _until(1), max_attempts=0)
+
+
+def test_scripted_self_refine_failed_critique_keeps_the_attempt():
+    def script(prompt: str, i: int) -> str | None:
+        return None if prompt.endswith("Review:") else "bad"
+    [res] = self_refine(ScriptedStepGenerator(script), ["Q: "], max_attempts=2)
+    assert res.failures == {"critique_error": 2} and res.text == "bad"
+    assert res.trace["stop_reason"] == "max_attempts" and len(res.candidates) == 2
