@@ -17,7 +17,7 @@ states) -> logits`` on the raw logits before sampling, ``states`` the rows' Sequ
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,12 @@ from metagen.decoding import SequenceState, decode_step
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import EngineConfig
 from metagen.engine.detokenizer import Detokenizer
+from metagen.engine.engine_drivers import DriversMixin
 from metagen.engine.engine_scoring import ScoringMixin
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, load_model
-from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
+from metagen.engine.outputs import EngineStats, RequestOutput
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
@@ -44,7 +45,7 @@ DEFAULT_KV_BYTES = 64 << 20
 LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
 
-class LLMEngine(ScoringMixin):
+class LLMEngine(ScoringMixin, DriversMixin):
     """The built-in engine. ``tokenizer`` (optional) enables text, stop strings and bad words."""
 
     def __init__(self, model: LlamaModel, tokenizer: Any = None,
@@ -292,60 +293,6 @@ class LLMEngine(ScoringMixin):
             scores = [float(sum(s.score_logprobs)) for s in req.seqs]
         return RequestOutput(req.request_id, req.prompt_ids, [s.completion() for s in req.seqs],
                              [s.error for s in req.seqs], req.num_cached_tokens, scores)
-
-    # -- drivers --------------------------------------------------------------------------------
-
-    def generate(self, prompts: Sequence[Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None
-                 ) -> list[RequestOutput]:
-        """Run requests to completion (alongside whatever else is queued); outputs in order.
-        Every request is validated before any is queued."""
-        plist = list(params) if isinstance(params, Sequence) else [params or SamplingParams()] * \
-            len(prompts)
-        if len(plist) != len(prompts):
-            raise InvalidParameterError("params", f"<{len(plist)} params>",
-                                        f"need one per prompt ({len(prompts)})")
-        for p, sp in zip(prompts, plist):
-            self.validate(p, sp)
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
-        return self.run_until_done(ids)
-
-    def run_until_done(self, request_ids: Sequence[str]) -> list[RequestOutput]:
-        """Step until every request in ``request_ids`` has finished; their outputs in order."""
-        want = set(request_ids)
-        got: dict[str, RequestOutput] = {}
-        while want - got.keys():
-            if not self.scheduler.has_work():
-                raise RuntimeError(f"requests {sorted(want - got.keys())} vanished (aborted?)")
-            for out in self.step():
-                got[out.request_id] = out
-        return [got[r] for r in request_ids]
-
-    def stream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None
-               ) -> Iterator[StreamDelta]:
-        """Yield text/token deltas of one request as they are generated (other queued requests
-        advance too). Text is held back while it could be the start of a stop string."""
-        rid = self.add_request(prompt_ids, params)
-        req = self.requests[rid]
-        sent: dict[int, tuple[int, int, bool]] = {}  # index -> (chars, tokens, finished) sent
-        done = False
-        try:
-            while not done:
-                done = any(o.request_id == rid for o in self.step())
-                for i, seq in enumerate(list(req.seqs)):
-                    chars, ntok, fin = sent.get(i, (0, 0, False))
-                    if fin:
-                        continue
-                    text = seq.detok.stream_text(seq.is_finished)
-                    toks = seq.state.output_ids[ntok:]
-                    if len(text) > chars or toks or seq.is_finished:
-                        yield StreamDelta(rid, i, text[chars:], list(toks), seq.is_finished,
-                                          seq.finish_reason, seq.error)
-                        sent[i] = (max(chars, len(text)), len(seq.state.output_ids),
-                                   seq.is_finished)
-        finally:
-            if not done:  # the consumer stopped early: free the request's blocks
-                self.abort(rid)
 
     def check_integrity(self) -> None:
         """Block refcounts equal the references held by live sequences plus the cache."""

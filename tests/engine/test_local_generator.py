@@ -113,3 +113,14 @@ def test_bad_prompts_and_unsupported_architecture(local, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     with pytest.raises(ModelLoadError, match="GPT2LMHeadModel.*HFGenerator"):
         LocalGenerator.from_pretrained(tmp_path)
+
+
+def test_closing_a_stream_early_aborts_its_request(stories_engine_factory):
+    gen = LocalGenerator(stories_engine_factory(prefix_cache=False))
+    it = gen.stream("Once upon a time", SamplingParams(temperature=0.0, max_tokens=50))
+    assert next(it)
+    it.close()  # the client went away (RELIABILITY S9)
+    engine = gen.engine
+    assert not engine.has_unfinished() and not engine.requests
+    assert engine.blocks.num_free == engine.blocks.num_blocks
+    assert gen.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_tokens=5))[0][0].text
