@@ -1,20 +1,18 @@
 """Radix-tree prefix cache over token ids, at KV-block granularity.
 
 Every request — and every step of a search (``prompt + steps so far``) — starts by matching its
-tokens here, so only the uncached suffix is prefilled (RadixAttention, Zheng et al. 2024,
-"SGLang: Efficient Execution of Structured Language Model Programs"). Unlike a token-level radix
-tree, every edge holds a whole number of blocks (``len(key) == len(blocks)``, each key element
-the ``block_size`` token ids of one block), so a cached block is always full and can be shared
-read-only by any sequence whose prefix it matches; the partial last block of a sequence is never
-cached (as in vLLM's hashed full-block prefix caching).
+tokens here, so only the uncached suffix is prefilled (RadixAttention: Zheng et al. 2024, "SGLang:
+Efficient Execution of Structured Language Model Programs"). Every edge holds a whole number of
+blocks (each key element is the ``block_size`` token ids of one block), so a cached block is
+always full and can be shared read-only; a sequence's partial last block is never cached (as in
+vLLM's full-block prefix caching).
 
-Ownership: the cache holds exactly one reference (:meth:`BlockManager.incref`) on every block it
-stores. :meth:`RadixCache.match` takes no reference; the caller increfs the blocks it uses, and
-locks the matched node while it runs so that eviction cannot drop the cached path it relies on.
-
-Eviction is LRU over unlocked leaves, trimming a leaf from its tail one block at a time, so the
-cache frees exactly what is asked (when it can) and keeps the rest of the prefix. Access times are
-a logical clock, so eviction order is deterministic.
+Ownership: the cache holds exactly one reference (``BlockManager.incref``) on every block it
+stores. ``match`` takes none: the caller increfs the blocks it uses and/or locks the matched node
+so that eviction keeps the cached path. Eviction is LRU over unlocked leaves, trimming a leaf from
+its tail block by block, so it frees what is asked and keeps the rest of the prefix. Access times
+come from a logical clock: eviction order is deterministic. Candidate leaves sit in a lazily
+updated heap, so ``evict(k)`` costs O(k log n), not a walk of the tree.
 """
 
 from __future__ import annotations
@@ -31,12 +29,11 @@ BlockKey = tuple[int, ...]  # the block_size token ids of one block
 
 
 class RadixNode:
-    """One edge of the tree (the edge from ``parent`` to this node) and its cached blocks.
+    """The edge from ``parent`` to this node: ``key[i]`` holds the token ids of ``blocks[i]``.
 
-    ``key[i]`` holds the token ids of block ``blocks[i]``. ``lock_ref`` counts the locks held on
-    this node or any descendant (``direct_locks`` + sum of the children's ``lock_ref``); a node
-    with ``lock_ref > 0`` is never evicted. A node reference stays valid while it is locked; an
-    unlocked node may be trimmed or removed by :meth:`RadixCache.evict`.
+    ``lock_ref`` counts the locks held on this node or below it (``direct_locks`` + the children's
+    ``lock_ref``); a node with ``lock_ref > 0`` is never evicted. A node reference stays valid while
+    locked; an unlocked node may be trimmed or removed by eviction (``parent`` becomes ``None``).
     """
 
     __slots__ = ("key", "blocks", "parent", "children", "lock_ref", "direct_locks",
@@ -54,16 +51,16 @@ class RadixNode:
         self.id = node_id
 
     def __repr__(self) -> str:
-        return (f"RadixNode(id={self.id}, blocks={self.blocks[:8]}"
-                f"{'...' if len(self.blocks) > 8 else ''}, lock_ref={self.lock_ref})")
+        more = "..." if len(self.blocks) > 8 else ""
+        return f"RadixNode(id={self.id}, blocks={self.blocks[:8]}{more}, lock_ref={self.lock_ref})"
 
 
 @dataclass(slots=True)
 class MatchResult:
-    """The longest cached prefix: ``blocks`` hold ``tokens[:num_tokens]``; ``node`` ends it.
+    """The longest cached prefix: ``blocks`` hold ``tokens[:num_tokens]``, ``node`` ends it.
 
-    ``num_tokens == len(blocks) * block_size``. With no match, ``blocks == []`` and ``node`` is
-    the root (locking the root is a no-op).
+    ``num_tokens == len(blocks) * block_size``; with no match ``blocks == []`` and ``node`` is the
+    root (locking it is a no-op).
     """
 
     blocks: list[int]
@@ -76,9 +73,9 @@ class RadixCache:
     blocks (``len(tokens) == len(blocks) * block_size``) so cached KV blocks can be shared
     read-only. The cache holds one reference (``BlockManager.incref``) on every block it stores.
 
-    Single-threaded, like the engine loop that owns it. ``match`` and ``insert`` may split an
-    edge at a block boundary; a split keeps the original node object as the lower half, so a
-    node the caller holds (and has locked) still ends the same prefix.
+    Single-threaded, like the engine loop that owns it. ``match`` and ``insert`` may split an edge
+    at a block boundary; the original node object keeps the lower half, so a node the caller holds
+    still ends the same prefix. Tip: match ``tokens[:-1]`` when the last token's logits are needed.
     """
 
     def __init__(self, block_manager: BlockManager) -> None:
@@ -92,8 +89,9 @@ class RadixCache:
         self._num_cached = 0
         self._num_evictable = 0  # blocks in non-root nodes with lock_ref == 0
         self._owner: dict[int, RadixNode] = {}  # block id -> the node that stores it
-
-    # -- queries ---------------------------------------------------------------------------
+        # (last_access, id, node) for every unlocked leaf, plus stale entries skipped on pop
+        self._heap: list[tuple[int, int, RadixNode]] = []
+        self._heap_slack = 64  # entries allowed beyond 4 per cached block before a rebuild
 
     @property
     def root(self) -> RadixNode:
@@ -106,8 +104,8 @@ class RadixCache:
 
     @property
     def evictable_blocks(self) -> int:
-        """Cached blocks in unlocked nodes. Evicting them all frees those whose only reference is
-        the cache's; blocks a running sequence still holds stay allocated."""
+        """Cached blocks in unlocked nodes. Evicting them frees those whose only reference is the
+        cache's; blocks a running sequence still holds stay allocated."""
         return self._num_evictable
 
     def cached_blocks(self) -> list[int]:
@@ -115,79 +113,49 @@ class RadixCache:
         return list(self._owner)
 
     def match(self, tokens: Sequence[int]) -> MatchResult:
-        """Longest cached prefix of ``tokens`` in whole blocks.
-
-        Touches the LRU clock of every node on the path and splits an edge when the match ends
-        inside it (so ``node`` ends exactly at ``num_tokens``). Takes no block reference: the
-        caller increfs the blocks it keeps and/or locks ``node`` while it uses them.
-        """
+        """Longest cached prefix of ``tokens`` in whole blocks. Touches the LRU clock along the
+        path and splits an edge the match ends inside. Takes no block reference."""
         keys = self._block_keys(tokens, len(tokens) // self.block_size)
-        now = self._tick()
-        node, i, blocks = self._root, 0, []
-        node.last_access = now
-        while i < len(keys):
-            child = node.children.get(keys[i])
-            if child is None:
-                break
-            k = self._common(child.key, keys, i)
-            if k < len(child.key):
-                child = self._split(child, k)
-            child.last_access = now
-            blocks.extend(child.blocks)
-            node, i = child, i + k
+        node, i, blocks = self._walk(keys)
         return MatchResult(blocks, i * self.block_size, node)
 
-    # -- mutations -------------------------------------------------------------------------
-
     def insert(self, tokens: Sequence[int], blocks: Sequence[int]) -> int:
-        """Cache ``tokens[:len(blocks) * block_size]`` with their KV ``blocks``.
+        """Cache ``tokens[:len(blocks) * block_size]`` with their KV ``blocks``; return the number
+        of newly cached tokens.
 
-        Only the part not already cached is added, and the cache increfs exactly those blocks.
-        Where the tree already has a block for the same tokens the caller's (duplicate) block is
-        not taken — the caller keeps and eventually frees its own reference, or switches to the
-        cached block (found by :meth:`match`). Returns the number of newly cached tokens.
-
-        Raises :class:`~metagen.errors.InvalidParameterError` when ``tokens`` is shorter than
-        the blocks cover, or when a block to be added is free or already cached for another
-        prefix (one block cannot hold two different KV contents: a missing copy-on-write).
+        Only the part not yet cached is added, and the cache increfs exactly those blocks. Where
+        the tree already has a block for the same tokens, the caller's duplicate is not taken: the
+        caller keeps (and later frees) its reference, or switches to the cached block.
+        Raises InvalidParameterError (after at most splitting an edge) when ``tokens`` is shorter
+        than the blocks, or a block to add is free or cached for another prefix (one block cannot
+        hold two KV contents: a missing copy-on-write).
         """
         n = len(blocks)
         if len(tokens) < n * self.block_size:
-            raise InvalidParameterError(
-                "tokens", f"<{len(tokens)} tokens>",
-                f"must cover the {n} blocks given ({n * self.block_size} tokens)")
+            raise InvalidParameterError("tokens", f"<{len(tokens)} tokens>",
+                                        f"must cover the {n} blocks given ({n} * block_size)")
         keys = self._block_keys(tokens, n)
-        now = self._tick()
-        node, i = self._root, 0
-        node.last_access = now
-        while i < n:
-            child = node.children.get(keys[i])
-            if child is None:
-                break
-            k = self._common(child.key, keys, i)
-            if k < len(child.key):
-                child = self._split(child, k)
-            child.last_access = now
-            node, i = child, i + k
+        node, i, _ = self._walk(keys)
         if i == n:
             return 0
         new_blocks = list(blocks[i:])
-        self._check_new_blocks(new_blocks, blocks)
-        self.block_manager.incref(new_blocks)
-        leaf = RadixNode(keys[i:], new_blocks, node, next(self._ids), now)
+        clash = [b for b in new_blocks if b in self._owner]
+        if clash or len(set(new_blocks)) != len(new_blocks):
+            raise InvalidParameterError("blocks", list(blocks), f"blocks {clash or new_blocks} "
+                                        "would be cached twice (copy-on-write missing?)")
+        self.block_manager.incref(new_blocks)  # raises if a block is free
+        leaf = RadixNode(keys[i:], new_blocks, node, next(self._ids), self._clock)
         node.children[keys[i]] = leaf
         for b in new_blocks:
             self._owner[b] = leaf
         self._num_cached += len(new_blocks)
         self._num_evictable += len(new_blocks)
+        self._push(leaf)
         return len(new_blocks) * self.block_size
 
     def lock(self, node: RadixNode) -> None:
-        """Make ``node`` and all its ancestors unevictable (``lock_ref += 1`` on the path).
-
-        Locking the root is a no-op. Raises InvalidParameterError if ``node`` is no longer in
-        the tree (evicted or reset).
-        """
+        """Make ``node`` and its ancestors unevictable (``lock_ref += 1`` along the path). The
+        root is a no-op. Raises InvalidParameterError for a node no longer in the tree."""
         self._check_live(node)
         if node is self._root:
             return
@@ -199,152 +167,150 @@ class RadixCache:
             node = node.parent  # type: ignore[assignment]
 
     def unlock(self, node: RadixNode) -> None:
-        """Undo one :meth:`lock` of ``node``. Raises InvalidParameterError if it holds none."""
+        """Undo one ``lock(node)``. Raises InvalidParameterError if ``node`` holds no lock."""
         self._check_live(node)
         if node is self._root:
             return
         if node.direct_locks == 0:
             raise InvalidParameterError("node", node, "is not locked (unlock without lock)")
         node.direct_locks -= 1
-        while node is not self._root:
-            node.lock_ref -= 1
-            if node.lock_ref == 0:
-                self._num_evictable += len(node.blocks)
-            node = node.parent  # type: ignore[assignment]
+        up = node
+        while up is not self._root:
+            up.lock_ref -= 1
+            if up.lock_ref == 0:
+                self._num_evictable += len(up.blocks)
+            up = up.parent  # type: ignore[assignment]
+        self._push(node)  # a leaf whose last lock went is a candidate again
 
     def evict(self, num_blocks: int) -> int:
-        """Free up to ``num_blocks`` blocks, least recently used unlocked leaves first.
+        """Free up to ``num_blocks`` blocks, least recently used unlocked leaves first; return
+        how many were freed.
 
-        A leaf is trimmed from its tail one block at a time; a leaf emptied is removed, and a
-        parent that becomes an unlocked leaf joins the candidates. A block counts as freed only
-        when the cache's reference was its last (it returned to the free list); blocks still
-        held by a running sequence leave the cache without counting, and eviction continues
-        until ``num_blocks`` are freed or nothing evictable is left. Returns the number freed.
+        A leaf is trimmed from its tail; an emptied leaf is removed and a parent that becomes an
+        unlocked leaf joins the candidates. A block counts as freed only if the cache's reference
+        was its last (it returned to the free list): blocks a running sequence holds leave the
+        cache without counting, and eviction goes on until ``num_blocks`` are freed or nothing
+        evictable is left.
         """
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 0:
             raise InvalidParameterError("num_blocks", num_blocks, "must be a non-negative integer")
-        if num_blocks == 0 or self._num_evictable == 0:
-            return 0
-        heap = [(n.last_access, n.id, n) for n in self._nodes()
-                if not n.children and n.lock_ref == 0 and n is not self._root]
-        heapq.heapify(heap)
         bm, freed = self.block_manager, 0
-        while heap and freed < num_blocks:
-            _, _, node = heapq.heappop(heap)
-            first = node.key[0]
+        while freed < num_blocks and self._num_evictable and self._heap:
+            stamp, _, node = heapq.heappop(self._heap)
+            if not self._is_candidate(node) or stamp != node.last_access:
+                continue  # stale entry
+            first, released = node.key[0], []
             while node.blocks and freed < num_blocks:
                 b = node.blocks.pop()
                 node.key.pop()
                 del self._owner[b]
-                self._num_cached -= 1
-                self._num_evictable -= 1
-                bm.free((b,))
-                if bm.refcount(b) == 0:
-                    freed += 1
+                released.append(b)
+                freed += bm.refcount(b) == 1  # the cache's reference is the last one
+            bm.free(released)
+            self._num_cached -= len(released)
+            self._num_evictable -= len(released)
             if node.blocks:
+                self._push(node)  # trimmed, still a candidate
                 break
             parent = node.parent
             assert parent is not None
             del parent.children[first]
             node.parent = None
-            if parent is not self._root and not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+            self._push(parent)
         return freed
 
     def reset(self) -> None:
-        """Drop the whole tree, releasing the cache's reference on every block.
-
-        Raises InvalidParameterError if any node is locked (unlock first: a running sequence
-        relies on it). Node references from before the reset become invalid.
-        """
-        if self._root.children and any(c.lock_ref for c in self._root.children.values()):
-            locked = sum(c.lock_ref for c in self._root.children.values())
+        """Drop the whole tree, releasing the cache's reference on every block. Raises
+        InvalidParameterError while any node is locked. Older node references become invalid."""
+        locked = sum(c.lock_ref for c in self._root.children.values())
+        if locked:
             raise InvalidParameterError("reset", f"{locked} lock(s) held",
                                         "unlock every node before resetting the cache")
-        if self._owner:
-            self.block_manager.free(list(self._owner))
+        self.block_manager.free(list(self._owner))
         for n in self._nodes():
             n.parent = None
         self._root = RadixNode([], [], None, next(self._ids), self._clock)
         self._owner.clear()
-        self._num_cached = 0
-        self._num_evictable = 0
-
-    # -- invariants ------------------------------------------------------------------------
+        self._heap.clear()
+        self._num_cached = self._num_evictable = 0
 
     def check_integrity(self) -> None:
-        """Raise :class:`~metagen.engine.block_manager.IntegrityError` unless every invariant
-        holds: edges are non-empty whole blocks of ``block_size`` tokens; children are keyed by
-        their first block's tokens and point back to their parent; ``lock_ref == direct_locks +
-        sum(children lock_ref)`` and is >= 0; a parent is accessed no earlier than its children;
-        each cached block is stored once, has refcount >= 1, and the counters match the tree.
-        Also checks the block manager."""
+        """Raise IntegrityError unless: edges are non-empty whole blocks of ``block_size`` tokens;
+        children are keyed by their first block and point back to their parent; ``lock_ref ==
+        direct_locks + sum(children lock_ref)``; a parent is accessed no earlier than its children;
+        every unlocked leaf is in the eviction heap; each cached block is stored once with refcount
+        >= 1; the counters match the tree. Then checks the block manager."""
         bs, root = self.block_size, self._root
         if root.parent is not None or root.key or root.blocks or root.lock_ref or root.direct_locks:
             raise IntegrityError(f"malformed root {root!r}")
-        seen: dict[int, RadixNode] = {}
+        queued = {(s, n.id) for s, _, n in self._heap}
+        seen: set[int] = set()
         evictable = 0
         for node in self._nodes():
             for key, child in node.children.items():
-                if child.parent is not node:
-                    raise IntegrityError(f"{child!r} does not point back to its parent")
-                if not child.key or len(child.key) != len(child.blocks):
-                    raise IntegrityError(f"{child!r}: {len(child.key)} key blocks for "
-                                         f"{len(child.blocks)} KV blocks")
-                if child.key[0] != key:
-                    raise IntegrityError(f"{child!r} keyed by {key}, first block {child.key[0]}")
+                if child.parent is not node or not child.key or child.key[0] != key:
+                    raise IntegrityError(f"{child!r} misplaced under {node!r} as {key}")
                 if child.last_access > node.last_access:
                     raise IntegrityError(f"{child!r} accessed after its parent {node!r}")
             if node is root:
                 continue
-            for k in node.key:
-                if not isinstance(k, tuple) or len(k) != bs:
-                    raise IntegrityError(f"{node!r}: key block {k!r} is not {bs} tokens")
+            if len(node.key) != len(node.blocks) or any(len(k) != bs for k in node.key):
+                raise IntegrityError(f"{node!r}: key {node.key} is not one {bs}-token tuple per "
+                                     "block")
             locks = node.direct_locks + sum(c.lock_ref for c in node.children.values())
             if node.lock_ref != locks or node.direct_locks < 0:
                 raise IntegrityError(f"{node!r}: lock_ref {node.lock_ref} != {locks}")
-            if node.lock_ref == 0:
-                evictable += len(node.blocks)
+            evictable += len(node.blocks) if node.lock_ref == 0 else 0
+            if self._is_candidate(node) and (node.last_access, node.id) not in queued:
+                raise IntegrityError(f"unlocked leaf {node!r} is not in the eviction heap")
             for b in node.blocks:
-                if b in seen:
-                    raise IntegrityError(f"block {b} cached twice ({seen[b]!r}, {node!r})")
-                seen[b] = node
-                if self._owner.get(b) is not node:
-                    raise IntegrityError(f"block {b}: owner map says {self._owner.get(b)!r}")
+                if b in seen or self._owner.get(b) is not node:
+                    raise IntegrityError(f"block {b} cached twice or misfiled ({node!r})")
+                seen.add(b)
                 if self.block_manager.refcount(b) < 1:
                     raise IntegrityError(f"cached block {b} has refcount 0")
         if len(seen) != len(self._owner) or len(seen) != self._num_cached:
-            raise IntegrityError(f"{len(seen)} blocks in the tree, owner map {len(self._owner)},"
-                                 f" counter {self._num_cached}")
+            raise IntegrityError(f"{len(seen)} blocks in the tree, {len(self._owner)} in the owner"
+                                 f" map, counter {self._num_cached}")
         if evictable != self._num_evictable:
             raise IntegrityError(f"{evictable} evictable blocks, counter {self._num_evictable}")
         self.block_manager.check_integrity()
 
     # -- internals -------------------------------------------------------------------------
 
-    def _tick(self) -> int:
-        self._clock += 1
-        return self._clock
-
     def _block_keys(self, tokens: Sequence[int], n: int) -> list[BlockKey]:
         bs = self.block_size
-        t = tuple(tokens[: n * bs])
+        if isinstance(tokens, (list, tuple)):
+            t = tuple(tokens[: n * bs])
+        else:  # arrays/tensors: plain ints, so keys hash by value
+            t = tuple(int(x) for x in tokens[: n * bs])
         return [t[j:j + bs] for j in range(0, n * bs, bs)]
 
-    @staticmethod
-    def _common(edge: list[BlockKey], keys: list[BlockKey], start: int) -> int:
-        """Number of leading blocks of ``edge`` equal to ``keys[start:]`` (>= 1 by lookup)."""
-        k, limit = 1, min(len(edge), len(keys) - start)
-        while k < limit and edge[k] == keys[start + k]:
-            k += 1
-        return k
+    def _walk(self, keys: list[BlockKey]) -> tuple[RadixNode, int, list[int]]:
+        """Follow ``keys`` down from the root, touching each node and splitting the edge where
+        the path ends inside it; return (last node, blocks matched, their block ids)."""
+        self._clock += 1
+        now, node, i, blocks = self._clock, self._root, 0, []
+        node.last_access = now
+        while i < len(keys):
+            child = node.children.get(keys[i])
+            if child is None:
+                break
+            edge, k = child.key, 1
+            limit = min(len(edge), len(keys) - i)
+            while k < limit and edge[k] == keys[i + k]:
+                k += 1
+            if k < len(edge):
+                child = self._split(child, k)
+            child.last_access = now
+            blocks.extend(child.blocks)
+            node, i = child, i + k
+        self._push(node)  # its access time changed
+        return node, i, blocks
 
     def _split(self, child: RadixNode, k: int) -> RadixNode:
-        """Split ``child``'s edge after ``k`` blocks; return the new upper node.
-
-        ``child`` keeps the lower part (and its identity, locks and children); the new node gets
-        ``child``'s lock_ref (all of its locks come from ``child``'s subtree) and access time.
-        """
+        """Split ``child``'s edge after ``k`` blocks; return the new upper node, which takes
+        ``child``'s lock_ref (all its locks come from ``child``'s subtree) and access time."""
         parent = child.parent
         assert parent is not None and 0 < k < len(child.key)
         upper = RadixNode(child.key[:k], child.blocks[:k], parent, next(self._ids),
@@ -354,21 +320,21 @@ class RadixCache:
         parent.children[child.key[0]] = upper
         for b in upper.blocks:
             self._owner[b] = upper
-        child.key = child.key[k:]
-        child.blocks = child.blocks[k:]
-        child.parent = upper
+        child.key, child.blocks, child.parent = child.key[k:], child.blocks[k:], upper
         return upper
 
-    def _check_new_blocks(self, new_blocks: list[int], blocks: Sequence[int]) -> None:
-        seen: set[int] = set()
-        for b in new_blocks:
-            if b in self._owner or b in seen:
-                raise InvalidParameterError(
-                    "blocks", list(blocks), f"block {b} is already cached for another prefix "
-                    "(copy-on-write missing?)")
-            seen.add(b)
-            if self.block_manager.refcount(b) < 1:
-                raise InvalidParameterError("blocks", list(blocks), f"block {b} is free")
+    def _is_candidate(self, node: RadixNode) -> bool:
+        """An unlocked leaf still in the tree."""
+        return (node.parent is not None and not node.children and node.lock_ref == 0
+                and node is not self._root)
+
+    def _push(self, node: RadixNode) -> None:
+        if self._is_candidate(node):
+            heapq.heappush(self._heap, (node.last_access, node.id, node))
+            if len(self._heap) > self._heap_slack + 4 * self._num_cached:  # mostly stale
+                self._heap = [(n.last_access, n.id, n) for n in self._nodes()
+                              if self._is_candidate(n)]
+                heapq.heapify(self._heap)
 
     def _check_live(self, node: RadixNode) -> None:
         if not isinstance(node, RadixNode):

@@ -258,11 +258,13 @@ class CacheMachine(RuleBasedStateMachine):
         self.clock = 0
         self.content: dict[int, list[int]] = {}
 
-    @initialize(bs=st.sampled_from([1, 2, 3]), num_blocks=st.integers(8, 32))
-    def setup(self, bs: int, num_blocks: int) -> None:
+    @initialize(bs=st.sampled_from([1, 2, 3]), num_blocks=st.integers(8, 32),
+                heap_slack=st.sampled_from([-(10**9), 64]))
+    def setup(self, bs: int, num_blocks: int, heap_slack: int) -> None:
         self.bs = bs
         self.bm = BlockManager(num_blocks, bs)
         self.rc = RadixCache(self.bm)
+        self.rc._heap_slack = heap_slack  # negative: rebuild the eviction heap on every push
 
     # -- helpers ---------------------------------------------------------------------------
 
