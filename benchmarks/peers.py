@@ -111,7 +111,13 @@ class MetagenPeer(Peer):
 
         self.models = {k: load_model(p) for k, p in paths.items()}
 
-    def engine(self, model: str, prefix_cache: bool = True, num_blocks: int = 1024):
+    @staticmethod
+    def blocks_for(num_tokens: int) -> int:
+        """KV blocks (of 16) for ``num_tokens`` tokens, plus slack: the cache is allocated (and
+        zeroed) per call, so it is sized to the workload rather than to a fixed budget."""
+        return num_tokens // 16 + 8
+
+    def engine(self, model: str, prefix_cache: bool = True, num_blocks: int = 64):
         from metagen.engine.config import EngineConfig
         from metagen.engine.llm_engine import LLMEngine
 
@@ -119,7 +125,7 @@ class MetagenPeer(Peer):
                            max_num_batched_tokens=4096, device="cpu")
         return LLMEngine(self.models[model], None, cfg)
 
-    def session(self, model: str, num_blocks: int = 512):
+    def session(self, model: str, num_blocks: int = 64):
         from metagen.engine.speculative_decoding import PagedSession
 
         return PagedSession(self.models[model], num_blocks=num_blocks, block_size=16)
@@ -127,15 +133,17 @@ class MetagenPeer(Peer):
     def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
         from metagen.types import SamplingParams
 
-        out = self.engine(model).generate([prompt], SamplingParams(
-            temperature=0, max_tokens=max_new, ignore_eos=True))
+        eng = self.engine(model, num_blocks=self.blocks_for(len(prompt) + max_new))
+        out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new,
+                                                    ignore_eos=True))
         return list(out[0].outputs[0].token_ids)
 
     def best_of_n(self, model: str, prompt: list[int], n: int, max_new: int,
                   seed: int) -> list[list[int]]:
         from metagen.types import SamplingParams
 
-        out = self.engine(model).generate([prompt], SamplingParams(
+        eng = self.engine(model, num_blocks=self.blocks_for(len(prompt) + n * (max_new + 16)))
+        out = eng.generate([prompt], SamplingParams(
             n=n, temperature=1.0, max_tokens=max_new, ignore_eos=True, seed=seed))
         return [list(c.token_ids) for c in out[0].outputs]
 
@@ -144,7 +152,8 @@ class MetagenPeer(Peer):
         from metagen.engine.beam_search import beam_search
 
         params = BeamParams(num_beams=width, max_tokens=max_new, early_stopping=False)
-        return list(beam_search(self.session(model), [prompt], params)[0][0].tokens)
+        session = self.session(model, self.blocks_for(len(prompt) + 2 * width * (max_new + 16)))
+        return list(beam_search(session, [prompt], params)[0][0].tokens)
 
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
                     mode: str) -> list[int]:
@@ -152,10 +161,11 @@ class MetagenPeer(Peer):
         from metagen.engine.speculative_decoding import SpecStats, speculative_generate
         from metagen.types import SamplingParams
 
-        proposer = (DraftModelProposer(self.session("draft")) if mode == "draft"
+        blocks = self.blocks_for(len(prompt) + max_new + k + 16)
+        proposer = (DraftModelProposer(self.session("draft", blocks)) if mode == "draft"
                     else NgramProposer(max_ngram=3))
         stats = SpecStats()
-        out = speculative_generate(self.session(model), proposer, [prompt],
+        out = speculative_generate(self.session(model, blocks), proposer, [prompt],
                                    SamplingParams(temperature=0, max_tokens=max_new), k,
                                    stats=stats)
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds}

@@ -65,6 +65,22 @@ def timed(fn: Callable[[], Any], repeats: int, warmup: bool = True) -> tuple[lis
     return times, out
 
 
+def timed_pair(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int,
+               warmup: bool = True) -> tuple[list[float], Any, list[float], Any]:
+    """Like :func:`timed` for two functions whose time ratio is wanted: runs are interleaved
+    (a, b, a, b, ...) so that a drift in machine load hits both alike."""
+    out_a, out_b = (fn_a(), fn_b()) if warmup else (None, None)
+    t_a, t_b = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out_a = fn_a()
+        t1 = time.perf_counter()
+        out_b = fn_b()
+        t_a.append(t1 - t0)
+        t_b.append(time.perf_counter() - t1)
+    return t_a, out_a, t_b, out_b
+
+
 def random_prompt(n: int, vocab: int, seed: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab, (n,), generator=g).tolist()
@@ -88,8 +104,9 @@ def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float
     prompt = random_prompt(s.a_prompt, vocab, 1)
     rows, outputs = [], {}
     for peer in peers:
-        t_all, toks = timed(lambda: peer.greedy("target", prompt, s.a_new), s.repeats, s.warmup)
-        t_one, _ = timed(lambda: peer.greedy("target", prompt, 1), s.repeats, s.warmup)
+        t_all, toks, t_one, _ = timed_pair(lambda: peer.greedy("target", prompt, s.a_new),
+                                           lambda: peer.greedy("target", prompt, 1),
+                                           s.repeats, s.warmup)
         decode = [(s.a_new - 1) / max(a - b, 1e-9) for a, b in zip(t_all, t_one)]
         frac = [d / roof_tok_s for d in decode]
         outputs[peer.name] = toks
@@ -128,10 +145,10 @@ def workload_d(peers: list[Peer], s: Settings, vocab: int) -> tuple[list[dict], 
     for mode, model, prompt, goal in cases:
         for peer in peers:
             try:
-                t_base, base = timed(lambda: peer.greedy(model, prompt, s.d_new),
-                                     s.repeats, s.warmup)
-                t_spec, spec = timed(lambda: peer.speculative(model, prompt, s.d_new, s.d_k, mode),
-                                     s.repeats, s.warmup)
+                t_base, base, t_spec, spec = timed_pair(
+                    lambda: peer.greedy(model, prompt, s.d_new),
+                    lambda: peer.speculative(model, prompt, s.d_new, s.d_k, mode),
+                    s.repeats, s.warmup)
             except Unsupported:
                 continue
             speed = [b / t for b, t in zip(t_base, t_spec)]
@@ -140,6 +157,7 @@ def workload_d(peers: list[Peer], s: Settings, vocab: int) -> tuple[list[dict], 
             rows.append(_row("D", peer, f"spec {mode} ({model})", t_spec, s.d_new,
                              ratio_runs=speed, ratio=summary(speed), ratio_name="x own greedy",
                              target=f">= {goal}x" if peer.name == "metagen" else None,
+                             greedy_times=t_base,
                              **dict(peer.last)))
     return rows, outputs
 
@@ -154,7 +172,9 @@ def workload_e(peer: MetagenPeer, s: Settings, vocab: int) -> list[dict]:
                for i in range(s.e_prompts)]
 
     def run(cache: bool) -> dict[str, Any]:
-        eng = peer.engine("target", prefix_cache=cache, num_blocks=4096)
+        per_seq = s.e_prompt_len + s.e_steps * s.e_step_tokens + 16
+        eng = peer.engine("target", prefix_cache=cache,
+                          num_blocks=peer.blocks_for(2 * s.e_prompts * s.e_beams * per_seq))
         beams = [[(0.0, list(p))] for p in prompts]
         seen: set[tuple[int, ...]] = set()
         prompt_tokens = cached = generated = 0
@@ -178,8 +198,8 @@ def workload_e(peer: MetagenPeer, s: Settings, vocab: int) -> list[dict]:
                 "prompt_tokens": prompt_tokens, "generated": generated}
 
     rows = []
-    t_on, on = timed(lambda: run(True), s.repeats, s.warmup)
-    t_off, off = timed(lambda: run(False), s.repeats, s.warmup)
+    t_on, on, t_off, off = timed_pair(lambda: run(True), lambda: run(False), s.repeats,
+                                      s.warmup)
     speed = [b / a for a, b in zip(t_on, t_off)]
     gen_tokens = on["generated"]
     rows.append(_row("E", peer, "step search, cache on", t_on, gen_tokens,
