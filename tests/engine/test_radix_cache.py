@@ -200,11 +200,51 @@ def test_root_match_lock_is_noop_and_evict_validates() -> None:
     rc.check_integrity()
 
 
-def test_check_integrity_detects_corruption() -> None:
+def test_token_arrays_and_tensors_match_like_lists() -> None:
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    bm, rc = make()
+    blocks = cache_seq(bm, rc, [1, 2, 3, 4])
+    assert rc.match(np.array([1, 2, 3, 4, 5])).blocks == blocks
+    assert rc.match(torch.tensor([1, 2, 3, 4, 5])).blocks == blocks  # 0-d tensors hash by id
+    assert rc.insert(torch.tensor([1, 2, 3, 4]), blocks) == 0
+    rc.check_integrity()
+
+
+def _corrupt_lock(rc: RadixCache) -> None:
+    rc.root.children[(1, 2)].lock_ref = 1  # a lock_ref without a lock
+
+
+def _corrupt_key(rc: RadixCache) -> None:
+    rc.root.children[(1, 2)].key[0] = (9, 9)  # filed under (1, 2) but starts with (9, 9)
+
+
+def _corrupt_access(rc: RadixCache) -> None:
+    rc.root.children[(1, 2)].last_access = 10**6  # a child newer than its parent
+
+
+def _corrupt_heap(rc: RadixCache) -> None:
+    rc._heap.clear()  # an unlocked leaf that eviction can no longer find
+
+
+def _corrupt_counter(rc: RadixCache) -> None:
+    rc._num_evictable += 1
+
+
+def _corrupt_refcount(rc: RadixCache) -> None:
+    rc.block_manager._refcounts[rc.cached_blocks()[0]] = 0
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (_corrupt_lock, "lock_ref"), (_corrupt_key, "misplaced"), (_corrupt_access, "accessed after"),
+    (_corrupt_heap, "eviction heap"), (_corrupt_counter, "evictable"),
+    (_corrupt_refcount, "refcount 0")])
+def test_check_integrity_detects_corruption(corrupt, message: str) -> None:
     bm, rc = make()
     cache_seq(bm, rc, [1, 2, 3, 4])
-    rc.root.children[(1, 2)].lock_ref = 1  # lock_ref without a lock
-    with pytest.raises(IntegrityError, match="lock_ref"):
+    rc.check_integrity()
+    corrupt(rc)
+    with pytest.raises(IntegrityError, match=message):
         rc.check_integrity()
 
 
