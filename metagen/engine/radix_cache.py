@@ -157,14 +157,9 @@ class RadixCache:
         """Make ``node`` and its ancestors unevictable (``lock_ref += 1`` along the path). The
         root is a no-op. Raises InvalidParameterError for a node no longer in the tree."""
         self._check_live(node)
-        if node is self._root:
-            return
-        node.direct_locks += 1
-        while node is not self._root:
-            if node.lock_ref == 0:
-                self._num_evictable -= len(node.blocks)
-            node.lock_ref += 1
-            node = node.parent  # type: ignore[assignment]
+        if node is not self._root:
+            node.direct_locks += 1
+            self._add_lock_ref(node, 1)
 
     def unlock(self, node: RadixNode) -> None:
         """Undo one ``lock(node)``. Raises InvalidParameterError if ``node`` holds no lock."""
@@ -174,12 +169,7 @@ class RadixCache:
         if node.direct_locks == 0:
             raise InvalidParameterError("node", node, "is not locked (unlock without lock)")
         node.direct_locks -= 1
-        up = node
-        while up is not self._root:
-            up.lock_ref -= 1
-            if up.lock_ref == 0:
-                self._num_evictable += len(up.blocks)
-            up = up.parent  # type: ignore[assignment]
+        self._add_lock_ref(node, -1)
         self._push(node)  # a leaf whose last lock went is a candidate again
 
     def evict(self, num_blocks: int) -> int:
@@ -322,6 +312,16 @@ class RadixCache:
             self._owner[b] = upper
         child.key, child.blocks, child.parent = child.key[k:], child.blocks[k:], upper
         return upper
+
+    def _add_lock_ref(self, node: RadixNode, delta: int) -> None:
+        """Add ``delta`` to ``lock_ref`` from ``node`` up to (not including) the root."""
+        while node is not self._root:
+            if node.lock_ref == 0:
+                self._num_evictable -= len(node.blocks)
+            node.lock_ref += delta
+            if node.lock_ref == 0:
+                self._num_evictable += len(node.blocks)
+            node = node.parent  # type: ignore[assignment]
 
     def _is_candidate(self, node: RadixNode) -> bool:
         """An unlocked leaf still in the tree."""
