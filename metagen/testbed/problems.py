@@ -60,11 +60,11 @@ def _additive(rng: random.Random, v: int, budget: int) -> Event | None:
     weights = {"add": 4, "sub": 4, "addmul": 3, "submul": 2, "addshared": 1, "subshared": 1}
     kind = rng.choices(kinds, [weights[k] for k in kinds])[0]
     if kind == "add":
-        return Event(kind, (rng.randint(5, 79),))
+        return Event(kind, (rng.randint(5, 49),))
     if kind == "sub":
         return Event(kind, (rng.randint(3, v - 1),)) if v > 3 else None
     if kind in ("addmul", "submul"):
-        e = Event(kind, (rng.randint(2, 9), rng.randint(3, 19)))
+        e = Event(kind, (rng.randint(2, 9), rng.randint(3, 12)))
     else:
         e = Event(kind, (rng.randint(2, 9), rng.randint(2, 9), rng.randint(2, 12)))
     if e.sign < 0 and e.amount >= v:
@@ -73,7 +73,7 @@ def _additive(rng: random.Random, v: int, budget: int) -> Event | None:
 
 
 def _story(rng: random.Random, difficulty: int) -> tuple[int, list[Event]] | None:
-    start = rng.randint(10, 99)
+    start = rng.randint(10, 69)
     budget = difficulty
     use_div = rng.random() < 0.3
     budget -= use_div

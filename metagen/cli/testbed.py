@@ -1,0 +1,105 @@
+"""``metagen testbed``: train, evaluate and look at the testbed's models."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def testbed() -> None:
+    """The arithmetic word-problem testbed and its models (policy, draft, ORM, PRM)."""
+
+
+@testbed.command()
+@click.option("--only", type=click.Choice(["policy", "draft", "orm", "prm"]), default=None,
+              help="Train one model (ORM/PRM read the policy already in --out).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the model folders (default: the package's models/).")
+@click.option("--threads", type=int, default=1, show_default=True,
+              help="torch threads (1 is fastest on a busy shared machine).")
+def train(only: str | None, seed: int, out: Path | None, threads: int) -> None:
+    """Reproduce the testbed models from scratch, seeded, with a progress bar."""
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from metagen.testbed.modeling import MODELS_DIR
+    from metagen.testbed.pipeline import train_all
+
+    torch.set_num_threads(threads)
+    root = out or MODELS_DIR
+    t0 = time.time()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn()) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(stage: str, step: int, total: int, loss: float) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total, loss=0.0)
+            bar.update(tasks[stage], completed=step, loss=loss)
+
+        times = train_all(only=only, seed=seed, out_root=root, progress=progress)
+    for name, secs in times.items():
+        click.echo(f"{name}: {secs / 60:.1f} min -> {root / name}")
+    click.echo(f"total: {(time.time() - t0) / 60:.1f} min")
+
+
+@testbed.command(name="eval")
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=500, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--sc", "sc_k", type=click.IntRange(0, 64), default=0, show_default=True,
+              help="Also sample K per problem: pass@K and self-consistency@K.")
+@click.option("--temperature", type=click.FloatRange(0.05, 2.0), default=0.8, show_default=True)
+@click.option("--rm-limit", type=click.IntRange(1, 100_000), default=200, show_default=True,
+              help="Problems (x2 samples) used for the ORM/PRM AUROC.")
+@click.option("--models", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_limit: int,
+          models: Path | None, threads: int, as_json: bool) -> None:
+    """Greedy accuracy overall and by difficulty, draft agreement, ORM/PRM AUROC."""
+    import torch
+
+    from metagen.testbed.eval_all import evaluate_all
+    from metagen.testbed.modeling import MODELS_DIR
+
+    torch.set_num_threads(threads)
+    res = evaluate_all(split=split, limit=limit, seed=seed, rm_limit=min(rm_limit, limit),
+                       sc_k=sc_k, temperature=temperature, root=models or MODELS_DIR)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    click.echo(f"greedy accuracy on {res['n']} {split} problems: {res['greedy_accuracy']:.3f}")
+    for d, acc in res["by_difficulty"].items():
+        click.echo(f"  difficulty {d}: {acc:.3f}")
+    for key in ("draft_agreement", f"pass@{sc_k}", f"sc@{sc_k}", "orm_auroc", "prm_step_auroc",
+                "prm_min_auroc", "prm_last_auroc"):
+        if key in res:
+            click.echo(f"{key}: {res[key]:.3f}")
+
+
+@testbed.command(name="sample")
+@click.option("--n", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0.0, 2.0), default=0.0, show_default=True)
+def sample_(n: int, split: str, seed: int, temperature: float) -> None:
+    """Show a few problems with the policy's solutions, graded."""
+    import torch
+
+    from metagen.testbed.modeling import load_model
+    from metagen.testbed.problems import format_prompt, grade, make_problems
+    from metagen.testbed.sampler import sample
+
+    torch.set_num_threads(1)
+    probs = make_problems(split, n, seed=seed)  # type: ignore[arg-type]
+    outs = sample(load_model("policy"), [format_prompt(p) for p in probs],
+                  temperature=temperature, seed=seed)
+    for p, o in zip(probs, outs):
+        verdict = "correct" if grade(o, p.answer) else f"wrong (answer {p.answer})"
+        click.echo(f"[difficulty {p.difficulty}] {p.question}\n{o}\n-> {verdict}\n")

@@ -1,0 +1,169 @@
+"""Training of the testbed's causal LMs (policy and draft) from scratch on the problem stream.
+
+Sequences ``<bos> prompt solution <eos>`` (a random solution path per example) are packed whole
+into fixed-length rows (attention may see earlier examples of the row, never a cut one); the loss weights solution tokens 1 and prompt tokens ``prompt_weight``.
+AdamW, linear warmup then cosine decay. Deterministic given the seed (on one device and thread
+count).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from metagen.errors import InvalidParameterError
+from metagen.testbed.modeling import POLICY_ARCH, ArchConfig
+from metagen.testbed.problems import DEFAULT_DIFFICULTIES, format_prompt, iter_problems
+from metagen.testbed.tokenizer import Codec, build_tokenizer, save_tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class LMTrainConfig:
+    arch: ArchConfig = field(default_factory=lambda: POLICY_ARCH)
+    steps: int = 1800
+    batch: int = 8
+    block: int = 256
+    lr: float = 4e-3
+    min_lr_frac: float = 0.05
+    warmup: int = 50
+    weight_decay: float = 0.1
+    prompt_weight: float = 0.0
+    drill_frac: float = 0.5
+    seed: int = 0
+    difficulties: tuple[int, ...] = DEFAULT_DIFFICULTIES
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch", "block", "warmup"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise InvalidParameterError(name, v, "must be a positive integer")
+        if not 0 < self.lr < 1:
+            raise InvalidParameterError("lr", self.lr, "must be in (0, 1)")
+        if not 0 <= self.drill_frac < 1:
+            raise InvalidParameterError("drill_frac", self.drill_frac, "must be in [0, 1)")
+        if not 0 <= self.prompt_weight <= 1:
+            raise InvalidParameterError("prompt_weight", self.prompt_weight, "must be in [0, 1]")
+
+
+def example_stream(seed: int, difficulties, prompt_weight: float,
+                   drill_frac: float = 0.0) -> Iterator[tuple[list[int], list[float]]]:
+    """Endless training examples (token ids with BOS and EOS, loss weights), train split only.
+
+    With probability ``drill_frac`` an example is an arithmetic drill instead: BOS and eight
+    solution lines of other problems, no question, loss only on each result (after ``=``). Drills
+    give the arithmetic many more examples per token than whole problems do."""
+    codec = Codec()
+    rng = random.Random(f"lm-paths:{seed}")
+    eq = codec.encode(" =", bos=False)[-1]
+    problems = iter_problems("train", seed, difficulties)
+    while True:
+        if drill_frac and rng.random() < drill_frac:
+            lines: list[str] = []
+            while len(lines) < 8:
+                p = next(problems)
+                lines.extend(ln + "\n" for ln in rng.choice(p.solutions).split("\n")[:-1])
+            ids, wts, after_eq = [codec.bos], [0.0], False
+            for t in codec.encode("".join(lines[:8]), bos=False):
+                ids.append(t)
+                wts.append(1.0 if after_eq else 0.0)
+                after_eq = (after_eq or t == eq) and t != codec.newline
+            yield ids, wts
+            continue
+        p = next(problems)
+        prompt = codec.encode(format_prompt(p))
+        sol = codec.encode(rng.choice(p.solutions), bos=False) + [codec.eos]
+        yield prompt + sol, [prompt_weight] * len(prompt) + [1.0] * len(sol)
+
+
+def _batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Rows of ``block + 1`` tokens holding whole examples only (an example is never split, so
+    every solution token sees its question). Rows are filled first-fit from a buffer of 32
+    upcoming examples; what is left of a row is padding with weight 0."""
+    stream = example_stream(cfg.seed, cfg.difficulties, cfg.prompt_weight, cfg.drill_frac)
+    pad = Codec().pad
+    width = cfg.block + 1
+    buffer: list[tuple[list[int], list[float]]] = []
+    while True:
+        ids = torch.full((cfg.batch, width), pad, dtype=torch.long)
+        w = torch.zeros((cfg.batch, width))
+        for r in range(cfg.batch):
+            pos = 0
+            while True:
+                while len(buffer) < 32:
+                    ex = next(stream)
+                    buffer.append((ex[0][:width], ex[1][:width]))
+                j = next((i for i, ex in enumerate(buffer) if pos + len(ex[0]) <= width), None)
+                if j is None:
+                    break
+                tok, wt = buffer.pop(j)
+                ids[r, pos:pos + len(tok)] = torch.tensor(tok)
+                w[r, pos:pos + len(tok)] = torch.tensor(wt)
+                pos += len(tok)
+        yield ids, w
+
+
+def lr_at(step: int, cfg: LMTrainConfig) -> float:
+    """Linear warmup to ``lr``, then cosine to ``min_lr_frac * lr``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train_lm(cfg: LMTrainConfig, out_dir: str | Path | None = None, device: str = "cpu",
+             progress: Callable[[int, float], None] | None = None,
+             checkpoint: Callable[[int, object], None] | None = None, checkpoint_every: int = 0):
+    """Train a LlamaForCausalLM from scratch; save it (fp32 safetensors + tokenizer) to
+    ``out_dir`` if given. ``progress(step, loss)`` is called after every step and
+    ``checkpoint(step, model)`` every ``checkpoint_every`` steps. Returns the model."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    model = LlamaForCausalLM(cfg.arch.llama_config()).to(device)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.95))
+    model.train()
+    batches = _batches(cfg)
+    for step in range(cfg.steps):
+        ids, w = next(batches)
+        ids, w = ids.to(device), w.to(device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        logits = model(input_ids=ids[:, :-1]).logits  # (B, T, V)
+        loss_tok = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction="none")
+        weights = w[:, 1:].reshape(-1)
+        loss = (loss_tok * weights).sum() / weights.sum().clamp(min=1.0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if progress is not None:
+            progress(step, float(loss.detach()))
+        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
+            model.eval()
+            checkpoint(step + 1, model)
+            model.train()
+    model.eval()
+    if out_dir is not None:
+        save_lm(model, out_dir)
+    return model
+
+
+def save_lm(model, out_dir: str | Path) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.to("cpu").save_pretrained(out, safe_serialization=True)
+    save_tokenizer(build_tokenizer(), out)
+    gen_cfg = out / "generation_config.json"
+    if gen_cfg.exists():
+        gen_cfg.unlink()

@@ -1,0 +1,97 @@
+"""The committed testbed models load with plain transformers and behave as their contracts say."""
+
+import json
+
+import pytest
+import torch
+
+from metagen.testbed import format_prompt, grade, make_problems, model_path
+from metagen.testbed.tokenizer import Codec
+
+
+def _need(name):
+    path = model_path(name)
+    if not (path / "model.safetensors").exists():
+        pytest.skip(f"{name} not trained yet (metagen testbed train --only {name})")
+    return path
+
+
+def test_sizes_within_budget():
+    total = sum(f.stat().st_size for f in model_path("policy").parent.rglob("*") if f.is_file())
+    assert total <= 25 * 1024 * 1024
+
+
+@pytest.mark.parametrize("name", ["policy", "draft"])
+def test_causal_lms_load_and_solve_some(name):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _need(name)
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["tie_word_embeddings"] is True and "head_dim" in cfg
+    assert "rope_theta" in cfg["rope_parameters"]
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    assert type(model).__name__ == "LlamaForCausalLM"
+    probs = make_problems("test", 6, difficulties=(1,))
+    correct = 0
+    for p in probs:
+        ids = tok(format_prompt(p), return_tensors="pt")["input_ids"]
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40,
+                             do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        text = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        correct += grade(text, p.answer)
+    if name == "policy":  # one-step problems are the easiest: the policy solves most of them
+        assert correct >= 3
+
+
+def test_draft_is_5x_smaller():
+    from transformers import AutoModelForCausalLM
+
+    pol = AutoModelForCausalLM.from_pretrained(_need("policy"))
+    dra = AutoModelForCausalLM.from_pretrained(_need("draft"))
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n(pol) >= 5 * n(dra)
+
+
+def test_orm_scores_reference_above_corrupted():
+    from transformers import AutoModelForSequenceClassification
+
+    path = _need("orm")
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    assert model.config.num_labels == 1 and model.config.pad_token_id is not None
+    codec = Codec()
+    probs = make_problems("test", 12, difficulties=(2, 3))
+    good = [format_prompt(p) + p.solutions[0] for p in probs]
+    bad = [g.rsplit("#### ", 1)[0] + f"#### {p.answer + 7}" for g, p in zip(good, probs)]
+    with torch.no_grad():
+        def score(texts):
+            return [torch.sigmoid(model(input_ids=torch.tensor([codec.encode(t)])).logits[0, 0]).item()
+                    for t in texts]
+        sg, sb = score(good), score(bad)
+    assert sum(g > b for g, b in zip(sg, sb)) >= 9  # a clear majority of the 12 pairs
+
+
+def test_prm_flags_the_first_wrong_step():
+    from transformers import AutoModelForTokenClassification
+
+    from metagen.testbed.metrics import split_steps
+    from metagen.testbed.train_rm import step_end_positions
+
+    path = _need("prm")
+    model = AutoModelForTokenClassification.from_pretrained(path).eval()
+    assert model.config.num_labels == 1
+    codec = Codec()
+    wins = 0
+    probs = make_problems("test", 12, difficulties=(3,))
+    for p in probs:
+        steps = split_steps(p.solutions[0])
+        wrong = list(steps)
+        a, rest = wrong[0].rsplit("= ", 1)
+        wrong[0] = f"{a}= {int(rest) + 10}\n"  # an arithmetic slip in step 1
+        with torch.no_grad():
+            def scores(st):
+                ids, pos = step_end_positions(codec, format_prompt(p), st)
+                logits = model(input_ids=torch.tensor([ids])).logits[0, :, 0]
+                return torch.sigmoid(logits[pos]).tolist()
+            wins += scores(steps)[0] > scores(wrong)[0]
+    assert wins >= 9
