@@ -44,8 +44,11 @@ def write_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = ""
         if not pts:
             continue
         xs, ys = [max(p[0], 1) for p in pts], [100 * p[1] for p in pts]
-        style = {"marker": "*", "markersize": 12, "linestyle": "none"} if name == "greedy" \
-            else {"marker": "o"}
+        style: dict[str, Any] = {"marker": "o"}
+        if name == "greedy":
+            style = {"marker": "*", "markersize": 12, "linestyle": "none"}
+        elif name == "mbr":  # equals self-consistency with the answer utility: keep both visible
+            style = {"marker": "s", "markersize": 4, "linestyle": "--"}
         ax.plot(xs, ys, label=LABELS[name], **style)
         if name == "self_consistency":
             for x, y, (_, _, n) in zip(xs, ys, pts):
