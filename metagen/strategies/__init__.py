@@ -5,15 +5,28 @@ rejection_sampling — each makes ONE batched generate call for its samples (rej
 per round), accepts one prompt or a list, and returns Result(s) with compute and trace. Their
 selectors (BestOfN, SelfConsistency, WeightedVote, MBR) reduce groups inside StrategyGenerator,
 which makes any of them a generator for another strategy. Budget caps a run.
+
+Step-level search and refinement (the second half): step_beam_search, dvts, best_first,
+tree_of_thoughts, mcts, rebase, self_refine, refine_with_feedback, treefinement.
 """
 
+from metagen.strategies.best_first import best_first
 from metagen.strategies.best_of_n import BestOfN, best_of_n
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.compose import StrategyGenerator
+from metagen.strategies.dvts import dvts
 from metagen.strategies.mbr import MBR, expected_utility, mbr, mbr_prune
+from metagen.strategies.mcts import mcts
 from metagen.strategies.parallel import run_parallel
+from metagen.strategies.rebase import rebase
+from metagen.strategies.refine import refine_with_feedback, self_refine
 from metagen.strategies.rejection import rejection_sampling
 from metagen.strategies.selection import Selection, Selector, argmax_first
+from metagen.strategies.step_beam import step_beam_search
+from metagen.strategies.steps import StepDefinition
+from metagen.strategies.tot import tree_of_thoughts
+from metagen.strategies.tree import SearchNode, SearchTree
+from metagen.strategies.treefinement import treefinement
 from metagen.strategies.voting import (
     SelfConsistency,
     WeightedVote,
@@ -27,19 +40,31 @@ __all__ = [
     "UNLIMITED",
     "BestOfN",
     "Budget",
+    "SearchNode",
+    "SearchTree",
     "Selection",
     "SelfConsistency",
     "Selector",
+    "StepDefinition",
     "StrategyGenerator",
     "WeightedVote",
     "argmax_first",
+    "best_first",
     "best_of_n",
+    "dvts",
     "expected_utility",
     "mbr",
     "mbr_prune",
+    "mcts",
+    "rebase",
+    "refine_with_feedback",
     "rejection_sampling",
     "run_parallel",
     "self_consistency",
+    "self_refine",
+    "step_beam_search",
+    "tree_of_thoughts",
+    "treefinement",
     "vote",
     "weighted_vote",
 ]
