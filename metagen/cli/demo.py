@@ -12,11 +12,11 @@ from metagen.errors import InvalidParameterError
 DEFAULT_PROBLEMS = 100  # sized for ~3 minutes on 2 CPU cores with the engine
 
 
-def _parse_ns(text: str) -> tuple[int, ...]:
+def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise InvalidParameterError("ns", text, "must be comma-separated integers") from None
+        raise InvalidParameterError(name, text, "must be comma-separated integers") from None
 
 
 @click.command("demo")
@@ -35,8 +35,13 @@ def _parse_ns(text: str) -> tuple[int, ...]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--mbr-utility", type=click.Choice(["answer", "chrf", "bleu", "rouge"]),
               default="answer", show_default=True)
+@click.option("--step-search", default="", help="Also run PRM step searches, e.g. "
+              "step_beam,dvts,rebase,mcts,best_first (each a separate run; slower).")
+@click.option("--step-ns", default="4,16", show_default=True,
+              help="Scales n for --step-search.")
 def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns: str,
-         temperature: float, max_tokens: int, seed: int, mbr_utility: str) -> None:
+         temperature: float, max_tokens: int, seed: int, mbr_utility: str, step_search: str,
+         step_ns: str) -> None:
     """Compare parallel meta-generators at N = 1..32 on held-out testbed problems."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -46,10 +51,13 @@ def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns:
 
     config = DemoConfig(problems=problems, ns=_parse_ns(ns), temperature=temperature,
                         max_tokens=max_tokens, seed=seed, backend=backend,  # type: ignore
-                        mbr_utility=mbr_utility)
+                        mbr_utility=mbr_utility,
+                        step_search=tuple(x.strip() for x in step_search.split(",") if x.strip()),
+                        step_ns=_parse_ns(step_ns, "step_ns"))
     console = Console()
     labels = {"greedy": "greedy decoding", "sampling": f"sampling {max(config.ns)} per problem",
-              "scoring": "ORM scoring", "selection": "selecting at every N"}
+              "scoring": "ORM scoring", "selection": "selecting at every N",
+              "step search": "PRM step searches"}
     start = time.perf_counter()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),

@@ -11,7 +11,8 @@ from typing import Any
 
 LABELS = {"greedy": "greedy", "best_of_n": "best-of-N (ORM)",
           "self_consistency": "self-consistency", "weighted_vote": "weighted vote (ORM)",
-          "mbr": "MBR"}
+          "mbr": "MBR", "step_beam": "step beam (PRM)", "dvts": "DVTS (PRM)",
+          "rebase": "REBASE (PRM)", "mcts": "MCTS (PRM)", "best_first": "best-first (PRM)"}
 
 
 def results_table(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
@@ -50,6 +51,8 @@ def write_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = ""
         elif name == "mbr":  # equals self-consistency with the answer utility: keep both visible
             style = {"marker": "s", "markersize": 4, "linestyle": "--"}
         ax.plot(xs, ys, label=LABELS[name], **style)
+        if name in ("step_beam", "dvts", "rebase", "mcts", "best_first"):
+            style = {"marker": "^", "linestyle": ":"}
         if name == "self_consistency":
             for x, y, (_, _, n) in zip(xs, ys, pts):
                 ax.annotate(f"N={n}", (x, y), textcoords="offset points", xytext=(0, -12),

@@ -43,6 +43,8 @@ class DemoConfig:
     backend: Literal["local", "hf"] = "local"
     mbr_utility: str = "answer"
     score_chunk: int = 512
+    step_search: tuple[str, ...] = ()
+    step_ns: tuple[int, ...] = (4, 16)
 
     def __post_init__(self) -> None:
         if not isinstance(self.problems, int) or not 1 <= self.problems <= 100_000:
@@ -55,6 +57,14 @@ class DemoConfig:
         if self.split not in ("train", "val", "test"):
             raise InvalidParameterError("split", self.split, "must be train, val or test")
         SamplingParams(n=max(self.ns), temperature=self.temperature, max_tokens=self.max_tokens)
+        if self.step_search:
+            from metagen.strategies.step_scaling import STEP_SEARCHES
+            for name in self.step_search:
+                if name not in STEP_SEARCHES:
+                    raise InvalidParameterError("step_search", name,
+                                                f"must be among {sorted(STEP_SEARCHES)}")
+            if not self.step_ns or any(not isinstance(n, int) or n < 1 for n in self.step_ns):
+                raise InvalidParameterError("step_ns", self.step_ns, "must be positive integers")
 
 
 KV_CACHE_BYTES = 512 << 20  # the demo keeps ~3,000 sequences in flight; the engine's 64 MiB
@@ -79,7 +89,7 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
              problems: Sequence[Any] | None = None, format_prompt: Callable[[Any], str] | None =
              None, grade: Callable[[str, Any], bool] | None = None,
              extract: Callable[[str], Any] | None = None,
-             match: Callable[[Any, Any], bool] | None = None,
+             match: Callable[[Any, Any], bool] | None = None, prm: Any = None,
              on_stage: Stage | None = None) -> dict[str, Any]:
     """Run the demo; returns ``{"problems": int, "results": [rows], "info": {...}}``."""
     stage = on_stage or (lambda name, done, total: None)
@@ -124,10 +134,39 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
     rows = evaluate_prefixes(demo_problems, selectors, config.ns, grade, sampling=sampling,
                              scoring=scoring, uses_orm={"best_of_n", "weighted_vote"})
     stage("selection", 1, 1)
+    if config.step_search:
+        rows += _step_searches(config, generator, prompts, answers, grade, stage, prm)
     info.update({"greedy_usage": greedy_usage.to_dict(), "sampling_usage": sampling.to_dict(),
                  "scoring_usage": scoring.to_dict(), "failed_samples": sum(
                      failure_reason(c) is not None for row in samples for c in row)})
     return {"problems": len(problems), "results": [greedy_row] + rows, "info": info}
+
+
+def _step_searches(config: DemoConfig, generator: Any, prompts: list[str], answers: list[Any],
+                   grade: Callable[[str, Any], bool], stage: Stage, prm: Any) -> list[dict]:
+    """PRM-guided step searches (the teammate's ``run_step_search``) at each ``step_ns``; each
+    (strategy, n) is its own run over all prompts, with its own measured compute."""
+    from metagen.scorers import usage_of
+    from metagen.strategies.step_scaling import run_step_search
+
+    if prm is None:
+        from metagen.scorers import HFProcessRewardModel
+        prm = HFProcessRewardModel.from_pretrained(_testbed_model("prm"), batch_size=64)
+    rows, total = [], len(config.step_search) * len(config.step_ns)
+    stage("step search", 0, total)
+    for name in config.step_search:
+        for n in config.step_ns:
+            start, g0, s0 = time.perf_counter(), generator.usage, usage_of(prm)
+            results = run_step_search(name, generator, prompts, prm, n, params=SamplingParams(
+                temperature=config.temperature, seed=config.seed))
+            spent = (generator.usage - g0) + (usage_of(prm) - s0)
+            correct = sum(r.best is not None and grade(r.text, a)
+                          for r, a in zip(results, answers))
+            rows.append({"strategy": name, "n": n, "accuracy": correct / len(prompts),
+                         "generated_tokens": spent.generated_tokens, "flops": spent.flops,
+                         "seconds": time.perf_counter() - start})
+            stage("step search", len(rows), total)
+    return rows
 
 
 def _testbed_model(name: str) -> Any:

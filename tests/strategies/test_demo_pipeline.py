@@ -100,3 +100,31 @@ def test_demo_config_validation():
         DemoConfig(problems=0)
     with pytest.raises(InvalidParameterError, match="temperature"):
         DemoConfig(temperature=0.0)
+
+
+class ScriptedPRM:
+    """Scripted PRM: every step of a solution ending in the right answer scores 0.9."""
+
+    def score_steps(self, prompts, steps):
+        return [[0.9 if "#### 5" in s or "#### 7" in s else 0.2 for s in chain]
+                for chain in steps]
+
+
+def test_scripted_demo_with_step_search_rows():
+    def script(prompt, j):  # one-step solutions; the right answer at sample index 1
+        return ["#### 4", "#### 5" if "q1" in prompt else "#### 7", "#### 9"][j % 3]
+
+    gen = MockGenerator(script)
+    report = run_demo(DemoConfig(problems=2, ns=(1, 2), max_tokens=4,
+                                 step_search=("step_beam", "dvts"), step_ns=(2, 4)),
+                      generator=gen, orm=TableReward({}), prm=ScriptedPRM(),
+                      problems=PROBLEMS, format_prompt=lambda p: f"Q: {p.question}",
+                      grade=lambda text, a: same(last_int(text) or "-1", a),
+                      extract=last_int, match=same)
+    rows = {(r["strategy"], r["n"]): r for r in report["results"]}
+    for name in ("step_beam", "dvts"):
+        for n in (2, 4):
+            assert rows[(name, n)]["accuracy"] == 1.0  # the PRM finds the right step
+            assert rows[(name, n)]["generated_tokens"] > 0
+    with pytest.raises(InvalidParameterError, match="step_search"):
+        DemoConfig(step_search=("nope",))
