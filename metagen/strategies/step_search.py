@@ -9,6 +9,11 @@ Contracts (DESIGN "Data flow"):
   children, the call sends each branch's prefix once per child with ``n=1``; with a fixed
   ``seed`` that would give identical children (sample ``i`` is a function of the seed and ``i``),
   so seeded runs instead make one call per distinct child count (documented exception).
+- Seeds: a backend's seeded sample ``i`` draws the same random numbers for every prompt of a
+  call (they depend on the seed, ``i`` and the token position only), so a seeded run gives call
+  ``j`` the seed ``derive_seed(seed, j)`` (call 0 keeps the seed): successive search steps do not
+  repeat the same draws. Within one call, children with the same index of different branches
+  still share draws; use ``seed=None`` where that correlation matters (e.g. DVTS at scale).
 - Branches of different prompts are never compared with each other: every selection happens
   inside one :class:`SearchTree`.
 - Before each call the budget is asked: when it is exhausted, or the remaining generated-token
@@ -49,6 +54,11 @@ from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 StepScorerFn = Callable[[list[str], list[list[str]]], list[list[float]]]
+
+
+def derive_seed(seed: int, call: int) -> int:
+    """A distinct, reproducible seed for the ``call``-th generate call of a seeded run."""
+    return (seed + 0x9E3779B97F4A7C15 * call) % (2**63 - 1)
 
 
 def as_step_scorer(prm: Any) -> StepScorerFn:
@@ -121,6 +131,7 @@ class StepSearch:
         self._prm_shared = shares
         self._own_scorer_calls = 0
         self._budget_cap: int | None = None  # max_tokens of the last call when the budget cut it
+        self._calls_made = 0
 
     # ----------------------------------------------------------------- accounting
     def usage(self) -> Usage:
@@ -153,12 +164,13 @@ class StepSearch:
             return None
         self._budget_cap = cap if cap < params.max_tokens else None
         if len(set(ks)) == 1:
-            out = self.generator.generate(prefixes, params.with_(n=ks[0], max_tokens=cap))
+            out = self.generator.generate(prefixes, self._seeded(params).with_(
+                n=ks[0], max_tokens=cap))
             self._check_shape(out, len(prefixes), ks[0])
             return [list(c) for c in out]
         if params.seed is None:
             flat = [p for p, k in zip(prefixes, ks) for _ in range(k)]
-            out = self.generator.generate(flat, params.with_(n=1, max_tokens=cap))
+            out = self.generator.generate(flat, self._seeded(params).with_(n=1, max_tokens=cap))
             self._check_shape(out, len(flat), 1)
             grouped, i = [], 0
             for k in ks:
@@ -172,11 +184,17 @@ class StepSearch:
                 self.stopped_by_budget = True
                 break
             out = self.generator.generate([prefixes[i] for i in idx],
-                                          params.with_(n=k, max_tokens=cap))
+                                          self._seeded(params).with_(n=k, max_tokens=cap))
             self._check_shape(out, len(idx), k)
             for i, comps in zip(idx, out):
                 result[i] = list(comps)
         return result
+
+    def _seeded(self, params: SamplingParams) -> SamplingParams:
+        """Call ``j`` of a seeded run uses ``derive_seed(seed, j)`` (call 0: the seed itself)."""
+        j, self._calls_made = self._calls_made, self._calls_made + 1
+        return params if params.seed is None or j == 0 else params.with_(
+            seed=derive_seed(params.seed, j))
 
     @staticmethod
     def _check_shape(out: Any, prompts: int, n: int) -> None:

@@ -61,3 +61,17 @@ def test_answers_and_votes():
     assert choose_by("vote", [a, b, c, d]) is c  # 5 wins 2-1; its best-scored node
     assert choose_by("weighted_vote", [a, b, c, d]) is a  # 0.9 > 0.2 + 0.3
     assert choose_by("vote", [d]) is d  # no answers: by score
+
+
+def test_seeded_runs_derive_a_fresh_seed_per_call():
+    from metagen.strategies.step_search import derive_seed
+    from metagen.types import SamplingParams
+    gen = ScriptedStepGenerator(tree_script("Q:\n", depth=3))
+    step_beam_search(gen, ["Q:\n"], ScriptedPRM({}), width=1, branching=2,
+                     params=SamplingParams(temperature=0.7, seed=7))
+    seeds = [p.seed for _, p in gen.calls]
+    assert seeds == [7, derive_seed(7, 1), derive_seed(7, 2)] and len(set(seeds)) == 3
+    assert all(p.temperature == 0.7 for _, p in gen.calls)
+    gen = ScriptedStepGenerator(tree_script("Q:\n", depth=3))
+    step_beam_search(gen, ["Q:\n"], ScriptedPRM({}), width=1, branching=2)
+    assert all(p.seed is None for _, p in gen.calls)
