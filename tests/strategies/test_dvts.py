@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from _scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
+from tests.strategies._scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
 
 from metagen.generators.mock import MockGenerator
 from metagen.strategies.budget import Budget

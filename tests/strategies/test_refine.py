@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from _scripted_steps import ScriptedStepGenerator
+from tests.strategies._scripted_steps import ScriptedStepGenerator
 
 from metagen.errors import InvalidParameterError
 from metagen.strategies.budget import Budget

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
+from tests.strategies._scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
 
 from metagen.errors import InvalidParameterError, InvalidPromptError
 from metagen.strategies.budget import Budget

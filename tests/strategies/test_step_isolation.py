@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import zlib
 
-from _scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
+from tests.strategies._scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
+from tests.strategies._scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
 
 from metagen.errors import InvalidParameterError
 from metagen.strategies.step_scaling import STEP_SEARCHES, run_step_search, step_search_options

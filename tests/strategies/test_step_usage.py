@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from _scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
+from tests.strategies._scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
 
 from metagen.errors import MetagenError, NumericalError
 from metagen.strategies.step_beam import step_beam_search

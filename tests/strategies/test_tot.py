@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from _scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
+from tests.strategies._scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
 
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Capabilities

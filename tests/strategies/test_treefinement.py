@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _scripted_steps import ScriptedStepGenerator
+from tests.strategies._scripted_steps import ScriptedStepGenerator
 
 from metagen.errors import InvalidParameterError
 from metagen.strategies.budget import Budget
