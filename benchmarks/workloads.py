@@ -35,7 +35,7 @@ class Settings:
     c_new: int = 128
     d_prompt: int = 256
     d_new: int = 128
-    d_k: int = 4
+    d_k: int = 2
     e_prompts: int = 8
     e_prompt_len: int = 64
     e_beams: int = 4
