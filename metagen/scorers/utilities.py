@@ -24,7 +24,12 @@ from metagen.scorers.verifiers import Extract, Match, default_extract, default_m
 
 
 class AnswerMatchUtility:
-    """``1.0`` iff both answers were extracted and ``match(a_i, a_j)``; answers extracted once."""
+    """``1.0`` iff both answers were extracted and ``match(a_i, a_j)``; answers extracted once.
+
+    ``match`` must be an equivalence relation (answers_match is: it compares normalised
+    numbers); answers are grouped into classes once, so a matrix costs O(N x classes) matches
+    instead of O(N^2).
+    """
 
     __slots__ = ("extract", "match")
 
@@ -33,10 +38,22 @@ class AnswerMatchUtility:
         self.match = match or default_match()
 
     def matrix(self, hyps: Sequence[str], refs: Sequence[str]) -> list[list[float]]:
-        ha = [self.extract(h) for h in hyps]
-        ra = [self.extract(r) for r in refs]
-        return [[1.0 if a is not None and b is not None and self.match(a, b) else 0.0
-                 for b in ra] for a in ha]
+        answers = [self.extract(t) for t in list(hyps) + list(refs)]
+        reps: list[object] = []
+        classes: list[int | None] = []
+        for a in answers:
+            if a is None:
+                classes.append(None)
+                continue
+            for k, rep in enumerate(reps):
+                if self.match(a, rep):
+                    classes.append(k)
+                    break
+            else:
+                reps.append(a)
+                classes.append(len(reps) - 1)
+        hc, rc = classes[:len(hyps)], classes[len(hyps):]
+        return [[1.0 if a is not None and a == b else 0.0 for b in rc] for a in hc]
 
 
 class ChrFUtility:
