@@ -7,10 +7,14 @@ Entry points: :class:`LLMEngine` (token-level: ``add_request``/``step``/``fork``
 ``Generator`` is :class:`metagen.generators.local.LocalGenerator`.
 """
 
+from metagen.engine.beam_search import beam_search, stochastic_beam_search
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
+from metagen.engine.proposers import DraftModelProposer, NgramProposer
+from metagen.engine.speculative_decoding import PagedSession, SpecStats, speculative_generate
 
-__all__ = ["EngineConfig", "EngineStats", "ExtendRequest", "LLMEngine", "ModelRunner",
-           "RequestOutput", "StreamDelta"]
+__all__ = ["DraftModelProposer", "EngineConfig", "EngineStats", "ExtendRequest", "LLMEngine",
+           "ModelRunner", "NgramProposer", "PagedSession", "RequestOutput", "SpecStats",
+           "StreamDelta", "beam_search", "speculative_generate", "stochastic_beam_search"]
