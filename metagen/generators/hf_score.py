@@ -14,24 +14,7 @@ import torch
 
 from metagen.errors import InvalidParameterError, InvalidPromptError
 from metagen.generators.base import Prompt
-from metagen.generators.tokenize import encode_prompt
-
-
-def scored_sequence(tokenizer: Any, prompt: Prompt, prompt_ids: list[int], prompt_text: str,
-                    continuation: str) -> tuple[list[int], int]:
-    """``(ids, k)``: the tokens to run and how many leading ones only condition; ``ids[k:]`` are
-    scored (the rule of ``HFGenerator.score``). An empty continuation scores nothing."""
-    if not continuation:
-        return list(prompt_ids), len(prompt_ids)
-    whole = list(tokenizer(prompt_text + continuation,
-                           add_special_tokens=isinstance(prompt, str))["input_ids"])
-    k = 0
-    while k < min(len(whole), len(prompt_ids)) and whole[k] == prompt_ids[k]:
-        k += 1
-    if k == 0:  # nothing to condition on: score the continuation tokenized on its own
-        return list(prompt_ids) + list(
-            tokenizer(continuation, add_special_tokens=False)["input_ids"]), len(prompt_ids)
-    return whole, k
+from metagen.generators.tokenize import encode_prompt, scored_sequence
 
 
 def score_pairs(gen: Any, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]

@@ -25,7 +25,7 @@ from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine, LogitsHook
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 from metagen.generators.base import Capabilities, Prompt, check_prompts, render_prompt
-from metagen.generators.tokenize import encode_prompt
+from metagen.generators.tokenize import encode_prompt, scored_sequence
 from metagen.types import Completion, SamplingParams, Usage
 
 
@@ -151,7 +151,7 @@ class LocalGenerator:
             for cont in conts:
                 if not isinstance(cont, str):
                     raise InvalidParameterError("continuations", cont, "must be a string")
-                items.append(_scored_sequence(self.tokenizer, prompt, ids, text, cont))
+                items.append(scored_sequence(self.tokenizer, prompt, ids, text, cont))
             shape.append(len(conts))
         before = self.engine.stats.snapshot()
         flat = iter(self.engine.score_sequences(items))
@@ -161,22 +161,3 @@ class LocalGenerator:
             scorer_tokens=after.computed_tokens - before.computed_tokens, scorer_calls=1,
             scorer_flops=after.flops - before.flops, wall_time=time.perf_counter() - start)
         return result
-
-
-def _scored_sequence(tokenizer: Any, prompt: Prompt, prompt_ids: list[int], prompt_text: str,
-                     continuation: str) -> tuple[list[int], int]:
-    """``(ids, k)``: the tokens to run and how many leading ones only condition (the rest are
-    scored). Same rule as the transformers backend's scorer."""
-    if not continuation:
-        return list(prompt_ids), len(prompt_ids)
-    whole = list(tokenizer(prompt_text + continuation,
-                           add_special_tokens=isinstance(prompt, str))["input_ids"])
-    k = 0
-    while k < min(len(whole), len(prompt_ids)) and whole[k] == prompt_ids[k]:
-        k += 1
-    if k == 0:
-        return list(prompt_ids) + list(
-            tokenizer(continuation, add_special_tokens=False)["input_ids"]), len(prompt_ids)
-    if k == len(whole):  # the continuation vanished into the prompt's tokens
-        return whole, k
-    return whole, k

@@ -93,3 +93,20 @@ def eos_token_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
             if isinstance(tok, int) and tok >= 0 and tok not in found:
                 found.append(tok)
     return tuple(found)
+
+
+def scored_sequence(tokenizer: Any, prompt: Prompt, prompt_ids: list[int], prompt_text: str,
+                    continuation: str) -> tuple[list[int], int]:
+    """``(ids, k)``: the tokens to run and how many leading ones only condition; ``ids[k:]`` are
+    scored (the rule of every backend's ``score``). An empty continuation scores nothing."""
+    if not continuation:
+        return list(prompt_ids), len(prompt_ids)
+    whole = list(tokenizer(prompt_text + continuation,
+                           add_special_tokens=isinstance(prompt, str))["input_ids"])
+    k = 0
+    while k < min(len(whole), len(prompt_ids)) and whole[k] == prompt_ids[k]:
+        k += 1
+    if k == 0:  # nothing to condition on: score the continuation tokenized on its own
+        return list(prompt_ids) + list(
+            tokenizer(continuation, add_special_tokens=False)["input_ids"]), len(prompt_ids)
+    return whole, k
