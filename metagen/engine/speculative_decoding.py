@@ -24,7 +24,7 @@ import torch
 
 from metagen.decoding import SequenceState, probs_for_sampling, uniforms_for
 from metagen.decoding.speculative import speculative_accept
-from metagen.engine.block_manager import BlockManager, OutOfBlocks
+from metagen.engine.block_manager import BlockManager
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.llama import LlamaModel

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metagen.decoding import SequenceState, decode_step, process_logits
+from metagen.decoding import decode_step, process_logits
 
 from ._batches import random_batch
 

@@ -111,7 +111,6 @@ def _speculative_chain(p_table: torch.Tensor, q_table: torch.Tensor | None, star
     The draft is the bigram ``q_table`` or, when None, a fixed guess (the last token repeated).
     Returns the first ``length`` emitted tokens of every row, (n, length).
     """
-    v = p_table.shape[0]
     seqs = torch.full((n, length + k + 1), -1, dtype=torch.long)
     have = torch.zeros(n, dtype=torch.long)
     rows = torch.arange(n)
