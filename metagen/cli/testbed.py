@@ -12,6 +12,16 @@ import click
 @click.group()
 def testbed() -> None:
     """The arithmetic word-problem testbed and its models (policy, draft, ORM, PRM)."""
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001 - logging setup only
+        pass
 
 
 @testbed.command()
@@ -77,8 +87,9 @@ def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_l
     click.echo(f"greedy accuracy on {res['n']} {split} problems: {res['greedy_accuracy']:.3f}")
     for d, acc in res["by_difficulty"].items():
         click.echo(f"  difficulty {d}: {acc:.3f}")
-    for key in ("draft_agreement", f"pass@{sc_k}", f"sc@{sc_k}", "orm_auroc", "prm_step_auroc",
-                "prm_min_auroc", "prm_last_auroc"):
+    for key in ("draft_agreement", f"pass@{sc_k}", f"sc@{sc_k}", "rm_sample_accuracy", "orm_auroc",
+                "orm_auroc_ref", "prm_step_auroc", "prm_min_auroc", "prm_last_auroc",
+                "prm_min_auroc_ref", "prm_last_auroc_ref"):
         if key in res:
             click.echo(f"{key}: {res[key]:.3f}")
 

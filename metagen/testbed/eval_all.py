@@ -73,20 +73,32 @@ def evaluate_all(split: str = "test", limit: int = 500, seed: int = 0, rm_limit:
     rm_prompts = [format_prompt(rm_probs[i // 2]) for i in range(len(outs))]
     res["rm_samples"] = len(outs)
     res["rm_sample_accuracy"] = sum(labels) / max(1, len(labels))
+    # A weak policy yields few correct samples; the *_ref metrics add one reference solution per
+    # problem as a positive (the distribution the reward models were trained on).
+    ref_outs = [p.solutions[len(p.solutions) // 2] for p in rm_probs]
+    ref_prompts = [format_prompt(p) for p in rm_probs]
+    mix_outs, mix_prompts, mix_labels = outs + ref_outs, rm_prompts + ref_prompts, labels + [True] * len(ref_outs)
     if (root / "orm" / "config.json").exists():
         from metagen.testbed.train_rm import orm_scores
         orm = load_model("orm", root / "orm")
-        res["orm_auroc"] = auroc(orm_scores(orm, rm_prompts, outs), labels)
+        mix_scores = orm_scores(orm, mix_prompts, mix_outs)
+        res["orm_auroc"] = auroc(mix_scores[:len(outs)], labels)
+        res["orm_auroc_ref"] = auroc(mix_scores, mix_labels)
     if (root / "prm" / "config.json").exists():
         from metagen.testbed.train_rm import prm_step_scores
         prm = load_model("prm", root / "prm")
-        steps = [split_steps(o) or [o] for o in outs]
-        scores = prm_step_scores(prm, rm_prompts, steps)
+        steps = [split_steps(o) or [o] for o in mix_outs]
+        scores = prm_step_scores(prm, mix_prompts, steps)
         flat_s, flat_y = [], []
         for sc, st in zip(scores, steps):
             flat_s.extend(sc)
             flat_y.extend(oracle_step_labels(st))
         res["prm_step_auroc"] = auroc(flat_s, flat_y)
-        res["prm_min_auroc"] = auroc([min(s) if s else 0.0 for s in scores], labels)
-        res["prm_last_auroc"] = auroc([s[-1] if s else 0.0 for s in scores], labels)
+        mins = [min(s) if s else 0.0 for s in scores]
+        lasts = [s[-1] if s else 0.0 for s in scores]
+        n = len(outs)
+        res["prm_min_auroc"] = auroc(mins[:n], labels)
+        res["prm_last_auroc"] = auroc(lasts[:n], labels)
+        res["prm_min_auroc_ref"] = auroc(mins, mix_labels)
+        res["prm_last_auroc_ref"] = auroc(lasts, mix_labels)
     return res

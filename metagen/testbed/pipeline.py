@@ -29,6 +29,7 @@ class RMDataConfig:
     temperature: float = RECOMMENDED_TEMPERATURE
     prm_samples: int = 400
     rollouts: int = 4
+    add_references: bool = True  # positives also from the generator's reference solutions
 
 
 def _load_causal(folder: Path):
@@ -58,8 +59,9 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
     for name in ("policy", "draft"):
         if name in todo:
             t0 = time.time()
-            cfg = LMTrainConfig(seed=seed) if name == "policy" else LMTrainConfig(arch=DRAFT_ARCH, seed=seed)
-            train_lm(cfg, out_dir=root / name, progress=cb(name, cfg.steps))
+            cfg = (LMTrainConfig(seed=seed) if name == "policy"
+                   else LMTrainConfig(arch=DRAFT_ARCH, seed=seed, restart_steps=0))
+            train_lm(cfg, out_dir=root / name, progress=cb(name, cfg.steps + cfg.restart_steps))
             times[name] = time.time() - t0
     if "orm" not in todo and "prm" not in todo:
         return times
@@ -72,11 +74,14 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
     if progress:
         progress("samples", 1, 1, 0.0)
     rng = random.Random(seed)
+    if data.add_references:  # a weak policy has few correct samples: add reference solutions
+        from metagen.testbed.rm_data import Sample
+        samples = samples + [Sample(p, rng.choice(p.solutions), True) for p in probs]
     sample_s = time.time() - t0
     if "orm" in todo:
         t0 = time.time()
         orm_data = balance(samples, rng)
-        cfg = RMTrainConfig(seed=seed)
+        cfg = RMTrainConfig(seed=seed, epochs=4, lr=2e-3)
         steps = cfg.epochs * ((len(orm_data) + cfg.batch - 1) // cfg.batch)
         save_rm(train_orm(root / "policy", orm_data, cfg, cb("orm", steps)), root / "orm")
         times["orm"] = time.time() - t0 + sample_s

@@ -35,6 +35,8 @@ class LMTrainConfig:
     weight_decay: float = 0.1
     prompt_weight: float = 0.0
     drill_frac: float = 0.5
+    restart_steps: int = 600  # a second cosine cycle with a fresh optimizer (warm restart)
+    restart_lr: float = 2e-3
     seed: int = 0
     difficulties: tuple[int, ...] = DEFAULT_DIFFICULTIES
 
@@ -116,43 +118,62 @@ def lr_at(step: int, cfg: LMTrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def _optimizer(model, lr: float, weight_decay: float):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+
 def train_lm(cfg: LMTrainConfig, out_dir: str | Path | None = None, device: str = "cpu",
              progress: Callable[[int, float], None] | None = None,
-             checkpoint: Callable[[int, object], None] | None = None, checkpoint_every: int = 0):
+             checkpoint: Callable[[int, object], None] | None = None, checkpoint_every: int = 0,
+             resume_stage1: str | Path | None = None):
     """Train a LlamaForCausalLM from scratch; save it (fp32 safetensors + tokenizer) to
-    ``out_dir`` if given. ``progress(step, loss)`` is called after every step and
-    ``checkpoint(step, model)`` every ``checkpoint_every`` steps. Returns the model."""
+    ``out_dir`` if given. Two cosine cycles: ``steps`` at ``lr``, then ``restart_steps`` at
+    ``restart_lr`` with a fresh AdamW (warm restart, Loshchilov & Hutter 2017) on the continuing
+    data stream. ``resume_stage1`` (a folder saved after the first cycle) skips the first cycle,
+    fast-forwarding the data stream, which gives the same result. ``progress(step, loss)`` is
+    called after every step and ``checkpoint(step, model)`` every ``checkpoint_every`` steps."""
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(cfg.seed)
     model = LlamaForCausalLM(cfg.arch.llama_config()).to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95))
-    model.train()
     batches = _batches(cfg)
-    for step in range(cfg.steps):
-        ids, w = next(batches)
-        ids, w = ids.to(device), w.to(device)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        logits = model(input_ids=ids[:, :-1]).logits  # (B, T, V)
-        loss_tok = torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction="none")
-        weights = w[:, 1:].reshape(-1)
-        loss = (loss_tok * weights).sum() / weights.sum().clamp(min=1.0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if progress is not None:
-            progress(step, float(loss.detach()))
-        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
-            model.eval()
-            checkpoint(step + 1, model)
-            model.train()
+    stages = [(0, cfg.steps, cfg.lr, cfg.warmup)]
+    if cfg.restart_steps:
+        stages.append((cfg.steps, cfg.restart_steps, cfg.restart_lr, cfg.warmup))
+    if resume_stage1 is not None:
+        model = LlamaForCausalLM.from_pretrained(resume_stage1, dtype=torch.float32).to(device)
+        for _ in range(cfg.steps):
+            next(batches)
+        stages = stages[1:]
+    model.train()
+    for offset, n_steps, lr, warmup in stages:
+        opt = _optimizer(model, lr, cfg.weight_decay)
+        sched = LMTrainConfig(arch=cfg.arch, steps=n_steps, lr=lr, warmup=warmup,
+                              min_lr_frac=cfg.min_lr_frac)
+        for i in range(n_steps):
+            step = offset + i
+            ids, w = next(batches)
+            ids, w = ids.to(device), w.to(device)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(i, sched)
+            logits = model(input_ids=ids[:, :-1]).logits  # (B, T, V)
+            loss_tok = torch.nn.functional.cross_entropy(
+                logits.float().reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction="none")
+            weights = w[:, 1:].reshape(-1)
+            loss = (loss_tok * weights).sum() / weights.sum().clamp(min=1.0)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if progress is not None:
+                progress(step, float(loss.detach()))
+            if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
+                model.eval()
+                checkpoint(step + 1, model)
+                model.train()
     model.eval()
     if out_dir is not None:
         save_lm(model, out_dir)
