@@ -15,10 +15,29 @@ from metagen.errors import (
     NumericalError,
 )
 from metagen.generators.base import Capabilities, Generator, Prompt
+from metagen.strategies import (
+    Budget,
+    StrategyGenerator,
+    best_first,
+    best_of_n,
+    dvts,
+    mbr,
+    mcts,
+    rebase,
+    refine_with_feedback,
+    rejection_sampling,
+    self_consistency,
+    self_refine,
+    step_beam_search,
+    tree_of_thoughts,
+    treefinement,
+    weighted_vote,
+)
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 __all__ = [
     "__version__",
+    "Budget",
     "Capabilities",
     "CapabilityError",
     "Completion",
@@ -32,7 +51,22 @@ __all__ = [
     "Prompt",
     "Result",
     "SamplingParams",
+    "StrategyGenerator",
     "Usage",
+    "best_first",
+    "best_of_n",
+    "dvts",
+    "mbr",
+    "mcts",
+    "rebase",
+    "refine_with_feedback",
+    "rejection_sampling",
+    "self_consistency",
+    "self_refine",
+    "step_beam_search",
+    "tree_of_thoughts",
+    "treefinement",
+    "weighted_vote",
 ]
 
 

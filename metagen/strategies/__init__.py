@@ -19,12 +19,13 @@ from metagen.strategies.mbr import MBR, expected_utility, mbr, mbr_prune
 from metagen.strategies.mcts import mcts
 from metagen.strategies.parallel import run_parallel
 from metagen.strategies.rebase import rebase
-from metagen.strategies.refine import refine_with_feedback, self_refine
+from metagen.strategies.refine import Feedback, refine_with_feedback, self_refine
 from metagen.strategies.rejection import rejection_sampling
 from metagen.strategies.selection import Selection, Selector, argmax_first
 from metagen.strategies.step_beam import step_beam_search
 from metagen.strategies.steps import StepDefinition
-from metagen.strategies.tot import tree_of_thoughts
+from metagen.strategies.step_scaling import run_step_search
+from metagen.strategies.tot import LMStepValue, tree_of_thoughts
 from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.strategies.treefinement import treefinement
 from metagen.strategies.voting import (
@@ -40,6 +41,8 @@ __all__ = [
     "UNLIMITED",
     "BestOfN",
     "Budget",
+    "Feedback",
+    "LMStepValue",
     "SearchNode",
     "SearchTree",
     "Selection",
@@ -60,6 +63,7 @@ __all__ = [
     "refine_with_feedback",
     "rejection_sampling",
     "run_parallel",
+    "run_step_search",
     "self_consistency",
     "self_refine",
     "step_beam_search",
