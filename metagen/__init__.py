@@ -36,7 +36,6 @@ from metagen.strategies import (
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 __all__ = [
-    "__version__",
     "Budget",
     "Capabilities",
     "CapabilityError",
@@ -53,6 +52,7 @@ __all__ = [
     "SamplingParams",
     "StrategyGenerator",
     "Usage",
+    "__version__",
     "best_first",
     "best_of_n",
     "dvts",

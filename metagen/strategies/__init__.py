@@ -23,8 +23,8 @@ from metagen.strategies.refine import Feedback, refine_with_feedback, self_refin
 from metagen.strategies.rejection import rejection_sampling
 from metagen.strategies.selection import Selection, Selector, argmax_first
 from metagen.strategies.step_beam import step_beam_search
-from metagen.strategies.steps import StepDefinition
 from metagen.strategies.step_scaling import run_step_search
+from metagen.strategies.steps import StepDefinition
 from metagen.strategies.tot import LMStepValue, tree_of_thoughts
 from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.strategies.treefinement import treefinement
@@ -46,8 +46,8 @@ __all__ = [
     "SearchNode",
     "SearchTree",
     "Selection",
-    "SelfConsistency",
     "Selector",
+    "SelfConsistency",
     "StepDefinition",
     "StrategyGenerator",
     "WeightedVote",
