@@ -80,3 +80,18 @@ def load_tokenizer(name: ModelName = "policy", folder: str | Path | None = None)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(Path(folder) if folder is not None else model_path(name))
+
+
+def save_model_folder(model, out_dir: str | Path) -> None:
+    """Save a testbed model as a plain Hugging Face folder: fp32 safetensors, the testbed
+    tokenizer, and no ``generation_config.json`` (decoding settings come from metagen's
+    SamplingParams, never from the folder)."""
+    from metagen.testbed.tokenizer import build_tokenizer, save_tokenizer
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.to("cpu").save_pretrained(out, safe_serialization=True)
+    save_tokenizer(build_tokenizer(), out)
+    gen_cfg = out / "generation_config.json"
+    if gen_cfg.exists():
+        gen_cfg.unlink()

@@ -45,7 +45,8 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
     stage. The ORM/PRM stages read the policy from ``out_root/policy``."""
     from metagen.testbed.rm_data import balance, mc_step_values, policy_samples
     from metagen.testbed.train_lm import LMTrainConfig, train_lm
-    from metagen.testbed.train_rm import RMTrainConfig, save_rm, train_orm, train_prm
+    from metagen.testbed.modeling import save_model_folder
+    from metagen.testbed.train_rm import RMTrainConfig, train_orm, train_prm
 
     if only is not None and only not in NAMES:
         raise InvalidParameterError("only", only, f"must be one of {NAMES}")
@@ -83,7 +84,7 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
         orm_data = balance(samples, rng)
         cfg = RMTrainConfig(seed=seed, epochs=4, lr=2e-3)
         steps = cfg.epochs * ((len(orm_data) + cfg.batch - 1) // cfg.batch)
-        save_rm(train_orm(root / "policy", orm_data, cfg, cb("orm", steps)), root / "orm")
+        save_model_folder(train_orm(root / "policy", orm_data, cfg, cb("orm", steps)), root / "orm")
         times["orm"] = time.time() - t0 + sample_s
     if "prm" in todo:
         t0 = time.time()
@@ -95,6 +96,6 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
             progress("rollouts", 1, 1, 0.0)
         cfg = RMTrainConfig(seed=seed, epochs=3)
         steps = cfg.epochs * ((len(step_data) + cfg.batch - 1) // cfg.batch)
-        save_rm(train_prm(root / "policy", step_data, cfg, cb("prm", steps)), root / "prm")
+        save_model_folder(train_prm(root / "policy", step_data, cfg, cb("prm", steps)), root / "prm")
         times["prm"] = time.time() - t0 + sample_s
     return times

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +17,9 @@ from pathlib import Path
 import torch
 
 from metagen.errors import InvalidParameterError
-from metagen.testbed.modeling import POLICY_ARCH, ArchConfig
+from metagen.testbed.modeling import POLICY_ARCH, ArchConfig, save_model_folder
 from metagen.testbed.problems import DEFAULT_DIFFICULTIES, format_prompt, iter_problems
-from metagen.testbed.tokenizer import Codec, build_tokenizer, save_tokenizer
+from metagen.testbed.tokenizer import Codec
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,15 +175,5 @@ def train_lm(cfg: LMTrainConfig, out_dir: str | Path | None = None, device: str 
                 model.train()
     model.eval()
     if out_dir is not None:
-        save_lm(model, out_dir)
+        save_model_folder(model, out_dir)
     return model
-
-
-def save_lm(model, out_dir: str | Path) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.to("cpu").save_pretrained(out, safe_serialization=True)
-    save_tokenizer(build_tokenizer(), out)
-    gen_cfg = out / "generation_config.json"
-    if gen_cfg.exists():
-        gen_cfg.unlink()

@@ -21,7 +21,7 @@ import torch
 from metagen.errors import InvalidParameterError
 from metagen.testbed.problems import format_prompt
 from metagen.testbed.rm_data import Sample, StepSample
-from metagen.testbed.tokenizer import Codec, build_tokenizer, save_tokenizer
+from metagen.testbed.tokenizer import Codec
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +169,3 @@ def prm_step_scores(model, prompts: list[str], steps: list[list[str]], batch: in
         probs = torch.sigmoid(model(input_ids=ids, attention_mask=mask).logits[..., 0])  # (B, T)
         out.extend([probs[r, e[1]].tolist() if e[1] else [] for r, e in enumerate(enc)])
     return out
-
-
-def save_rm(model, out_dir: str | Path) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.to("cpu").save_pretrained(out, safe_serialization=True)
-    save_tokenizer(build_tokenizer(), out)
