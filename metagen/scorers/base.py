@@ -61,3 +61,9 @@ def aggregate_steps(scores: Sequence[float], how: StepAggregation = "last") -> f
     if how == "prod":
         return float(math.prod(scores))
     return float(sum(scores) / len(scores))
+
+
+def check_same_length(prompts: Sequence[object], others: Sequence[object], name: str) -> None:
+    """Raise ``InvalidParameterError`` naming ``name`` unless it has one entry per prompt."""
+    if len(prompts) != len(others):
+        raise InvalidParameterError(name, len(others), f"must match len(prompts)={len(prompts)}")

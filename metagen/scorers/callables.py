@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError, NumericalError
-from metagen.scorers.base import RewardModel
+from metagen.scorers.base import RewardModel, check_same_length
 
 
 class CallableReward:
@@ -36,9 +36,7 @@ class CallableReward:
         self.batched = batched
 
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        if len(prompts) != len(completions):
-            raise InvalidParameterError(
-                "completions", len(completions), f"must match len(prompts)={len(prompts)}")
+        check_same_length(prompts, completions, "completions")
         if self.batched:
             out = self.fn(list(prompts), list(completions))
         else:

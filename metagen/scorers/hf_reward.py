@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
-from metagen.scorers.base import StepAggregation, aggregate_steps
+from metagen.scorers.base import StepAggregation, aggregate_steps, check_same_length
 from metagen.scorers.callables import check_scores
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
@@ -200,9 +200,7 @@ class HFRewardModel(_HFScorer):
     """Outcome reward model: ``score(prompts, completions)`` reads ``prompt + completion``."""
 
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        if len(prompts) != len(completions):
-            raise InvalidParameterError(
-                "completions", len(completions), f"must match len(prompts)={len(prompts)}")
+        check_same_length(prompts, completions, "completions")
         if not prompts:
             return []
         ids, positions, prefixes = [], [], []
@@ -231,9 +229,7 @@ class HFProcessRewardModel(_HFScorer):
 
     def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
-        if len(prompts) != len(steps):
-            raise InvalidParameterError(
-                "steps", len(steps), f"must match len(prompts)={len(prompts)}")
+        check_same_length(prompts, steps, "steps")
         ids, positions, prefixes = [], [], []
         for prompt, chain in zip(prompts, steps):
             if isinstance(chain, str) or not chain:

@@ -14,6 +14,7 @@ from typing import Any
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import require
+from metagen.scorers.base import check_same_length
 from metagen.scorers.callables import check_scores
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
@@ -50,9 +51,7 @@ class LMJudge:
         return self._meter.usage
 
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        if len(prompts) != len(completions):
-            raise InvalidParameterError(
-                "completions", len(completions), f"must match len(prompts)={len(prompts)}")
+        check_same_length(prompts, completions, "completions")
         if not prompts:
             return []
         judge_prompts = [self.template.format(prompt=p, completion=c)

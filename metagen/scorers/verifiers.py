@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.scorers.base import check_same_length
 
 Extract = Callable[[str], "str | None"]
 Match = Callable[[Any, Any], bool]
@@ -57,9 +58,7 @@ class AnswerMatch:
         return self.reference
 
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        if len(prompts) != len(completions):
-            raise InvalidParameterError(
-                "completions", len(completions), f"must match len(prompts)={len(prompts)}")
+        check_same_length(prompts, completions, "completions")
         out = []
         for prompt, text in zip(prompts, completions):
             answer = self.extract(text)
