@@ -1,5 +1,6 @@
 """``metagen demo``: test-time compute scaling on the testbed (greedy, best-of-N with the ORM,
-self-consistency, weighted voting, MBR at N = 1..32), with a table, a PNG plot and JSON."""
+self-consistency, weighted voting, MBR at N = 1..32), with a table, a PNG plot and JSON.
+``--full`` adds best-of-N with the PRM and every PRM step search (slower)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
               help="Write {problems, results} here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               default="metagen_demo.png", show_default=True,
-              help="PNG plot of accuracy against generated tokens.")
+              help="PNG plot: accuracy against generated tokens and against FLOPs.")
 @click.option("--problems", type=int, default=DEFAULT_PROBLEMS, show_default=True,
               help="Held-out testbed problems.")
 @click.option("--backend", type=click.Choice(["local", "hf"]), default="local",
@@ -35,28 +36,45 @@ def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--mbr-utility", type=click.Choice(["answer", "chrf", "bleu", "rouge"]),
               default="answer", show_default=True)
-@click.option("--step-search", default="", help="Also run PRM step searches, e.g. "
-              "step_beam,dvts,rebase,mcts,best_first (each a separate run; slower).")
+@click.option("--full", is_flag=True, default=False,
+              help="Also run best-of-N with the PRM and every PRM step search "
+              "(step_beam_search, dvts, best_first, mcts, rebase) at each --step-ns; "
+              "slower: each search is its own run over all problems.")
+@click.option("--step-search", default="", help="A subset of the --full PRM step searches, "
+              "comma-separated, e.g. step_beam_search,dvts (each a separate run; slower).")
 @click.option("--step-ns", default="4,16", show_default=True,
-              help="Scales n for --step-search.")
+              help="Scales n for --full / --step-search (samples per search step).")
 def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns: str,
-         temperature: float, max_tokens: int, seed: int, mbr_utility: str, step_search: str,
-         step_ns: str) -> None:
-    """Compare parallel meta-generators at N = 1..32 on held-out testbed problems."""
+         temperature: float, max_tokens: int, seed: int, mbr_utility: str, full: bool,
+         step_search: str, step_ns: str) -> None:
+    """Compare parallel meta-generators at N = 1..32 on held-out testbed problems.
+
+    With --full (or --step-search) the testbed PRM also ranks the same samples
+    (best_of_n_prm) and PRM step searches join the table and plot; this takes several times
+    longer than the quick demo."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from metagen.demo import DemoConfig, run_demo
+    from metagen.demo.prm import FULL_STEP_SEARCHES, LEGACY_NAMES
     from metagen.demo.report import results_table, write_json, write_plot
 
+    searches = FULL_STEP_SEARCHES if full else tuple(dict.fromkeys(
+        LEGACY_NAMES.get(x.strip(), x.strip()) for x in step_search.split(",") if x.strip()))
     config = DemoConfig(problems=problems, ns=_parse_ns(ns), temperature=temperature,
                         max_tokens=max_tokens, seed=seed, backend=backend,  # type: ignore
-                        mbr_utility=mbr_utility,
-                        step_search=tuple(x.strip() for x in step_search.split(",") if x.strip()),
+                        mbr_utility=mbr_utility, step_search=searches,
                         step_ns=_parse_ns(step_ns, "step_ns"))
     console = Console()
     labels = {"greedy": "greedy decoding", "sampling": f"sampling {max(config.ns)} per problem",
-              "scoring": "ORM scoring", "selection": "selecting at every N",
+              "scoring": "ORM scoring", "PRM scoring": "PRM scoring (best-of-N, min)",
+              "selection": "selecting at every N",
               "step search": "PRM step searches"}
     start = time.perf_counter()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),

@@ -11,8 +11,13 @@ from typing import Any
 
 LABELS = {"greedy": "greedy", "best_of_n": "best-of-N (ORM)",
           "self_consistency": "self-consistency", "weighted_vote": "weighted vote (ORM)",
-          "mbr": "MBR", "step_beam": "step beam (PRM)", "dvts": "DVTS (PRM)",
-          "rebase": "REBASE (PRM)", "mcts": "MCTS (PRM)", "best_first": "best-first (PRM)"}
+          "mbr": "MBR", "best_of_n_prm": "best-of-N (PRM, min)",
+          "step_beam_search": "step beam (PRM)", "step_beam": "step beam (PRM)",
+          "dvts": "DVTS (PRM)", "best_first": "best-first (PRM)", "mcts": "MCTS (PRM)",
+          "rebase": "REBASE (PRM)"}
+SEARCHES = ("step_beam_search", "step_beam", "dvts", "best_first", "mcts", "rebase")
+PANELS = (("generated_tokens", "generated tokens (log scale)"),
+          ("flops", "FLOPs, generator + scorers (log scale)"))
 
 
 def results_table(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
@@ -31,39 +36,55 @@ def results_table(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
     return table
 
 
-def write_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
-    """Accuracy against generated tokens (log x), one line per strategy; returns the path."""
+def _style(name: str) -> dict[str, Any]:
+    if name == "greedy":  # a single point: one marker, no line
+        return {"marker": "*", "markersize": 12, "linestyle": "none", "color": "black"}
+    if name == "mbr":  # equals self-consistency with the answer utility: keep both visible
+        return {"marker": "s", "markersize": 4, "linestyle": "--"}
+    if name == "best_of_n_prm":
+        return {"marker": "D", "markersize": 4, "linestyle": "-."}
+    if name in SEARCHES:
+        return {"marker": "^", "linestyle": ":"}
+    return {"marker": "o"}
+
+
+def make_figure(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
+    """A matplotlib Figure with two panels side by side: accuracy against generated tokens and
+    against FLOPs (both log x); one line per strategy with a marker at each N, greedy as a
+    single marker. Strategies without a label are drawn under their own name."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for name in LABELS:
-        pts = sorted((r["generated_tokens"], r["accuracy"], r["n"]) for r in rows
-                     if r["strategy"] == name)
-        if not pts:
-            continue
-        xs, ys = [max(p[0], 1) for p in pts], [100 * p[1] for p in pts]
-        style: dict[str, Any] = {"marker": "o"}
-        if name == "greedy":
-            style = {"marker": "*", "markersize": 12, "linestyle": "none"}
-        elif name == "mbr":  # equals self-consistency with the answer utility: keep both visible
-            style = {"marker": "s", "markersize": 4, "linestyle": "--"}
-        ax.plot(xs, ys, label=LABELS[name], **style)
-        if name in ("step_beam", "dvts", "rebase", "mcts", "best_first"):
-            style = {"marker": "^", "linestyle": ":"}
-        if name == "self_consistency":
-            for x, y, (_, _, n) in zip(xs, ys, pts):
-                ax.annotate(f"N={n}", (x, y), textcoords="offset points", xytext=(0, -12),
-                            fontsize=7, ha="center")
-    ax.set_xscale("log")
-    ax.set_xlabel("generated tokens (log scale)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(title or "Test-time compute on the metagen testbed")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    names = [n for n in LABELS if any(r["strategy"] == n for r in rows)]
+    names += sorted({r["strategy"] for r in rows} - set(names))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), dpi=110, sharey=True)
+    for ax, (key, xlabel) in zip(axes, PANELS):
+        for name in names:
+            pts = sorted((r[key], r["accuracy"], r["n"]) for r in rows if r["strategy"] == name)
+            xs, ys = [max(p[0], 1) for p in pts], [100 * p[1] for p in pts]
+            ax.plot(xs, ys, label=LABELS.get(name, name), **_style(name))
+            if name == "self_consistency":
+                for x, y, (_, _, n) in zip(xs, ys, pts):
+                    ax.annotate(f"N={n}", (x, y), textcoords="offset points",
+                                xytext=(0, -12), fontsize=7, ha="center")
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("accuracy (%)")
+    axes[1].legend(fontsize=8, loc="best")
+    fig.suptitle(title or "Test-time compute on the metagen testbed")
     fig.tight_layout()
+    return fig
+
+
+def write_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """Write :func:`make_figure`'s two panels (accuracy vs generated tokens and vs FLOPs, log x)
+    as a PNG; returns the path."""
+    import matplotlib.pyplot as plt
+
+    fig = make_figure(rows, title)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)

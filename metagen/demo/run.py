@@ -5,9 +5,14 @@
 1. greedy: one generate call, temperature 0, for all problems;
 2. sampling: one generate call with ``n = max(ns)`` samples per problem for all problems;
 3. the testbed ORM scores every successful sample once (batched);
-4. :func:`~metagen.demo.evaluate.evaluate_prefixes` evaluates best_of_n (ORM), self_consistency,
-   weighted_vote (ORM-weighted) and mbr (answer-match utility unless ``mbr_utility`` says
-   otherwise) at each N on nested prefixes of the samples.
+4. when PRM step searches are asked for (``step_search``, e.g. ``FULL_STEP_SEARCHES``), the
+   testbed PRM also scores every successful sample once (min over steps), for ``best_of_n_prm``;
+5. :func:`~metagen.demo.evaluate.evaluate_prefixes` evaluates best_of_n (ORM), self_consistency,
+   weighted_vote (ORM-weighted), mbr (answer-match utility unless ``mbr_utility`` says
+   otherwise) and best_of_n_prm at each N on nested prefixes of the samples;
+6. each step search runs at each of ``step_ns`` (:mod:`metagen.demo.prm`).
+
+Every row gets ``by_difficulty`` when the problems have a ``difficulty`` (testbed problems do).
 
 Everything the run needs (generator, ORM, problems, grader) can be injected, which is how the
 tests run it on a scripted generator.
@@ -20,7 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from metagen.demo.difficulty import difficulties_of, with_difficulty
 from metagen.demo.evaluate import CachedReward, DemoProblem, evaluate_prefixes
+from metagen.demo.prm import (
+    FULL_STEP_SEARCHES,
+    LEGACY_NAMES,
+    STEP_SEARCH_NAMES,
+    PRMOutcome,
+    step_search_rows,
+)
 from metagen.errors import InvalidParameterError
 from metagen.strategies import MBR, BestOfN, SelfConsistency, WeightedVote
 from metagen.strategies.parallel import check_counts, failure_reason
@@ -28,6 +41,7 @@ from metagen.types import SamplingParams, Usage
 
 Stage = Callable[[str, int, int], None]  # (stage, done, total)
 STRATEGIES = ("greedy", "best_of_n", "self_consistency", "weighted_vote", "mbr")
+PRM_STRATEGIES = ("best_of_n_prm",) + FULL_STEP_SEARCHES  # only with a PRM (step_search)
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,11 +72,10 @@ class DemoConfig:
             raise InvalidParameterError("split", self.split, "must be train, val or test")
         SamplingParams(n=max(self.ns), temperature=self.temperature, max_tokens=self.max_tokens)
         if self.step_search:
-            from metagen.strategies.step_scaling import STEP_SEARCHES
             for name in self.step_search:
-                if name not in STEP_SEARCHES:
+                if name not in STEP_SEARCH_NAMES and name not in LEGACY_NAMES:
                     raise InvalidParameterError("step_search", name,
-                                                f"must be among {sorted(STEP_SEARCHES)}")
+                                                f"must be among {list(STEP_SEARCH_NAMES)}")
             if not self.step_ns or any(not isinstance(n, int) or n < 1 for n in self.step_ns):
                 raise InvalidParameterError("step_ns", self.step_ns, "must be positive integers")
 
@@ -91,7 +104,12 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
              extract: Callable[[str], Any] | None = None,
              match: Callable[[Any, Any], bool] | None = None, prm: Any = None,
              on_stage: Stage | None = None) -> dict[str, Any]:
-    """Run the demo; returns ``{"problems": int, "results": [rows], "info": {...}}``."""
+    """Run the demo; returns ``{"problems": int, "results": [rows], "info": {...}}``.
+
+    A PRM (``prm``, else the testbed's) is loaded and used only when ``config.step_search`` is
+    non-empty: then ``best_of_n_prm`` rows join the N rows and one row per (search, step n)
+    follows. Step-search rows are named as given in ``config.step_search``.
+    """
     stage = on_stage or (lambda name, done, total: None)
     info: dict[str, Any] = {}
     if problems is None or format_prompt is None or grade is None:
@@ -106,9 +124,11 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
         orm = HFRewardModel.from_pretrained(_testbed_model("orm"), batch_size=64)
     prompts = [format_prompt(p) for p in problems]
     answers = [p.answer for p in problems]
+    difficulties = difficulties_of(problems)
 
     stage("greedy", 0, 1)
-    greedy_row, greedy_usage = _greedy(generator, prompts, answers, grade, config)
+    greedy_row, greedy_usage = _greedy(generator, prompts, answers, grade, config,
+                                       difficulties)
     stage("greedy", 1, 1)
     n_max = max(config.ns)
     stage("sampling", 0, 1)
@@ -121,6 +141,16 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
     scores, scoring = _score_all(orm, prompts, samples, config.score_chunk, stage)
     demo_problems = [DemoProblem(p, a, s, o) for p, a, s, o in
                      zip(prompts, answers, samples, scores)]
+    scored_by: dict[str, Usage] = {}
+    if config.step_search:
+        if prm is None:
+            from metagen.scorers import HFProcessRewardModel
+            prm = HFProcessRewardModel.from_pretrained(_testbed_model("prm"), batch_size=64)
+        prm_scores, scored_by["best_of_n_prm"] = _score_all(
+            PRMOutcome(prm, "min"), prompts, samples, config.score_chunk, stage,
+            name="PRM scoring", who="PRM")
+        for d, ps in zip(demo_problems, prm_scores):
+            d.prm = ps
     reward = CachedReward(demo_problems)
     utility: Any = config.mbr_utility
     if utility == "answer":
@@ -130,43 +160,23 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
                  "self_consistency": SelfConsistency(extract, match),
                  "weighted_vote": WeightedVote(reward, extract=extract, match=match),
                  "mbr": MBR(utility)}
+    if scored_by:
+        selectors["best_of_n_prm"] = BestOfN(CachedReward(demo_problems, "prm"))
     stage("selection", 0, 1)
     rows = evaluate_prefixes(demo_problems, selectors, config.ns, grade, sampling=sampling,
-                             scoring=scoring, uses_orm={"best_of_n", "weighted_vote"})
+                             scoring=scoring, uses_orm={"best_of_n", "weighted_vote"},
+                             scored_by=scored_by, difficulties=difficulties)
     stage("selection", 1, 1)
     if config.step_search:
-        rows += _step_searches(config, generator, prompts, answers, grade, stage, prm)
+        rows += step_search_rows(config.step_search, config.step_ns, generator, prompts,
+                                 answers, grade, prm, temperature=config.temperature,
+                                 seed=config.seed, stage=stage, difficulties=difficulties)
     info.update({"greedy_usage": greedy_usage.to_dict(), "sampling_usage": sampling.to_dict(),
                  "scoring_usage": scoring.to_dict(), "failed_samples": sum(
                      failure_reason(c) is not None for row in samples for c in row)})
+    if scored_by:
+        info["prm_scoring_usage"] = scored_by["best_of_n_prm"].to_dict()
     return {"problems": len(problems), "results": [greedy_row] + rows, "info": info}
-
-
-def _step_searches(config: DemoConfig, generator: Any, prompts: list[str], answers: list[Any],
-                   grade: Callable[[str, Any], bool], stage: Stage, prm: Any) -> list[dict]:
-    """PRM-guided step searches (the teammate's ``run_step_search``) at each ``step_ns``; each
-    (strategy, n) is its own run over all prompts, with its own measured compute."""
-    from metagen.scorers import usage_of
-    from metagen.strategies.step_scaling import run_step_search
-
-    if prm is None:
-        from metagen.scorers import HFProcessRewardModel
-        prm = HFProcessRewardModel.from_pretrained(_testbed_model("prm"), batch_size=64)
-    rows, total = [], len(config.step_search) * len(config.step_ns)
-    stage("step search", 0, total)
-    for name in config.step_search:
-        for n in config.step_ns:
-            start, g0, s0 = time.perf_counter(), generator.usage, usage_of(prm)
-            results = run_step_search(name, generator, prompts, prm, n, params=SamplingParams(
-                temperature=config.temperature, seed=config.seed))
-            spent = (generator.usage - g0) + (usage_of(prm) - s0)
-            correct = sum(r.best is not None and grade(r.text, a)
-                          for r, a in zip(results, answers))
-            rows.append({"strategy": name, "n": n, "accuracy": correct / len(prompts),
-                         "generated_tokens": spent.generated_tokens, "flops": spent.flops,
-                         "seconds": time.perf_counter() - start})
-            stage("step search", len(rows), total)
-    return rows
 
 
 def _testbed_model(name: str) -> Any:
@@ -181,22 +191,28 @@ def _testbed_model(name: str) -> Any:
 
 
 def _greedy(generator: Any, prompts: list[str], answers: list[Any],
-            grade: Callable[[str, Any], bool], config: DemoConfig) -> tuple[dict, Usage]:
+            grade: Callable[[str, Any], bool], config: DemoConfig,
+            difficulties: Sequence[str] | None = None) -> tuple[dict, Usage]:
     start, before = time.perf_counter(), generator.usage
     outs = check_counts(generator.generate(prompts, SamplingParams(
         temperature=0.0, max_tokens=config.max_tokens)), len(prompts), 1,
         type(generator).__name__)
     usage = generator.usage - before
-    correct = sum(failure_reason(row[0]) is None and grade(row[0].text, a)
-                  for row, a in zip(outs, answers))
-    return ({"strategy": "greedy", "n": 1, "accuracy": correct / len(prompts),
-             "generated_tokens": usage.generated_tokens, "flops": usage.generator_flops,
-             "seconds": time.perf_counter() - start}, usage)
+    correct = [failure_reason(row[0]) is None and bool(grade(row[0].text, a))
+               for row, a in zip(outs, answers)]
+    return (with_difficulty({"strategy": "greedy", "n": 1,
+                             "accuracy": sum(correct) / len(prompts),
+                             "generated_tokens": usage.generated_tokens,
+                             "flops": usage.generator_flops,
+                             "seconds": time.perf_counter() - start}, correct, difficulties),
+            usage)
 
 
 def _score_all(orm: Any, prompts: list[str], samples: list[list[Any]], chunk: int,
-               stage: Stage) -> tuple[list[list[float | None]], Usage]:
-    """ORM score of every successful sample (None for failed ones), in chunks for progress."""
+               stage: Stage, name: str = "scoring", who: str = "ORM"
+               ) -> tuple[list[list[float | None]], Usage]:
+    """Outcome score of every successful sample (None for failed ones), in chunks for progress
+    (stage ``name``)."""
     from metagen.scorers import check_scores, usage_of
 
     pairs = [(i, j) for i, row in enumerate(samples) for j, c in enumerate(row)
@@ -207,10 +223,10 @@ def _score_all(orm: Any, prompts: list[str], samples: list[list[Any]], chunk: in
         part = pairs[k:k + chunk]
         got = check_scores(orm.score([prompts[i] for i, _ in part],
                                      [samples[i][j].text for i, j in part]), len(part),
-                           who="ORM")
+                           who=who)
         for (i, j), s in zip(part, got):
             out[i][j] = s
-        stage("scoring", min(k + chunk, len(pairs)), len(pairs))
+        stage(name, min(k + chunk, len(pairs)), len(pairs))
     usage = usage_of(orm) - before
     usage = Usage(**{**usage.to_dict(), "wall_time": time.perf_counter() - start})
     return out, usage
