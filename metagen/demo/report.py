@@ -59,7 +59,8 @@ def make_figure(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
 
     names = [n for n in LABELS if any(r["strategy"] == n for r in rows)]
     names += sorted({r["strategy"] for r in rows} - set(names))
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), dpi=110, sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), dpi=110, sharey=True,
+                             layout="constrained")
     for ax, (key, xlabel) in zip(axes, PANELS):
         for name in names:
             pts = sorted((r[key], r["accuracy"], r["n"]) for r in rows if r["strategy"] == name)
@@ -72,10 +73,12 @@ def make_figure(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
         ax.set_xscale("log")
         ax.set_xlabel(xlabel)
         ax.grid(True, which="both", alpha=0.3)
+    top = max((100 * r["accuracy"] for r in rows), default=0.0)
+    axes[0].set_ylim(0, min(100.0, max(10.0, 1.1 * top)))
     axes[0].set_ylabel("accuracy (%)")
-    axes[1].legend(fontsize=8, loc="best")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)  # clear of the data
     fig.suptitle(title or "Test-time compute on the metagen testbed")
-    fig.tight_layout()
     return fig
 
 
