@@ -46,7 +46,11 @@ PRM_STRATEGIES = ("best_of_n_prm",) + FULL_STEP_SEARCHES  # only with a PRM (ste
 
 @dataclass(slots=True, frozen=True)
 class DemoConfig:
-    """Demo settings; validated on construction."""
+    """Demo settings; validated on construction.
+
+    ``step_search``: PRM step searches to run (names of ``FULL_STEP_SEARCHES``; the legacy
+    ``step_beam`` is accepted and its rows keep that name), each at every scale in ``step_ns``;
+    non-empty also adds ``best_of_n_prm``."""
 
     problems: int = 100
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
