@@ -70,12 +70,16 @@ def step_search_rows(names: Sequence[str], step_ns: Sequence[int], generator: An
             start, g0, s0 = time.perf_counter(), generator.usage, usage_of(prm)
             results = run_step_search(internal, generator, prompts, prm, n,
                                       params=SamplingParams(temperature=temperature, seed=seed))
-            spent = (generator.usage - g0) + (usage_of(prm) - s0)
+            gen_spent = generator.usage - g0
+            spent = gen_spent + (usage_of(prm) - s0)
             correct = [r.best is not None and bool(grade(r.text, a))
                        for r, a in zip(results, answers)]
             rows.append(with_difficulty(
                 {"strategy": name, "n": n, "accuracy": sum(correct) / len(prompts),
                  "generated_tokens": spent.generated_tokens, "flops": spent.flops,
-                 "seconds": time.perf_counter() - start}, correct, difficulties))
+                 "seconds": time.perf_counter() - start,
+                 # the generator's prompt tokens NOT served from its prefix cache (recomputed)
+                 "prefill_tokens": gen_spent.prefilled_tokens},
+                correct, difficulties))
             stage("step search", len(rows), total)
     return rows

@@ -47,6 +47,20 @@ def oracle_step_labels(steps: list[str]) -> list[bool]:
     return out
 
 
+def pair_accuracy(scores: list[float], labels: list[bool]) -> float | None:
+    """Over consecutive sample pairs of the same problem (``2i``, ``2i+1``) with one correct and
+    one wrong sample: the fraction in which the correct one scores higher (ties count half).
+    Unlike a pooled AUROC, this cannot be won by recognising easy problems, and it is what
+    best-of-N needs from a reward model. ``None`` when no pair is mixed."""
+    wins, pairs = 0.0, 0
+    for i in range(0, len(labels) - 1, 2):
+        if labels[i] != labels[i + 1]:
+            good, bad = (scores[i], scores[i + 1]) if labels[i] else (scores[i + 1], scores[i])
+            wins += 1.0 if good > bad else 0.5 if good == bad else 0.0
+            pairs += 1
+    return wins / pairs if pairs else None
+
+
 def evaluate_all(split: str = "test", limit: int = 500, seed: int = 0, rm_limit: int = 200,
                  sc_k: int = 0, temperature: float = 0.8, root: str | Path = MODELS_DIR) -> dict:
     """All metrics as one JSON-able dict (keys: greedy_accuracy, by_difficulty, n, ...)."""
@@ -84,6 +98,7 @@ def evaluate_all(split: str = "test", limit: int = 500, seed: int = 0, rm_limit:
         mix_scores = orm_scores(orm, mix_prompts, mix_outs)
         res["orm_auroc"] = auroc(mix_scores[:len(outs)], labels)
         res["orm_auroc_ref"] = auroc(mix_scores, mix_labels)
+        res["orm_pair_accuracy"] = pair_accuracy(mix_scores[:len(outs)], labels)
     if (root / "prm" / "config.json").exists():
         from metagen.testbed.train_rm import prm_step_scores
         prm = load_model("prm", root / "prm")
@@ -98,6 +113,7 @@ def evaluate_all(split: str = "test", limit: int = 500, seed: int = 0, rm_limit:
         lasts = [s[-1] if s else 0.0 for s in scores]
         n = len(outs)
         res["prm_min_auroc"] = auroc(mins[:n], labels)
+        res["prm_min_pair_accuracy"] = pair_accuracy(mins[:n], labels)
         res["prm_last_auroc"] = auroc(lasts[:n], labels)
         res["prm_min_auroc_ref"] = auroc(mins, mix_labels)
         res["prm_last_auroc_ref"] = auroc(lasts, mix_labels)

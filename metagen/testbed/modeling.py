@@ -18,11 +18,11 @@ NAMES: tuple[str, ...] = ("policy", "draft", "orm", "prm")
 class ArchConfig:
     """Llama shape. ``hidden`` must be divisible by ``heads``; ``heads`` by ``kv_heads``."""
 
-    hidden: int = 128
+    hidden: int = 192
     layers: int = 4
-    heads: int = 4
-    kv_heads: int = 4
-    intermediate: int = 384
+    heads: int = 6
+    kv_heads: int = 6
+    intermediate: int = 512
     max_positions: int = 1024
 
     def __post_init__(self) -> None:
@@ -48,7 +48,7 @@ class ArchConfig:
 
 
 POLICY_ARCH = ArchConfig()
-DRAFT_ARCH = ArchConfig(hidden=64, layers=2, heads=2, kv_heads=2, intermediate=192)
+DRAFT_ARCH = ArchConfig(hidden=96, layers=2, heads=3, kv_heads=3, intermediate=256)
 
 
 def model_path(name: ModelName) -> Path:

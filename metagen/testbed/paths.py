@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from metagen.testbed.story import Event
 
-MAX_VALUE = 999
+MAX_VALUE = 99
 _LINE = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)$")
 
 

@@ -24,12 +24,14 @@ Progress = Callable[[str, int, int, float], None]  # (stage, step, total, loss)
 class RMDataConfig:
     """How the reward models' data is made from the policy (train split problems)."""
 
-    problems: int = 600
-    k: int = 4
+    problems: int = 1000
+    k: int = 4  # samples per problem for the PRM's pool
+    orm_k: int = 8  # samples per problem for the ORM (balanced within each problem)
     temperature: float = RECOMMENDED_TEMPERATURE
-    prm_samples: int = 400
+    prm_samples: int = 800
     rollouts: int = 4
-    add_references: bool = True  # positives also from the generator's reference solutions
+    synthetic: int = 2000  # extra problems with a reference and a corrupted path (both RMs)
+    add_references: bool = False  # also reference solutions as positives (for a weak policy)
 
 
 def _load_causal(folder: Path):
@@ -43,7 +45,8 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
               progress: Progress | None = None, data: RMDataConfig = RMDataConfig()) -> dict[str, float]:
     """Train the requested models (all by default) into ``out_root/<name>``. Returns seconds per
     stage. The ORM/PRM stages read the policy from ``out_root/policy``."""
-    from metagen.testbed.rm_data import balance, mc_step_values, policy_samples
+    from metagen.testbed.rm_data import (balance, balance_by_problem, mc_step_values,
+                                         policy_samples, synthetic_samples, synthetic_step_samples)
     from metagen.testbed.train_lm import LMTrainConfig, train_lm
     from metagen.testbed.modeling import save_model_folder
     from metagen.testbed.train_rm import RMTrainConfig, train_orm, train_prm
@@ -66,36 +69,42 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
             times[name] = time.time() - t0
     if "orm" not in todo and "prm" not in todo:
         return times
-    t0 = time.time()
     policy = _load_causal(root / "policy")
     probs = make_problems("train", data.problems, seed=1000 + seed)
-    if progress:
-        progress("samples", 0, 1, 0.0)
-    samples = policy_samples(policy, probs, data.k, data.temperature, seed=seed)
-    if progress:
-        progress("samples", 1, 1, 0.0)
-    rng = random.Random(seed)
-    if data.add_references:  # a weak policy has few correct samples: add reference solutions
-        from metagen.testbed.rm_data import Sample
-        samples = samples + [Sample(p, rng.choice(p.solutions), True) for p in probs]
-    sample_s = time.time() - t0
+    synthetic = synthetic_samples(make_problems("train", data.synthetic, seed=2000 + seed),
+                                  random.Random(f"synthetic:{seed}"))
+
+    def pool(k: int, sample_seed: int) -> list:
+        if progress:
+            progress("samples", 0, 1, 0.0)
+        out = policy_samples(policy, probs, k, data.temperature, seed=sample_seed)
+        if data.add_references:  # a weak policy has few correct samples: add reference solutions
+            from metagen.testbed.rm_data import Sample
+            ref_rng = random.Random(seed)
+            out = out + [Sample(p, ref_rng.choice(p.solutions), True) for p in probs]
+        if progress:
+            progress("samples", 1, 1, 0.0)
+        return out
+
     if "orm" in todo:
         t0 = time.time()
-        orm_data = balance(samples, rng)
-        cfg = RMTrainConfig(seed=seed, epochs=4, lr=2e-3)
+        orm_data = balance_by_problem(pool(data.orm_k, seed + 1), random.Random(seed))
+        orm_data += [s for s, _ in synthetic]
+        cfg = RMTrainConfig(seed=seed, epochs=3, lr=2e-3)
         steps = cfg.epochs * ((len(orm_data) + cfg.batch - 1) // cfg.batch)
         save_model_folder(train_orm(root / "policy", orm_data, cfg, cb("orm", steps)), root / "orm")
-        times["orm"] = time.time() - t0 + sample_s
+        times["orm"] = time.time() - t0
     if "prm" in todo:
         t0 = time.time()
-        chosen = balance(samples, random.Random(seed + 1))[: data.prm_samples]
+        chosen = balance(pool(data.k, seed), random.Random(seed + 1))[: data.prm_samples]
         if progress:
             progress("rollouts", 0, 1, 0.0)
         step_data = mc_step_values(policy, chosen, data.rollouts, data.temperature, seed=seed)
+        step_data += synthetic_step_samples(synthetic)
         if progress:
             progress("rollouts", 1, 1, 0.0)
         cfg = RMTrainConfig(seed=seed, epochs=3)
         steps = cfg.epochs * ((len(step_data) + cfg.batch - 1) // cfg.batch)
         save_model_folder(train_prm(root / "policy", step_data, cfg, cb("prm", steps)), root / "prm")
-        times["prm"] = time.time() - t0 + sample_s
+        times["prm"] = time.time() - t0
     return times

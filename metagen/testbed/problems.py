@@ -60,20 +60,20 @@ def _additive(rng: random.Random, v: int, budget: int) -> Event | None:
     weights = {"add": 4, "sub": 4, "addmul": 3, "submul": 2, "addshared": 1, "subshared": 1}
     kind = rng.choices(kinds, [weights[k] for k in kinds])[0]
     if kind == "add":
-        return Event(kind, (rng.randint(5, 49),))
+        return Event(kind, (rng.randint(2, 29),))
     if kind == "sub":
-        return Event(kind, (rng.randint(3, v - 1),)) if v > 3 else None
+        return Event(kind, (rng.randint(2, v - 1),)) if v > 2 else None
     if kind in ("addmul", "submul"):
-        e = Event(kind, (rng.randint(2, 9), rng.randint(3, 12)))
+        e = Event(kind, (rng.randint(2, 6), rng.randint(2, 9)))
     else:
-        e = Event(kind, (rng.randint(2, 9), rng.randint(2, 9), rng.randint(2, 12)))
+        e = Event(kind, (rng.randint(2, 5), rng.randint(2, 5), rng.randint(2, 9)))
     if e.sign < 0 and e.amount >= v:
         return None
     return e
 
 
 def _story(rng: random.Random, difficulty: int) -> tuple[int, list[Event]] | None:
-    start = rng.randint(10, 69)
+    start = rng.randint(5, 39)
     budget = difficulty
     use_div = rng.random() < 0.3
     budget -= use_div
@@ -82,7 +82,7 @@ def _story(rng: random.Random, difficulty: int) -> tuple[int, list[Event]] | Non
     v, spent = start, 0
     while spent < budget:
         if mul_after is not None and spent == mul_after:
-            e = Event("mul", (rng.choice((2, 2, 3, 4)),))
+            e = Event("mul", (rng.choice((2, 2, 3)),))
             v *= e.nums[0]
         else:
             limit = budget - spent - (1 if mul_after is not None and spent < mul_after else 0)

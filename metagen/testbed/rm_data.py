@@ -46,6 +46,56 @@ def balance(samples: list[Sample], rng) -> list[Sample]:
     return chosen
 
 
+def balance_by_problem(samples: list[Sample], rng) -> list[Sample]:
+    """Equal numbers of correct and incorrect samples *of the same problem*, from every problem
+    that has both. A globally balanced set lets a reward model learn problem difficulty (short
+    easy problems are mostly right) instead of correctness, which best-of-N then exploits: with
+    such an ORM, best-of-N accuracy fell from 37 % at N=2 to 23 % at N=32 on the testbed."""
+    groups: dict[str, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.problem.uid, []).append(s)
+    chosen: list[Sample] = []
+    for group in groups.values():
+        pos = [s for s in group if s.correct]
+        neg = [s for s in group if not s.correct]
+        m = min(len(pos), len(neg))
+        chosen += rng.sample(pos, m) + rng.sample(neg, m)
+    rng.shuffle(chosen)
+    return chosen
+
+
+def synthetic_samples(problems: list[Problem], rng) -> list[tuple[Sample, int | None]]:
+    """For each problem with a feasible corruption: a reference path (correct; index ``None``)
+    and a path with one realistic mistake carried forward
+    (:func:`~metagen.testbed.corrupt.corrupt_solution`; wrong, with the index of its first wrong
+    line). Within-problem contrasts that the policy's own samples give too rarely."""
+    from metagen.testbed.corrupt import corrupt_solution
+
+    out: list[tuple[Sample, int | None]] = []
+    for p in problems:
+        bad = corrupt_solution(rng.choice(p.solutions), p.answer, rng)
+        if bad is not None:
+            out += [(Sample(p, rng.choice(p.solutions), True), None),
+                    (Sample(p, bad[0], False), bad[1])]
+    return out
+
+
+def synthetic_step_samples(pairs: list[tuple[Sample, int | None]]) -> list[StepSample]:
+    """PRM labels for :func:`synthetic_samples`: a step at or after the first wrong line is
+    labelled 0 (a prefix holding an error cannot reach the answer except by chance); steps of a
+    correct path and steps before the mistake are unlabelled (``nan``, no loss) since their
+    Monte-Carlo value under the policy is unknown, except a correct path's final line (1)."""
+    out = []
+    for s, first in pairs:
+        steps = tuple(split_steps(s.completion))
+        if first is None:
+            values = [float("nan")] * (len(steps) - 1) + [1.0]
+        else:
+            values = [float("nan") if i < first else 0.0 for i in range(len(steps))]
+        out.append(StepSample(s, steps, tuple(values)))
+    return out
+
+
 def mc_step_values(policy, samples: list[Sample], rollouts: int, temperature: float, seed: int,
                    batch_size: int = 256, max_steps: int = 12) -> list[StepSample]:
     """Monte-Carlo value of every step prefix (one batched sampling pass over all prefixes)."""

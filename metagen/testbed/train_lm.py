@@ -1,7 +1,9 @@
 """Training of the testbed's causal LMs (policy and draft) from scratch on the problem stream.
 
 Sequences ``<bos> prompt solution <eos>`` (a random solution path per example) are packed whole
-into fixed-length rows (attention may see earlier examples of the row, never a cut one); the loss weights solution tokens 1 and prompt tokens ``prompt_weight``.
+into fixed-length rows (attention may see earlier examples of the row, never a cut one), or one
+per row (``pack=False``). The loss weights solution tokens 1 and prompt tokens ``prompt_weight``
+(default 1: modelling the question too made the copying of its numbers come much earlier).
 AdamW, linear warmup then cosine decay. Deterministic given the seed (on one device and thread
 count).
 """
@@ -25,16 +27,17 @@ from metagen.testbed.tokenizer import Codec
 @dataclass(frozen=True, slots=True)
 class LMTrainConfig:
     arch: ArchConfig = field(default_factory=lambda: POLICY_ARCH)
-    steps: int = 1800
+    steps: int = 2400
     batch: int = 8
     block: int = 256
-    lr: float = 4e-3
+    lr: float = 3e-3
     min_lr_frac: float = 0.05
     warmup: int = 50
     weight_decay: float = 0.1
-    prompt_weight: float = 0.0
-    drill_frac: float = 0.5
-    restart_steps: int = 600  # a second cosine cycle with a fresh optimizer (warm restart)
+    prompt_weight: float = 1.0
+    drill_frac: float = 0.25
+    pack: bool = True  # False: one example per row (no cross-example attention), ``batch`` examples
+    restart_steps: int = 0  # a second cosine cycle with a fresh optimizer (warm restart)
     restart_lr: float = 2e-3
     seed: int = 0
     difficulties: tuple[int, ...] = DEFAULT_DIFFICULTIES
@@ -83,6 +86,28 @@ def example_stream(seed: int, difficulties, prompt_weight: float,
 
 
 def _batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Training rows ``(ids, weights)``, packed or one example per row (``cfg.pack``)."""
+    return _packed_batches(cfg) if cfg.pack else _single_batches(cfg)
+
+
+def _single_batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``batch`` examples per step, one per row starting at position 0 as at inference, right
+    padded to the longest (weight 0): no example ever attends to another one."""
+    stream = example_stream(cfg.seed, cfg.difficulties, cfg.prompt_weight, cfg.drill_frac)
+    pad = Codec().pad
+    while True:
+        exs = [next(stream) for _ in range(cfg.batch)]
+        width = min(cfg.block + 1, max(len(t) for t, _ in exs))
+        ids = torch.full((cfg.batch, width), pad, dtype=torch.long)
+        w = torch.zeros((cfg.batch, width))
+        for r, (tok, wt) in enumerate(exs):
+            tok, wt = tok[:width], wt[:width]
+            ids[r, :len(tok)] = torch.tensor(tok)
+            w[r, :len(tok)] = torch.tensor(wt)
+        yield ids, w
+
+
+def _packed_batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Rows of ``block + 1`` tokens holding whole examples only (an example is never split, so
     every solution token sees its question). Rows are filled first-fit from a buffer of 32
     upcoming examples; what is left of a row is padding with weight 0."""

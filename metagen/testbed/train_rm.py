@@ -140,7 +140,9 @@ def train_prm(policy_dir: str | Path, data: list[StepSample], cfg: RMTrainConfig
             for pos, v in zip(enc[i][1], data[i].values):
                 rows.append(r); cols.append(pos); target.append(v)
         picked = logits[torch.tensor(rows), torch.tensor(cols)]  # (S,)
-        return torch.nn.functional.binary_cross_entropy_with_logits(picked, torch.tensor(target))
+        target_t = torch.tensor(target)
+        keep = ~torch.isnan(target_t)  # unlabelled steps (nan) carry no loss
+        return torch.nn.functional.binary_cross_entropy_with_logits(picked[keep], target_t[keep])
 
     _loop(model, len(data), cfg, loss_fn, progress)
     return model
