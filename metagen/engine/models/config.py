@@ -20,7 +20,13 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
 }
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+_UNSUPPORTED_ROPE_REASONS = {
+    "dynamic": "dynamic NTK (as transformers runs it) recomputes the frequencies of a whole "
+               "forward pass once a sequence outgrows max_position_embeddings, so keys already "
+               "in the KV cache were rotated with other frequencies; a paged engine cannot "
+               "reproduce that",
+}
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,9 +59,15 @@ class ModelConfig:
                 f"num_key_value_heads={self.num_kv_heads}")
         rope_type = self.rope_scaling.get("rope_type", "default")
         if rope_type not in SUPPORTED_ROPE_TYPES:
+            reason = _UNSUPPORTED_ROPE_REASONS.get(rope_type, "")
             raise ModelLoadError(
                 f"rope_type {rope_type!r} is not supported by the built-in engine (supported: "
-                f"{', '.join(SUPPORTED_ROPE_TYPES)}); use metagen.HFGenerator for this model")
+                f"{', '.join(SUPPORTED_ROPE_TYPES)}{'; ' + reason if reason else ''}); use "
+                "metagen.HFGenerator for this model")
+        if rope_type == "yarn":
+            for key in ("factor", "original_max_position_embeddings"):
+                if self.rope_scaling.get(key) is None:
+                    raise ModelLoadError(f"rope_type 'yarn' needs {key!r} in rope_parameters")
 
     @property
     def num_params(self) -> int:
@@ -88,6 +100,8 @@ class ModelConfig:
         if "type" in rope and "rope_type" not in rope:
             rope["rope_type"] = rope.pop("type")
         theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+        if rope.get("rope_type") == "yarn":
+            rope = _yarn_defaults(rope, cfg)
         eos = cfg.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
@@ -125,3 +139,17 @@ class ModelConfig:
             return ModelConfig.from_dict(cfg)
         except KeyError as exc:
             raise ModelLoadError(f"{file} lacks the field {exc}") from exc
+
+
+def _yarn_defaults(rope: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """transformers' reading of a yarn dict: a top-level ``original_max_position_embeddings``
+    wins, else it defaults to ``max_position_embeddings``; ``factor: null`` (DeepSeek style) means
+    their ratio. A missing ``factor`` key stays missing (transformers rejects it too)."""
+    rope = dict(rope)
+    max_pos = int(cfg.get("max_position_embeddings", 2048))
+    if cfg.get("original_max_position_embeddings") is not None:
+        rope["original_max_position_embeddings"] = int(cfg["original_max_position_embeddings"])
+    rope.setdefault("original_max_position_embeddings", max_pos)
+    if "factor" in rope and rope["factor"] is None:
+        rope["factor"] = max_pos / rope["original_max_position_embeddings"]
+    return rope
