@@ -5,12 +5,20 @@ the continuation's tokens from the logits of every position (the runner's ``all_
 Its prefix-cache match is capped so the logits of the prompt's last token are computed. When a
 prompt has several continuations it is first prefilled alone and cached, so each continuation
 only computes its own tokens (plus the partial last block of the prompt).
+
+Failures are per item (RELIABILITY V16/V17/V22/V24 applied to scoring): an item with ids outside
+the vocabulary, too long, a bad conditioning length ``k``, or a non-finite log-probability fails
+alone. With ``errors="raise"`` (the default) the call raises the first failure; with
+``errors="return"`` the failed item's slot holds its exception and every other item is scored as
+in a call without the failed ones. A sequence whose log-probabilities turn non-finite stops at
+once and its KV blocks are not put in the prefix cache.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, Literal, overload
 
 import torch
 
@@ -18,10 +26,12 @@ from metagen.decoding import SequenceState
 from metagen.engine.detokenizer import Detokenizer
 from metagen.engine.sequence import Request, Sequence as Seq
 from metagen.engine.validation import check_prompt_ids
-from metagen.errors import InvalidPromptError, NumericalError
+from metagen.errors import InvalidParameterError, InvalidPromptError, MetagenError, NumericalError
 from metagen.types import SamplingParams
 
 _SCORE_PARAMS = SamplingParams(temperature=0.0, max_tokens=1)
+ScoreErrors = Literal["raise", "return"]
+_Checked = tuple[list[int], int] | MetagenError  # a validated (ids, k), or why it is not
 
 
 class ScoringMixin:
@@ -30,7 +40,7 @@ class ScoringMixin:
     def add_scoring_request(self, tokens: list[int], score_from: int) -> str:
         """Queue a prefill-only request scoring ``tokens[score_from:]`` (already validated:
         use :meth:`score_sequences` for checked, blocking scoring). Its output's ``scores[0]``
-        is the summed log-probability."""
+        is the summed log-probability; ``error`` is a NumericalError if one was not finite."""
         rid = f"score-{next(self._req_ids)}"
         req = Request(rid, tokens, _SCORE_PARAMS)
         state = SequenceState(_SCORE_PARAMS, list(tokens))
@@ -42,54 +52,132 @@ class ScoringMixin:
         self.scheduler.add(seq)
         return rid
 
+    @overload
     def score(self, prompts: Sequence[Sequence[int]],
-              continuations: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:
+              continuations: Sequence[Sequence[Sequence[int]]], *,
+              errors: Literal["raise"] = "raise") -> list[list[float]]: ...
+
+    @overload
+    def score(self, prompts: Sequence[Sequence[int]],
+              continuations: Sequence[Sequence[Sequence[int]]], *,
+              errors: Literal["return"]) -> list[list[float | MetagenError]]: ...
+
+    def score(self, prompts: Sequence[Sequence[int]],
+              continuations: Sequence[Sequence[Sequence[int]]], *,
+              errors: ScoreErrors = "raise") -> list[list[Any]]:
         """``out[i][j]`` = sum of log p(continuations[i][j][t] | prompts[i] + earlier tokens).
 
-        An empty continuation scores 0. See :meth:`score_sequences` for checks and errors.
+        An empty continuation scores 0. A prompt/continuation pair that cannot be scored fails
+        alone as described in :meth:`score_sequences`; ``prompts`` and ``continuations`` of
+        different lengths always raise :class:`InvalidPromptError`.
         """
+        _check_errors_mode(errors)
         if len(prompts) != len(continuations):
             raise InvalidPromptError("continuations", f"<{len(continuations)} lists>",
                                      f"need one list per prompt ({len(prompts)})")
-        items = [(list(p) + list(c), len(p)) for p, cs in zip(prompts, continuations) for c in cs]
-        flat = iter(self.score_sequences(items))
+        checked = [self._check_item(_joined(p, c)) for p, cs in zip(prompts, continuations)
+                   for c in cs]
+        flat = iter(self._score_checked(checked, errors))
         return [[next(flat) for _ in cs] for cs in continuations]
 
-    def score_sequences(self, items: Sequence[tuple[Sequence[int], int]]) -> list[float]:
-        """For each ``(ids, k)`` with ``1 <= k <= len(ids)``: sum over ``t >= k`` of
-        log p(ids[t] | ids[:t]). All items run as one batch of prefill-only sequences.
+    @overload
+    def score_sequences(self, items: Sequence[tuple[Sequence[int], int]], *,
+                        errors: Literal["raise"] = "raise") -> list[float]: ...
 
-        Every item is validated first (ids in the vocabulary, length within the context).
-        When several items share their conditioning prefix ``ids[:k]``, it is prefilled once and
-        cached first. Raises :class:`NumericalError` if a score is not finite.
+    @overload
+    def score_sequences(self, items: Sequence[tuple[Sequence[int], int]], *,
+                        errors: Literal["return"]) -> list[float | MetagenError]: ...
+
+    def score_sequences(self, items: Sequence[tuple[Sequence[int], int]], *,
+                        errors: ScoreErrors = "raise") -> list[Any]:
+        """For each ``(ids, k)`` with ``1 <= k <= len(ids)``: sum over ``t >= k`` of
+        log p(ids[t] | ids[:t]). All valid items run as one batch of prefill-only sequences.
+
+        Every item is validated first (ids in the vocabulary, length within the context, ``k``
+        in range): a bad one is an :class:`InvalidPromptError`; a non-finite score is a
+        :class:`NumericalError` whose ``row`` is the item's index. ``errors="raise"`` raises
+        the first invalid item before any work, or else the first numerical failure after the
+        batch ran; ``errors="return"`` puts each exception in its item's slot. Either way the
+        engine stays usable and holds no block for these requests afterwards (beyond the
+        prefix cache). When several valid items share their conditioning prefix ``ids[:k]``,
+        it is prefilled once and cached first.
         """
-        checked = []
-        for ids, k in items:
+        _check_errors_mode(errors)
+        return self._score_checked([self._check_item(item) for item in items], errors)
+
+    def _check_item(self, item: Any) -> _Checked:
+        """``(ids, k)`` validated, or the InvalidPromptError saying why not (not raised)."""
+        if isinstance(item, MetagenError):
+            return item
+        try:
+            ids, k = item
+        except (TypeError, ValueError):
+            return InvalidPromptError("item", item, "must be a pair (token ids, k)")
+        try:
             ids = check_prompt_ids(ids, self.vocab_size, self.max_model_len + 1, "continuation")
-            if not isinstance(k, int) or not 1 <= k <= len(ids):
-                raise InvalidPromptError("prompt", k, "the conditioning prefix must hold "
-                                         "between 1 token and the whole sequence")
-            checked.append((ids, k))
-        if self.radix is not None:
-            heads: dict[tuple[int, ...], int] = {}
-            for ids, k in checked:
-                if k < len(ids) and k > self.config.block_size:
-                    heads[tuple(ids[:k])] = heads.get(tuple(ids[:k]), 0) + 1
-            warm = [list(h) for h, count in heads.items() if count > 1]
-            self.run_until_done([self.add_scoring_request(h, len(h)) for h in warm])
-        rids = [self.add_scoring_request(ids, k) if k < len(ids) else None for ids, k in checked]
-        outs = {o.request_id: o for o in self.run_until_done([r for r in rids if r])}
-        result = []
-        for r in rids:
-            v = 0.0 if r is None else outs[r].scores[0]  # type: ignore[index]
-            if not math.isfinite(v):
-                raise NumericalError(f"score of request {r} is {v}")
-            result.append(v)
+        except InvalidPromptError as exc:
+            return exc
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= len(ids):
+            return InvalidPromptError("prompt", k, "the conditioning prefix must hold "
+                                      "between 1 token and the whole sequence")
+        return ids, k
+
+    def _score_checked(self, checked: list[_Checked], errors: ScoreErrors) -> list[Any]:
+        if errors == "raise":
+            first = next((c for c in checked if isinstance(c, MetagenError)), None)
+            if first is not None:
+                raise first
+        good = [c for c in checked if not isinstance(c, MetagenError)]
+        self._warm_shared_heads(good)
+        rids = [None if isinstance(c, MetagenError) or c[1] == len(c[0]) else
+                self.add_scoring_request(*c) for c in checked]
+        outs = {o.request_id: o for o in self._run_or_abort([r for r in rids if r])}
+        result: list[Any] = []
+        for i, (c, r) in enumerate(zip(checked, rids)):
+            if isinstance(c, MetagenError):
+                result.append(c)
+            elif r is None:
+                result.append(0.0)  # empty continuation
+            else:
+                out = outs[r]
+                v = out.scores[0]  # type: ignore[index]
+                err = out.error
+                if err is None and not math.isfinite(v):
+                    err = NumericalError(f"score of request {r} is {v}", row=i)
+                if isinstance(err, NumericalError) and err.row is None:
+                    err.row = i
+                result.append(v if err is None else err)
+        if errors == "raise":
+            first = next((v for v in result if isinstance(v, MetagenError)), None)
+            if first is not None:
+                raise first
         return result
+
+    def _warm_shared_heads(self, checked: list[tuple[list[int], int]]) -> None:
+        """Prefill and cache each conditioning prefix longer than a block that several items
+        share, so each of them computes only its own tokens."""
+        if self.radix is None:
+            return
+        heads: dict[tuple[int, ...], int] = {}
+        for ids, k in checked:
+            if k < len(ids) and k > self.config.block_size:
+                heads[tuple(ids[:k])] = heads.get(tuple(ids[:k]), 0) + 1
+        warm = [list(h) for h, count in heads.items() if count > 1]
+        self._run_or_abort([self.add_scoring_request(h, len(h)) for h in warm])
+
+    def _run_or_abort(self, rids: list[str]) -> list[Any]:
+        """run_until_done, aborting the requests (freeing their blocks) if it raises."""
+        try:
+            return self.run_until_done(rids)
+        except BaseException:
+            for r in rids:
+                self.abort(r)
+            raise
 
     def _collect_scores(self, seq: Seq, start: int, logits: torch.Tensor) -> None:
         """Add the continuation logprobs predicted by rows of ``logits`` (n, V) for positions
-        start .. start+n-1 (row r predicts token start+r+1); finish the sequence when done."""
+        start .. start+n-1 (row r predicts token start+r+1); finish the sequence when done, or
+        at once with a NumericalError (its blocks not cached) if a logprob is not finite."""
         n = logits.shape[0]
         # after a preemption the tokens are recomputed: skip targets already collected
         lo = max(seq.score_from + len(seq.score_logprobs), start + 1)  # type: ignore[operator]
@@ -97,7 +185,28 @@ class ScoringMixin:
         if lo <= hi:
             rows = logits[lo - 1 - start:hi - start]  # (k, V)
             target = torch.tensor(seq.token_ids[lo:hi + 1], device=rows.device)
-            lp = torch.log_softmax(rows.float(), -1).gather(1, target[:, None])[:, 0]
+            lp = torch.log_softmax(rows.float(), -1).gather(1, target[:, None])[:, 0]  # (k,)
             seq.score_logprobs.extend(lp.tolist())
+            bad = (~torch.isfinite(lp)).nonzero()
+            if len(bad):
+                pos = lo + int(bad[0, 0])
+                seq.error = NumericalError(
+                    f"log p(token {pos}) of scoring request {seq.request.request_id} is "
+                    f"{seq.score_logprobs[pos - seq.score_from]}")  # type: ignore[operator]
+                self._finish(seq, "error")
+                return
         if seq.num_uncomputed == 0:
             self._finish(seq, "stop")
+
+
+def _check_errors_mode(errors: Any) -> None:
+    if errors not in ("raise", "return"):
+        raise InvalidParameterError("errors", errors, 'must be "raise" or "return"')
+
+
+def _joined(prompt: Any, continuation: Any) -> tuple[list[int], int] | InvalidPromptError:
+    """The ``(prompt + continuation, len(prompt))`` item of :meth:`ScoringMixin.score`."""
+    for name, part in (("prompt", prompt), ("continuation", continuation)):
+        if isinstance(part, (str, bytes)) or not isinstance(part, Sequence):
+            return InvalidPromptError(name, part, "must be a list of token ids")
+    return list(prompt) + list(continuation), len(prompt)
