@@ -48,7 +48,6 @@ def test_yarn_frequencies_and_attention_factor_equal_transformers(params):
     # transformers computes in float32, we in float64: equal to float32 rounding
     assert torch.allclose(ours.float(), ref_inv.float(), rtol=1e-6, atol=0)
     assert attention_scaling(params) == pytest.approx(ref_scale, rel=1e-12)
-    assert ours.attention_scale == pytest.approx(ref_scale, rel=1e-12)
 
 
 def test_default_yarn_attention_factor_is_point_one_log_factor_plus_one():
@@ -59,8 +58,8 @@ def test_default_yarn_attention_factor_is_point_one_log_factor_plus_one():
 
 def test_rope_tables_scale_cos_and_sin_by_the_attention_factor():
     inv = inv_frequencies(16, 10000.0, YARN)
-    cos, sin = rope_tables(inv, 40, torch.float32, "cpu")
-    plain_cos, plain_sin = rope_tables(inv, 40, torch.float32, "cpu", attention_scale=1.0)
+    cos, sin = rope_tables(inv, 40, torch.float32, "cpu", attention_scale=attention_scaling(YARN))
+    plain_cos, plain_sin = rope_tables(inv, 40, torch.float32, "cpu")
     scale = 0.1 * math.log(4.0) + 1
     assert cos.shape == sin.shape == (40, 16)
     assert torch.allclose(cos, plain_cos * scale) and torch.allclose(sin, plain_sin * scale)

@@ -15,7 +15,7 @@ from torch import nn
 
 from metagen.engine.attention import AttentionMetadata, paged_attention
 from metagen.engine.models.config import ModelConfig
-from metagen.engine.models.rope import apply_rope, inv_frequencies, rope_tables
+from metagen.engine.models.rope import apply_rope, attention_scaling, inv_frequencies, rope_tables
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -85,7 +85,8 @@ class LlamaModel(nn.Module):
         """Precompute cos/sin for every position (call after moving to the final device/dtype)."""
         inv = inv_frequencies(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
         self.cos, self.sin = rope_tables(inv, self.max_positions, self.embed.dtype,
-                                         self.embed.device)
+                                         self.embed.device,
+                                         attention_scale=attention_scaling(self.cfg.rope_scaling))
 
     @property
     def dtype(self) -> torch.dtype:

@@ -19,15 +19,10 @@ import torch
 
 
 def inv_frequencies(head_dim: int, theta: float, scaling: dict[str, Any]) -> torch.Tensor:
-    """(head_dim // 2,) float64 inverse frequencies after scaling.
-
-    The returned tensor also carries ``attention_scale`` (= :func:`attention_scaling` of
-    ``scaling``), which :func:`rope_tables` applies when it is not given the scale explicitly.
-    Raises ``ValueError`` for an unknown ``rope_type`` or a yarn dict without its keys.
-    """
-    inv = _scaled(head_dim, theta, scaling)
-    inv.attention_scale = attention_scaling(scaling)  # type: ignore[attr-defined]
-    return inv
+    """(head_dim // 2,) float64 inverse frequencies after scaling (the cos/sin factor of YaRN
+    is :func:`attention_scaling`). Raises ``ValueError`` for an unknown ``rope_type`` or a yarn
+    dict without its keys."""
+    return _scaled(head_dim, theta, scaling)
 
 
 def _scaled(head_dim: int, theta: float, scaling: dict[str, Any]) -> torch.Tensor:
@@ -102,13 +97,10 @@ def attention_scaling(scaling: dict[str, Any]) -> float:
 
 
 def rope_tables(inv: torch.Tensor, max_positions: int, dtype: torch.dtype,
-                device: torch.device | str, attention_scale: float | None = None
+                device: torch.device | str, attention_scale: float = 1.0
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin tables of shape (max_positions, head_dim), computed in float32 as HF does, both
-    multiplied by ``attention_scale`` (default: the one :func:`inv_frequencies` attached to
-    ``inv``, else 1)."""
-    if attention_scale is None:
-        attention_scale = float(getattr(inv, "attention_scale", 1.0))
+    multiplied by ``attention_scale`` (:func:`attention_scaling` of the config)."""
     pos = torch.arange(max_positions, dtype=torch.float32)
     freqs = torch.outer(pos, inv.to(torch.float32))  # (P, D/2)
     emb = torch.cat([freqs, freqs], dim=-1)  # (P, D)
