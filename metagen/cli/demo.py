@@ -1,5 +1,6 @@
 """``metagen demo``: test-time compute scaling on the testbed (greedy, best-of-N with the ORM,
-self-consistency, weighted voting, MBR at N = 1..32), with a table, a PNG plot and JSON.
+self-consistency, weighted voting, MBR, and best-of-N / weighted voting by the policy's own
+confidence, at N = 1..32), with a table, a PNG plot and JSON.
 ``--full`` adds best-of-N with the PRM and every PRM step search (slower)."""
 
 from __future__ import annotations
@@ -44,9 +45,16 @@ def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
               "comma-separated, e.g. step_beam_search,dvts (each a separate run; slower).")
 @click.option("--step-ns", default="4,16", show_default=True,
               help="Scales n for --full / --step-search (samples per search step).")
+@click.option("--confidence", is_flag=True, default=False,
+              help="Also best-of-N and weighted voting by the policy's own confidence in each "
+              "sample (its weakest token; one more scoring pass).")
+@click.option("--prm", "prm_kind", type=click.Choice(["likelihood", "trained"]),
+              default="likelihood", show_default=True,
+              help="Process reward of --full / --step-search: the policy's own step confidence "
+              "(LikelihoodVerifier) or the trained testbed PRM.")
 def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns: str,
          temperature: float, max_tokens: int, seed: int, mbr_utility: str, full: bool,
-         step_search: str, step_ns: str) -> None:
+         step_search: str, step_ns: str, confidence: bool, prm_kind: str) -> None:
     """Compare parallel meta-generators at N = 1..32 on held-out testbed problems.
 
     With --full (or --step-search) the testbed PRM also ranks the same samples
@@ -70,10 +78,12 @@ def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns:
     config = DemoConfig(problems=problems, ns=_parse_ns(ns), temperature=temperature,
                         max_tokens=max_tokens, seed=seed, backend=backend,  # type: ignore
                         mbr_utility=mbr_utility, step_search=searches,
-                        step_ns=_parse_ns(step_ns, "step_ns"))
+                        step_ns=_parse_ns(step_ns, "step_ns"), prm=prm_kind,  # type: ignore
+                        confidence=confidence)
     console = Console()
     labels = {"greedy": "greedy decoding", "sampling": f"sampling {max(config.ns)} per problem",
-              "scoring": "ORM scoring", "PRM scoring": "PRM scoring (best-of-N, min)",
+              "scoring": "ORM scoring", "confidence scoring": "confidence scoring (policy)",
+              "PRM scoring": "PRM scoring (best-of-N, min)",
               "selection": "selecting at every N",
               "step search": "PRM step searches"}
     start = time.perf_counter()

@@ -27,21 +27,23 @@ from metagen.types import Completion, Usage
 class DemoProblem:
     """One problem's prompt, gold answer and samples in sample order (failed ones included);
     ``orm[j]`` is the ORM score of sample j (None when it failed); ``prm[j]`` its PRM score
-    aggregated over steps, when a PRM was used."""
+    aggregated over steps, when a PRM was used; ``confidence[j]`` the generator's own confidence
+    in it (:class:`~metagen.scorers.LikelihoodVerifier`), when asked for."""
 
     prompt: str
     answer: Any
     samples: list[Completion]
     orm: list[float | None]
     prm: list[float | None] | None = None
+    confidence: list[float | None] | None = None
 
 
 class CachedReward:
     """A reward model over precomputed scores keyed by (prompt, completion text): the ORM's
-    (``field="orm"``) or the PRM's (``field="prm"``)."""
+    (``field="orm"``), the PRM's (``field="prm"``) or the confidence verifier's."""
 
     def __init__(self, problems: Sequence[DemoProblem],
-                 field: Literal["orm", "prm"] = "orm") -> None:
+                 field: Literal["orm", "prm", "confidence"] = "orm") -> None:
         self.table = {(p.prompt, c.text): s for p in problems
                       for c, s in zip(p.samples, getattr(p, field) or ()) if s is not None}
 

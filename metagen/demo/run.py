@@ -5,12 +5,16 @@
 1. greedy: one generate call, temperature 0, for all problems;
 2. sampling: one generate call with ``n = max(ns)`` samples per problem for all problems;
 3. the testbed ORM scores every successful sample once (batched);
-4. when PRM step searches are asked for (``step_search``, e.g. ``FULL_STEP_SEARCHES``), the
-   testbed PRM also scores every successful sample once (min over steps), for ``best_of_n_prm``;
-5. :func:`~metagen.demo.evaluate.evaluate_prefixes` evaluates best_of_n (ORM), self_consistency,
+4. the generator's own model scores every successful sample once by its weakest token
+   (:class:`~metagen.scorers.LikelihoodVerifier`, ``confidence``), for ``best_of_n_confidence``
+   and ``weighted_vote_confidence`` (self-certainty / DeepConf-style selection);
+5. when PRM step searches are asked for (``step_search``, e.g. ``FULL_STEP_SEARCHES``), the
+   PRM (``prm``: the trained testbed PRM, or the likelihood verifier) also scores every
+   successful sample once (min over steps), for ``best_of_n_prm``;
+6. :func:`~metagen.demo.evaluate.evaluate_prefixes` evaluates best_of_n (ORM), self_consistency,
    weighted_vote (ORM-weighted), mbr (answer-match utility unless ``mbr_utility`` says
    otherwise) and best_of_n_prm at each N on nested prefixes of the samples;
-6. each step search runs at each of ``step_ns`` (:mod:`metagen.demo.prm`).
+7. each step search runs at each of ``step_ns`` (:mod:`metagen.demo.prm`).
 
 Every row gets ``by_difficulty`` when the problems have a ``difficulty`` (testbed problems do).
 
@@ -41,6 +45,7 @@ from metagen.types import SamplingParams, Usage
 
 Stage = Callable[[str, int, int], None]  # (stage, done, total)
 STRATEGIES = ("greedy", "best_of_n", "self_consistency", "weighted_vote", "mbr")
+CONFIDENCE_STRATEGIES = ("best_of_n_confidence", "weighted_vote_confidence")
 PRM_STRATEGIES = ("best_of_n_prm",) + FULL_STEP_SEARCHES  # only with a PRM (step_search)
 
 
@@ -50,7 +55,10 @@ class DemoConfig:
 
     ``step_search``: PRM step searches to run (names of ``FULL_STEP_SEARCHES``; the legacy
     ``step_beam`` is accepted and its rows keep that name), each at every scale in ``step_ns``;
-    non-empty also adds ``best_of_n_prm``."""
+    non-empty also adds ``best_of_n_prm``. ``prm``: the process reward for those — the trained
+    testbed PRM (``"trained"``) or the policy's own step confidence (``"likelihood"``,
+    :class:`~metagen.scorers.LikelihoodVerifier`). ``confidence``: add the
+    ``CONFIDENCE_STRATEGIES`` rows (one more scoring pass over the samples)."""
 
     problems: int = 100
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -63,6 +71,8 @@ class DemoConfig:
     score_chunk: int = 512
     step_search: tuple[str, ...] = ()
     step_ns: tuple[int, ...] = (4, 16)
+    prm: Literal["trained", "likelihood"] = "likelihood"
+    confidence: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.problems, int) or not 1 <= self.problems <= 100_000:
@@ -72,6 +82,8 @@ class DemoConfig:
             raise InvalidParameterError("ns", self.ns, "must be increasing positive integers")
         if self.backend not in ("local", "hf"):
             raise InvalidParameterError("backend", self.backend, "must be 'local' or 'hf'")
+        if self.prm not in ("trained", "likelihood"):
+            raise InvalidParameterError("prm", self.prm, "must be 'trained' or 'likelihood'")
         if self.split not in ("train", "val", "test"):
             raise InvalidParameterError("split", self.split, "must be train, val or test")
         SamplingParams(n=max(self.ns), temperature=self.temperature, max_tokens=self.max_tokens)
@@ -107,14 +119,17 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
              None, grade: Callable[[str, Any], bool] | None = None,
              extract: Callable[[str], Any] | None = None,
              match: Callable[[Any, Any], bool] | None = None, prm: Any = None,
-             on_stage: Stage | None = None) -> dict[str, Any]:
+             verifier: Any = None, on_stage: Stage | None = None) -> dict[str, Any]:
     """Run the demo; returns ``{"problems": int, "results": [rows], "info": {...}}``.
 
-    A PRM (``prm``, else the testbed's) is loaded and used only when ``config.step_search`` is
+    ``verifier`` (else a :class:`~metagen.scorers.LikelihoodVerifier` on the testbed policy)
+    scores the samples for the confidence rows when ``config.confidence``.
+    A PRM (``prm``, else the one ``config.prm`` names) is loaded and used only when ``config.step_search`` is
     non-empty: then ``best_of_n_prm`` rows join the N rows and one row per (search, step n)
     follows. Step-search rows are named as given in ``config.step_search``.
     """
     stage = on_stage or (lambda name, done, total: None)
+    prm_injected = prm is not None
     info: dict[str, Any] = {}
     if problems is None or format_prompt is None or grade is None:
         from metagen import testbed
@@ -146,8 +161,20 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
     demo_problems = [DemoProblem(p, a, s, o) for p, a, s, o in
                      zip(prompts, answers, samples, scores)]
     scored_by: dict[str, Usage] = {}
+    if config.confidence or (config.step_search and prm is None and config.prm == "likelihood"):
+        if verifier is None:
+            from metagen.scorers import LikelihoodVerifier
+            verifier = LikelihoodVerifier.from_pretrained(_testbed_model("policy"), batch_size=64)
+    if config.confidence:
+        conf_scores, spent = _score_all(verifier, prompts, samples, config.score_chunk, stage,
+                                        name="confidence scoring", who="LikelihoodVerifier")
+        scored_by.update(dict.fromkeys(CONFIDENCE_STRATEGIES, spent))
+        for d, cs in zip(demo_problems, conf_scores):
+            d.confidence = cs
     if config.step_search:
-        if prm is None:
+        if prm is None and config.prm == "likelihood":
+            prm = verifier
+        elif prm is None:
             from metagen.scorers import HFProcessRewardModel
             prm = HFProcessRewardModel.from_pretrained(_testbed_model("prm"), batch_size=64)
         prm_scores, scored_by["best_of_n_prm"] = _score_all(
@@ -164,7 +191,11 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
                  "self_consistency": SelfConsistency(extract, match),
                  "weighted_vote": WeightedVote(reward, extract=extract, match=match),
                  "mbr": MBR(utility)}
-    if scored_by:
+    if config.confidence:
+        conf = CachedReward(demo_problems, "confidence")
+        selectors["best_of_n_confidence"] = BestOfN(conf)
+        selectors["weighted_vote_confidence"] = WeightedVote(conf, extract=extract, match=match)
+    if config.step_search:
         selectors["best_of_n_prm"] = BestOfN(CachedReward(demo_problems, "prm"))
     stage("selection", 0, 1)
     rows = evaluate_prefixes(demo_problems, selectors, config.ns, grade, sampling=sampling,
@@ -178,7 +209,10 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
     info.update({"greedy_usage": greedy_usage.to_dict(), "sampling_usage": sampling.to_dict(),
                  "scoring_usage": scoring.to_dict(), "failed_samples": sum(
                      failure_reason(c) is not None for row in samples for c in row)})
-    if scored_by:
+    if config.confidence:
+        info["confidence_scoring_usage"] = scored_by["best_of_n_confidence"].to_dict()
+    if config.step_search:
+        info["prm"] = "injected" if prm_injected else config.prm
         info["prm_scoring_usage"] = scored_by["best_of_n_prm"].to_dict()
     return {"problems": len(problems), "results": [greedy_row] + rows, "info": info}
 

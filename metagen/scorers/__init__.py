@@ -16,6 +16,7 @@ from metagen.scorers.callables import CallableReward, as_reward, check_scores
 from metagen.scorers.execution import ExecutionAgreementUtility
 from metagen.scorers.hf_reward import HFProcessRewardModel, HFRewardModel, split_steps
 from metagen.scorers.judge import LMJudge
+from metagen.scorers.likelihood import LikelihoodVerifier, confidence, lowest_window_mean
 from metagen.scorers.usage import UsageMeter, usage_of
 from metagen.scorers.utilities import (
     AnswerMatchUtility,
@@ -37,6 +38,7 @@ __all__ = [
     "HFProcessRewardModel",
     "HFRewardModel",
     "LMJudge",
+    "LikelihoodVerifier",
     "ProcessRewardModel",
     "RewardModel",
     "RougeUtility",
@@ -46,6 +48,8 @@ __all__ = [
     "aggregate_steps",
     "as_reward",
     "check_scores",
+    "confidence",
+    "lowest_window_mean",
     "split_steps",
     "usage_of",
 ]

@@ -130,7 +130,7 @@ class _HFScorer:
         hidden = self.model.base_model(input_ids=batch.to(self.device),
                                        attention_mask=mask.to(self.device)).last_hidden_state
         for b, r in enumerate(rows):  # hidden: (B, T, H)
-            out[r] = self._head_scores(hidden[b, positions[r]])
+            out[r] = self._head_scores(hidden[b, positions[r]], ids[r], positions[r])
         tokens = sum(len(ids[r]) for r in rows)
         self._meter.add(tokens, 2.0 * self.n_params * tokens, calls=0)
 
@@ -159,7 +159,7 @@ class _HFScorer:
         for b, r in enumerate(rows):
             picked = [pre.last_hidden_state[0, q] if q < p else hidden[b, q - p]  # type: ignore
                       for q in positions[r]]
-            out[r] = self._head_scores(torch.stack(picked))
+            out[r] = self._head_scores(torch.stack(picked), ids[r], positions[r])
         tokens = p + sum(len(t) for t in tails)
         self._meter.add(tokens, 2.0 * self.n_params * tokens, calls=0)
 
@@ -167,7 +167,8 @@ class _HFScorer:
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
-    def _head_scores(self, picked: Any) -> list[float]:  # (S, H) -> S scores
+    def _head_scores(self, picked: Any, ids: list[int], positions: list[int]) -> list[float]:
+        """(S, H) hidden states at ``positions`` of the row ``ids`` -> S scores."""
         logits = self.head(picked.to(self.head.weight.dtype)).float()  # (S, L)
         return self._to_scores(logits)
 

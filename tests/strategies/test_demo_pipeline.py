@@ -128,3 +128,19 @@ def test_scripted_demo_with_step_search_rows():
             assert rows[(name, n)]["generated_tokens"] > 0
     with pytest.raises(InvalidParameterError, match="step_search"):
         DemoConfig(step_search=("nope",))
+
+
+def test_scripted_demo_confidence_rows_use_the_injected_verifier_once():
+    """Scripted verifier (a table): confidence rows select by it, scored in one pass."""
+    gen = MockGenerator(_script)
+    verifier = TableReward({"#### 7": 0.8, "#### 5": 0.7}, default=0.2)
+    report = run_demo(DemoConfig(problems=2, ns=(1, 2, 4, 8), max_tokens=4, confidence=True),
+                      generator=gen, orm=TableReward({}, default=0.5), verifier=verifier,
+                      problems=PROBLEMS, format_prompt=lambda p: f"Q: {p.question}",
+                      grade=lambda text, a: same(last_int(text) or "-1", a),
+                      extract=last_int, match=same)
+    acc = {(r["strategy"], r["n"]): r["accuracy"] for r in report["results"]}
+    assert [acc[("best_of_n_confidence", n)] for n in (1, 2, 4, 8)] == [0.0, 0.5, 1.0, 1.0]
+    assert acc[("weighted_vote_confidence", 8)] == 1.0  # q2: 7 -> 1.6 vs 8 -> 1.0
+    assert len(verifier.calls) == 1 and len(verifier.calls[0][1]) == 16
+    assert "confidence_scoring_usage" in report["info"]
