@@ -89,7 +89,8 @@ def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_l
         click.echo(f"  difficulty {d}: {acc:.3f}")
     for key in ("draft_agreement", f"pass@{sc_k}", f"sc@{sc_k}", "rm_sample_accuracy", "orm_auroc",
                 "orm_auroc_ref", "prm_step_auroc", "prm_min_auroc", "prm_last_auroc",
-                "prm_min_auroc_ref", "prm_last_auroc_ref"):
+                "prm_min_auroc_ref", "prm_last_auroc_ref", "orm_pair_accuracy",
+                "prm_min_pair_accuracy", "confidence_auroc", "confidence_pair_accuracy"):
         if key in res:
             click.echo(f"{key}: {res[key]:.3f}")
 

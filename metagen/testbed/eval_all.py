@@ -8,7 +8,7 @@ import torch
 
 from metagen.testbed.evaluate import greedy_eval, sampled_eval
 from metagen.testbed.metrics import auroc, split_steps
-from metagen.testbed.modeling import MODELS_DIR, load_model
+from metagen.testbed.modeling import MODELS_DIR, load_model, load_tokenizer
 from metagen.testbed.paths import step_is_correct
 from metagen.testbed.problems import Problem, format_prompt, grade, make_problems
 from metagen.testbed.sampler import sample
@@ -117,4 +117,10 @@ def evaluate_all(split: str = "test", limit: int = 500, seed: int = 0, rm_limit:
         res["prm_last_auroc"] = auroc(lasts[:n], labels)
         res["prm_min_auroc_ref"] = auroc(mins, mix_labels)
         res["prm_last_auroc_ref"] = auroc(lasts, mix_labels)
+    # the policy's own confidence (its weakest token) as a verifier, for comparison
+    from metagen.scorers import LikelihoodVerifier
+    conf = LikelihoodVerifier(policy, load_tokenizer("policy", root / "policy"),
+                              batch_size=64).score(rm_prompts, outs)
+    res["confidence_auroc"] = auroc(conf, labels)
+    res["confidence_pair_accuracy"] = pair_accuracy(conf, labels)
     return res
