@@ -90,16 +90,26 @@ class SelfConsistency(_Voter):
 
 class WeightedVote(_Voter):
     """Selector: votes weighted by ``reward`` (one batched reward call) or by
-    ``exp(cumulative_logprob / tokens)`` when ``reward="logprob"``. Weights must be >= 0."""
+    ``exp(cumulative_logprob / tokens)`` when ``reward="logprob"``. Weights must be >= 0.
+
+    ``keep_top`` (in (0, 1]): only the ``ceil(keep_top * len(group))`` highest-weighted samples
+    of each group vote (ties at the threshold all vote) — DeepConf's offline filtering (Fu et
+    al. 2025), which drops the least confident traces before a confidence-weighted vote."""
 
     name = "weighted_vote"
 
     def __init__(self, reward: Any = "logprob", *, aggregate: Literal["sum", "mean"] = "sum",
-                 extract: Extract | None = None, match: Match | None = None) -> None:
+                 extract: Extract | None = None, match: Match | None = None,
+                 keep_top: float | None = None) -> None:
         super().__init__(extract, match)
         if aggregate not in ("sum", "mean"):
             raise InvalidParameterError("aggregate", aggregate, "must be 'sum' or 'mean'")
+        if keep_top is not None and not (isinstance(keep_top, (int, float))
+                                         and not isinstance(keep_top, bool)
+                                         and 0.0 < keep_top <= 1.0):
+            raise InvalidParameterError("keep_top", keep_top, "must be in (0, 1]")
         self.aggregate = aggregate
+        self.keep_top = keep_top
         self.reward = None if reward == "logprob" else as_reward(reward)
 
     @property
@@ -125,9 +135,10 @@ class WeightedVote(_Voter):
         weights = self._weights(prompts, groups)
         out, start = [], 0
         for group in groups:
-            w = weights[start:start + len(group)]
+            raw = weights[start:start + len(group)]
             start += len(group)
             answers, classes = self._classes(group)
+            w = raw if self.keep_top is None else keep_top_weights(raw, self.keep_top)
             winner, totals = vote(classes, w, self.aggregate)
             if winner is None:
                 index = 0
@@ -135,9 +146,21 @@ class WeightedVote(_Voter):
                 members = [i for i, c in enumerate(classes) if c == winner]
                 index = members[argmax_first([w[i] for i in members])]
             trace = _vote_trace(answers, classes, winner, totals)
-            trace["weights"] = list(w)
-            out.append(Selection(index, list(w), trace))
+            trace["weights"] = list(raw)
+            if self.keep_top is not None:
+                trace["voting_weights"] = list(w)
+            out.append(Selection(index, list(raw), trace))
         return out
+
+
+def keep_top_weights(weights: Sequence[float], fraction: float) -> list[float]:
+    """``weights`` with all but the ``ceil(fraction * len)`` largest set to 0 (ties at the
+    threshold kept)."""
+    if not weights:
+        return []
+    k = max(1, math.ceil(fraction * len(weights) - 1e-9))
+    threshold = sorted(weights, reverse=True)[k - 1]
+    return [x if x >= threshold else 0.0 for x in weights]
 
 
 def _normalised_prob(c: Completion) -> float:
@@ -173,8 +196,11 @@ def weighted_vote(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int =
                   reward: Any = "logprob", aggregate: Literal["sum", "mean"] = "sum",
                   extract: Extract | None = None, match: Match | None = None,
                   params: SamplingParams | None = None, budget: Budget | None = None,
-                  min_successful: int = 1) -> Result | list[Result]:
-    """Reward-weighted vote over ``n`` samples (one generate call, one reward call)."""
+                  min_successful: int = 1, keep_top: float | None = None
+                  ) -> Result | list[Result]:
+    """Reward-weighted vote over ``n`` samples (one generate call, one reward call); with
+    ``keep_top``, only that top fraction of the samples by weight votes."""
     return run_parallel(generator, prompt, WeightedVote(reward, aggregate=aggregate,
-                                                        extract=extract, match=match),
+                                                        extract=extract, match=match,
+                                                        keep_top=keep_top),
                         n=n, params=params, budget=budget, min_successful=min_successful)

@@ -75,3 +75,26 @@ def test_scripted_weighted_vote_by_length_normalised_probability():
 def test_scripted_negative_weights_are_refused():
     with pytest.raises(InvalidParameterError, match="non-negative"):
         weighted_vote(MockGenerator(["a 1"]), "Q", n=1, reward=lambda p, c: -1.0, **KW)
+
+
+def test_keep_top_weights_golden():
+    from metagen.strategies.voting import keep_top_weights
+    assert keep_top_weights([0.1, 0.9, 0.5, 0.3], 0.5) == [0.0, 0.9, 0.5, 0.0]
+    assert keep_top_weights([0.2, 0.5, 0.5, 0.1], 0.25) == [0.0, 0.5, 0.5, 0.0]  # tie kept
+    assert keep_top_weights([0.4, 0.1], 0.01) == [0.4, 0.0]  # at least one votes
+    assert keep_top_weights([0.4, 0.1], 1.0) == [0.4, 0.1]
+
+
+def test_scripted_weighted_vote_keep_top_filters_the_least_confident_voters():
+    # majority "1" has three weak voters; keeping the top 40 % (2 of 5) leaves only "2" voting
+    outs = ["a 1", "b 1", "c 1", "d 2", "e 2"]
+    rm = TableReward({"a 1": 0.3, "b 1": 0.3, "c 1": 0.3, "d 2": 0.45, "e 2": 0.4})
+    plain = weighted_vote(MockGenerator(outs), "Q", n=5, reward=rm, **KW)
+    assert plain.trace["answer"] == "1"
+    top = weighted_vote(MockGenerator(outs), "Q", n=5, reward=rm, keep_top=0.4, **KW)
+    assert top.trace["answer"] == "2" and top.text == "d 2"
+    assert top.scores == pytest.approx([0.3, 0.3, 0.3, 0.45, 0.4])  # raw weights reported
+    assert top.trace["voting_weights"] == pytest.approx([0.0, 0.0, 0.0, 0.45, 0.4])
+    for bad in (0.0, 1.5, True, "half"):
+        with pytest.raises(InvalidParameterError, match="keep_top"):
+            weighted_vote(MockGenerator(outs), "Q", n=5, reward=rm, keep_top=bad, **KW)
