@@ -14,7 +14,8 @@ LABELS = {"greedy": "greedy", "best_of_n": "best-of-N (ORM)",
           "mbr": "MBR", "best_of_n_prm": "best-of-N (PRM, min)",
           "step_beam_search": "step beam (PRM)", "step_beam": "step beam (PRM)",
           "dvts": "DVTS (PRM)", "best_first": "best-first (PRM)", "mcts": "MCTS (PRM)",
-          "rebase": "REBASE (PRM)"}
+          "rebase": "REBASE (PRM)", "best_of_n_confidence": "best-of-N (confidence)",
+          "weighted_vote_confidence": "weighted vote (confidence)"}
 SEARCHES = ("step_beam_search", "step_beam", "dvts", "best_first", "mcts", "rebase")
 PANELS = (("generated_tokens", "generated tokens (log scale)"),
           ("flops", "FLOPs, generator + scorers (log scale)"))
@@ -36,7 +37,18 @@ def results_table(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
     return table
 
 
-def _style(name: str) -> dict[str, Any]:
+def _style(name: str, index: int) -> dict[str, Any]:
+    """Marker and line style by kind; colour by ``index`` in a 20-colour map, so more than ten
+    strategies never share a colour."""
+    return {"color": _COLORS[index % len(_COLORS)]} | _kind_style(name)
+
+
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+           "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+
+
+def _kind_style(name: str) -> dict[str, Any]:
     if name == "greedy":  # a single point: one marker, no line
         return {"marker": "*", "markersize": 12, "linestyle": "none", "color": "black"}
     if name == "mbr":  # equals self-consistency with the answer utility: keep both visible
@@ -62,10 +74,10 @@ def make_figure(rows: Sequence[dict[str, Any]], title: str = "") -> Any:
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), dpi=110, sharey=True,
                              layout="constrained")
     for ax, (key, xlabel) in zip(axes, PANELS):
-        for name in names:
+        for index, name in enumerate(names):
             pts = sorted((r[key], r["accuracy"], r["n"]) for r in rows if r["strategy"] == name)
             xs, ys = [max(p[0], 1) for p in pts], [100 * p[1] for p in pts]
-            ax.plot(xs, ys, label=LABELS.get(name, name), **_style(name))
+            ax.plot(xs, ys, label=LABELS.get(name, name), **_style(name, index))
             if name == "self_consistency":
                 for x, y, (_, _, n) in zip(xs, ys, pts):
                     ax.annotate(f"N={n}", (x, y), textcoords="offset points",
