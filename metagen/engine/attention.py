@@ -35,13 +35,16 @@ class RowChunk:
     ``q_index`` (b, M): flat token index of each padded query (padding points at token 0).
     ``kv_slots`` (b, C): cache slots each row attends to (its suffix only, when the row is in a
     prefix group); padding points at slot 0. ``mask`` (b, M, C): True where query m of row r may
-    attend to key c. ``groups``: Hydragen prefix groups among these rows.
+    attend to key c. ``groups``: Hydragen prefix groups among these rows. ``kv_start``: set when
+    the chunk is one row whose C slots are consecutive (``kv_start .. kv_start + C - 1``): its K/V
+    are then a view of the cache, not a gather (batch-1 decoding on consecutive blocks).
     """
 
     q_index: torch.Tensor
     kv_slots: torch.Tensor
     mask: torch.Tensor
     groups: list[PrefixGroup] = field(default_factory=list)
+    kv_start: int | None = None
 
 
 @dataclass(slots=True)
@@ -121,9 +124,13 @@ def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: Ro
     c = chunk.kv_slots.shape[1]
     hq = q.shape[1]
     qp = q.index_select(0, chunk.q_index.view(-1)).view(b, m, hq, d)  # (b, M, Hq, D)
-    flat = chunk.kv_slots.view(-1)
-    kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (b, C, Hkv, D)
-    vp = vc.index_select(0, flat).view(b, c, hkv, d)
+    if chunk.kv_start is not None:  # one row, consecutive slots: a view, no copy
+        kp = kc.narrow(0, chunk.kv_start, c).view(1, c, hkv, d)
+        vp = vc.narrow(0, chunk.kv_start, c).view(1, c, hkv, d)
+    else:
+        flat = chunk.kv_slots.view(-1)
+        kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (b, C, Hkv, D)
+        vp = vc.index_select(0, flat).view(b, c, hkv, d)
     if not chunk.groups:  # no log-sum-exp needed: one fused kernel
         out = F.scaled_dot_product_attention(
             qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),

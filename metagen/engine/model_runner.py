@@ -144,7 +144,8 @@ class ModelRunner:
         dev = self.device
         groups = [PrefixGroup(torch.tensor(g, dtype=torch.long, device=dev),
                               pos_slots[g[0], :n * bs].to(dev)) for g, n in shared]
-        chunk = RowChunk(q_index.to(dev), kv_slots.to(dev), mask.to(dev), groups)
+        chunk = RowChunk(q_index.to(dev), kv_slots.to(dev), mask.to(dev), groups,
+                         _consecutive_start(kv_slots) if b == 1 and not groups else None)
         return chunk, flat[q_valid], out_pos, slots, qpos[q_valid]
 
     def _metadata(self, reqs: Sequence[ExtendRequest]
@@ -192,3 +193,11 @@ class ModelRunner:
         logits = self.model.logits(hidden.index_select(
             0, torch.tensor(rows, dtype=torch.long, device=self.device)))  # (N, V)
         return [logits[s:s + k] for s, k in spans]
+
+
+def _consecutive_start(kv_slots: torch.Tensor) -> int | None:
+    """``kv_slots[0, 0]`` when the one row's slots (1, C) are ``s, s + 1, ..., s + C - 1``."""
+    row = kv_slots[0]
+    if row.numel() > 1 and not bool((row[1:] - row[:-1] == 1).all()):
+        return None
+    return int(row[0])

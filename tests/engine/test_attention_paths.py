@@ -1,0 +1,31 @@
+"""The batch-1 consecutive-slot fast path (a cache view) equals the general gather path."""
+
+from __future__ import annotations
+
+import torch
+
+from metagen.engine.attention import RowChunk, _attend_chunk
+from metagen.engine.model_runner import _consecutive_start
+
+
+def test_consecutive_start_golden():
+    assert _consecutive_start(torch.tensor([[5, 6, 7, 8]])) == 5
+    assert _consecutive_start(torch.tensor([[9]])) == 9
+    assert _consecutive_start(torch.tensor([[5, 6, 8, 9]])) is None  # a hole: block change
+    assert _consecutive_start(torch.tensor([[16, 17, 0, 1]])) is None
+
+
+def test_view_path_equals_gather_path_for_prefill_and_decode():
+    g = torch.Generator().manual_seed(0)
+    hkv, d, hq, slots = 2, 8, 4, 64
+    kc = torch.randn(slots, hkv, d, generator=g)
+    vc = torch.randn(slots, hkv, d, generator=g)
+    for m, c, start in ((5, 12, 20), (1, 30, 3)):  # a prefill chunk (causal), a decode step
+        q = torch.randn(m, hq, d, generator=g)
+        kv_slots = torch.arange(start, start + c)[None]  # (1, C)
+        kvpos, qpos = torch.arange(c), torch.arange(c - m, c)
+        mask = (kvpos[None, :] <= qpos[:, None])[None]  # (1, M, C)
+        q_index = torch.arange(m)[None]
+        gather = _attend_chunk(q, kc, vc, RowChunk(q_index, kv_slots, mask), 0.3)
+        view = _attend_chunk(q, kc, vc, RowChunk(q_index, kv_slots, mask, kv_start=start), 0.3)
+        assert torch.equal(view, gather)
