@@ -50,8 +50,8 @@ def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
               "sample (its weakest token; one more scoring pass).")
 @click.option("--prm", "prm_kind", type=click.Choice(["likelihood", "trained"]),
               default="likelihood", show_default=True,
-              help="Process reward of --full / --step-search: the policy's own step confidence "
-              "(LikelihoodVerifier) or the trained testbed PRM.")
+              help="Process reward of --full / --step-search: the step confidence of the "
+              "testbed's verifier (the ORM model, LikelihoodVerifier) or the trained testbed PRM.")
 def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns: str,
          temperature: float, max_tokens: int, seed: int, mbr_utility: str, full: bool,
          step_search: str, step_ns: str, confidence: bool, prm_kind: str) -> None:

@@ -4,12 +4,13 @@
 
 1. greedy: one generate call, temperature 0, for all problems;
 2. sampling: one generate call with ``n = max(ns)`` samples per problem for all problems;
-3. the testbed ORM scores every successful sample once (batched);
+3. the testbed ORM (a generative verifier: an independently trained model's confidence)
+   scores every successful sample once (batched);
 4. the generator's own model scores every successful sample once by its weakest token
    (:class:`~metagen.scorers.LikelihoodVerifier`, ``confidence``), for ``best_of_n_confidence``
    and ``weighted_vote_confidence`` (self-certainty / DeepConf-style selection);
 5. when PRM step searches are asked for (``step_search``, e.g. ``FULL_STEP_SEARCHES``), the
-   PRM (``prm``: the trained testbed PRM, or the likelihood verifier) also scores every
+   PRM (``prm``: the trained testbed PRM, or the ORM's step confidence) also scores every
    successful sample once (min over steps), for ``best_of_n_prm``;
 6. :func:`~metagen.demo.evaluate.evaluate_prefixes` evaluates best_of_n (ORM), self_consistency,
    weighted_vote (ORM-weighted), mbr (answer-match utility unless ``mbr_utility`` says
@@ -56,8 +57,9 @@ class DemoConfig:
     ``step_search``: PRM step searches to run (names of ``FULL_STEP_SEARCHES``; the legacy
     ``step_beam`` is accepted and its rows keep that name), each at every scale in ``step_ns``;
     non-empty also adds ``best_of_n_prm``. ``prm``: the process reward for those — the trained
-    testbed PRM (``"trained"``) or the policy's own step confidence (``"likelihood"``,
-    :class:`~metagen.scorers.LikelihoodVerifier`). ``confidence``: add the
+    testbed PRM (``"trained"``) or the step confidence of the testbed's verifier, the ORM model
+    (``"likelihood"``, :class:`~metagen.scorers.LikelihoodVerifier`; needs an ORM that has
+    ``score_steps``). ``confidence``: add the
     ``CONFIDENCE_STRATEGIES`` rows (one more scoring pass over the samples)."""
 
     problems: int = 100
@@ -138,9 +140,9 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
         grade = grade or testbed.grade
     if generator is None:
         generator, info["backend"] = load_generator(config.backend, _testbed_model("policy"))
-    if orm is None:
-        from metagen.scorers import HFRewardModel
-        orm = HFRewardModel.from_pretrained(_testbed_model("orm"), batch_size=64)
+    if orm is None:  # the testbed ORM: a generative verifier, scored by its confidence
+        from metagen.scorers import LikelihoodVerifier
+        orm = LikelihoodVerifier.from_pretrained(_testbed_model("orm"), batch_size=64)
     prompts = [format_prompt(p) for p in problems]
     answers = [p.answer for p in problems]
     difficulties = difficulties_of(problems)
@@ -161,10 +163,9 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
     demo_problems = [DemoProblem(p, a, s, o) for p, a, s, o in
                      zip(prompts, answers, samples, scores)]
     scored_by: dict[str, Usage] = {}
-    if config.confidence or (config.step_search and prm is None and config.prm == "likelihood"):
-        if verifier is None:
-            from metagen.scorers import LikelihoodVerifier
-            verifier = LikelihoodVerifier.from_pretrained(_testbed_model("policy"), batch_size=64)
+    if config.confidence and verifier is None:
+        from metagen.scorers import LikelihoodVerifier
+        verifier = LikelihoodVerifier.from_pretrained(_testbed_model("policy"), batch_size=64)
     if config.confidence:
         conf_scores, spent = _score_all(verifier, prompts, samples, config.score_chunk, stage,
                                         name="confidence scoring", who="LikelihoodVerifier")
@@ -173,7 +174,7 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
             d.confidence = cs
     if config.step_search:
         if prm is None and config.prm == "likelihood":
-            prm = verifier
+            prm = orm  # the verifier's step confidence: its weakest token so far
         elif prm is None:
             from metagen.scorers import HFProcessRewardModel
             prm = HFProcessRewardModel.from_pretrained(_testbed_model("prm"), batch_size=64)

@@ -92,10 +92,11 @@ def evaluate_all(split: str = "test", limit: int = 500, seed: int = 0, rm_limit:
     ref_outs = [p.solutions[len(p.solutions) // 2] for p in rm_probs]
     ref_prompts = [format_prompt(p) for p in rm_probs]
     mix_outs, mix_prompts, mix_labels = outs + ref_outs, rm_prompts + ref_prompts, labels + [True] * len(ref_outs)
-    if (root / "orm" / "config.json").exists():
-        from metagen.testbed.train_rm import orm_scores
-        orm = load_model("orm", root / "orm")
-        mix_scores = orm_scores(orm, mix_prompts, mix_outs)
+    from metagen.scorers import LikelihoodVerifier
+    tokenizer = load_tokenizer("policy", root / "policy")
+    if (root / "orm" / "config.json").exists():  # the generative verifier's confidence
+        orm = LikelihoodVerifier(load_model("orm", root / "orm"), tokenizer, batch_size=64)
+        mix_scores = orm.score(mix_prompts, mix_outs)
         res["orm_auroc"] = auroc(mix_scores[:len(outs)], labels)
         res["orm_auroc_ref"] = auroc(mix_scores, mix_labels)
         res["orm_pair_accuracy"] = pair_accuracy(mix_scores[:len(outs)], labels)
@@ -118,9 +119,7 @@ def evaluate_all(split: str = "test", limit: int = 500, seed: int = 0, rm_limit:
         res["prm_min_auroc_ref"] = auroc(mins, mix_labels)
         res["prm_last_auroc_ref"] = auroc(lasts, mix_labels)
     # the policy's own confidence (its weakest token) as a verifier, for comparison
-    from metagen.scorers import LikelihoodVerifier
-    conf = LikelihoodVerifier(policy, load_tokenizer("policy", root / "policy"),
-                              batch_size=64).score(rm_prompts, outs)
+    conf = LikelihoodVerifier(policy, tokenizer, batch_size=64).score(rm_prompts, outs)
     res["confidence_auroc"] = auroc(conf, labels)
     res["confidence_pair_accuracy"] = pair_accuracy(conf, labels)
     return res

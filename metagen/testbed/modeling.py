@@ -59,15 +59,17 @@ def model_path(name: ModelName) -> Path:
 
 
 def load_model(name: ModelName, folder: str | Path | None = None, dtype=None):
-    """The model with plain transformers: CausalLM for policy/draft, SequenceClassification for
-    the ORM, TokenClassification for the PRM. Raises ``ModelLoadError`` if the folder is missing."""
+    """The model with plain transformers: CausalLM for the policy, the draft and the ORM (a
+    generative verifier: an independently seeded policy scored by its confidence, see
+    :mod:`metagen.testbed.pipeline`), TokenClassification for the PRM. Raises
+    ``ModelLoadError`` if the folder is missing."""
     import transformers
 
     path = Path(folder) if folder is not None else model_path(name)
     if not (path / "config.json").exists():
         raise ModelLoadError(f"no model at {path}; run `metagen testbed train --only {name}`")
     cls = {"policy": transformers.LlamaForCausalLM, "draft": transformers.LlamaForCausalLM,
-           "orm": transformers.LlamaForSequenceClassification,
+           "orm": transformers.LlamaForCausalLM,
            "prm": transformers.LlamaForTokenClassification}[name]
     import torch
 

@@ -69,38 +69,40 @@ def test_draft_is_5x_smaller():
 
 
 def test_reward_model_contracts():
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
-    orm = AutoModelForSequenceClassification.from_pretrained(_need("orm"))
+    orm = AutoModelForCausalLM.from_pretrained(_need("orm"))  # a generative verifier
     prm = AutoModelForTokenClassification.from_pretrained(_need("prm"))
-    assert type(orm).__name__ == "LlamaForSequenceClassification"
+    assert type(orm).__name__ == "LlamaForCausalLM"
     assert type(prm).__name__ == "LlamaForTokenClassification"
-    assert orm.config.num_labels == prm.config.num_labels == 1
-    assert orm.config.pad_token_id == Codec().pad
+    assert prm.config.num_labels == 1
+    assert orm.config.vocab_size == prm.config.vocab_size == Codec().size
+
+
+def test_orm_ranks_policy_samples_of_the_same_problem():
+    """Within-problem ranking on the policy's own samples (what best-of-N needs): over mixed
+    (one right, one wrong) sample pairs of 300 test problems, the ORM's confidence prefers the
+    right one in >= 65 % of pairs. Were it uninformative (p = 0.5), P(>= 65 %) over >= 50 pairs
+    is < 0.02 (binomial tail); measured here: 0.786 on 56 pairs."""
+    from metagen.scorers import LikelihoodVerifier
+    from metagen.testbed.eval_all import pair_accuracy
+    from metagen.testbed.modeling import load_model
+    from metagen.testbed.sampler import sample
+
+    policy = load_model("policy", _need("policy"))
+    probs = make_problems("test", 300, seed=0)
+    prompts = [format_prompt(p) for p in probs for _ in range(2)]
+    outs = sample(policy, prompts, temperature=0.8, seed=7)
+    labels = [grade(o, probs[i // 2].answer) for i, o in enumerate(outs)]
+    mixed = sum(labels[i] != labels[i + 1] for i in range(0, len(labels), 2))
+    orm = LikelihoodVerifier.from_pretrained(_need("orm"), batch_size=64)
+    acc = pair_accuracy(orm.score(prompts, [o or " " for o in outs]), labels)
+    assert mixed >= 50 and acc is not None and acc >= 0.65, (mixed, acc)
 
 
 QUALITY = pytest.mark.xfail(strict=False, reason=(
-    "known gap: the committed ORM/PRM do not yet rank solutions of the same problem (within-"
-    "problem pair accuracy ~0.5, see metagen/testbed/README.md, Known limitations)"))
-
-
-@QUALITY
-def test_orm_scores_reference_above_corrupted():
-    from transformers import AutoModelForSequenceClassification
-
-    path = _need("orm")
-    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
-    assert model.config.num_labels == 1 and model.config.pad_token_id is not None
-    codec = Codec()
-    probs = make_problems("test", 12, difficulties=(2, 3))
-    good = [format_prompt(p) + p.solutions[0] for p in probs]
-    bad = [g.rsplit("#### ", 1)[0] + f"#### {p.answer + 7}" for g, p in zip(good, probs)]
-    with torch.no_grad():
-        def score(texts):
-            return [torch.sigmoid(model(input_ids=torch.tensor([codec.encode(t)])).logits[0, 0]).item()
-                    for t in texts]
-        sg, sb = score(good), score(bad)
-    assert sum(g > b for g, b in zip(sg, sb)) >= 9  # a clear majority of the 12 pairs
+    "known gap: the trained PRM does not rank solutions of the same problem (within-problem "
+    "pair accuracy ~0.5, see metagen/testbed/README.md, Known limitations)"))
 
 
 @QUALITY
