@@ -6,7 +6,7 @@ and weights). Everything is seeded; on one CPU thread two runs give the same wei
 The ORM is a *generative verifier*: a second policy, same recipe and architecture, trained from
 seed ``seed + 1``; a solution's outcome score is its confidence under that model
 (:class:`~metagen.scorers.LikelihoodVerifier`, the weakest token). Sequence-classification ORMs
-trained on graded policy samples (``train_rm.train_orm``) never learned to rank solutions of the
+trained on graded policy samples (removed; see the git history of ``train_rm.py``) never learned to rank solutions of the
 same problem at this scale (within-problem pair accuracy 0.44-0.51 in every variant tried; see
 the testbed README), while an independently trained model's confidence does: its errors are not
 the policy's, so it doubts the policy's confident mistakes.
@@ -82,29 +82,25 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
     synthetic = synthetic_samples(make_problems("train", data.synthetic, seed=2000 + seed),
                                   random.Random(f"synthetic:{seed}"))
 
-    def pool(k: int, sample_seed: int) -> list:
-        if progress:
-            progress("samples", 0, 1, 0.0)
-        out = policy_samples(policy, probs, k, data.temperature, seed=sample_seed)
-        if data.add_references:  # a weak policy has few correct samples: add reference solutions
-            from metagen.testbed.rm_data import Sample
-            ref_rng = random.Random(seed)
-            out = out + [Sample(p, ref_rng.choice(p.solutions), True) for p in probs]
-        if progress:
-            progress("samples", 1, 1, 0.0)
-        return out
-
-    if "prm" in todo:
-        t0 = time.time()
-        chosen = balance(pool(data.k, seed), random.Random(seed + 1))[: data.prm_samples]
-        if progress:
-            progress("rollouts", 0, 1, 0.0)
-        step_data = mc_step_values(policy, chosen, data.rollouts, data.temperature, seed=seed)
-        step_data += synthetic_step_samples(synthetic)
-        if progress:
-            progress("rollouts", 1, 1, 0.0)
-        cfg = RMTrainConfig(seed=seed, epochs=3)
-        steps = cfg.epochs * ((len(step_data) + cfg.batch - 1) // cfg.batch)
-        save_model_folder(train_prm(root / "policy", step_data, cfg, cb("prm", steps)), root / "prm")
-        times["prm"] = time.time() - t0
+    t0 = time.time()
+    if progress:
+        progress("samples", 0, 1, 0.0)
+    pool = policy_samples(policy, probs, data.k, data.temperature, seed=seed)
+    if data.add_references:  # a weak policy has few correct samples: add reference solutions
+        from metagen.testbed.rm_data import Sample
+        ref_rng = random.Random(seed)
+        pool += [Sample(p, ref_rng.choice(p.solutions), True) for p in probs]
+    if progress:
+        progress("samples", 1, 1, 0.0)
+    chosen = balance(pool, random.Random(seed + 1))[: data.prm_samples]
+    if progress:
+        progress("rollouts", 0, 1, 0.0)
+    step_data = mc_step_values(policy, chosen, data.rollouts, data.temperature, seed=seed)
+    step_data += synthetic_step_samples(synthetic)
+    if progress:
+        progress("rollouts", 1, 1, 0.0)
+    cfg = RMTrainConfig(seed=seed, epochs=3)
+    steps = cfg.epochs * ((len(step_data) + cfg.batch - 1) // cfg.batch)
+    save_model_folder(train_prm(root / "policy", step_data, cfg, cb("prm", steps)), root / "prm")
+    times["prm"] = time.time() - t0
     return times

@@ -1,7 +1,5 @@
-"""Training data of the reward models, made from policy samples graded by the testbed grader.
-
-ORM: (prompt, completion, correct) for ``k`` samples per problem (Cobbe et al. 2021).
-PRM: for each step prefix, the fraction of ``rollouts`` policy completions from that prefix
+"""Training data of the process reward model, made from policy samples graded by the testbed
+grader: for each step prefix, the fraction of ``rollouts`` policy completions from that prefix
 that reach the right answer (Math-Shepherd, Wang et al. 2024); the last step's label is the
 sample's own correctness.
 """
@@ -42,24 +40,6 @@ def balance(samples: list[Sample], rng) -> list[Sample]:
     neg = [s for s in samples if not s.correct]
     m = min(len(pos), len(neg))
     chosen = rng.sample(pos, m) + rng.sample(neg, m)
-    rng.shuffle(chosen)
-    return chosen
-
-
-def balance_by_problem(samples: list[Sample], rng) -> list[Sample]:
-    """Equal numbers of correct and incorrect samples *of the same problem*, from every problem
-    that has both. A globally balanced set lets a reward model learn problem difficulty (short
-    easy problems are mostly right) instead of correctness, which best-of-N then exploits: with
-    such an ORM, best-of-N accuracy fell from 37 % at N=2 to 23 % at N=32 on the testbed."""
-    groups: dict[str, list[Sample]] = {}
-    for s in samples:
-        groups.setdefault(s.problem.uid, []).append(s)
-    chosen: list[Sample] = []
-    for group in groups.values():
-        pos = [s for s in group if s.correct]
-        neg = [s for s in group if not s.correct]
-        m = min(len(pos), len(neg))
-        chosen += rng.sample(pos, m) + rng.sample(neg, m)
     rng.shuffle(chosen)
     return chosen
 

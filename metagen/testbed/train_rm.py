@@ -1,12 +1,9 @@
-"""Training of the outcome (ORM) and process (PRM) reward models from policy samples.
+"""Training of the process reward model (PRM) from policy samples.
 
-Both start from the policy's weights (same backbone) with a fresh 1-output head:
-
-- ORM: ``LlamaForSequenceClassification`` (num_labels=1) on ``prompt + completion``, BCE against
-  the grader's verdict on a class-balanced set (Cobbe et al. 2021).
-- PRM: ``LlamaForTokenClassification`` (num_labels=1) on ``prompt + steps``; at the last token of
-  each step (its ``\\n``), BCE against the Monte-Carlo value of that prefix (Math-Shepherd,
-  Wang et al. 2024). Other positions carry no loss.
+It starts from the policy's weights (same backbone) with a fresh 1-output head:
+``LlamaForTokenClassification`` (num_labels=1) on ``prompt + steps``; at the last token of each
+step (its ``\\n``), BCE against the Monte-Carlo value of that prefix (Math-Shepherd, Wang et al.
+2024). Other positions carry no loss.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import torch
 
 from metagen.errors import InvalidParameterError
 from metagen.testbed.problems import format_prompt
-from metagen.testbed.rm_data import Sample, StepSample
+from metagen.testbed.rm_data import StepSample
 from metagen.testbed.tokenizer import Codec
 
 
@@ -104,25 +101,6 @@ def _loop(model, n: int, cfg: RMTrainConfig, loss_fn: Callable[[list[int]], torc
     model.eval()
 
 
-def train_orm(policy_dir: str | Path, data: list[Sample], cfg: RMTrainConfig,
-              progress: Callable[[int, float], None] | None = None):
-    from transformers import LlamaForSequenceClassification
-
-    torch.manual_seed(cfg.seed)
-    codec = Codec()
-    model = _init(LlamaForSequenceClassification, policy_dir)
-    rows = [codec.encode(format_prompt(s.problem) + s.completion) for s in data]
-    labels = torch.tensor([float(s.correct) for s in data])
-
-    def loss_fn(idx: list[int]) -> torch.Tensor:
-        ids, mask = _pad([rows[i] for i in idx], codec.pad)
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, 0]  # (B,)
-        return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels[idx])
-
-    _loop(model, len(rows), cfg, loss_fn, progress)
-    return model
-
-
 def train_prm(policy_dir: str | Path, data: list[StepSample], cfg: RMTrainConfig,
               progress: Callable[[int, float], None] | None = None):
     from transformers import LlamaForTokenClassification
@@ -146,18 +124,6 @@ def train_prm(policy_dir: str | Path, data: list[StepSample], cfg: RMTrainConfig
 
     _loop(model, len(data), cfg, loss_fn, progress)
     return model
-
-
-@torch.no_grad()
-def orm_scores(model, prompts: list[str], completions: list[str], batch: int = 64) -> list[float]:
-    """P(correct) = sigmoid(logit) for each (prompt, completion)."""
-    codec = Codec()
-    out: list[float] = []
-    for i in range(0, len(prompts), batch):
-        rows = [codec.encode(p + c) for p, c in zip(prompts[i:i + batch], completions[i:i + batch])]
-        ids, mask = _pad(rows, codec.pad)
-        out.extend(torch.sigmoid(model(input_ids=ids, attention_mask=mask).logits[:, 0]).tolist())
-    return out
 
 
 @torch.no_grad()
