@@ -18,12 +18,13 @@ import platform
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from benchmarks import factory, roofline, workloads
-from benchmarks.peers import PEERS, MetagenPeer, Peer
+from benchmarks.peers import PEERS, MetagenPeer, Peer, RemotePeer
 
 
 def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
@@ -56,31 +57,53 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
     skipped: dict[str, str] = {}
     for cls in PEERS:
         peer = cls()
-        if peer.available():
-            log(f"loading {peer.name} ...")
-            peer.load(paths)
-            peers.append(peer)
+        if quick and isinstance(peer, RemotePeer):
+            skipped[peer.name] = "--quick runs the in-process peers only"
+        elif not peer.available():
+            skipped[peer.name] = ("not installed (bash benchmarks/setup_peers.sh) or not named "
+                                  "in METAGEN_BENCH_PEERS")
         else:
-            skipped[peer.name] = "not installed / not enabled (METAGEN_BENCH_PEERS)"
+            log(f"loading {peer.name} ...")
+            try:
+                peer.load(paths)
+            except Exception as e:  # a broken peer install must not stop the others
+                skipped[peer.name] = f"failed to load: {e}"[:300]
+                if isinstance(peer, RemotePeer):
+                    peer.close()
+                continue
+            peers.append(peer)
+    try:
+        return _measure(peers, skipped, paths, sizes, s, roof, roof_tok_s, weight_bytes,
+                        quick, workload_names, log)
+    finally:
+        for peer in peers:
+            if isinstance(peer, RemotePeer):
+                peer.close()
+
+
+def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path], sizes: Any,
+             s: Any, roof: Any, roof_tok_s: float, weight_bytes: int, quick: bool,
+             workload_names: str, log: Callable[[str], None]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
+    not_run: list[dict[str, Any]] = []
     checks: dict[str, bool | None] = {}
     v = sizes.vocab
     if "A" in workload_names:
         log("workload A ...")
-        r, out = workloads.workload_a(peers, s, v, roof_tok_s)
+        r, out = workloads.workload_a(peers, s, v, roof_tok_s, not_run)
         rows += r
         checks["A greedy tokens equal across peers"] = _check_same(out, list(out))
     if "B" in workload_names:
         log("workload B ...")
-        rows += workloads.workload_b(peers, s, v)
+        rows += workloads.workload_b(peers, s, v, not_run)
     if "C" in workload_names:
         log("workload C ...")
-        r, out = workloads.workload_c(peers, s, v)
+        r, out = workloads.workload_c(peers, s, v, not_run)
         rows += r
         checks["C beam tokens equal across peers"] = _check_same(out, list(out))
     if "D" in workload_names:
         log("workload D ...")
-        r, out = workloads.workload_d(peers, s, v)
+        r, out = workloads.workload_d(peers, s, v, not_run)
         rows += r
         for mode in ("draft", "ngram"):
             checks[f"D {mode}: speculative == greedy, all peers"] = _check_same(
@@ -92,6 +115,7 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
     for row in rows:
         row["time"] = workloads.summary(row["times"])
         row["tokens_per_s"] = row["tokens"] / row["time"]["median"]
+    workloads.compare_peers(rows)
     return {
         "meta": {"quick": quick, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                  "torch": torch.__version__, "python": platform.python_version(),
@@ -101,7 +125,7 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
                  "target_params": weight_bytes // 4, "models": {k: str(p) for k, p in paths.items()}},
         "roofline": roof.to_dict() | {"target_weight_bytes": weight_bytes,
                                       "decode_roofline_tok_s": roof_tok_s},
-        "peers": [p.name for p in peers], "skipped_peers": skipped,
+        "peers": [p.name for p in peers], "skipped_peers": skipped, "not_run": not_run,
         "rows": rows, "checks": checks,
     }
 
@@ -131,6 +155,10 @@ def print_table(result: dict[str, Any], console=None) -> None:
             extra.append(f"decode {row['decode_tok_s']['median']:.1f} tok/s")
         if "acceptance_rate" in row:
             extra.append(f"accept {row['acceptance_rate']:.2f}")
+        if "vs_best_peer" in row:
+            extra.append(f"{row['vs_best_peer']:.2f}x best peer ({row['best_peer']})")
+        elif "vs_transformers" in row and row["peer"] != "transformers":
+            extra.append(f"{row['vs_transformers']:.2f}x transformers")
         if "prefill_over_unique" in row:
             extra.append(f"prefill/unique {row['prefill_over_unique']:.2f}")
         table.add_row(row["workload"], row["peer"], row["variant"],
@@ -145,8 +173,10 @@ def print_table(result: dict[str, Any], console=None) -> None:
     for name, ok in result["checks"].items():
         mark = {True: "ok", False: "MISMATCH", None: "n/a"}[ok]
         console.print(f"check: {name}: {mark}")
-    if result["skipped_peers"]:
-        console.print("skipped peers: " + ", ".join(result["skipped_peers"]))
+    for name, why in result["skipped_peers"].items():
+        console.print(f"skipped peer {name}: {why}")
+    for r in result.get("not_run", []):
+        console.print(f"not run: {r['workload']} on {r['peer']}: {r['why']}")
 
 
 def write_json(result: dict[str, Any], path: str | Path) -> None:

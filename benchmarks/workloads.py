@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.peers import MetagenPeer, Peer, Unsupported
+from benchmarks.peers import MetagenPeer, Peer, PeerError, Unsupported
 
 
 @dataclass(slots=True, frozen=True)
@@ -81,6 +81,41 @@ def timed_pair(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int,
     return t_a, out_a, t_b, out_b
 
 
+def attempt(peer: Peer, skipped: list[dict[str, Any]], workload: str,
+            fn: Callable[[], Any]) -> Any | None:
+    """``fn()``, or None when the peer does not run this workload (:class:`Unsupported`) or its
+    worker failed (:class:`PeerError`); either is recorded in ``skipped`` and the run goes on."""
+    try:
+        return fn()
+    except Unsupported:
+        skipped.append({"workload": workload, "peer": peer.name, "why": "unsupported"})
+    except PeerError as e:
+        skipped.append({"workload": workload, "peer": peer.name, "why": str(e)[:300]})
+    return None
+
+
+GOALS_VS_BEST_PEER = {"B": 1.2, "C": 1.1}
+
+
+def compare_peers(rows: list[dict[str, Any]]) -> None:
+    """Add ``vs_transformers`` (tokens/s over transformers') to every row of B and C, and to
+    metagen's row ``vs_best_peer`` (over the fastest other peer, transformers included) with its
+    goal. Rows need ``tokens_per_s``."""
+    for wl, goal in GOALS_VS_BEST_PEER.items():
+        mine = [r for r in rows if r["workload"] == wl]
+        ref = next((r for r in mine if r["peer"] == "transformers"), None)
+        for r in mine:
+            if ref is not None:
+                r["vs_transformers"] = r["tokens_per_s"] / ref["tokens_per_s"]
+        me = next((r for r in mine if r["peer"] == "metagen"), None)
+        others = [r for r in mine if r["peer"] != "metagen"]
+        if me is not None and others:
+            best = max(others, key=lambda r: r["tokens_per_s"])
+            me["vs_best_peer"] = me["tokens_per_s"] / best["tokens_per_s"]
+            me["best_peer"] = best["peer"]
+            me["target"] = f">= {goal}x best peer"
+
+
 def random_prompt(n: int, vocab: int, seed: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab, (n,), generator=g).tolist()
@@ -98,59 +133,77 @@ def _row(workload: str, peer: Peer, variant: str, times: list[float], tokens: in
             "tokens": tokens, **extra}
 
 
-def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float
-               ) -> tuple[list[dict], dict]:
+def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float,
+               skipped: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     """Batch-1 greedy; decode rate = (new - 1) / (t(new) - t(1)) against the roofline."""
     prompt = random_prompt(s.a_prompt, vocab, 1)
     rows, outputs = [], {}
     for peer in peers:
-        t_all, toks, t_one, _ = timed_pair(lambda: peer.greedy("target", prompt, s.a_new),
-                                           lambda: peer.greedy("target", prompt, 1),
-                                           s.repeats, s.warmup)
+        got = attempt(peer, skipped, "A", lambda: timed_pair(
+            lambda: peer.greedy("target", prompt, s.a_new),
+            lambda: peer.greedy("target", prompt, 1), s.repeats, s.warmup))
+        if got is None:
+            continue
+        t_all, toks, t_one, _ = got
         decode = [(s.a_new - 1) / max(a - b, 1e-9) for a, b in zip(t_all, t_one)]
         frac = [d / roof_tok_s for d in decode]
         outputs[peer.name] = toks
         rows.append(_row("A", peer, "greedy b=1", t_all, s.a_new, decode_tok_s=summary(decode),
                          ratio_runs=frac, ratio=summary(frac), ratio_name="of roofline",
-                         target=">= 0.85 of roofline" if peer.name == "metagen" else None))
+                         target=">= 0.85 of roofline" if peer.name == "metagen" else None,
+                         **dict(peer.last)))
     return rows, outputs
 
 
-def workload_b(peers: list[Peer], s: Settings, vocab: int) -> list[dict]:
+def workload_b(peers: list[Peer], s: Settings, vocab: int,
+               skipped: list[dict[str, Any]]) -> list[dict]:
     prompt = random_prompt(s.b_prompt, vocab, 2)
     rows = []
     for peer in peers:
-        times, _ = timed(lambda: peer.best_of_n("target", prompt, s.b_n, s.b_new, 7),
-                         s.repeats, s.warmup)
-        rows.append(_row("B", peer, f"best-of-{s.b_n}", times, s.b_n * s.b_new))
+        got = attempt(peer, skipped, "B", lambda: timed(
+            lambda: peer.best_of_n("target", prompt, s.b_n, s.b_new, 7), s.repeats, s.warmup))
+        if got is None:
+            continue
+        times, outs = got
+        if [len(o) for o in outs] != [s.b_new] * s.b_n:  # every peer must do the same work
+            skipped.append({"workload": "B", "peer": peer.name,
+                            "why": f"returned lengths {[len(o) for o in outs]}"})
+            continue
+        rows.append(_row("B", peer, f"best-of-{s.b_n}", times, s.b_n * s.b_new,
+                         **dict(peer.last)))
     return rows
 
 
-def workload_c(peers: list[Peer], s: Settings, vocab: int) -> tuple[list[dict], dict]:
+def workload_c(peers: list[Peer], s: Settings, vocab: int,
+               skipped: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     prompt = random_prompt(s.c_prompt, vocab, 3)
     rows, outputs = [], {}
     for peer in peers:
-        times, toks = timed(lambda: peer.beam("target", prompt, s.c_width, s.c_new),
-                            s.repeats, s.warmup)
+        got = attempt(peer, skipped, "C", lambda: timed(
+            lambda: peer.beam("target", prompt, s.c_width, s.c_new), s.repeats, s.warmup))
+        if got is None:
+            continue
+        times, toks = got
         outputs[peer.name] = toks
-        rows.append(_row("C", peer, f"beam {s.c_width}", times, s.c_new))
+        rows.append(_row("C", peer, f"beam {s.c_width}", times, s.c_new, **dict(peer.last)))
     return rows, outputs
 
 
-def workload_d(peers: list[Peer], s: Settings, vocab: int) -> tuple[list[dict], dict]:
+def workload_d(peers: list[Peer], s: Settings, vocab: int,
+               skipped: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     """Speculative greedy vs the same engine's own greedy: good draft and prompt lookup."""
     rows, outputs = [], {}
     cases = [("draft", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7),
              ("ngram", "target", repetitive_prompt(s.d_prompt, vocab, 5), 1.9)]
     for mode, model, prompt, goal in cases:
         for peer in peers:
-            try:
-                t_base, base, t_spec, spec = timed_pair(
-                    lambda: peer.greedy(model, prompt, s.d_new),
-                    lambda: peer.speculative(model, prompt, s.d_new, s.d_k, mode),
-                    s.repeats, s.warmup)
-            except Unsupported:
+            got = attempt(peer, skipped, f"D {mode}", lambda: timed_pair(
+                lambda: peer.greedy(model, prompt, s.d_new),
+                lambda: peer.speculative(model, prompt, s.d_new, s.d_k, mode),
+                s.repeats, s.warmup))
+            if got is None:
                 continue
+            t_base, base, t_spec, spec = got
             speed = [b / t for b, t in zip(t_base, t_spec)]
             outputs[f"{peer.name}/{mode}/greedy"] = base
             outputs[f"{peer.name}/{mode}/spec"] = spec

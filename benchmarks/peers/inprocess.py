@@ -1,52 +1,13 @@
-"""Peers of the engine benchmark: each is a class with ``available()`` and the workloads it runs.
-
-``transformers`` (always) and ``metagen`` run here. OpenVINO GenAI, onnxruntime-genai,
-llama.cpp and CTranslate2 are hooks: a setup script may install them into their own
-environments; when their package is importable and ``METAGEN_BENCH_PEERS`` names them they would
-run, otherwise they are listed as skipped. Their workload methods are not written yet: a peer
-lacking a workload raises :class:`Unsupported` and the row is reported as skipped.
-
-Every workload method returns the generated token ids (lists), so the harness can check that all
-engines produced the same greedy tokens, and may add counters to ``self.last``.
-"""
+"""The peers that run inside the benchmark's own process: ``transformers`` and metagen."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-
-class Unsupported(Exception):
-    """This peer does not run this workload."""
-
-
-class Peer:
-    name = "peer"
-
-    def available(self) -> bool:
-        return False
-
-    def load(self, paths: dict[str, Path]) -> None:
-        self.paths = paths
-        self.last: dict[str, Any] = {}
-
-    def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
-        raise Unsupported
-
-    def best_of_n(self, model: str, prompt: list[int], n: int, max_new: int,
-                  seed: int) -> list[list[int]]:
-        raise Unsupported
-
-    def beam(self, model: str, prompt: list[int], width: int, max_new: int) -> list[int]:
-        raise Unsupported
-
-    def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
-                    mode: str) -> list[int]:
-        raise Unsupported
+from benchmarks.peers.base import Peer
 
 
 class TransformersPeer(Peer):
@@ -170,33 +131,3 @@ class MetagenPeer(Peer):
                                    stats=stats)
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds}
         return out[0]
-
-
-class _OptionalPeer(Peer):
-    """A peer installed by a setup script into its own environment (hook only)."""
-
-    module = ""
-
-    def available(self) -> bool:
-        wanted = os.environ.get("METAGEN_BENCH_PEERS", "").split(",")
-        return self.name in wanted and importlib.util.find_spec(self.module) is not None
-
-
-class OpenVINOGenAIPeer(_OptionalPeer):
-    name, module = "openvino-genai", "openvino_genai"
-
-
-class OnnxRuntimeGenAIPeer(_OptionalPeer):
-    name, module = "onnxruntime-genai", "onnxruntime_genai"
-
-
-class LlamaCppPeer(_OptionalPeer):
-    name, module = "llama.cpp", "llama_cpp"
-
-
-class CTranslate2Peer(_OptionalPeer):
-    name, module = "ctranslate2", "ctranslate2"
-
-
-PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, OpenVINOGenAIPeer,
-                           OnnxRuntimeGenAIPeer, LlamaCppPeer, CTranslate2Peer]
