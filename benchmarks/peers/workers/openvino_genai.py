@@ -1,0 +1,133 @@
+"""OpenVINO GenAI worker of the engine benchmark (runs in ``.peers/openvino-genai``).
+
+Each Hugging Face folder is exported once with optimum-intel (``optimum-cli export openvino
+--weight-format fp32``, a stateful OpenVINO IR) into :func:`converted_dir`; the factory models
+have no tokenizer files, and none are needed: every call passes token ids
+(``ov.Tensor`` of shape (1, T)) and reads token ids back (``EncodedResults.tokens``).
+
+Pipelines are ``openvino_genai.LLMPipeline`` on CPU, fp32 everywhere (``INFERENCE_PRECISION_HINT``
+f32 and ``KV_CACHE_PRECISION`` f32: the CPU plugin would otherwise compress the KV cache to u8,
+and use bf16 on CPUs that have it), ``INFERENCE_NUM_THREADS`` = the harness's thread count. Every
+workload sets ``ignore_eos`` and no ``min_new_tokens`` (which would mask EOS's logit and so
+change greedy tokens against transformers, whose runs have no EOS at all).
+
+- greedy: ``do_sample=False``.
+- best_of_n: ``do_sample=True, num_return_sequences=n, temperature=1, top_p=1``, top-k off,
+  ``rng_seed=seed``; the continuous-batching scheduler prefills the prompt once and forks.
+- beam: ``num_beams=width, num_beam_groups=1, length_penalty=1, no_repeat_ngram_size`` off,
+  ``num_return_sequences=1``; the best beam.
+- speculative: a pipeline built with ``draft_model(<draft IR>)`` and
+  ``num_assistant_tokens=k`` ("draft"), or with ``prompt_lookup=True``,
+  ``num_assistant_tokens=k, max_ngram_size=3`` ("ngram", metagen's n-gram size).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE))
+from _serve import Unsupported, Worker, converted_dir, serve  # noqa: E402
+
+# This file's name shadows the package: drop its folder from the path before the package loads.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+FORMAT = "openvino-fp32"
+
+
+def export(hf_folder: str) -> Path:
+    """The OpenVINO IR of ``hf_folder`` (exported on first use, then cached)."""
+    out = converted_dir(hf_folder, FORMAT)
+    if (out / "openvino_model.xml").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    cli = Path(sys.executable).parent / "optimum-cli"
+    cmd = [str(cli), "export", "openvino", "--model", hf_folder,
+           "--task", "text-generation-with-past", "--weight-format", "fp32", str(tmp)]
+    try:
+        subprocess.run(cmd, check=True, stdout=sys.stderr)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+class OpenVINOGenAIWorker(Worker):
+    def load(self, paths: dict[str, str], threads: int) -> None:
+        super().load(paths, threads)
+        import openvino_genai as ov_genai
+
+        self.ov_genai = ov_genai
+        self.ir = {name: export(p) for name, p in paths.items()}
+        self.props: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads,
+                                      "INFERENCE_PRECISION_HINT": "f32",
+                                      "KV_CACHE_PRECISION": "f32"}
+        self.pipes: dict[tuple[str, str], Any] = {}
+
+    def pipe(self, model: str, kind: str = "plain") -> Any:
+        """The pipeline of ``model``: "plain", "draft" (with the draft model) or "ngram"."""
+        key = (model, kind)
+        if key not in self.pipes:
+            g = self.ov_genai
+            extra: dict[str, Any] = {}
+            if kind == "draft":
+                extra["draft_model"] = g.draft_model(str(self.ir["draft"]), "CPU", **self.props)
+            elif kind == "ngram":
+                extra["prompt_lookup"] = True
+            self.pipes[key] = g.LLMPipeline(str(self.ir[model]), "CPU", **extra, **self.props)
+        return self.pipes[key]
+
+    def _generate(self, model: str, prompt: list[int], kind: str = "plain",
+                  **config: Any) -> list[list[int]]:
+        import numpy as np
+        import openvino as ov
+
+        g = self.ov_genai
+        ids = np.asarray([prompt], dtype=np.int64)  # (1, T)
+        inputs = g.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
+        cfg = g.GenerationConfig(ignore_eos=True, **config)
+        res = self.pipe(model, kind).generate(inputs, cfg)
+        out = [list(map(int, t)) for t in res.tokens]
+        want = config["max_new_tokens"]
+        if any(len(t) != want for t in out):
+            raise RuntimeError(f"openvino-genai returned lengths {[len(t) for t in out]}, "
+                               f"asked for {want}")
+        return out
+
+    def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
+        return self._generate(model, prompt, do_sample=False, max_new_tokens=max_new)[0]
+
+    def best_of_n(self, model: str, prompt: list[int], n: int, max_new: int,
+                  seed: int) -> list[list[int]]:
+        return self._generate(model, prompt, do_sample=True, num_return_sequences=n,
+                              temperature=1.0, top_p=1.0, rng_seed=seed,
+                              max_new_tokens=max_new)
+
+    def beam(self, model: str, prompt: list[int], width: int, max_new: int) -> list[int]:
+        return self._generate(model, prompt, num_beams=width, num_beam_groups=1,
+                              num_return_sequences=1, length_penalty=1.0,
+                              max_new_tokens=max_new)[0]
+
+    def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
+                    mode: str) -> list[int]:
+        if mode == "draft":
+            return self._generate(model, prompt, "draft", do_sample=False,
+                                  num_assistant_tokens=k, max_new_tokens=max_new)[0]
+        if mode == "ngram":
+            return self._generate(model, prompt, "ngram", do_sample=False,
+                                  num_assistant_tokens=k, max_ngram_size=3,
+                                  max_new_tokens=max_new)[0]
+        raise Unsupported(f"speculative mode {mode!r}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    serve(OpenVINOGenAIWorker())
