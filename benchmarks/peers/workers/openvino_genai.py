@@ -1,9 +1,11 @@
 """OpenVINO GenAI worker of the engine benchmark (runs in ``.peers/openvino-genai``).
 
-Each Hugging Face folder is exported once with optimum-intel (``optimum-cli export openvino
---weight-format fp32``, a stateful OpenVINO IR) into :func:`converted_dir`; the factory models
-have no tokenizer files, and none are needed: every call passes token ids
-(``ov.Tensor`` of shape (1, T)) and reads token ids back (``EncodedResults.tokens``).
+Each Hugging Face folder is exported once with optimum-intel (what ``optimum-cli export openvino
+--weight-format fp32`` does: a stateful fp32 OpenVINO IR and the tokenizer's IR; the factory
+models have none, so :mod:`_openvino_genai_export` synthesises one) into :func:`converted_dir`.
+No call uses the tokenizer (only the speculative pipeline's construction does): every call passes
+token ids (``TokenizedInputs`` of shape (1, T)) and reads token ids back
+(``EncodedResults.tokens``).
 
 Pipelines are ``openvino_genai.LLMPipeline`` on CPU, fp32 everywhere (``INFERENCE_PRECISION_HINT``
 f32 and ``KV_CACHE_PRECISION`` f32: the CPU plugin would otherwise compress the KV cache to u8,
@@ -41,22 +43,30 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 FORMAT = "openvino-fp32"
 
 
-def export(hf_folder: str) -> Path:
-    """The OpenVINO IR of ``hf_folder`` (exported on first use, then cached)."""
-    out = converted_dir(hf_folder, FORMAT)
-    if (out / "openvino_model.xml").is_file():
+def export(hf_folders: dict[str, str]) -> dict[str, Path]:
+    """The OpenVINO IR folder of each Hugging Face folder; the missing ones are exported in one
+    subprocess (``_openvino_genai_export.py``, optimum-intel) into temporary folders that are
+    renamed into :func:`converted_dir` when complete, so a killed export leaves no half IR."""
+    out = {name: converted_dir(src, FORMAT) for name, src in hf_folders.items()}
+    todo = {name: src for name, src in hf_folders.items()
+            if not (out[name] / "openvino_model.xml").is_file()}
+    if not todo:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    cli = Path(sys.executable).parent / "optimum-cli"
-    cmd = [str(cli), "export", "openvino", "--model", hf_folder,
-           "--task", "text-generation-with-past", "--weight-format", "fp32", str(tmp)]
+    tmps: dict[str, Path] = {}
     try:
-        subprocess.run(cmd, check=True, stdout=sys.stderr)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
+        for name in todo:
+            out[name].parent.mkdir(parents=True, exist_ok=True)
+            tmps[name] = Path(tempfile.mkdtemp(prefix=out[name].name + ".",
+                                               dir=out[name].parent))
+        args = [a for name, src in todo.items() for a in (src, str(tmps[name]))]
+        subprocess.run([sys.executable, str(_HERE / "_openvino_genai_export.py"), *args],
+                       check=True, stdout=sys.stderr)
+        for name, tmp in tmps.items():
+            shutil.rmtree(out[name], ignore_errors=True)
+            tmp.rename(out[name])
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for tmp in tmps.values():
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -66,7 +76,7 @@ class OpenVINOGenAIWorker(Worker):
         import openvino_genai as ov_genai
 
         self.ov_genai = ov_genai
-        self.ir = {name: export(p) for name, p in paths.items()}
+        self.ir = export(paths)
         self.props: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads,
                                       "INFERENCE_PRECISION_HINT": "f32",
                                       "KV_CACHE_PRECISION": "f32"}
@@ -95,6 +105,11 @@ class OpenVINOGenAIWorker(Worker):
         inputs = g.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
         cfg = g.GenerationConfig(ignore_eos=True, **config)
         res = self.pipe(model, kind).generate(inputs, cfg)
+        sd = res.extended_perf_metrics  # draft-model speculative decoding only
+        if kind == "draft" and sd is not None:
+            self.last = {"acceptance_rate": float(sd.get_draft_acceptance_rate()),
+                         "accepted": int(sd.get_num_accepted_tokens()),
+                         "proposed": int(sd.get_num_draft_tokens())}
         out = [list(map(int, t)) for t in res.tokens]
         want = config["max_new_tokens"]
         if any(len(t) != want for t in out):

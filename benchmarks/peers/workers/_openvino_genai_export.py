@@ -1,0 +1,78 @@
+"""Export Hugging Face Llama folders to fp32 OpenVINO IR for the OpenVINO GenAI worker.
+
+    python _openvino_genai_export.py SRC DST [SRC DST ...]
+
+What ``optimum-cli export openvino --task text-generation-with-past --weight-format fp32 SRC DST``
+does (optimum-intel's ``main_export``: a stateful IR with ``input_ids, attention_mask,
+position_ids, beam_idx`` inputs, plus ``openvino_tokenizer.xml``/``openvino_detokenizer.xml``),
+for several models in one process, so that torch and transformers load once. Runs in a
+subprocess of the worker, which itself never imports torch.
+
+The benchmark's models have no tokenizer, but OpenVINO GenAI's speculative pipeline needs one
+(it compares the draft's and the target's). The worker passes token ids, so any tokenizer with the
+model's vocabulary size will do: :func:`synthetic_tokenizer` writes one (a BPE without merges
+whose pieces are ``<unk> <s> </s>`` and ``▁t3 .. ▁t{V-1}``) into a staging copy of the folder
+(its weight files symlinked), never into the source folder.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+SPECIALS = ("<unk>", "<s>", "</s>")
+
+
+def synthetic_tokenizer(vocab_size: int) -> dict:
+    """A Hugging Face ``tokenizer.json`` with ``vocab_size`` pieces: ids 0-2 are the special
+    ``<unk> <s> </s>`` (the factory's bos 1 / eos 2), id i >= 3 is ``▁t{i}``."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    vocab.update({f"\u2581t{i}": i for i in range(len(SPECIALS), vocab_size)})
+    added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, tok in enumerate(SPECIALS)]
+    metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                 "split": True}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": None, "pre_tokenizer": metaspace, "post_processor": None,
+            "decoder": metaspace,
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": True, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": []}}
+
+
+def staged(src: str, root: Path) -> Path:
+    """A folder beside nothing else: ``src``'s files symlinked, plus the synthetic tokenizer."""
+    src_dir = Path(src).resolve()
+    stage = root / src_dir.name
+    stage.mkdir()
+    for f in src_dir.iterdir():
+        if not f.name.startswith("tokenizer"):
+            (stage / f.name).symlink_to(f)
+    vocab_size = json.loads((src_dir / "config.json").read_text())["vocab_size"]
+    (stage / "tokenizer.json").write_text(json.dumps(synthetic_tokenizer(vocab_size)))
+    (stage / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+         "unk_token": "<unk>", "model_max_length": 1 << 30}))
+    return stage
+
+
+def main(argv: list[str]) -> None:
+    if not argv or len(argv) % 2:
+        raise SystemExit(__doc__)
+    from optimum.exporters.openvino import main_export
+    from optimum.intel import OVConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (src, dst) in enumerate(zip(argv[::2], argv[1::2])):
+            root = Path(tmp) / str(i)
+            root.mkdir()
+            main_export(model_name_or_path=str(staged(src, root)), output=dst,
+                        task="text-generation-with-past", ov_config=OVConfig(dtype="fp32"),
+                        stateful=True, convert_tokenizer=True, local_files_only=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
