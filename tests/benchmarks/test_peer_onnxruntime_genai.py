@@ -98,8 +98,9 @@ def test_speculative_draft_equals_greedy(peer, ref):
     for k in (1, 3):
         assert peer.speculative("good_target", prompt, 20, k, "draft") == want
         assert peer.last["rounds"] > 0
-    with pytest.raises(Unsupported):  # the draft is paired with good_target only
-        peer.speculative("target", prompt, 20, 3, "draft")
+    assert peer.speculative("target", prompt, 20, 3, "draft") == ref.greedy("target", prompt, 20)
+    with pytest.raises(Unsupported):  # the draft cannot draft for itself
+        peer.speculative("draft", prompt, 20, 3, "draft")
 
 
 def test_speculative_ngram_equals_greedy_and_accepts(peer, ref):

@@ -23,7 +23,7 @@ pip_install() {  # the local pip config names mirror folders that lack most pack
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 }
 # torch first, from the local CPU wheel, so that nothing later resolves a CUDA torch.
-pip_install --only-binary=:all: "torch==$TORCH_VERSION"
+pip_install --only-binary=:all: "torch==$TORCH_VERSION" "numpy==2.4.6"
 "$py" -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'CUDA torch installed')"
 pip_install --only-binary=:all: "onnxruntime-genai==$OGA_VERSION" \
   "onnxruntime==1.31.1" "transformers==$TRANSFORMERS_VERSION" "onnx==1.23.2" "onnx-ir==1.1.0" tqdm

@@ -73,16 +73,18 @@ for argv in json.loads(sys.argv[1]):
 """
 
 
-def convert_all(jobs: dict[str, Path]) -> dict[str, Path]:
-    """Convert each ``{hf_folder: out}`` not yet converted (``converted.ok`` marks a finished
-    ``out``) with ``python -m onnxruntime_genai.models.builder -i <hf> -o <out> -p fp32 -e cpu``.
-    Returns ``jobs``."""
-    todo = {src: out for src, out in jobs.items() if not (out / DONE).exists()}
+def convert_all(jobs: list[tuple[str, Path, bool]]) -> None:
+    """Convert each ``(hf_folder, out, prune)`` whose ``out`` is not yet converted
+    (``converted.ok`` marks a finished one) with ``python -m onnxruntime_genai.models.builder
+    -i <hf> -o <out> -p fp32 -e cpu``, plus ``--extra_options prune_lm_head=true`` when
+    ``prune``: the prefill then computes the LM head for the last position only, which is all
+    plain generation reads but not enough for speculative verification."""
+    todo = [(src, out, prune) for src, out, prune in jobs if not (out / DONE).exists()]
     if not todo:
-        return jobs
+        return
     with tempfile.TemporaryDirectory(prefix="oga-convert-") as tmp:
         argvs, built = [], []
-        for i, (hf_folder, out) in enumerate(todo.items()):
+        for i, (hf_folder, out, prune) in enumerate(todo):
             work = Path(tmp) / str(i)
             cfg = json.loads((Path(hf_folder) / "config.json").read_text())
             src = work / "hf"
@@ -93,19 +95,19 @@ def convert_all(jobs: dict[str, Path]) -> dict[str, Path]:
             synth_tokenizer(src, int(cfg["vocab_size"]),
                             int(cfg.get("max_position_embeddings", 2048)))
             argvs.append(["-i", str(src), "-o", str(work / "out"), "-p", "fp32", "-e", "cpu",
-                          "-c", str(work / "cache")])
-            built.append((hf_folder, out, work / "out", int(cfg["vocab_size"])))
+                          "-c", str(work / "cache")]
+                         + (["--extra_options", "prune_lm_head=true"] if prune else []))
+            built.append((hf_folder, out, work / "out", int(cfg["vocab_size"]), prune))
         subprocess.run([sys.executable, "-c", _BUILD_ALL, json.dumps(argvs)], check=True,
                        stdout=sys.stderr, cwd=tmp)
-        for hf_folder, out, staged, vocab in built:
+        for hf_folder, out, staged, vocab, prune in built:
             pad_logits(staged / "model.onnx", vocab)
             gcfg_file = staged / "genai_config.json"
             gcfg = json.loads(gcfg_file.read_text())
             gcfg["model"].update(vocab_size=vocab + 1, eos_token_id=vocab, pad_token_id=0)
             gcfg_file.write_text(json.dumps(gcfg, indent=2))
-            (staged / DONE).write_text(json.dumps({"source": str(hf_folder)}))
+            (staged / DONE).write_text(json.dumps({"source": str(hf_folder), "prune": prune}))
             if out.exists():
                 shutil.rmtree(out)
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(staged), str(out))
-    return jobs

@@ -2,7 +2,9 @@
 
 Models are converted on first use by onnxruntime-genai's own model builder (fp32, CPU) with one
 extra never-chosen logit column standing in for EOS, so that every workload generates exactly
-``max_new`` tokens (see :mod:`_onnxruntime_genai_convert`). Workloads map onto its ``Generator``:
+``max_new`` tokens (see :mod:`_onnxruntime_genai_convert`). Each model is exported twice: with
+``prune_lm_head`` (the prefill computes last-position logits only; greedy, best-of-n, beam) and
+without (speculative verification needs every position's logits). Workloads map onto its ``Generator``:
 
 - greedy: ``do_sample=False``;
 - best-of-n: ``do_sample=True, temperature=1, top_k=0, top_p=1`` (sampling from the full
@@ -10,8 +12,8 @@ extra never-chosen logit column standing in for EOS, so that every workload gene
   generator; ``num_return_sequences`` > 1 is for beam search only). The prompt is therefore
   prefilled n times: a prefilled generator cannot be forked (``last["prefill_tokens"]``);
 - beam: ``num_beams=width, length_penalty=1, early_stopping=False``, best beam;
-- speculative "draft": a composite ``"type": "speculative"`` model (the good target as decoder,
-  the draft as ``model.draft``) with ``max_draft_tokens=k``; "ngram": the plain model with
+- speculative "draft": a composite ``"type": "speculative"`` model (``model`` as decoder, the
+  draft as ``model.draft``) with ``max_draft_tokens=k``; "ngram": the plain model with
   ``ngram_size=3`` (the last two tokens are looked up in the committed sequence) and
   ``max_draft_tokens=k``. Both verify greedily, so their output is the model's greedy output.
 
@@ -74,13 +76,26 @@ class OnnxRuntimeGenAIWorker(Worker):
 
         self.og = og
         og.disable_telemetry_events()
-        jobs = convert_all({p: converted_dir(p, FMT) for p in paths.values()})
-        dirs = {k: jobs[p] for k, p in paths.items()}
-        self.models = {k: self._model(d, ("decoder",)) for k, d in dirs.items()}
-        self.spec = None
-        if "draft" in dirs and "good_target" in dirs:
-            self.spec = self._model(speculative_dir(dirs["good_target"], dirs["draft"]),
-                                    ("decoder", "draft"))
+        pruned = {k: converted_dir(p, FMT + "-pruned") for k, p in paths.items()}
+        full = {k: converted_dir(p, FMT) for k, p in paths.items()}
+        convert_all([(paths[k], pruned[k], True) for k in paths]
+                    + [(paths[k], full[k], False) for k in paths])
+        self.models = {k: self._model(d, ("decoder",)) for k, d in pruned.items()}
+        self.full = full
+        self.verifiers: dict[str, Any] = {}  # full-logit models for speculative decoding
+        for model, mode in (("target", "ngram"), ("good_target", "draft")):  # the benchmark's
+            if model in paths and (mode != "draft" or "draft" in paths):  # (others: lazily)
+                self._verifier(model, mode)
+
+    def _verifier(self, model: str, mode: str) -> Any:
+        key = f"{model}/{mode}"
+        if key not in self.verifiers:
+            if mode == "draft":
+                self.verifiers[key] = self._model(
+                    speculative_dir(self.full[model], self.full["draft"]), ("decoder", "draft"))
+            else:
+                self.verifiers[key] = self._model(self.full[model], ("decoder",))
+        return self.verifiers[key]
 
     def _model(self, folder: Path, sessions: tuple[str, ...]) -> Any:
         og = self.og
@@ -133,12 +148,12 @@ class OnnxRuntimeGenAIWorker(Worker):
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
                     mode: str) -> list[int]:
         if mode == "draft":
-            if model != "good_target" or self.spec is None:
-                raise Unsupported(f"draft speculation is set up for good_target, not {model}")
-            gen = self._run(self.spec, prompt, max_new, spec={"max_draft_tokens": k},
-                            do_sample=False)
+            if model == "draft" or "draft" not in self.full:
+                raise Unsupported(f"no draft model for {model}")
+            gen = self._run(self._verifier(model, mode), prompt, max_new, do_sample=False,
+                            spec={"max_draft_tokens": k})
         elif mode == "ngram":
-            gen = self._run(self.models[model], prompt, max_new, do_sample=False,
+            gen = self._run(self._verifier(model, mode), prompt, max_new, do_sample=False,
                             spec={"ngram_size": NGRAM_SIZE, "max_draft_tokens": k})
         else:
             raise Unsupported(f"speculative mode {mode}")
