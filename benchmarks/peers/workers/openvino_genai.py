@@ -7,11 +7,13 @@ No call uses the tokenizer (only the speculative pipeline's construction does): 
 token ids (``TokenizedInputs`` of shape (1, T)) and reads token ids back
 (``EncodedResults.tokens``).
 
-Pipelines are ``openvino_genai.LLMPipeline`` on CPU, fp32 everywhere (``INFERENCE_PRECISION_HINT``
-f32 and ``KV_CACHE_PRECISION`` f32: the CPU plugin would otherwise compress the KV cache to u8,
-and use bf16 on CPUs that have it), ``INFERENCE_NUM_THREADS`` = the harness's thread count. Every
-workload sets ``ignore_eos`` and no ``min_new_tokens`` (which would mask EOS's logit and so
-change greedy tokens against transformers, whose runs have no EOS at all).
+Pipelines are ``openvino_genai.LLMPipeline`` on CPU (its default continuous-batching backend,
+paged attention, with the prefix cache off: see :meth:`OpenVINOGenAIWorker.scheduler`), fp32
+everywhere (``INFERENCE_PRECISION_HINT`` f32 and ``KV_CACHE_PRECISION`` f32: the CPU plugin would
+otherwise compress the KV cache to u8, and use bf16 on CPUs that have it),
+``INFERENCE_NUM_THREADS`` = the harness's thread count. Every workload sets ``ignore_eos`` and
+no ``min_new_tokens`` (which would mask EOS's logit and so change greedy tokens against
+transformers, whose runs have no EOS at all).
 
 - greedy: ``do_sample=False``.
 - best_of_n: ``do_sample=True, num_return_sequences=n, temperature=1, top_p=1``, top-k off,
@@ -82,12 +84,21 @@ class OpenVINOGenAIWorker(Worker):
                                       "KV_CACHE_PRECISION": "f32"}
         self.pipes: dict[tuple[str, str], Any] = {}
 
+    def scheduler(self) -> Any:
+        """LLMPipeline's CPU default is continuous batching with a prefix cache that outlives the
+        call: a repeated prompt would skip its prefill, which no other peer does across calls
+        (metagen's engine is built per call). Off here; the whole prompt in one prefill chunk."""
+        sc = self.ov_genai.SchedulerConfig()
+        sc.enable_prefix_caching = False
+        sc.max_num_batched_tokens = 1 << 20
+        return sc
+
     def pipe(self, model: str, kind: str = "plain") -> Any:
         """The pipeline of ``model``: "plain", "draft" (with the draft model) or "ngram"."""
         key = (model, kind)
         if key not in self.pipes:
             g = self.ov_genai
-            extra: dict[str, Any] = {}
+            extra: dict[str, Any] = {"scheduler_config": self.scheduler()}
             if kind == "draft":
                 extra["draft_model"] = g.draft_model(str(self.ir["draft"]), "CPU", **self.props)
             elif kind == "ngram":
