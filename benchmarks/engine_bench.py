@@ -35,7 +35,7 @@ def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
 
 
 def run(quick: bool = False, cache_dir: str | Path | None = None,
-        workload_names: str = "ABCDE", log=print, repeats: int | None = None,
+        workload_names: str = "ABCDEM", log=print, repeats: int | None = None,
         warmup: bool | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready result. ``repeats``/``warmup`` override the
     settings' timed runs per measurement and the untimed first run."""
@@ -112,6 +112,14 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
     if "E" in workload_names and metagen is not None:
         log("workload E ...")
         rows += workloads.workload_e(metagen, s, v)
+    memory = None
+    if "M" in workload_names:
+        log("workload M (peak memory, fresh process) ...")
+        from benchmarks.memory import run_isolated
+
+        kv_bytes = (256 << 10) if quick else (64 << 20)
+        memory = run_isolated(paths["target"], kv_bytes, *((8, 48) if quick else (96, 400)))
+        memory["contract"] = "peak RSS - base <= weights + KV budget + overhead"
     for row in rows:
         row["time"] = workloads.summary(row["times"])
         row["tokens_per_s"] = row["tokens"] / row["time"]["median"]
@@ -126,7 +134,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
         "roofline": roof.to_dict() | {"target_weight_bytes": weight_bytes,
                                       "decode_roofline_tok_s": roof_tok_s},
         "peers": [p.name for p in peers], "skipped_peers": skipped, "not_run": not_run,
-        "rows": rows, "checks": checks,
+        "rows": rows, "checks": checks, "memory": memory,
     }
 
 
@@ -173,6 +181,15 @@ def print_table(result: dict[str, Any], console=None) -> None:
     for name, ok in result["checks"].items():
         mark = {True: "ok", False: "MISMATCH", None: "n/a"}[ok]
         console.print(f"check: {name}: {mark}")
+    mem = result.get("memory")
+    if mem:
+        mib = {k: mem[k] / 2**20 for k in ("weights", "kv_cache", "peak_rss", "base_rss",
+                                           "overhead")}
+        console.print(f"memory (metagen, fresh process): peak RSS {mib['peak_rss']:.0f} MiB = "
+                      f"base {mib['base_rss']:.0f} + weights {mib['weights']:.0f} + KV budget "
+                      f"{mib['kv_cache']:.0f} + overhead {mib['overhead']:.0f} MiB "
+                      f"({mem['stress_tokens']} tokens of requests through a "
+                      f"{mem['kv_budget_tokens']}-token cache)")
     for name, why in result["skipped_peers"].items():
         console.print(f"skipped peer {name}: {why}")
     for r in result.get("not_run", []):
@@ -193,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--workloads", default="ABCDE")
+    ap.add_argument("--workloads", default="ABCDEM")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--cache-dir", default=None)

@@ -34,8 +34,8 @@ def bench() -> None:
 @click.option("--quick", is_flag=True, help="Tiny models and sizes; transformers + metagen only.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the full result as JSON to this file.")
-@click.option("--workloads", default="ABCDE", show_default=True,
-              help="Which workloads to run (letters A-E).")
+@click.option("--workloads", default="ABCDEM", show_default=True,
+              help="Which workloads to run (letters A-E, and M: peak memory in a fresh process).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where the generated benchmark models are kept (default: a temp folder).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=None,
@@ -44,9 +44,9 @@ def bench() -> None:
 def engine(quick: bool, json_path: str | None, workloads: str, cache_dir: str | None,
            repeats: int | None, no_warmup: bool) -> None:
     """Engine benchmark: workloads A-E, peers side by side, roofline measured in the same run."""
-    bad = set(workloads.upper()) - set("ABCDE")
+    bad = set(workloads.upper()) - set("ABCDEM")
     if bad or not workloads:
-        raise click.BadParameter(f"unknown workload(s) {''.join(sorted(bad))!r}; use letters A-E",
+        raise click.BadParameter(f"unknown workload(s) {''.join(sorted(bad))!r}; use letters A-E or M",
                                  param_hint="--workloads")
     harness = _harness()
     result = harness.run(quick=quick, cache_dir=cache_dir, workload_names=workloads.upper(),

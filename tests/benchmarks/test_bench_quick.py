@@ -12,7 +12,7 @@ from metagen.cli.bench import bench
 
 def test_bench_engine_quick_writes_json(tmp_path) -> None:
     out = tmp_path / "bench.json"
-    res = CliRunner().invoke(bench, ["engine", "--quick", "--workloads", "ACDE", "--json", str(out),
+    res = CliRunner().invoke(bench, ["engine", "--quick", "--workloads", "ACDEM", "--json", str(out),
                                      "--cache-dir", str(tmp_path / "models")])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
@@ -27,6 +27,9 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     e = [r for r in data["rows"] if r["workload"] == "E"]
     assert e[0]["prefilled"] <= e[1]["prefilled"]  # the prefix cache never adds prefill work
     assert "llama.cpp" in data["skipped_peers"]
+    mem = data["memory"]  # the engine's peak memory in a fresh process, parts that add up
+    assert mem["peak_rss"] == mem["base_rss"] + mem["weights"] + mem["kv_cache"] + mem["overhead"]
+    assert mem["kv_cache"] <= 256 << 10 and mem["stress_tokens"] > mem["kv_budget_tokens"]
 
 
 def test_bench_rejects_unknown_workload() -> None:

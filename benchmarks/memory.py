@@ -1,0 +1,78 @@
+"""Peak memory of the engine against its contract: weights + KV budget + a small constant.
+
+Run in a fresh process (``python -m benchmarks.memory MODEL KV_BYTES [REQUESTS MAX_LEN]``;
+the benchmark's workload M does this for you) so that no other peer's allocations count. The process measures its resident set after
+importing torch and metagen (``base``), loads the model (``weights``: bytes of its parameters),
+builds an engine with a KV budget of ``KV_BYTES`` (the cache is allocated once), and runs two
+workloads that push the scheduler: best-of-16 on a 512-token prompt, then 96 requests of random
+lengths (prompt and output each up to 400 tokens) that together need far more KV than the budget (so it preempts and recomputes). The
+peak resident set (``ru_maxrss``) minus ``base`` minus weights minus the KV cache is the
+``overhead``: activations, logits, allocator slack — the "small constant". Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def measure(model_path: str | Path, kv_bytes: int, requests: int = 96, max_len: int = 400,
+            seed: int = 0) -> dict[str, Any]:
+    import torch
+
+    from metagen.engine.config import EngineConfig
+    from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.models.loader import load_model
+    from metagen.types import SamplingParams
+
+    base = _rss_bytes()
+    model = load_model(model_path)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    engine = LLMEngine(model, None, EngineConfig(kv_cache_bytes=kv_bytes, device="cpu"))
+    kv = engine.kv.nbytes
+    after_load = _rss_bytes()
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.cfg.vocab_size
+    prompt = torch.randint(3, vocab, (min(512, max_len),), generator=g).tolist()
+    engine.generate([prompt], SamplingParams(n=16, temperature=1.0, max_tokens=64,
+                                             ignore_eos=True, seed=seed))
+    lengths = torch.randint(8, max_len, (requests, 2), generator=g).tolist()
+    prompts = [torch.randint(3, vocab, (p,), generator=g).tolist() for p, _ in lengths]
+    outs = engine.generate(prompts, [SamplingParams(temperature=1.0, max_tokens=n,
+                                                    ignore_eos=True, seed=i)
+                                     for i, (_, n) in enumerate(lengths)])
+    assert all(len(o.outputs[0].token_ids) == n for o, (_, n) in zip(outs, lengths))
+    peak = _peak_bytes()
+    return {"base_rss": base, "weights": weights, "kv_cache": kv, "after_load_rss": after_load,
+            "peak_rss": peak, "overhead": peak - base - weights - kv,
+            "stress_tokens": sum(p + n for p, n in lengths),
+            "kv_budget_tokens": engine.blocks.num_blocks * engine.config.block_size}
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(sys.argv[1], *map(int, sys.argv[2:]))))
+
+
+def run_isolated(model_path: str | Path, kv_bytes: int, requests: int, max_len: int
+                 ) -> dict[str, Any]:
+    """:func:`measure` in a fresh interpreter (same environment); returns its JSON."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.memory", str(model_path),
+                          str(kv_bytes), str(requests), str(max_len)], cwd=root, check=True,
+                         capture_output=True, text=True, env=dict(os.environ))
+    return json.loads(out.stdout.strip().splitlines()[-1])
