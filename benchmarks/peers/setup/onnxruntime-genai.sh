@@ -13,7 +13,10 @@ TRANSFORMERS_VERSION=5.23.0  # the version metagen's own environment uses
 
 py="$env_dir/bin/python"
 stamp="$env_dir/.installed-$OGA_VERSION"
-if [ -f "$stamp" ] && "$py" -c "import onnxruntime_genai, torch, transformers, onnx_ir" 2>/dev/null; then
+if [ -f "$stamp" ] && "$py" -c "import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ('onnxruntime_genai', 'onnxruntime', 'torch',
+                                              'transformers', 'onnx', 'onnx_ir', 'tokenizers')))"
+then
   echo "onnxruntime-genai $OGA_VERSION already installed in $env_dir"
   exit 0
 fi
@@ -28,5 +31,6 @@ pip_install --only-binary=:all: "torch==$TORCH_VERSION" "numpy==2.4.6"
 pip_install --only-binary=:all: "onnxruntime-genai==$OGA_VERSION" \
   "onnxruntime==1.31.1" "transformers==$TRANSFORMERS_VERSION" "onnx==1.23.2" "onnx-ir==1.1.0" tqdm
 "$py" -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'CUDA torch installed')"
-"$py" -c "import onnxruntime_genai as og, onnxruntime as ort; print('onnxruntime-genai', og.__version__, 'onnxruntime', ort.__version__)"
+"$py" -c "import onnx, onnx_ir, tokenizers, transformers, onnxruntime_genai as og, onnxruntime as ort
+print('onnxruntime-genai', og.__version__, 'onnxruntime', ort.__version__)"
 touch "$stamp"
