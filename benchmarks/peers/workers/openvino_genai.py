@@ -18,8 +18,10 @@ transformers, whose runs have no EOS at all).
 - greedy: ``do_sample=False``.
 - best_of_n: ``do_sample=True, num_return_sequences=n, temperature=1, top_p=1``, top-k off,
   ``rng_seed=seed``; the continuous-batching scheduler prefills the prompt once and forks.
-- beam: ``num_beams=width, num_beam_groups=1, length_penalty=1, no_repeat_ngram_size`` off,
-  ``num_return_sequences=1``; the best beam.
+- beam: ``num_beams=width, num_beam_groups=1, length_penalty=1, num_return_sequences=1``; the
+  defaults ``stop_criteria=HEURISTIC`` (transformers' ``early_stopping=False``) and
+  ``no_repeat_ngram_size`` off. With ``ignore_eos`` no beam finishes early, so every beam has
+  ``max_new`` tokens and the best one is returned.
 - speculative: a pipeline built with ``draft_model(<draft IR>)`` and
   ``num_assistant_tokens=k`` ("draft"), or with ``prompt_lookup=True``,
   ``num_assistant_tokens=k, max_ngram_size=3`` ("ngram", metagen's n-gram size).
@@ -27,7 +29,6 @@ transformers, whose runs have no EOS at all).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from typing import Any
 
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
-from _serve import Unsupported, Worker, converted_dir, serve  # noqa: E402
+from _serve import Unsupported, Worker, converted_dir, serve
 
 # This file's name shadows the package: drop its folder from the path before the package loads.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
@@ -155,5 +156,4 @@ class OpenVINOGenAIWorker(Worker):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     serve(OpenVINOGenAIWorker())
