@@ -7,8 +7,9 @@ extra never-chosen logit column standing in for EOS, so that every workload gene
 without (speculative verification needs every position's logits). Workloads map onto its ``Generator``:
 
 - greedy: ``do_sample=False``;
-- best-of-n: ``do_sample=True, temperature=1, top_k=0, top_p=1`` (sampling from the full
-  distribution), ``random_seed=seed``, the prompt repeated in a batch of n rows (at most 32 per
+- best-of-n: ``do_sample=True, temperature=1, top_k=<whole vocabulary>, top_p=1`` (sampling from
+  the full distribution; measured ~10% faster than its equivalent ``top_k=0, top_p=1``, whose
+  nucleus path sorts the vocabulary), ``random_seed=seed``, the prompt repeated in a batch of n rows (at most 32 per
   generator; ``num_return_sequences`` > 1 is for beam search only). The prompt is therefore
   prefilled n times: a prefilled generator cannot be forked (``last["prefill_tokens"]``);
 - beam: ``num_beams=width, length_penalty=1, early_stopping=False``, best beam;
@@ -81,6 +82,8 @@ class OnnxRuntimeGenAIWorker(Worker):
         convert_all([(paths[k], pruned[k], True) for k in paths]
                     + [(paths[k], full[k], False) for k in paths])
         self.models = {k: self._model(d, ("decoder",)) for k, d in pruned.items()}
+        self.vocab = {k: json.loads((d / "genai_config.json").read_text())["model"]["vocab_size"]
+                      for k, d in pruned.items()}  # V + 1: with the no-EOS column
         self.full = full
         self.verifiers: dict[str, Any] = {}  # full-logit models for speculative decoding
         for model, mode in (("target", "ngram"), ("good_target", "draft")):  # the benchmark's
@@ -135,7 +138,8 @@ class OnnxRuntimeGenAIWorker(Worker):
         for chunk, start in enumerate(range(0, n, MAX_ROWS)):  # the generator takes <= 32 rows
             rows = min(MAX_ROWS, n - start)
             gen = self._run(self.models[model], prompt, max_new, rows=rows, do_sample=True,
-                            temperature=1.0, top_k=0, top_p=1.0, random_seed=seed + chunk)
+                            temperature=1.0, top_k=self.vocab[model], top_p=1.0,
+                            random_seed=seed + chunk)
             outs += [self._new(gen, i, prompt) for i in range(rows)]
         self.last = {"prefill_tokens": n * len(prompt)}
         return outs
