@@ -4,7 +4,8 @@ onnxruntime-genai; runs inside the peer's own environment (onnx, tokenizers, the
 1. The folder is mirrored (symlinks) into a temporary folder next to a synthetic tokenizer
    (a word-level vocabulary ``<unk> <s> </s> t3 ... t{V-1}``): the model builder loads a tokenizer
    and saves it beside the model, but the benchmark only ever passes token ids.
-2. ``python -m onnxruntime_genai.models.builder -i <tmp> -o <out> -p fp32 -e cpu``.
+2. ``python -m onnxruntime_genai.models.builder -i <tmp> -o <out> -p fp32 -e cpu`` (with
+   ``--extra_options prune_lm_head=true`` for the export used by plain generation).
 3. The logits get one extra column fixed at ``NO_EOS_LOGIT`` (an ONNX ``Pad`` after the LM head)
    and ``genai_config.json`` names that column, id ``V``, as the only EOS. onnxruntime-genai has
    no "ignore EOS" option: its ``min_length`` masks the EOS logit (which changes greedy and beam
