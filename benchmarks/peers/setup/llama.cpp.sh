@@ -28,8 +28,10 @@ wheel="$(ls "$wheels"/llama_cpp_python-"$version"-*.whl 2>/dev/null | head -n1 |
 if [ -z "$wheel" ]; then
   echo "llama.cpp: building llama-cpp-python $version from source (CPU, ~12 min on 2 cores)"
   # CPU only, no BLAS (fp32 matmuls by ggml itself), tuned to this machine; no examples/tests.
-  CMAKE_ARGS="-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF" \
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+  cmake_args=(-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF
+              -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+              -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF)
+  CMAKE_ARGS="${cmake_args[*]}" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
     nice python3 -m pip wheel --no-deps -w "$wheels" "$sdist"
   wheel="$(ls "$wheels"/llama_cpp_python-"$version"-*.whl | head -n1)"
 fi
@@ -39,9 +41,8 @@ fi
 pip=("$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check)
 torch_wheel="$(ls /opt/wheels/torch-"$torch_version"+cpu-*.whl 2>/dev/null | head -n1 || true)"
 "${pip[@]}" --find-links /opt/wheels "${torch_wheel:-torch==$torch_version+cpu}"
-"${pip[@]}" "$wheel"
-# the converter's own pins (requirements/requirements-convert_*.txt), torch aside
-"${pip[@]}" "numpy~=2.2.6" "sentencepiece>=0.1.98,<0.3.0" "protobuf>=4.21.0,<5.0.0" \
+# the wheel, with the converter's own pins (requirements/requirements-convert_*.txt) but torch
+"${pip[@]}" "$wheel" "numpy~=2.2.6" "sentencepiece>=0.1.98,<0.3.0" "protobuf>=4.21.0,<5.0.0" \
   "transformers==4.57.6"
 
 # 3. the converter and its gguf-py, unpacked from the sdist into the env
@@ -52,5 +53,6 @@ tar -xzf "$sdist" -C "$conv" --strip-components=3 \
   "llama_cpp_python-$version/vendor/llama.cpp/conversion" \
   "llama_cpp_python-$version/vendor/llama.cpp/gguf-py"
 "${pip[@]}" "$conv/gguf-py"
-"$env_dir/bin/python" -c "import llama_cpp, gguf, sentencepiece, torch; print('llama.cpp:', llama_cpp.__version__, 'torch', torch.__version__)"
+"$env_dir/bin/python" -c "import llama_cpp, gguf, sentencepiece, torch
+print('llama.cpp:', llama_cpp.__version__, 'torch', torch.__version__)"
 touch "$stamp"

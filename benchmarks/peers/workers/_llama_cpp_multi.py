@@ -26,14 +26,16 @@ import numpy as np
 from llama_cpp import _internals as internals
 
 
-def context(model: Any, n_ctx: int, n_seq: int, n_batch: int, threads: int) -> Any:
+def context(model: Any, n_ctx: int, n_seq: int, n_batch: int, threads: int,
+            flash_attn: bool, kv_type: int) -> Any:
     """A context on ``model`` (an ``internals.LlamaModel``) for ``n_seq`` sequences sharing a
-    unified fp32 KV cache of ``n_ctx`` cells, flash attention on."""
+    unified KV cache of ``n_ctx`` cells of ggml type ``kv_type``."""
     p = llama_cpp.llama_context_default_params()
     p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = n_ctx, n_batch, n_batch, n_seq
     p.n_threads = p.n_threads_batch = threads
-    p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    p.type_k = p.type_v = llama_cpp.GGML_TYPE_F32
+    p.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                         else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    p.type_k = p.type_v = kv_type
     p.kv_unified = True
     p.no_perf = True
     return internals.LlamaContext(model=model, params=p, verbose=False)
