@@ -17,8 +17,8 @@ import os
 import platform
 import sys
 import tempfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -118,7 +118,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
         from benchmarks.memory import run_isolated
 
         kv_bytes = (256 << 10) if quick else (64 << 20)
-        memory = run_isolated(paths["target"], kv_bytes, *((8, 48) if quick else (96, 400)))
+        memory = run_isolated(paths["target"], kv_bytes, *((8, 48) if quick else (64, 300)))
         memory["contract"] = "peak RSS - base <= weights + KV budget + overhead"
     for row in rows:
         row["time"] = workloads.summary(row["times"])

@@ -1,13 +1,14 @@
 """Peak memory of the engine against its contract: weights + KV budget + a small constant.
 
-Run in a fresh process (``python -m benchmarks.memory MODEL KV_BYTES [REQUESTS MAX_LEN]``;
-the benchmark's workload M does this for you) so that no other peer's allocations count. The process measures its resident set after
-importing torch and metagen (``base``), loads the model (``weights``: bytes of its parameters),
-builds an engine with a KV budget of ``KV_BYTES`` (the cache is allocated once), and runs two
-workloads that push the scheduler: best-of-16 on a 512-token prompt, then 96 requests of random
-lengths (prompt and output each up to 400 tokens) that together need far more KV than the budget (so it preempts and recomputes). The
-peak resident set (``ru_maxrss``) minus ``base`` minus weights minus the KV cache is the
-``overhead``: activations, logits, allocator slack — the "small constant". Prints one JSON line.
+Run in a fresh process (``python -m benchmarks.memory MODEL KV_BYTES [REQUESTS MAX_LEN]``; the
+benchmark's workload M does this for you) so that no other peer's allocations count. The process
+measures its resident set after importing torch and metagen (``base``), loads the model
+(``weights``: bytes of its parameters), builds an engine with a KV budget of ``KV_BYTES`` (the
+cache is allocated once), and runs two workloads that push the scheduler: best-of-16 on a
+512-token prompt, then REQUESTS requests of random lengths (prompt and output each up to MAX_LEN
+tokens) that together need far more KV than the budget, so it preempts and recomputes. The peak
+resident set (``ru_maxrss``) minus ``base``, weights and the KV cache is the ``overhead``:
+activations, logits, allocator slack — the "small constant". Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def measure(model_path: str | Path, kv_bytes: int, requests: int = 96, max_len: int = 400,
+def measure(model_path: str | Path, kv_bytes: int, requests: int = 64, max_len: int = 300,
             seed: int = 0) -> dict[str, Any]:
     import torch
 

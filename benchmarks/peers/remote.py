@@ -111,16 +111,16 @@ class RemotePeer(Peer):
 
 
 class OpenVINOGenAIPeer(RemotePeer):
-    name, env, worker = "openvino-genai", "openvino-genai", "openvino_genai"
+    name, env, worker = "openvino-genai", "openvino-genai", "openvino_genai_worker"
 
 
 class OnnxRuntimeGenAIPeer(RemotePeer):
-    name, env, worker = "onnxruntime-genai", "onnxruntime-genai", "onnxruntime_genai"
+    name, env, worker = "onnxruntime-genai", "onnxruntime-genai", "onnxruntime_genai_worker"
 
 
 class LlamaCppPeer(RemotePeer):
-    name, env, worker = "llama.cpp", "llama.cpp", "llama_cpp"
+    name, env, worker = "llama.cpp", "llama.cpp", "llama_cpp_worker"
 
 
 class CTranslate2Peer(RemotePeer):
-    name, env, worker = "ctranslate2", "ctranslate2", "ctranslate2"
+    name, env, worker = "ctranslate2", "ctranslate2", "ctranslate2_worker"

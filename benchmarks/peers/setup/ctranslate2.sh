@@ -4,7 +4,7 @@
 # benchmark's Hugging Face Llamas: transformers, and torch -- the local CPU build, installed first
 # so that nothing resolves a CUDA torch. Idempotent: a second run only checks the installed
 # versions (under a second).
-# The worker (benchmarks/peers/workers/ctranslate2.py) converts models on first use into
+# The worker (benchmarks/peers/workers/ctranslate2_worker.py) converts models on first use into
 # <env-dir>/models.
 set -euo pipefail
 env_dir="${1:?usage: ctranslate2.sh <env-dir>}"

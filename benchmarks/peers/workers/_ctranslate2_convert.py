@@ -23,11 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-# the worker next to this file is named ctranslate2.py: keep this folder off sys.path so that
-# `import ctranslate2` finds the package
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
 
 def synthetic_vocab(vocab_size: int, bos_id: int | None, eos_id: int | None) -> list[str]:
     """One distinct piece per token id; the special ids get the usual Llama names."""

@@ -26,22 +26,14 @@ Workloads:
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
-# This file is named like the package it drives: take its folder off the path before importing
-# llama_cpp, and put it back last for the private helpers.
-HERE = str(Path(__file__).resolve().parent)
-sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE]
+import _llama_cpp_multi as multi
 import llama_cpp
 import numpy as np
-from llama_cpp import _internals as internals
-from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
-
-sys.path.append(HERE)
-import _llama_cpp_multi as multi
 from _llama_cpp_convert import gguf_for
 from _serve import Unsupported, Worker, serve
+from llama_cpp import _internals as internals
+from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
 FLASH_ATTN = os.environ.get("METAGEN_LLAMA_CPP_FLASH_ATTN", "0") == "1"
 KV_TYPE = llama_cpp.GGML_TYPE_F16 if FLASH_ATTN else llama_cpp.GGML_TYPE_F32

@@ -36,12 +36,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(_HERE))
 from _serve import Unsupported, Worker, converted_dir, serve
 
-# This file's name shadows the package: drop its folder from the path before the package loads.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+_HERE = Path(__file__).resolve().parent
 
 FORMAT = "openvino-fp32"
 

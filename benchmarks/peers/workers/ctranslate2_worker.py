@@ -35,9 +35,6 @@ import sys
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-# this file is named ctranslate2.py: keep its folder off the front of sys.path so that
-# `import ctranslate2` finds the package; append it so `_serve` is still found.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
 from _serve import Unsupported, Worker, converted_dir, serve
 

@@ -26,18 +26,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 from _onnxruntime_genai_convert import convert_all
 from _serve import Unsupported, Worker, converted_dir, serve
-
-# This file is itself named onnxruntime_genai.py: with its folder on sys.path (where Python puts
-# a script's folder), ``import onnxruntime_genai`` would import this worker instead of the package.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 
 FMT = "oga-fp32-noeos"
 NGRAM_SIZE = 3
