@@ -52,7 +52,7 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
     log("building models ...")
     paths = factory.build_models(cache, sizes, perturb=0.3 if quick else 0.2)
     weight_bytes = factory.param_count(paths["target"]) * 4
-    roof_tok_s = roof.decode_tokens_per_s(weight_bytes)
+    roof_tok_s = roof.decode_tokens_per_s(factory.decode_read_bytes(paths["target"]))
     peers: list[Peer] = []
     skipped: dict[str, str] = {}
     for cls in PEERS:
@@ -132,6 +132,8 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
                  "settings": {k: getattr(s, k) for k in s.__slots__},
                  "target_params": weight_bytes // 4, "models": {k: str(p) for k, p in paths.items()}},
         "roofline": roof.to_dict() | {"target_weight_bytes": weight_bytes,
+                                      "decode_read_bytes": factory.decode_read_bytes(
+                                          paths["target"]),
                                       "decode_roofline_tok_s": roof_tok_s},
         "peers": [p.name for p in peers], "skipped_peers": skipped, "not_run": not_run,
         "rows": rows, "checks": checks, "memory": memory,
@@ -175,9 +177,11 @@ def print_table(result: dict[str, Any], console=None) -> None:
                       ", ".join(extra))
     console.print(table)
     console.print(f"roofline: read {roof['read_gb_s']:.1f} GB/s, copy {roof['copy_gb_s']:.1f} GB/s, "
+                  f"gemv {roof.get('gemv_gb_s', 0):.1f} GB/s, "
                   f"matmul {roof['matmul_gflop_s']:.1f} GFLOP/s, threads {roof['threads']}; "
                   f"batch-1 decode bound {roof['decode_roofline_tok_s']:.1f} tok/s "
-                  f"({roof['target_weight_bytes'] / 1e6:.1f} MB of weights)")
+                  f"({roof.get('decode_read_bytes', roof['target_weight_bytes']) / 1e6:.1f} MB "
+                  f"of weights read per token)")
     for name, ok in result["checks"].items():
         mark = {True: "ok", False: "MISMATCH", None: "n/a"}[ok]
         console.print(f"check: {name}: {mark}")

@@ -127,3 +127,23 @@ def param_count(path: str | Path) -> int:
             for key in st.keys():
                 total += math.prod(st.get_slice(key).get_shape())
     return total
+
+
+def decode_read_bytes(path: str | Path) -> int:
+    """Bytes of weights a batch-1 decode step streams: every tensor but the input embedding
+    table, of which it reads one row (negligible). With untied embeddings (as here) that table
+    is ~28 % of the target's parameters, so counting it would understate the roofline."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in Path(path).glob("*.safetensors"):
+        with safe_open(str(f), "pt") as st:
+            for key in st.keys():
+                if key.endswith("embed_tokens.weight"):
+                    continue
+                sl = st.get_slice(key)
+                total += math.prod(sl.get_shape()) * _DTYPE_BYTES[sl.get_dtype()]
+    return total
+
+
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
