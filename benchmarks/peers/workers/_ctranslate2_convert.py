@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _serve import mirror_without_tokenizer
+
 
 def synthetic_vocab(vocab_size: int, bos_id: int | None, eos_id: int | None) -> list[str]:
     """One distinct piece per token id; the special ids get the usual Llama names."""
@@ -60,9 +62,7 @@ def convert(hf_folder: str, out_dir: str) -> None:
     shutil.rmtree(tmp_out, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="ct2-hf-") as tmp:
         mirror = Path(tmp)
-        for f in src.iterdir():
-            if f.is_file() and not f.name.startswith("tokenizer"):
-                (mirror / f.name).symlink_to(f.resolve())
+        mirror_without_tokenizer(src, mirror)
         write_tokenizer(mirror, pieces)
         TransformersConverter(str(mirror)).convert(str(tmp_out), quantization="float32")
     vocab = json.loads((tmp_out / "vocabulary.json").read_text())

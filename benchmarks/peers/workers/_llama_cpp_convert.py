@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from _llama_cpp_vocab import model_proto
-from _serve import converted_dir
+from _serve import converted_dir, mirror_without_tokenizer
 
 CONVERTER = Path(sys.executable).parent.parent / "llama.cpp-convert" / "convert_hf_to_gguf.py"
 
@@ -32,12 +32,9 @@ def gguf_for(hf_folder: str) -> Path:
     if not CONVERTER.is_file():
         raise FileNotFoundError(f"{CONVERTER} missing: run benchmarks/setup_peers.sh llama.cpp")
     out_dir.mkdir(parents=True, exist_ok=True)
-    src = Path(hf_folder).resolve()
-    vocab = json.loads((src / "config.json").read_text())["vocab_size"]
+    vocab = json.loads((Path(hf_folder) / "config.json").read_text())["vocab_size"]
     with tempfile.TemporaryDirectory(prefix="llama-cpp-hf-") as tmp:
-        for f in src.iterdir():
-            if f.is_file() and not f.name.startswith("tokenizer"):
-                (Path(tmp) / f.name).symlink_to(f)
+        mirror_without_tokenizer(hf_folder, Path(tmp))
         (Path(tmp) / "tokenizer.model").write_bytes(model_proto(vocab))
         partial = out_dir / "model-f32.gguf.partial"
         # the converter logs to stdout: send it to stderr (the protocol owns our stdout)

@@ -17,12 +17,13 @@ onnxruntime-genai; runs inside the peer's own environment (onnx, tokenizers, the
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _serve import mirror_without_tokenizer
 
 NO_EOS_LOGIT = -1.0e30  # exp(NO_EOS_LOGIT - max) == 0 in fp32; finite, so no inf - inf = NaN
 DONE = "converted.ok"
@@ -90,9 +91,7 @@ def convert_all(jobs: list[tuple[str, Path, bool]]) -> None:
             cfg = json.loads((Path(hf_folder) / "config.json").read_text())
             src = work / "hf"
             src.mkdir(parents=True)
-            for f in Path(hf_folder).iterdir():
-                if f.is_file() and not f.name.startswith("tokenizer"):
-                    os.symlink(f.resolve(), src / f.name)
+            mirror_without_tokenizer(hf_folder, src)
             synth_tokenizer(src, int(cfg["vocab_size"]),
                             int(cfg.get("max_position_embeddings", 2048)))
             argvs.append(["-i", str(src), "-o", str(work / "out"), "-p", "fp32", "-e", "cpu",

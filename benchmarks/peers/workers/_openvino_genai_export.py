@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _serve import mirror_without_tokenizer
+
 SPECIALS = ("<unk>", "<s>", "</s>")
 
 
@@ -48,9 +50,7 @@ def staged(src: str, root: Path) -> Path:
     src_dir = Path(src).resolve()
     stage = root / src_dir.name
     stage.mkdir()
-    for f in src_dir.iterdir():
-        if not f.name.startswith("tokenizer"):
-            (stage / f.name).symlink_to(f)
+    mirror_without_tokenizer(src_dir, stage)
     vocab_size = json.loads((src_dir / "config.json").read_text())["vocab_size"]
     (stage / "tokenizer.json").write_text(json.dumps(synthetic_tokenizer(vocab_size)))
     (stage / "tokenizer_config.json").write_text(json.dumps(

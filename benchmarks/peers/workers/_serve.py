@@ -58,6 +58,15 @@ def converted_dir(hf_folder: str, fmt: str) -> Path:
     return cache / f"{src.name}-{fmt}-{key.hexdigest()[:12]}"
 
 
+def mirror_without_tokenizer(src: str | Path, dst: Path) -> None:
+    """Symlink every file of the model folder ``src`` into the existing folder ``dst`` except
+    its tokenizer files: the converters stage the benchmark's models this way, next to the
+    synthetic tokenizer their peer needs, without ever writing into ``src``."""
+    for f in Path(src).resolve().iterdir():
+        if f.is_file() and not f.name.startswith("tokenizer"):
+            (dst / f.name).symlink_to(f)
+
+
 def serve(worker: Worker) -> None:
     """Answer requests until stdin closes."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
