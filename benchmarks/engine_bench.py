@@ -52,7 +52,8 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
     log("building models ...")
     paths = factory.build_models(cache, sizes, perturb=0.3 if quick else 0.2)
     weight_bytes = factory.param_count(paths["target"]) * 4
-    roof_tok_s = roof.decode_tokens_per_s(factory.decode_read_bytes(paths["target"]))
+    decode_bytes = factory.decode_read_bytes(paths["target"])
+    roof_tok_s = roof.decode_tokens_per_s(decode_bytes)
     peers: list[Peer] = []
     skipped: dict[str, str] = {}
     for cls in PEERS:
@@ -74,7 +75,7 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
             peers.append(peer)
     try:
         return _measure(peers, skipped, paths, sizes, s, roof, roof_tok_s, weight_bytes,
-                        quick, workload_names, log)
+                        decode_bytes, quick, workload_names, log)
     finally:
         for peer in peers:
             if isinstance(peer, RemotePeer):
@@ -82,8 +83,8 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
 
 
 def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path], sizes: Any,
-             s: Any, roof: Any, roof_tok_s: float, weight_bytes: int, quick: bool,
-             workload_names: str, log: Callable[[str], None]) -> dict[str, Any]:
+             s: Any, roof: Any, roof_tok_s: float, weight_bytes: int, decode_bytes: int,
+             quick: bool, workload_names: str, log: Callable[[str], None]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     not_run: list[dict[str, Any]] = []
     checks: dict[str, bool | None] = {}
@@ -119,7 +120,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
 
         kv_bytes = (256 << 10) if quick else (64 << 20)
         memory = run_isolated(paths["target"], kv_bytes, *((8, 48) if quick else (64, 300)))
-        memory["contract"] = "peak RSS - base <= weights + KV budget + overhead"
+        memory["contract"] = "peak RSS = base + weights + KV cache + overhead (small, constant)"
     for row in rows:
         row["time"] = workloads.summary(row["times"])
         row["tokens_per_s"] = row["tokens"] / row["time"]["median"]
@@ -132,8 +133,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
                  "settings": {k: getattr(s, k) for k in s.__slots__},
                  "target_params": weight_bytes // 4, "models": {k: str(p) for k, p in paths.items()}},
         "roofline": roof.to_dict() | {"target_weight_bytes": weight_bytes,
-                                      "decode_read_bytes": factory.decode_read_bytes(
-                                          paths["target"]),
+                                      "decode_read_bytes": decode_bytes,
                                       "decode_roofline_tok_s": roof_tok_s},
         "peers": [p.name for p in peers], "skipped_peers": skipped, "not_run": not_run,
         "rows": rows, "checks": checks, "memory": memory,

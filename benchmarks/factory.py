@@ -14,6 +14,7 @@ Models are written once per size to a cache folder and reused; nothing is downlo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,33 +118,27 @@ def build_models(cache_dir: str | Path, sizes: Sizes = FULL, perturb: float = 0.
     return paths
 
 
-def param_count(path: str | Path) -> int:
-    """Parameters stored in a saved model folder (embedding and LM head included)."""
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+
+
+def _tensors(path: str | Path) -> Iterator[tuple[str, int, int]]:
+    """(name, elements, bytes per element) of every tensor stored in a saved model folder."""
     from safetensors import safe_open
 
-    total = 0
     for f in Path(path).glob("*.safetensors"):
         with safe_open(str(f), "pt") as st:
-            for key in st.keys():
-                total += math.prod(st.get_slice(key).get_shape())
-    return total
+            for key in st.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                sl = st.get_slice(key)
+                yield key, math.prod(sl.get_shape()), _DTYPE_BYTES[sl.get_dtype()]
+
+
+def param_count(path: str | Path) -> int:
+    """Parameters stored in a saved model folder (embedding and LM head included)."""
+    return sum(n for _, n, _ in _tensors(path))
 
 
 def decode_read_bytes(path: str | Path) -> int:
     """Bytes of weights a batch-1 decode step streams: every tensor but the input embedding
     table, of which it reads one row (negligible). With untied embeddings (as here) that table
     is ~28 % of the target's parameters, so counting it would understate the roofline."""
-    from safetensors import safe_open
-
-    total = 0
-    for f in Path(path).glob("*.safetensors"):
-        with safe_open(str(f), "pt") as st:
-            for key in st.keys():
-                if key.endswith("embed_tokens.weight"):
-                    continue
-                sl = st.get_slice(key)
-                total += math.prod(sl.get_shape()) * _DTYPE_BYTES[sl.get_dtype()]
-    return total
-
-
-_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+    return sum(n * b for key, n, b in _tensors(path) if not key.endswith("embed_tokens.weight"))

@@ -73,18 +73,17 @@ def measure(model_path: str | Path, kv_bytes: int, requests: int = 64, max_len: 
             "kv_budget_tokens": engine.blocks.num_blocks * engine.config.block_size}
 
 
-if __name__ == "__main__":
-    print(json.dumps(measure(sys.argv[1], *map(int, sys.argv[2:]))))
-
-
 def run_isolated(model_path: str | Path, kv_bytes: int, requests: int, max_len: int
                  ) -> dict[str, Any]:
     """:func:`measure` in a fresh interpreter (same environment); returns its JSON."""
-    import os
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-m", "benchmarks.memory", str(model_path),
                           str(kv_bytes), str(requests), str(max_len)], cwd=root, check=True,
-                         capture_output=True, text=True, env=dict(os.environ))
+                         capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(sys.argv[1], *map(int, sys.argv[2:]))))

@@ -81,16 +81,16 @@ def timed_pair(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int,
     return t_a, out_a, t_b, out_b
 
 
-def attempt(peer: Peer, skipped: list[dict[str, Any]], workload: str,
+def attempt(peer: Peer, not_run: list[dict[str, Any]], workload: str,
             fn: Callable[[], Any]) -> Any | None:
     """``fn()``, or None when the peer does not run this workload (:class:`Unsupported`) or its
-    worker failed (:class:`PeerError`); either is recorded in ``skipped`` and the run goes on."""
+    worker failed (:class:`PeerError`); either is recorded in ``not_run`` and the run goes on."""
     try:
         return fn()
     except Unsupported:
-        skipped.append({"workload": workload, "peer": peer.name, "why": "unsupported"})
+        not_run.append({"workload": workload, "peer": peer.name, "why": "unsupported"})
     except PeerError as e:
-        skipped.append({"workload": workload, "peer": peer.name, "why": str(e)[:300]})
+        not_run.append({"workload": workload, "peer": peer.name, "why": str(e)[:300]})
     return None
 
 
@@ -134,12 +134,12 @@ def _row(workload: str, peer: Peer, variant: str, times: list[float], tokens: in
 
 
 def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float,
-               skipped: list[dict[str, Any]]) -> tuple[list[dict], dict]:
+               not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     """Batch-1 greedy; decode rate = (new - 1) / (t(new) - t(1)) against the roofline."""
     prompt = random_prompt(s.a_prompt, vocab, 1)
     rows, outputs = [], {}
     for peer in peers:
-        got = attempt(peer, skipped, "A", lambda: timed_pair(
+        got = attempt(peer, not_run, "A", lambda: timed_pair(
             lambda: peer.greedy("target", prompt, s.a_new),
             lambda: peer.greedy("target", prompt, 1), s.repeats, s.warmup))
         if got is None:
@@ -156,17 +156,17 @@ def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float,
 
 
 def workload_b(peers: list[Peer], s: Settings, vocab: int,
-               skipped: list[dict[str, Any]]) -> list[dict]:
+               not_run: list[dict[str, Any]]) -> list[dict]:
     prompt = random_prompt(s.b_prompt, vocab, 2)
     rows = []
     for peer in peers:
-        got = attempt(peer, skipped, "B", lambda: timed(
+        got = attempt(peer, not_run, "B", lambda: timed(
             lambda: peer.best_of_n("target", prompt, s.b_n, s.b_new, 7), s.repeats, s.warmup))
         if got is None:
             continue
         times, outs = got
         if [len(o) for o in outs] != [s.b_new] * s.b_n:  # every peer must do the same work
-            skipped.append({"workload": "B", "peer": peer.name,
+            not_run.append({"workload": "B", "peer": peer.name,
                             "why": f"returned lengths {[len(o) for o in outs]}"})
             continue
         rows.append(_row("B", peer, f"best-of-{s.b_n}", times, s.b_n * s.b_new,
@@ -175,11 +175,11 @@ def workload_b(peers: list[Peer], s: Settings, vocab: int,
 
 
 def workload_c(peers: list[Peer], s: Settings, vocab: int,
-               skipped: list[dict[str, Any]]) -> tuple[list[dict], dict]:
+               not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     prompt = random_prompt(s.c_prompt, vocab, 3)
     rows, outputs = [], {}
     for peer in peers:
-        got = attempt(peer, skipped, "C", lambda: timed(
+        got = attempt(peer, not_run, "C", lambda: timed(
             lambda: peer.beam("target", prompt, s.c_width, s.c_new), s.repeats, s.warmup))
         if got is None:
             continue
@@ -190,14 +190,14 @@ def workload_c(peers: list[Peer], s: Settings, vocab: int,
 
 
 def workload_d(peers: list[Peer], s: Settings, vocab: int,
-               skipped: list[dict[str, Any]]) -> tuple[list[dict], dict]:
+               not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     """Speculative greedy vs the same engine's own greedy: good draft and prompt lookup."""
     rows, outputs = [], {}
     cases = [("draft", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7),
              ("ngram", "target", repetitive_prompt(s.d_prompt, vocab, 5), 1.9)]
     for mode, model, prompt, goal in cases:
         for peer in peers:
-            got = attempt(peer, skipped, f"D {mode}", lambda: timed_pair(
+            got = attempt(peer, not_run, f"D {mode}", lambda: timed_pair(
                 lambda: peer.greedy(model, prompt, s.d_new),
                 lambda: peer.speculative(model, prompt, s.d_new, s.d_k, mode),
                 s.repeats, s.warmup))
