@@ -132,9 +132,11 @@ def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: Ro
         kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (b, C, Hkv, D)
         vp = vc.index_select(0, flat).view(b, c, hkv, d)
     if not chunk.groups:  # no log-sum-exp needed: one fused kernel
+        # one decoding row over consecutive slots sees its whole context: no mask to build
+        mask = None if chunk.kv_start is not None and m == 1 else chunk.mask[:, None]
         out = F.scaled_dot_product_attention(
             qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),
-            attn_mask=chunk.mask[:, None], scale=scale, enable_gqa=True).transpose(1, 2)
+            attn_mask=mask, scale=scale, enable_gqa=True).transpose(1, 2)
         return out.reshape(b * m, hq, d)
     out, lse = attend(qp, kp, vp, chunk.mask, scale)
     for group in chunk.groups:

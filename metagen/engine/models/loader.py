@@ -33,6 +33,16 @@ def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+_PROJECTIONS = ("qkv", "o", "gate_up", "down", "lm_head")
+
+
+def _stored(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """Hugging Face stores projections ``(out, in)``; the model keeps them ``(in, out)``."""
+    if name.rsplit(".", 1)[-1] in _PROJECTIONS:
+        return tensor.t().contiguous()
+    return tensor
+
+
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu", max_positions: int | None = None
                ) -> LlamaModel:
@@ -76,7 +86,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
         state[p + "gate_up"] = torch.cat([take(p + "mlp.gate_proj.weight"),
                                           take(p + "mlp.up_proj.weight")])
         state[p + "down"] = take(p + "mlp.down_proj.weight")
-    state = {k: v.to(dtype=dtype, device=device) for k, v in state.items()}
+    state = {k: _stored(k, v).to(dtype=dtype, device=device) for k, v in state.items()}
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
