@@ -35,14 +35,15 @@ class RowChunk:
     ``q_index`` (b, M): flat token index of each padded query (padding points at token 0).
     ``kv_slots`` (b, C): cache slots each row attends to (its suffix only, when the row is in a
     prefix group); padding points at slot 0. ``mask`` (b, M, C): True where query m of row r may
-    attend to key c. ``groups``: Hydragen prefix groups among these rows. ``kv_start``: set when
+    attend to key c; None when every query sees every slot (one row decoding one token).
+    ``groups``: Hydragen prefix groups among these rows. ``kv_start``: set when
     the chunk is one row whose C slots are consecutive (``kv_start .. kv_start + C - 1``): its K/V
     are then a view of the cache, not a gather (batch-1 decoding on consecutive blocks).
     """
 
     q_index: torch.Tensor
     kv_slots: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None
     groups: list[PrefixGroup] = field(default_factory=list)
     kv_start: int | None = None
 
@@ -132,8 +133,7 @@ def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: Ro
         kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (b, C, Hkv, D)
         vp = vc.index_select(0, flat).view(b, c, hkv, d)
     if not chunk.groups:  # no log-sum-exp needed: one fused kernel
-        # one decoding row over consecutive slots sees its whole context: no mask to build
-        mask = None if chunk.kv_start is not None and m == 1 else chunk.mask[:, None]
+        mask = None if chunk.mask is None else chunk.mask[:, None]
         out = F.scaled_dot_product_attention(
             qp.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2),
             attn_mask=mask, scale=scale, enable_gqa=True).transpose(1, 2)

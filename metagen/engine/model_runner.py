@@ -144,7 +144,9 @@ class ModelRunner:
         dev = self.device
         groups = [PrefixGroup(torch.tensor(g, dtype=torch.long, device=dev),
                               pos_slots[g[0], :n * bs].to(dev)) for g, n in shared]
-        chunk = RowChunk(q_index.to(dev), kv_slots.to(dev), mask.to(dev), groups,
+        all_visible = b == 1 and m == 1  # one decoding row sees its whole context: no mask
+        chunk = RowChunk(q_index.to(dev), kv_slots.to(dev),
+                         None if all_visible else mask.to(dev), groups,
                          _consecutive_start(kv_slots) if b == 1 and not groups else None)
         return chunk, flat[q_valid], out_pos, slots, qpos[q_valid]
 

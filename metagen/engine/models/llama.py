@@ -3,11 +3,11 @@
 One forward call runs T tokens that belong to any number of sequences (prefill chunks and decode
 steps mixed); which token attends to what is described by the runner's
 :class:`~metagen.engine.attention.AttentionMetadata`. Weights are stored fused (q|k|v and
-gate|up) so a layer is four matmuls, and every projection is stored transposed, ``(in, out)``:
-``x @ W`` over a row-major ``(in, out)`` matrix streams the weights at a higher bandwidth than
-``F.linear`` over ``(out, in)`` for the few-row products of decoding (measured: 10.4 vs 8.6 GB/s on
-this project's 2-core CPU, the whole decode step being bound by that stream). Covers Llama 2/3, Mistral (full attention), Qwen2/2.5
-(q/k/v bias) and Qwen3 (RMSNorm on q and k per head).
+gate|up) so a layer is four matmuls, and every projection is stored transposed, ``(in, out)``,
+and applied as ``x @ W``: on CPU, MKL streams that layout at 10.9 GB/s for one row against 8.5 for
+``F.linear`` over ``(out, in)``, and it is faster at four rows and more; only at two or three rows
+is ``F.linear`` faster (table in ``benchmarks/README.md``). Covers Llama 2/3, Mistral (full
+attention), Qwen2/2.5 (q/k/v bias) and Qwen3 (RMSNorm on q and k per head).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class SafetensorsFiles:
             raise ModelLoadError(f"{path}: tensor {name!r} has unsupported dtype "
                                  f"{entry.get('dtype')!r}")
         out = torch.empty(entry.get("shape", []), dtype=dtype)
-        raw = out.view(-1).view(torch.uint8) if out.numel() else out.view(torch.uint8)
+        raw = out.view(-1).view(torch.uint8)
         if raw.numel() != end - begin:
             raise ModelLoadError(f"{path}: tensor {name!r} has {end - begin} bytes for shape "
                                  f"{entry.get('shape')} of {entry.get('dtype')}")
