@@ -5,9 +5,10 @@ steps mixed); which token attends to what is described by the runner's
 :class:`~metagen.engine.attention.AttentionMetadata`. Weights are stored fused (q|k|v and
 gate|up) so a layer is four matmuls, and every projection is stored transposed, ``(in, out)``,
 and applied as ``x @ W``: on CPU, MKL streams that layout at 10.9 GB/s for one row against 8.5 for
-``F.linear`` over ``(out, in)``, and it is faster at four rows and more; only at two or three rows
-is ``F.linear`` faster (table in ``benchmarks/README.md``). Covers Llama 2/3, Mistral (full
-attention), Qwen2/2.5 (q/k/v bias) and Qwen3 (RMSNorm on q and k per head).
+``F.linear`` over ``(out, in)``. From 2 to 16 rows on one thread, where MKL repacks the weight on
+every call, metagen's own kernel does the product instead (table in ``benchmarks/README.md``).
+Covers Llama 2/3, Mistral (full attention), Qwen2/2.5 (q/k/v bias) and Qwen3 (RMSNorm on q and k
+per head).
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ from torch import nn
 from metagen.engine.attention import AttentionMetadata, paged_attention
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.rope import apply_rope, attention_scaling, inv_frequencies, rope_tables
+from metagen.engine.native import load_small_matmul
 
 
 def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             ) -> torch.Tensor:
-    """x (T, in) @ weight (in, out) [+ bias (out,)] -> (T, out)."""
+    """x (T, in) @ weight (in, out) [+ bias (out,)] -> (T, out). A few rows on one CPU thread go
+    to metagen's native kernel (:mod:`metagen.engine.native.small_matmul`), the rest to torch."""
+    kernel = load_small_matmul()
+    if kernel is not None and kernel.applies(x, weight, bias):
+        return kernel(x, weight, bias)
     return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
 
 

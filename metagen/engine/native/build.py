@@ -1,0 +1,87 @@
+"""Compile a C source of this package into a shared library at first use, and cache it.
+
+The kernels are plain C (no Python or torch headers), so building one takes about a second with
+the system's C compiler and needs nothing else; the library is loaded with :mod:`ctypes`. Built
+files live under ``$METAGEN_CACHE_DIR`` (default ``$XDG_CACHE_HOME/metagen``, else
+``~/.cache/metagen``) in ``native/``, named by a hash of everything that determines them: the
+source, the compiler's version, the flags and, since ``-march=native`` targets the building
+machine, the CPU. Concurrent builders each write a private temporary file and rename it into
+place, so a reader never sees a half-written library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+from metagen.errors import MetagenError
+
+NATIVE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=c11")
+BUILD_TIMEOUT_S = 120
+
+
+class NativeBuildError(MetagenError):
+    """No C compiler, or it failed: the caller falls back to the PyTorch path."""
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept (created on demand)."""
+    root = os.environ.get("METAGEN_CACHE_DIR")
+    if root:
+        return Path(root) / "native"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "metagen" / "native"
+
+
+def compiler() -> str | None:
+    """``$CC`` if set, else the first of cc, gcc, clang on the PATH."""
+    return os.environ.get("CC") or next(
+        (c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+
+
+def cpu_identity() -> str:
+    """The CPU's model and feature flags (Linux), else what :mod:`platform` knows."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    wanted = ("model name", "flags", "Features", "CPU part")
+    found = {ln.split(":", 1)[0].strip(): ln for ln in lines if ":" in ln}
+    return "\n".join(found[k] for k in wanted if k in found) or platform.machine()
+
+
+def build(source: Path, flags: tuple[str, ...] = NATIVE_FLAGS) -> Path:
+    """Path of the shared library built from ``source`` with ``flags``; compiled on a cache miss.
+
+    Raises :class:`NativeBuildError` when no compiler is found, it fails or times out, or the
+    cache directory cannot be written."""
+    cc = compiler()
+    if cc is None:
+        raise NativeBuildError("no C compiler found (set CC, or install cc/gcc/clang)")
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NativeBuildError(f"cannot run the C compiler {cc!r}: {e}") from e
+    key = hashlib.sha256("\0".join([source.read_text(), cc, version, *flags, cpu_identity()])
+                         .encode()).hexdigest()[:16]
+    out = cache_dir() / f"{source.stem}-{key}.so"
+    if out.exists():
+        return out
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp), str(source)],
+                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            raise NativeBuildError(f"{cc} failed on {source.name}: {done.stderr.strip()[-2000:]}")
+        os.replace(tmp, out)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NativeBuildError(f"building {source.name} failed: {e}") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out

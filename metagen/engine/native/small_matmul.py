@@ -1,0 +1,91 @@
+"""``x @ w`` for a few rows on CPU, by the C kernel ``small_matmul.c`` (built at first use).
+
+Decoding streams every weight once per step. For one row MKL does that near the memory bandwidth,
+but for 2-16 rows (beam search, best-of-N, speculative verification, tree siblings) it repacks
+the weight on every call and takes about twice as long (table in ``benchmarks/README.md``); the
+kernel keeps those products at the one-row cost plus the arithmetic. :func:`load` returns ``None``
+wherever the kernel cannot help or cannot be built, and callers then use ``torch.mm``.
+
+Set ``METAGEN_NATIVE=0`` to turn the kernel off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from metagen.errors import InvalidParameterError
+from metagen.engine.native.build import NATIVE_FLAGS, NativeBuildError, build
+
+SOURCE = Path(__file__).with_name("small_matmul.c")
+# The most rows for which the kernel beats MKL, per vector width (measured on a Xeon with
+# AVX-512, one thread; the 256-bit path has half the registers and loses from 16 rows).
+MAX_ROWS = {512: 16, 256: 8}
+_log = logging.getLogger(__name__)
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+
+
+class SmallMatmul:
+    """A loaded kernel library. ``isa`` is its vector width in bits (512 or 256)."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        lib.mg_isa.restype = ctypes.c_int
+        lib.mg_isa.argtypes = []
+        self.isa: int = lib.mg_isa()
+        if self.isa not in MAX_ROWS:
+            raise NativeBuildError(f"kernel built without a vector path (isa={self.isa})")
+        self.max_rows = MAX_ROWS[self.isa]
+        self._fn = lib.mg_matmul
+        self._fn.restype = None
+        self._fn.argtypes = [_P, _P, _P, _P, _I, _I, _I]
+
+    def applies(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
+        """Whether ``self(x, w, bias)`` is the faster way: float32 CPU tensors, contiguous,
+        2..max_rows rows, no autograd, and torch on one thread (the kernel is single-threaded;
+        with more threads MKL's parallel product is used)."""
+        return (2 <= x.shape[0] <= self.max_rows and x.dtype == torch.float32
+                and w.dtype == torch.float32 and x.device.type == "cpu"
+                and w.device.type == "cpu" and x.is_contiguous() and w.is_contiguous()
+                and not x.requires_grad and torch.get_num_threads() == 1
+                and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous())))
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+        """x (M, K) @ w (K, N) [+ bias (N,)] -> (M, N); operands as :meth:`applies` requires."""
+        m, k = x.shape
+        n = w.shape[1]
+        if w.shape[0] != k or (bias is not None and bias.shape != (n,)):
+            raise InvalidParameterError("w", tuple(w.shape), f"does not fit x {tuple(x.shape)} "
+                                        f"and bias {None if bias is None else tuple(bias.shape)}")
+        y = torch.empty((m, n), dtype=torch.float32)
+        if m and n:
+            if k == 0:
+                return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()
+            self._fn(x.data_ptr(), w.data_ptr(), None if bias is None else bias.data_ptr(),
+                     y.data_ptr(), m, k, n)
+        return y
+
+
+def load_from(flags: tuple[str, ...]) -> SmallMatmul:
+    """Build (or reuse) the kernel with these compiler flags and load it; raises
+    :class:`NativeBuildError` (or :class:`OSError` from the loader) on failure."""
+    return SmallMatmul(ctypes.CDLL(str(build(SOURCE, flags))))
+
+
+@functools.cache
+def load() -> SmallMatmul | None:
+    """The kernel for this machine, or ``None`` (turned off, no compiler, no vector path).
+    Built once per machine and cached on disk; a failure is logged once, never raised."""
+    if os.environ.get("METAGEN_NATIVE", "1") == "0":
+        return None
+    try:
+        return load_from(NATIVE_FLAGS)
+    except (NativeBuildError, OSError) as e:
+        _log.info("native small-row matmul unavailable, using torch.mm: %s", e)
+        return None
