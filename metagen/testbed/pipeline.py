@@ -3,8 +3,10 @@
 ``train_all`` runs, in order, policy -> draft -> ORM -> PRM (the PRM needs the policy's samples
 and weights). Everything is seeded; on one CPU thread two runs give the same weights.
 
-The ORM is a *generative verifier*: a second policy, same recipe and architecture, trained from
-seed ``seed + 1``; a solution's outcome score is its confidence under that model
+The ORM is a *generative verifier*: a second policy, same architecture, trained from seed
+``seed + 1`` with the policy's recipe and then a second cosine cycle of as many steps (a warm
+restart: on 500 validation problems best-of-16 by its confidence rose from greedy + 7.6 to
+greedy + 12.4 points); a solution's outcome score is its confidence under that model
 (:class:`~metagen.scorers.LikelihoodVerifier`, the weakest token). Sequence-classification ORMs
 trained on graded policy samples (removed; see the git history of ``train_rm.py``) never learned to rank solutions of the
 same problem at this scale (within-problem pair accuracy 0.44-0.51 in every variant tried; see
@@ -69,7 +71,7 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
 
     lm_configs = {"policy": LMTrainConfig(seed=seed),
                   "draft": LMTrainConfig(arch=DRAFT_ARCH, seed=seed, restart_steps=0),
-                  "orm": LMTrainConfig(seed=seed + 1)}  # the generative verifier
+                  "orm": LMTrainConfig(seed=seed + 1, restart_steps=2400)}  # the verifier
     for name, cfg in lm_configs.items():
         if name in todo:
             t0 = time.time()
