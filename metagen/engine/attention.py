@@ -22,10 +22,13 @@ import torch.nn.functional as F
 
 @dataclass(slots=True)
 class PrefixGroup:
-    """Rows whose contexts start with the same ``prefix_slots`` (cache slots, shape (P,))."""
+    """Rows whose contexts start with the same ``prefix_slots`` (cache slots, shape (P,)).
+    ``prefix_start``: set when those slots are consecutive (``prefix_start .. + P - 1``, a prompt
+    prefilled into consecutive blocks): the prefix's K/V are then a view of the cache."""
 
     rows: torch.Tensor  # (R,) int64 row indices into the chunk's padded rows
     prefix_slots: torch.Tensor  # (P,) int64
+    prefix_start: int | None = None
 
 
 @dataclass(slots=True)
@@ -141,8 +144,13 @@ def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: Ro
     out, lse = attend(qp, kp, vp, chunk.mask, scale)
     for group in chunk.groups:
         r = group.rows.shape[0]
-        kg = kc.index_select(0, group.prefix_slots)[None]  # (1, P, Hkv, D): once per group
-        vg = vc.index_select(0, group.prefix_slots)[None]
+        if group.prefix_start is not None:  # consecutive slots: a view, no copy
+            p = group.prefix_slots.shape[0]
+            kg = kc.narrow(0, group.prefix_start, p)[None]  # (1, P, Hkv, D)
+            vg = vc.narrow(0, group.prefix_start, p)[None]
+        else:  # one gather per group, never per row
+            kg = kc.index_select(0, group.prefix_slots)[None]
+            vg = vc.index_select(0, group.prefix_slots)[None]
         qg = qp.index_select(0, group.rows).reshape(1, r * m, hq, d)
         out_p, lse_p = attend(qg, kg, vg, None, scale)
         merged, _ = merge_attention(out_p.view(r, m, hq, d), lse_p.view(r, m, hq),

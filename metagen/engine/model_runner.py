@@ -143,7 +143,9 @@ class ModelRunner:
         slots = pos_slots.gather(1, qpos.clamp(max=nblk * bs - 1))[q_valid]
         dev = self.device
         groups = [PrefixGroup(torch.tensor(g, dtype=torch.long, device=dev),
-                              pos_slots[g[0], :n * bs].to(dev)) for g, n in shared]
+                              pos_slots[g[0], :n * bs].to(dev),
+                              _consecutive_start(pos_slots[g[0]:g[0] + 1, :n * bs]))
+                  for g, n in shared]
         all_visible = b == 1 and m == 1  # one decoding row sees its whole context: no mask
         chunk = RowChunk(q_index.to(dev), kv_slots.to(dev),
                          None if all_visible else mask.to(dev), groups,
@@ -198,7 +200,8 @@ class ModelRunner:
 
 
 def _consecutive_start(kv_slots: torch.Tensor) -> int | None:
-    """``kv_slots[0, 0]`` when the one row's slots (1, C) are ``s, s + 1, ..., s + C - 1``."""
+    """``kv_slots[0, 0]`` when the one row's slots (1, C) are ``s, s + 1, ..., s + C - 1``
+    (C >= 1)."""
     row = kv_slots[0]
     if row.numel() > 1 and not bool((row[1:] - row[:-1] == 1).all()):
         return None

@@ -1,10 +1,11 @@
-"""The batch-1 consecutive-slot fast path (a cache view) equals the general gather path."""
+"""The consecutive-slot fast paths (cache views, for one row and for a Hydragen prefix) equal
+the general gather paths."""
 
 from __future__ import annotations
 
 import torch
 
-from metagen.engine.attention import RowChunk, _attend_chunk
+from metagen.engine.attention import PrefixGroup, RowChunk, _attend_chunk
 from metagen.engine.model_runner import _consecutive_start
 
 
@@ -29,3 +30,27 @@ def test_view_path_equals_gather_path_for_prefill_and_decode():
         gather = _attend_chunk(q, kc, vc, RowChunk(q_index, kv_slots, mask), 0.3)
         view = _attend_chunk(q, kc, vc, RowChunk(q_index, kv_slots, mask, kv_start=start), 0.3)
         assert torch.equal(view, gather)
+
+
+def test_hydragen_prefix_view_equals_prefix_gather():
+    g = torch.Generator().manual_seed(1)
+    hkv, d, hq, slots, rows, p, s = 2, 8, 4, 64, 3, 8, 5
+    kc = torch.randn(slots, hkv, d, generator=g)
+    vc = torch.randn(slots, hkv, d, generator=g)
+    q = torch.randn(rows, hq, d, generator=g)  # one decoding query per row
+    suffix = torch.stack([torch.arange(40 + 6 * r, 40 + 6 * r + s) for r in range(rows)])
+    mask = torch.ones(rows, 1, s, dtype=torch.bool)
+    prefix = torch.arange(16, 16 + p)
+    q_index = torch.arange(rows)[:, None]
+
+    def chunk(start):
+        return RowChunk(q_index, suffix, mask, [PrefixGroup(torch.arange(rows), prefix, start)])
+
+    view = _attend_chunk(q, kc, vc, chunk(16), 0.3)
+    gather = _attend_chunk(q, kc, vc, chunk(None), 0.3)
+    assert torch.equal(view, gather)
+    # and both equal plain attention over prefix + suffix slots
+    full = torch.cat([prefix.expand(rows, p), suffix], 1)
+    ref = _attend_chunk(q, kc, vc, RowChunk(q_index, full, torch.ones(rows, 1, p + s,
+                                                                      dtype=torch.bool)), 0.3)
+    assert (view - ref).abs().max() < 1e-5
