@@ -120,6 +120,16 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     return out.index_select(0, meta.out_index)
 
 
+def _kv_at(kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, start: int | None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of the cache ``kc``/``vc`` (S, Hkv, D) at ``slots`` (n,) -> two (n, Hkv, D):
+    views of the cache when the slots are consecutive from ``start``, else gathered copies."""
+    if start is not None:
+        n = slots.shape[0]
+        return kc.narrow(0, start, n), vc.narrow(0, start, n)
+    return kc.index_select(0, slots), vc.index_select(0, slots)
+
+
 def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: RowChunk,
                   scale: float) -> torch.Tensor:
     """Attention of one row chunk; returns (b * M, Hq, D)."""
@@ -128,13 +138,8 @@ def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: Ro
     c = chunk.kv_slots.shape[1]
     hq = q.shape[1]
     qp = q.index_select(0, chunk.q_index.view(-1)).view(b, m, hq, d)  # (b, M, Hq, D)
-    if chunk.kv_start is not None:  # one row, consecutive slots: a view, no copy
-        kp = kc.narrow(0, chunk.kv_start, c).view(1, c, hkv, d)
-        vp = vc.narrow(0, chunk.kv_start, c).view(1, c, hkv, d)
-    else:
-        flat = chunk.kv_slots.view(-1)
-        kp = kc.index_select(0, flat).view(b, c, hkv, d)  # (b, C, Hkv, D)
-        vp = vc.index_select(0, flat).view(b, c, hkv, d)
+    kp, vp = _kv_at(kc, vc, chunk.kv_slots.view(-1), chunk.kv_start)  # kv_start: b == 1
+    kp, vp = kp.view(b, c, hkv, d), vp.view(b, c, hkv, d)  # (b, C, Hkv, D)
     if not chunk.groups:  # no log-sum-exp needed: one fused kernel
         mask = None if chunk.mask is None else chunk.mask[:, None]
         out = F.scaled_dot_product_attention(
@@ -144,13 +149,8 @@ def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: Ro
     out, lse = attend(qp, kp, vp, chunk.mask, scale)
     for group in chunk.groups:
         r = group.rows.shape[0]
-        if group.prefix_start is not None:  # consecutive slots: a view, no copy
-            p = group.prefix_slots.shape[0]
-            kg = kc.narrow(0, group.prefix_start, p)[None]  # (1, P, Hkv, D)
-            vg = vc.narrow(0, group.prefix_start, p)[None]
-        else:  # one gather per group, never per row
-            kg = kc.index_select(0, group.prefix_slots)[None]
-            vg = vc.index_select(0, group.prefix_slots)[None]
+        kg, vg = _kv_at(kc, vc, group.prefix_slots, group.prefix_start)  # once per group
+        kg, vg = kg[None], vg[None]  # (1, P, Hkv, D)
         qg = qp.index_select(0, group.rows).reshape(1, r * m, hq, d)
         out_p, lse_p = attend(qg, kg, vg, None, scale)
         merged, _ = merge_attention(out_p.view(r, m, hq, d), lse_p.view(r, m, hq),
