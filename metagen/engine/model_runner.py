@@ -32,6 +32,7 @@ import torch
 from metagen.engine.attention import AttentionMetadata, PrefixGroup, RowChunk
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.models.llama import LlamaModel
+from metagen.engine.native.decode_step import StepPlan, for_model as native_decode_step
 
 
 ATTN_CHUNK_BYTES = 64 << 20  # bound on a row chunk's transient attention tensors
@@ -77,7 +78,7 @@ class ModelRunner:
     """Runs the model over the paged KV cache. Stateless between calls apart from the cache."""
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, hydragen: bool = True,
-                 hydragen_min_prefix: int = 0) -> None:
+                 hydragen_min_prefix: int = 0, native: bool = True) -> None:
         self.model = model
         self.kv = kv_cache
         self.hydragen = hydragen
@@ -85,6 +86,9 @@ class ModelRunner:
         self.device = model.device
         self.block_size = kv_cache.block_size
         self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
+        self.native = (native_decode_step(model)
+                       if native and kv_cache.k.dtype == torch.float32 else None)
+        self.native_steps = 0  # steps run by the native decode step (a counter)
 
     def _partition(self, reqs: Sequence[ExtendRequest], lens: list[int]) -> list[list[int]]:
         """Split the rows into chunks: single-token rows first, then the multi-token ones, and
@@ -175,6 +179,23 @@ class ModelRunner:
         meta = AttentionMetadata(slot_mapping.to(dev), chunks, out_index.to(dev))
         return input_ids.to(dev), positions.to(dev), meta, offsets
 
+    def _forward(self, reqs: Sequence[ExtendRequest]) -> tuple[torch.Tensor, list[int]]:
+        """Final hidden states (T, H) of every new token, natively for a few tokens on the CPU,
+        else through PyTorch; and each request's offset among the T tokens."""
+        lens = [len(r.new_token_ids) for r in reqs]
+        if self.native is None or not self.native.applies(sum(lens)):
+            input_ids, positions, meta, offsets = self._metadata(reqs)
+            return self.model(input_ids, positions, self.kv.k, self.kv.v, meta), offsets
+        shared = (_shared_prefixes(reqs, self.block_size, self.hydragen_min_prefix)
+                  if self.hydragen else [])
+        self.hydragen_rows += sum(len(rows) for rows, _ in shared)
+        self.native_steps += 1
+        plan = StepPlan.build(self.block_size, [r.block_table for r in reqs],
+                              [r.num_cached for r in reqs], lens, shared)
+        input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
+        hidden = self.model.forward_native(input_ids, self.native, plan, self.kv.k, self.kv.v)
+        return hidden, plan.tok_off[:-1].tolist()
+
     @torch.inference_mode()
     def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:
         """Run one step for ``reqs``; returns per request float32 logits (1 or n_new, V)."""
@@ -185,8 +206,7 @@ class ModelRunner:
                 raise ValueError("ExtendRequest.new_token_ids must not be empty")
             if len(r.block_table) * self.block_size < r.num_cached + len(r.new_token_ids):
                 raise ValueError("ExtendRequest.block_table does not cover the new tokens")
-        input_ids, positions, meta, offsets = self._metadata(reqs)
-        hidden = self.model(input_ids, positions, self.kv.k, self.kv.v, meta)  # (T, H)
+        hidden, offsets = self._forward(reqs)  # (T, H)
         rows: list[int] = []
         spans: list[tuple[int, int]] = []
         for r, off in zip(reqs, offsets):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from metagen.engine.native import NativeBuildError, SmallMatmul
 from metagen.engine.native import build as native_build
+from metagen.engine.native import library as native_library
 from metagen.engine.native import small_matmul as sm
 
 
@@ -135,17 +136,22 @@ def test_a_build_without_a_vector_path_is_refused(tmp_path, monkeypatch):
 
 
 def test_load_is_off_when_asked_and_never_raises(monkeypatch, tmp_path):
-    sm.load.cache_clear()
+    def forget() -> None:
+        sm.load.cache_clear()
+        native_library.library.cache_clear()
+
+    forget()
     try:
         monkeypatch.setenv("METAGEN_NATIVE", "0")
         assert sm.load() is None
-        sm.load.cache_clear()
+        forget()
         monkeypatch.delenv("METAGEN_NATIVE")
         monkeypatch.setenv("METAGEN_CACHE_DIR", str(tmp_path))
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
         assert sm.load() is None  # logged, falls back to torch.mm
     finally:
-        sm.load.cache_clear()
+        monkeypatch.undo()
+        forget()
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])  # qwen2: the q/k/v bias goes through it
@@ -175,7 +181,7 @@ def test_engine_forward_through_the_kernel_matches_transformers(random_model_dir
         ref = hf(torch.tensor([ids])).logits[0]
     c = model.cfg
     runner = ModelRunner(model, KVCache(c.num_layers, 32, 4, c.num_kv_heads, c.head_dim,
-                                        model.dtype, "cpu"))
+                                        model.dtype, "cpu"), native=False)  # project() alone
     got, pos = [], 0
     for n in (16, 2, 3, 1, 5, 8, 16, 9):  # chunks of 2..16 rows take the kernel
         got.append(runner.extend([ExtendRequest(list(range(15)), pos, ids[pos:pos + n], True)])[0])

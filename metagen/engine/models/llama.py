@@ -21,6 +21,7 @@ from metagen.engine.attention import AttentionMetadata, paged_attention
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.rope import apply_rope, attention_scaling, inv_frequencies, rope_tables
 from metagen.engine.native import load_small_matmul
+from metagen.engine.native.decode_step import DecodeStep, StepPlan
 
 
 def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
@@ -124,6 +125,15 @@ class LlamaModel(nn.Module):
         h = self.embed.index_select(0, input_ids)  # (T, H)
         for i, layer in enumerate(self.layers):
             h = layer(h, cos, sin, k_cache[i], v_cache[i], meta)
+        return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
+
+    def forward_native(self, input_ids: torch.Tensor, step: DecodeStep, plan: StepPlan,
+                       k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` for a step of a few tokens through the native decode step (see
+        :mod:`metagen.engine.native.decode_step`): input_ids (T,) -> final hidden states
+        (T, hidden); positions and attention come from ``plan``."""
+        h = self.embed.index_select(0, input_ids)  # (T, H), a fresh tensor, updated in place
+        step(h, plan, k_cache, v_cache)
         return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

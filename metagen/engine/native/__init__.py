@@ -1,7 +1,13 @@
-"""Native CPU kernels, plain C built at first use (see :mod:`.build`); each has a PyTorch
-fallback, so nothing here is required."""
+"""Native CPU kernels, plain C built at first use (see :mod:`.build`) into one library
+(:mod:`.library`); each has a PyTorch fallback, so nothing here is required.
+
+- :mod:`.small_matmul`: ``x @ W`` for a few rows (``small_matmul.c``);
+- :mod:`.decode_step`: every decoder layer of a step of a few tokens (``decode_step.c``);
+- ``simd.h``: the AVX-512 / AVX2 vocabulary both are written in.
+"""
 
 from metagen.engine.native.build import NativeBuildError
+from metagen.engine.native.decode_step import DecodeStep, StepPlan
 from metagen.engine.native.small_matmul import SmallMatmul, load as load_small_matmul
 
-__all__ = ["NativeBuildError", "SmallMatmul", "load_small_matmul"]
+__all__ = ["DecodeStep", "NativeBuildError", "SmallMatmul", "StepPlan", "load_small_matmul"]

@@ -16,6 +16,7 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from metagen.errors import MetagenError
@@ -54,8 +55,10 @@ def cpu_identity() -> str:
     return "\n".join(found[k] for k in wanted if k in found) or platform.machine()
 
 
-def build(source: Path, flags: tuple[str, ...] = NATIVE_FLAGS) -> Path:
-    """Path of the shared library built from ``source`` with ``flags``; compiled on a cache miss.
+def build(sources: Path | Sequence[Path], flags: tuple[str, ...] = NATIVE_FLAGS) -> Path:
+    """Path of the one shared library built from the C ``sources`` with ``flags``; compiled on a
+    cache miss. The cache key also covers every header (``*.h``) beside the sources, which the
+    sources may include.
 
     Raises :class:`NativeBuildError` when no compiler is found, it fails or times out, or the
     cache directory cannot be written."""
@@ -67,21 +70,26 @@ def build(source: Path, flags: tuple[str, ...] = NATIVE_FLAGS) -> Path:
                                  timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise NativeBuildError(f"cannot run the C compiler {cc!r}: {e}") from e
-    key = hashlib.sha256("\0".join([source.read_text(), cc, version, *flags, cpu_identity()])
+    sources = [sources] if isinstance(sources, Path) else list(sources)
+    headers = sorted({h for s in sources for h in s.parent.glob("*.h")})
+    texts = [p.read_text() for p in (*sources, *headers)]
+    key = hashlib.sha256("\0".join([*texts, cc, version, *flags, cpu_identity()])
                          .encode()).hexdigest()[:16]
-    out = cache_dir() / f"{source.stem}-{key}.so"
+    out = cache_dir() / f"{sources[0].stem}-{key}.so"
+    names = ", ".join(s.name for s in sources)
     if out.exists():
         return out
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp), str(source)],
+        done = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp),
+                               *map(str, sources), "-lm"],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
-            raise NativeBuildError(f"{cc} failed on {source.name}: {done.stderr.strip()[-2000:]}")
+            raise NativeBuildError(f"{cc} failed on {names}: {done.stderr.strip()[-2000:]}")
         os.replace(tmp, out)
     except (OSError, subprocess.SubprocessError) as e:
-        raise NativeBuildError(f"building {source.name} failed: {e}") from e
+        raise NativeBuildError(f"building {names} failed: {e}") from e
     finally:
         tmp.unlink(missing_ok=True)
     return out

@@ -13,48 +13,7 @@
  */
 #include <stdint.h>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#define MG_ISA 512
-#define VW 16 /* floats per vector */
-#define NR 4  /* vectors per register tile row */
-#define MR 6  /* rows per register tile: MR * NR accumulators + NR weights + 1 broadcast <= 32 */
-typedef __m512 vec;
-typedef __mmask16 vmask;
-static inline vmask mask_first(int64_t n) {
-  return n >= VW ? (vmask)0xFFFF : (vmask)((1u << (n > 0 ? n : 0)) - 1u);
-}
-static inline vec vload(const float *p, vmask m) { return _mm512_maskz_loadu_ps(m, p); }
-static inline void vstore(float *p, vec v, vmask m) { _mm512_mask_storeu_ps(p, m, v); }
-static inline vec vloadu(const float *p) { return _mm512_loadu_ps(p); }
-static inline void vstoreu(float *p, vec v) { _mm512_storeu_ps(p, v); }
-static inline vec vzero(void) { return _mm512_setzero_ps(); }
-static inline vec vbcast(float x) { return _mm512_set1_ps(x); }
-static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define MG_ISA 256
-#define VW 8
-#define NR 3
-#define MR 4 /* 12 accumulators + 3 weights + 1 broadcast = the 16 ymm registers */
-typedef __m256 vec;
-typedef __m256i vmask;
-static inline vmask mask_first(int64_t n) {
-  int32_t k = n >= VW ? VW : (n > 0 ? (int32_t)n : 0);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-static inline vec vload(const float *p, vmask m) { return _mm256_maskload_ps(p, m); }
-static inline void vstore(float *p, vec v, vmask m) { _mm256_maskstore_ps(p, m, v); }
-static inline vec vloadu(const float *p) { return _mm256_loadu_ps(p); }
-static inline void vstoreu(float *p, vec v) { _mm256_storeu_ps(p, v); }
-static inline vec vzero(void) { return _mm256_setzero_ps(); }
-static inline vec vbcast(float x) { return _mm256_set1_ps(x); }
-static inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-
-#else
-#define MG_ISA 0
-#endif
+#include "simd.h"
 
 /* Which vector path this build has: 512 (AVX-512F), 256 (AVX2 + FMA) or 0 (none: do not call
  * mg_matmul). */
@@ -134,22 +93,46 @@ static const tile_fn FULL[MR + 1] = {0, full_1, full_2, full_3, full_4};
 static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
 #endif
 
-/* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL]. M, K, N >= 1. */
+/* Chunk (k0, c0) of w: kc rows of nc columns from row k0, column c0. */
+typedef struct {
+  int64_t k0, c0, kc, nc;
+} chunk;
+
+/* The chunk after `c` in mg_matmul's order (down the rows, then across), or kc = 0 at the end. */
+static chunk next_chunk(chunk c, int64_t K, int64_t N) {
+  chunk n = {c.k0 + KC, c.c0, 0, c.nc};
+  if (n.k0 >= K) n.k0 = 0, n.c0 = c.c0 + NC, n.nc = N - n.c0 < NC ? N - n.c0 : NC;
+  if (n.c0 < N) n.kc = K - n.k0 < KC ? K - n.k0 : KC;
+  return n;
+}
+
+/* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL]. M, K, N >= 1.
+ * With more rows than one register tile (M > MR), the passes after the first over a chunk are
+ * arithmetic on cached weights while the first waits on memory; so every tile also prefetches
+ * its share of the next chunk into L2, and the next chunk's first pass finds it there (16 rows:
+ * 44 -> 33 ms for the benchmark target's products; table in benchmarks/README.md). */
 void mg_matmul(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t K,
                int64_t N) {
-  for (int64_t c0 = 0; c0 < N; c0 += NC) {
-    const int64_t nc = N - c0 < NC ? N - c0 : NC;
-    for (int64_t k0 = 0; k0 < K; k0 += KC) {
-      const int64_t kc = K - k0 < KC ? K - k0 : KC;
-      for (int64_t m0 = 0; m0 < M; m0 += MR) {
-        const int64_t mr = M - m0 < MR ? M - m0 : MR;
-        for (int64_t j = c0; j < c0 + nc; j += TILE_COLS) {
-          const int64_t cols = c0 + nc - j;
-          vmask mask[NR];
-          for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
-          (cols >= TILE_COLS ? FULL : TAIL)[mr](x + m0 * K + k0, K, w + k0 * N + j, N,
-                                                bias ? bias + j : 0, y + m0 * N + j, N, kc,
-                                                k0 == 0, mask);
+  chunk c = {0, 0, K < KC ? K : KC, N < NC ? N : NC};
+  for (; c.kc; c = next_chunk(c, K, N)) {
+    const chunk nx = next_chunk(c, K, N);
+    const int64_t row_lines = (nx.nc + 15) / 16; /* 64-byte lines per row of the next chunk */
+    const int64_t tiles = ((M + MR - 1) / MR) * ((c.nc + TILE_COLS - 1) / TILE_COLS);
+    const int64_t share = (nx.kc * row_lines + tiles - 1) / tiles;
+    int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; column in row */
+    const float *row = w + nx.k0 * N + nx.c0;
+    for (int64_t m0 = 0; m0 < M; m0 += MR) {
+      const int64_t mr = M - m0 < MR ? M - m0 : MR;
+      for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
+        const int64_t cols = c.c0 + c.nc - j;
+        vmask mask[NR];
+        for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
+        (cols >= TILE_COLS ? FULL : TAIL)[mr](x + m0 * K + c.k0, K, w + c.k0 * N + j, N,
+                                              bias ? bias + j : 0, y + m0 * N + j, N, c.kc,
+                                              c.k0 == 0, mask);
+        for (int64_t i = 0; i < share && left > 0; i++, left--) {
+          __builtin_prefetch(row + col, 0, 2);
+          if ((col += 16) >= nx.nc) col = 0, row += N;
         }
       }
     }

@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
-import os
-from pathlib import Path
 
 import torch
 
 from metagen.errors import InvalidParameterError
-from metagen.engine.native.build import NATIVE_FLAGS, NativeBuildError, build
+from metagen.engine.native.library import library, open_library
 
-SOURCE = Path(__file__).with_name("small_matmul.c")
 # The most rows for which the kernel beats MKL, per vector width (measured on a Xeon with
 # AVX-512, one thread; the 256-bit path has half the registers and loses from 16 rows).
 MAX_ROWS = {512: 16, 256: 8}
-_log = logging.getLogger(__name__)
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 
@@ -35,11 +30,7 @@ class SmallMatmul:
     """A loaded kernel library. ``isa`` is its vector width in bits (512 or 256)."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
-        lib.mg_isa.restype = ctypes.c_int
-        lib.mg_isa.argtypes = []
         self.isa: int = lib.mg_isa()
-        if self.isa not in MAX_ROWS:
-            raise NativeBuildError(f"kernel built without a vector path (isa={self.isa})")
         self.max_rows = MAX_ROWS[self.isa]
         self._fn = lib.mg_matmul
         self._fn.restype = None
@@ -73,19 +64,14 @@ class SmallMatmul:
 
 
 def load_from(flags: tuple[str, ...]) -> SmallMatmul:
-    """Build (or reuse) the kernel with these compiler flags and load it; raises
-    :class:`NativeBuildError` (or :class:`OSError` from the loader) on failure."""
-    return SmallMatmul(ctypes.CDLL(str(build(SOURCE, flags))))
+    """Build (or reuse) the native library with these compiler flags and bind its kernel; raises
+    :class:`~metagen.engine.native.build.NativeBuildError` (or :class:`OSError` from the loader)
+    on failure."""
+    return SmallMatmul(open_library(flags))
 
 
 @functools.cache
 def load() -> SmallMatmul | None:
-    """The kernel for this machine, or ``None`` (turned off, no compiler, no vector path).
-    Built once per machine and cached on disk; a failure is logged once, never raised."""
-    if os.environ.get("METAGEN_NATIVE", "1") == "0":
-        return None
-    try:
-        return load_from(NATIVE_FLAGS)
-    except (NativeBuildError, OSError) as e:
-        _log.info("native small-row matmul unavailable, using torch.mm: %s", e)
-        return None
+    """The kernel for this machine, or ``None`` where :func:`~.library.library` is ``None``."""
+    lib = library()
+    return None if lib is None else SmallMatmul(lib)

@@ -1,0 +1,310 @@
+/* metagen native decode step: every decoder layer of a Llama-family model for a few new tokens
+ * (decoding rows, beams, samples, speculative verification), float32, in one call.
+ *
+ * Why: at 1-16 tokens a layer is four weight-streaming products (mg_matmul) plus some forty
+ * small operators (norms, rotary embedding, cache write, attention, SiLU gate, residuals). In
+ * PyTorch each small operator is a dispatched kernel with its own allocation, and together they
+ * cost as much as the products; here they run on data already in cache, between the products.
+ *
+ * The math is the PyTorch path's (metagen/engine/models/llama.py), in float32:
+ *   x = rms_norm(h) * w_in;  q|k|v = x @ W_qkv [+ b];  [q, k = per-head rms_norm];  rope(q, k);
+ *   write k, v to their cache slots;  a = attention;  h += a @ W_o;
+ *   x = rms_norm(h) * w_post;  g|u = x @ W_gate_up;  h += (silu(g) * u) @ W_down.
+ * Attention (grouped-query) is an online softmax (running max, sum and weighted values per
+ * query head, FlashAttention's rescaling). Rows of a prefix group (Hydragen) first attend to the
+ * group's shared prefix together, so each prefix key and value is read once per group, then
+ * each token attends to its own row's positions from the end of that prefix up to its own.
+ * Summation orders differ from PyTorch's: results agree to rounding, not bit for bit.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd.h"
+
+void mg_matmul(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t K,
+               int64_t N);
+
+/* Shapes and shared tables of a model. */
+typedef struct {
+  int64_t hidden, n_heads, n_kv_heads, head_dim, inter, n_layers;
+  float eps, scale;       /* RMSNorm epsilon; attention scale (head_dim ** -0.5) */
+  const float *cos, *sin; /* (max_positions, head_dim), HF layout (the two halves repeat) */
+} mg_model;
+
+/* One layer's weights; projections are (in, out) row-major. Optional ones are NULL. */
+typedef struct {
+  const float *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o, *post_norm, *gate_up, *down;
+} mg_layer;
+
+/* The step: which tokens, where they sit, what they attend to.
+ * Row r owns the hidden rows tok_off[r] .. tok_off[r + 1) - 1; its j-th new token is at position
+ * start[r] + j. Position p of row r lives in cache slot
+ *   tables[r * max_blocks + p / block_size] * block_size + p % block_size.
+ * A token attends to its row's positions own_from[r] .. its own position; positions before
+ * own_from[r] (0 unless the row is in a prefix group) come from its group: group g holds the rows
+ * group_rows[group_off[g] .. group_off[g + 1]), which share their first own_from[r] positions
+ * in the same blocks. */
+typedef struct {
+  int64_t n_rows, block_size, max_blocks, n_groups;
+  const int64_t *tables, *start, *tok_off, *own_from, *group_off, *group_rows;
+} mg_plan;
+
+#if MG_ISA
+#define KB 32 /* keys per online-softmax block */
+#define UNROLL4 _Pragma("GCC unroll 4")
+
+static float dot(const float *a, const float *b, int64_t n) {
+  vec acc = vzero();
+  for (int64_t i = 0; i < n; i += VW) {
+    const vmask m = mask_first(n - i);
+    acc = vfma(vload(a + i, m), vload(b + i, m), acc);
+  }
+  return vsum(acc);
+}
+
+/* y = x * rsqrt(mean(x^2) + eps) * w over n floats (y may be x). */
+static void rms_norm(const float *x, const float *w, float *y, int64_t n, float eps) {
+  const float r = 1.0f / sqrtf(dot(x, x, n) / (float)n + eps);
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+/* Rotate one head x (d) at table row c, s (HF rotate_half: pairs i and i + d/2). */
+static void rope(float *x, const float *c, const float *s, int64_t d) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < half; i++) {
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c[i] - b * s[i];
+    x[i + half] = b * c[i + half] + a * s[i + half];
+  }
+}
+
+static inline int64_t slot_of(const mg_plan *P, int64_t row, int64_t pos) {
+  return P->tables[row * P->max_blocks + pos / P->block_size] * P->block_size +
+         pos % P->block_size;
+}
+
+/* s[j] = q . k[j] * scale for j < nb (nb <= KB): four keys at a time, four independent
+ * accumulation chains. */
+static void scores(const float *q, const float *const *k, int64_t nb, int64_t d, float scale,
+                   float *s) {
+  for (int64_t j = 0; j < nb; j += 4) {
+    const float *k0 = k[j], *k1 = k[j + 1 < nb ? j + 1 : j], *k2 = k[j + 2 < nb ? j + 2 : j],
+                *k3 = k[j + 3 < nb ? j + 3 : j];
+    vec a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+    for (int64_t c = 0; c < d; c += VW) {
+      const vmask m = mask_first(d - c);
+      const vec qv = vload(q + c, m);
+      a0 = vfma(qv, vload(k0 + c, m), a0);
+      a1 = vfma(qv, vload(k1 + c, m), a1);
+      a2 = vfma(qv, vload(k2 + c, m), a2);
+      a3 = vfma(qv, vload(k3 + c, m), a3);
+    }
+    const float t[4] = {vsum(a0), vsum(a1), vsum(a2), vsum(a3)};
+    for (int64_t r = 0; r < 4 && j + r < nb; r++) s[j + r] = t[r] * scale;
+  }
+}
+
+/* acc (d) = acc * corr + sum_{j < nb} p[j] * v[j], four vectors of acc in registers at a time. */
+static void accumulate(float *acc, float corr, const float *p, const float *const *v, int64_t nb,
+                       int64_t d) {
+  for (int64_t c0 = 0; c0 < d; c0 += 4 * VW) {
+    vmask m[4];
+    vec a[4];
+    UNROLL4
+    for (int r = 0; r < 4; r++) {
+      m[r] = mask_first(d - c0 - r * VW);
+      a[r] = vmul(vload(acc + c0 + r * VW, m[r]), vbcast(corr));
+    }
+    for (int64_t j = 0; j < nb; j++) {
+      const vec pj = vbcast(p[j]);
+      UNROLL4
+      for (int r = 0; r < 4; r++) a[r] = vfma(pj, vload(v[j] + c0 + r * VW, m[r]), a[r]);
+    }
+    UNROLL4
+    for (int r = 0; r < 4; r++) vstore(acc + c0 + r * VW, a[r], m[r]);
+  }
+}
+
+/* Online-softmax attention of nq query heads q[i] (d floats) over positions from .. to - 1 of
+ * `row`'s blocks, kv head hk: updates the running max mx[i], sum l[i] and unnormalised output
+ * acc[i] (d). s: scratch of nq * KB floats. */
+static void attend(const mg_model *M, const mg_plan *P, const float *const *q, float *const *acc,
+                   float *const *mx, float *const *l, int64_t nq, int64_t row, int64_t from,
+                   int64_t to, const float *kc, const float *vc, int64_t hk, float *s) {
+  const int64_t d = M->head_dim, hkv = M->n_kv_heads;
+  for (int64_t p0 = from; p0 < to; p0 += KB) {
+    const int64_t nb = to - p0 < KB ? to - p0 : KB;
+    const float *kp[KB], *vp[KB];
+    for (int64_t j = 0; j < nb; j++) {
+      const int64_t off = (slot_of(P, row, p0 + j) * hkv + hk) * d;
+      kp[j] = kc + off;
+      vp[j] = vc + off;
+    }
+    for (int64_t i = 0; i < nq; i++) {
+      float *si = s + i * KB, top = *mx[i];
+      scores(q[i], kp, nb, d, M->scale, si);
+      for (int64_t j = 0; j < nb; j++) top = si[j] > top ? si[j] : top;
+      const float corr = expf(*mx[i] - top); /* 0 on the first block (mx = -inf) */
+      vec sum = vzero();
+      for (int64_t j = 0; j < nb; j += VW) {
+        const vmask m = mask_first(nb - j);
+        const vec e = vexp(vsub(vload(si + j, m), vbcast(top)));
+        vstore(si + j, e, m);
+        sum = vadd(sum, vload(si + j, m)); /* dead lanes load as 0 */
+      }
+      *l[i] = *l[i] * corr + vsum(sum);
+      *mx[i] = top;
+      accumulate(acc[i], corr, si, vp, nb, d);
+    }
+  }
+}
+
+/* Work buffers of one step, carved from one allocation. */
+typedef struct {
+  float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act, *s;
+  int64_t *tok_row, *tok_pos;
+  const float **q;
+  float **acc, **pmx, **pl;
+} scratch;
+
+static void *carve(char **p, size_t bytes) {
+  void *r = *p;
+  *p += (bytes + 63) & ~(size_t)63;
+  return r;
+}
+
+static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) {
+  const int64_t H = M->hidden, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
+  const int64_t qkv = (hq + 2 * hkv) * D, nq = T * hq;
+  const size_t f = sizeof(float), n[] = {
+      T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
+      T * M->inter * f, nq * KB * f, T * sizeof(int64_t), T * sizeof(int64_t),
+      nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *)};
+  size_t total = 0;
+  for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
+  char *p = *block = malloc(total);
+  if (!p) return -1;
+  S->x = carve(&p, n[0]);
+  S->qkv = carve(&p, n[1]);
+  S->attn = carve(&p, n[2]);
+  S->mx = carve(&p, n[3]);
+  S->l = carve(&p, n[4]);
+  S->tmp = carve(&p, n[5]);
+  S->gu = carve(&p, n[6]);
+  S->act = carve(&p, n[7]);
+  S->s = carve(&p, n[8]);
+  S->tok_row = carve(&p, n[9]);
+  S->tok_pos = carve(&p, n[10]);
+  S->q = carve(&p, n[11]);
+  S->acc = carve(&p, n[12]);
+  S->pmx = carve(&p, n[13]);
+  S->pl = carve(&p, n[14]);
+  return 0;
+}
+
+/* Queries of token t for kv head hk, appended to the pointer lists at index *n. */
+static void gather_queries(const mg_model *M, const scratch *S, int64_t t, int64_t hk,
+                           int64_t *n) {
+  const int64_t D = M->head_dim, hq = M->n_heads, g = hq / M->n_kv_heads;
+  const int64_t qkv = (hq + 2 * M->n_kv_heads) * D;
+  for (int64_t j = 0; j < g; j++, (*n)++) {
+    const int64_t head = t * hq + hk * g + j;
+    S->q[*n] = S->qkv + t * qkv + (hk * g + j) * D;
+    S->acc[*n] = S->attn + head * D;
+    S->pmx[*n] = S->mx + head;
+    S->pl[*n] = S->l + head;
+  }
+}
+
+static void attention(const mg_model *M, const mg_plan *P, const scratch *S, int64_t T,
+                      const float *kc, const float *vc) {
+  const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
+  for (int64_t i = 0; i < T * hq; i++) S->mx[i] = -INFINITY, S->l[i] = 0.0f;
+  memset(S->attn, 0, (size_t)(T * hq * D) * sizeof(float));
+  for (int64_t g = 0; g < P->n_groups; g++) { /* shared prefixes: once per group */
+    const int64_t first = P->group_rows[P->group_off[g]];
+    for (int64_t hk = 0; hk < hkv; hk++) {
+      int64_t n = 0;
+      for (int64_t i = P->group_off[g]; i < P->group_off[g + 1]; i++) {
+        const int64_t r = P->group_rows[i];
+        for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, t, hk, &n);
+      }
+      attend(M, P, S->q, S->acc, S->pmx, S->pl, n, first, 0, P->own_from[first], kc, vc, hk,
+             S->s);
+    }
+  }
+  for (int64_t t = 0; t < T; t++) { /* each token's own positions, causal */
+    const int64_t r = S->tok_row[t];
+    for (int64_t hk = 0; hk < hkv; hk++) {
+      int64_t n = 0;
+      gather_queries(M, S, t, hk, &n);
+      attend(M, P, S->q, S->acc, S->pmx, S->pl, n, r, P->own_from[r], S->tok_pos[t] + 1, kc, vc,
+             hk, S->s);
+    }
+  }
+  for (int64_t i = 0; i < T * hq; i++) {
+    const float inv = 1.0f / S->l[i];
+    for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
+  }
+}
+
+static void layer(const mg_model *M, const mg_layer *W, const mg_plan *P, const scratch *S,
+                  int64_t T, float *h, float *kc, float *vc) {
+  const int64_t H = M->hidden, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
+  const int64_t qkv = (hq + 2 * hkv) * D, I = M->inter;
+  for (int64_t t = 0; t < T; t++) rms_norm(h + t * H, W->input_norm, S->x + t * H, H, M->eps);
+  mg_matmul(S->x, W->qkv, W->qkv_bias, S->qkv, T, H, qkv);
+  for (int64_t t = 0; t < T; t++) {
+    float *q = S->qkv + t * qkv, *k = q + hq * D, *v = k + hkv * D;
+    const float *c = M->cos + S->tok_pos[t] * D, *s = M->sin + S->tok_pos[t] * D;
+    for (int64_t i = 0; i < hq; i++) {
+      if (W->q_norm) rms_norm(q + i * D, W->q_norm, q + i * D, D, M->eps);
+      rope(q + i * D, c, s, D);
+    }
+    for (int64_t i = 0; i < hkv; i++) {
+      if (W->k_norm) rms_norm(k + i * D, W->k_norm, k + i * D, D, M->eps);
+      rope(k + i * D, c, s, D);
+    }
+    const int64_t slot = slot_of(P, S->tok_row[t], S->tok_pos[t]);
+    memcpy(kc + slot * hkv * D, k, (size_t)(hkv * D) * sizeof(float));
+    memcpy(vc + slot * hkv * D, v, (size_t)(hkv * D) * sizeof(float));
+  }
+  attention(M, P, S, T, kc, vc);
+  mg_matmul(S->attn, W->o, 0, S->tmp, T, hq * D, H);
+  for (int64_t i = 0; i < T * H; i++) h[i] += S->tmp[i];
+  for (int64_t t = 0; t < T; t++) rms_norm(h + t * H, W->post_norm, S->x + t * H, H, M->eps);
+  mg_matmul(S->x, W->gate_up, 0, S->gu, T, H, 2 * I);
+  for (int64_t t = 0; t < T; t++) /* act = silu(gate) * up */
+    for (int64_t i = 0; i < I; i += VW) {
+      const vmask m = mask_first(I - i);
+      const float *g = S->gu + t * 2 * I + i;
+      const vec gv = vload(g, m);
+      const vec silu = vdiv(gv, vadd(vbcast(1.0f), vexp(vsub(vzero(), gv))));
+      vstore(S->act + t * I + i, vmul(silu, vload(g + I, m)), m);
+    }
+  mg_matmul(S->act, W->down, 0, S->tmp, T, I, H);
+  for (int64_t i = 0; i < T * H; i++) h[i] += S->tmp[i];
+}
+
+/* Run every layer over h (T, hidden), the embedded new tokens, in place; writes their K/V into
+ * k_cache / v_cache (n_layers, S, n_kv_heads, head_dim). Returns 0, or -1 when out of memory
+ * (h and the cache are then untouched). */
+int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
+                   float *k_cache, float *v_cache, int64_t layer_stride) {
+  const int64_t T = P->tok_off[P->n_rows];
+  scratch S;
+  void *block;
+  if (make_scratch(M, T, &S, &block)) return -1;
+  for (int64_t r = 0; r < P->n_rows; r++)
+    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) {
+      S.tok_row[t] = r;
+      S.tok_pos[t] = P->start[r] + (t - P->tok_off[r]);
+    }
+  for (int64_t i = 0; i < M->n_layers; i++)
+    layer(M, layers + i, P, &S, T, h, k_cache + i * layer_stride, v_cache + i * layer_stride);
+  free(block);
+  return 0;
+}
+#endif

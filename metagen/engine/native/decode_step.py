@@ -1,0 +1,139 @@
+"""Every decoder layer of a step of a few new tokens in one native call (``decode_step.c``).
+
+At 1-16 new tokens a layer's four products stream the weights, and the forty-odd small
+operators around them (norms, rotary embedding, cache write, attention, SiLU gate, residuals)
+cost as much again in PyTorch dispatch and allocation. :class:`DecodeStep` runs the whole stack
+natively on the model's own weights and the engine's paged KV cache; the
+:class:`~metagen.engine.model_runner.ModelRunner` uses it for steps of at most
+:attr:`DecodeStep.max_tokens` tokens (decoding, beams, best-of-N samples, speculative
+verification) and PyTorch for the rest (prefill). The math is the PyTorch path's; results agree
+to float32 rounding (tested against it and against transformers).
+
+Set ``METAGEN_NATIVE=0`` to turn it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from metagen.engine.native.library import library
+from metagen.engine.native.small_matmul import MAX_ROWS
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [("hidden", _I), ("n_heads", _I), ("n_kv_heads", _I), ("head_dim", _I),
+                ("inter", _I), ("n_layers", _I), ("eps", ctypes.c_float),
+                ("scale", ctypes.c_float), ("cos", _P), ("sin", _P)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o",
+                                        "post_norm", "gate_up", "down")]
+
+
+class _Plan(ctypes.Structure):
+    _fields_ = [("n_rows", _I), ("block_size", _I), ("max_blocks", _I), ("n_groups", _I),
+                ("tables", _P), ("start", _P), ("tok_off", _P), ("own_from", _P),
+                ("group_off", _P), ("group_rows", _P)]
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """Which tokens a step runs and what each attends to (all int64 CPU tensors).
+
+    Row r's new tokens are the flat tokens ``tok_off[r] .. tok_off[r + 1] - 1`` at positions
+    ``start[r] ..``; position p lives in cache slot
+    ``tables[r, p // block_size] * block_size + p % block_size``. A token attends to its row's
+    positions from ``own_from[r]`` up to its own; the positions before ``own_from[r]`` (a shared
+    prefix) it attends together with its group: group g is the rows
+    ``group_rows[group_off[g] .. group_off[g + 1] - 1]``, which share those positions' blocks.
+    """
+
+    block_size: int
+    tables: torch.Tensor  # (R, max_blocks)
+    start: torch.Tensor  # (R,)
+    tok_off: torch.Tensor  # (R + 1,)
+    own_from: torch.Tensor  # (R,)
+    group_off: torch.Tensor  # (G + 1,)
+    group_rows: torch.Tensor  # (sum of group sizes,)
+
+    @classmethod
+    def build(cls, block_size: int, block_tables: Sequence[Sequence[int]],
+              starts: Sequence[int], lengths: Sequence[int],
+              groups: Sequence[tuple[Sequence[int], int]]) -> StepPlan:
+        """From per-row block tables, cached counts and new-token counts, and the prefix groups
+        as (rows, shared blocks) pairs."""
+        width = max(len(t) for t in block_tables)
+        own_from = [0] * len(block_tables)
+        rows: list[int] = []
+        offsets = [0]
+        for members, n_blocks in groups:
+            for r in members:
+                own_from[r] = n_blocks * block_size
+            rows.extend(members)
+            offsets.append(len(rows))
+        tok_off = [0]
+        for n in lengths:
+            tok_off.append(tok_off[-1] + n)
+        t = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+        return cls(block_size, t([list(b) + [0] * (width - len(b)) for b in block_tables]),
+                   t(list(starts)), t(tok_off), t(own_from), t(offsets), t(rows))
+
+
+class DecodeStep:
+    """The native decode step bound to one model's weights (which must not move afterwards).
+
+    Use :func:`for_model`, which returns ``None`` where the native path cannot run.
+    """
+
+    def __init__(self, lib: ctypes.CDLL, model: torch.nn.Module) -> None:
+        cfg = model.cfg
+        self.max_tokens: int = MAX_ROWS[lib.mg_isa()]
+        self._fn = lib.mg_decode_step
+        self._fn.restype = ctypes.c_int
+        self._fn.argtypes = [_P, _P, _P, _P, _P, _P, _I]
+        self._model = _Model(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                             cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
+                             cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr())
+        ptr = lambda p: None if p is None else p.data_ptr()  # noqa: E731
+        self._layers = (_Layer * cfg.num_layers)(*(
+            _Layer(ptr(l.input_norm), ptr(l.qkv), ptr(l.qkv_bias), ptr(l.q_norm), ptr(l.k_norm),
+                   ptr(l.o), ptr(l.post_norm), ptr(l.gate_up), ptr(l.down))
+            for l in model.layers))
+        self._keep = model  # the pointers above are into its tensors
+
+    def applies(self, num_tokens: int) -> bool:
+        """Whether a step of ``num_tokens`` new tokens should run natively now: at most
+        :attr:`max_tokens`, and torch on one thread (the kernels are single-threaded; with more
+        threads the PyTorch path uses MKL's parallel products)."""
+        return 1 <= num_tokens <= self.max_tokens and torch.get_num_threads() == 1
+
+    def __call__(self, h: torch.Tensor, plan: StepPlan, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor) -> None:
+        """Run every layer over ``h`` (T, hidden), the new tokens' embeddings, in place, and
+        write their K/V into ``k_cache``/``v_cache`` (L, num_blocks, block_size, Hkv, D)."""
+        assert h.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+        p = _Plan(plan.tables.shape[0], plan.block_size, plan.tables.shape[1],
+                  plan.group_off.shape[0] - 1, plan.tables.data_ptr(), plan.start.data_ptr(),
+                  plan.tok_off.data_ptr(), plan.own_from.data_ptr(), plan.group_off.data_ptr(),
+                  plan.group_rows.data_ptr())
+        if self._fn(ctypes.byref(self._model), self._layers, ctypes.byref(p), h.data_ptr(),
+                    k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel()):
+            raise MemoryError("native decode step: out of memory for its work buffers")
+
+
+def for_model(model: torch.nn.Module) -> DecodeStep | None:
+    """The native step for ``model`` (a :class:`~metagen.engine.models.llama.LlamaModel` with
+    its RoPE tables built), or ``None``: no native library, or weights that are not float32 on
+    the CPU."""
+    lib = library()
+    if lib is None or model.dtype != torch.float32 or model.device.type != "cpu":
+        return None
+    return DecodeStep(lib, model)

@@ -1,0 +1,46 @@
+"""The native library: metagen's C kernels compiled together into one shared object.
+
+:func:`library` builds it at first use (see :mod:`.build`) and loads it with :mod:`ctypes`; the
+Python bindings (:mod:`.small_matmul`, :mod:`.decode_step`) wrap its functions. It returns
+``None`` wherever the kernels cannot run: ``METAGEN_NATIVE=0``, no C compiler, a failed build,
+or a CPU with neither AVX-512 nor AVX2 + FMA. Callers then use the PyTorch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+from pathlib import Path
+
+from metagen.engine.native.build import NATIVE_FLAGS, NativeBuildError, build
+
+_HERE = Path(__file__).parent
+SOURCES: tuple[Path, ...] = (_HERE / "small_matmul.c", _HERE / "decode_step.c")
+_log = logging.getLogger(__name__)
+
+
+def open_library(flags: tuple[str, ...] = NATIVE_FLAGS) -> ctypes.CDLL:
+    """Build (or reuse) the library with these compiler flags and load it. Raises
+    :class:`NativeBuildError` when it cannot be built or has no vector path, :class:`OSError`
+    when the loader refuses it."""
+    lib = ctypes.CDLL(str(build(SOURCES, flags)))
+    lib.mg_isa.restype = ctypes.c_int
+    lib.mg_isa.argtypes = []
+    if lib.mg_isa() not in (256, 512):
+        raise NativeBuildError(f"kernel built without a vector path (isa={lib.mg_isa()})")
+    return lib
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """This machine's library, or ``None`` (turned off, no compiler, no vector path). Built once
+    per machine and cached on disk; a failure is logged once, never raised."""
+    if os.environ.get("METAGEN_NATIVE", "1") == "0":
+        return None
+    try:
+        return open_library(NATIVE_FLAGS)
+    except (NativeBuildError, OSError) as e:
+        _log.info("native kernels unavailable, using PyTorch: %s", e)
+        return None

@@ -1,0 +1,149 @@
+"""The native decode step (all layers of a few-token step in C) equals the PyTorch path.
+
+Two runners share a model; each has its own KV cache. Both are driven through the same random
+sequence of steps over hand-made block tables: prompts prefilled (always PyTorch), then steps of
+1-16 tokens mixing single-token decode rows, multi-token rows (speculative verification) and
+rows forked from one prompt (Hydragen prefix groups, with and without Hydragen). Every step's
+logits and the whole KV cache must agree to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from metagen.engine.kv_cache import KVCache
+from metagen.engine.model_runner import ExtendRequest, ModelRunner
+from metagen.engine.models.loader import load_model
+from metagen.engine.native.decode_step import StepPlan, for_model
+
+BLOCK = 4
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The native step runs only when torch uses one thread (as it is in this test)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _runners(folder, hydragen: bool) -> tuple[ModelRunner, ModelRunner]:
+    model = load_model(folder)
+    cfg = model.cfg
+
+    def kv() -> KVCache:
+        return KVCache(cfg.num_layers, 96, BLOCK, cfg.num_kv_heads, cfg.head_dim, torch.float32,
+                       "cpu")
+
+    native = ModelRunner(model, kv(), hydragen=hydragen)
+    if native.native is None:
+        pytest.skip("no native library on this machine (no C compiler or vector ISA)")
+    return native, ModelRunner(model, kv(), hydragen=hydragen, native=False)
+
+
+class _Seq:
+    """A row: its block table (grown on demand from a shared pool) and its cached length."""
+
+    def __init__(self, table: list[int], cached: int) -> None:
+        self.table, self.cached = table, cached
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "llama3rope"])
+@pytest.mark.parametrize("hydragen", [True, False])
+def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen):
+    native, ref = _runners(random_model_dir(kind), hydragen)
+    rng = random.Random(f"{kind}{hydragen}")
+    free = list(range(1, 96))
+    rng.shuffle(free)  # blocks out of order: slots are not consecutive
+
+    def step(reqs: list[ExtendRequest]) -> None:
+        a, b = native.extend(reqs), ref.extend(reqs)
+        for x, y in zip(a, b):
+            assert x.shape == y.shape
+            assert (x - y).abs().max().item() < 1e-4
+
+    seqs: list[_Seq] = []
+    for _ in range(2):  # two prompts, each forked into several rows that share its blocks
+        n = rng.randrange(9, 23)
+        table = [free.pop() for _ in range(-(-n // BLOCK))]
+        step([ExtendRequest(table, 0, [rng.randrange(3, 96) for _ in range(n)])])
+        full = n // BLOCK  # whole blocks are shared; the partial last block is copied per row
+        for _ in range(rng.randrange(2, 5)):
+            own = table[:full] + [free.pop() for _ in table[full:]]
+            for kvc in (native.kv, ref.kv):
+                kvc.copy_blocks(table[full:], own[full:])
+            seqs.append(_Seq(own, n))
+    steps_before = native.native_steps
+    for _ in range(12):
+        rows = rng.sample(seqs, rng.randrange(1, len(seqs) + 1))
+        reqs = []
+        budget = native.native.max_tokens
+        for s in rows:
+            k = min(budget, 1 if rng.random() < 0.7 else rng.randrange(2, 6))
+            if k == 0:
+                break
+            budget -= k
+            while len(s.table) * BLOCK < s.cached + k:
+                s.table.append(free.pop())
+            reqs.append(ExtendRequest(list(s.table), s.cached, [rng.randrange(3, 96)
+                                                                for _ in range(k)],
+                                      all_logits=k > 1))
+            s.cached += k
+        step(reqs)
+    assert native.native_steps - steps_before == 12  # every step above ran natively
+    assert ref.native_steps == 0
+    assert (native.kv.k - ref.kv.k).abs().max().item() < 1e-4
+    assert (native.kv.v - ref.kv.v).abs().max().item() < 1e-4
+    if hydragen:
+        assert native.hydragen_rows > 0  # prefix groups reached the native step
+
+
+def test_step_plan_golden():
+    plan = StepPlan.build(4, [[7, 2], [7, 5, 9], [3]], [5, 6, 0], [1, 2, 1], [([0, 1], 1)])
+    assert plan.tables.tolist() == [[7, 2, 0], [7, 5, 9], [3, 0, 0]]
+    assert plan.tok_off.tolist() == [0, 1, 3, 4]
+    assert plan.own_from.tolist() == [4, 4, 0]
+    assert plan.group_off.tolist() == [0, 2] and plan.group_rows.tolist() == [0, 1]
+
+
+def test_native_step_off_when_disabled_or_not_float32(random_model_dir, monkeypatch):
+    from metagen.engine.native import library as native_library
+
+    model = load_model(random_model_dir("llama"), dtype=torch.bfloat16)
+    assert for_model(model) is None  # bfloat16 weights: the PyTorch path
+    monkeypatch.setenv("METAGEN_NATIVE", "0")
+    native_library.library.cache_clear()
+    try:
+        assert for_model(load_model(random_model_dir("llama"))) is None
+    finally:
+        native_library.library.cache_clear()
+
+
+def test_more_tokens_than_the_native_limit_use_pytorch(random_model_dir):
+    native, _ = _runners(random_model_dir("llama"), True)
+    n = native.native.max_tokens + 1
+    native.extend([ExtendRequest(list(range(1, 1 + -(-n // BLOCK))), 0, [5] * n)])
+    assert native.native_steps == 0
+    native.extend([ExtendRequest(list(range(1, 1 + -(-(n + 1) // BLOCK))), n, [6])])
+    assert native.native_steps == 1
+
+
+def test_stories_greedy_200_tokens_through_the_native_step_equal_transformers(
+        stories_path, stories_engine_factory, hf_greedy):
+    """stories260K has head_dim 8: every vector in the step is a partial (masked) one."""
+    from metagen.types import SamplingParams
+
+    engine = stories_engine_factory(block_size=16)
+    if engine.runner.native is None:
+        pytest.skip("no native library on this machine")
+    prompt = engine.tokenizer("Once upon a time")["input_ids"]
+    greedy = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True, logprobs=0)
+    out = engine.generate([prompt], greedy)[0].outputs[0]
+    ref_tokens, ref_lps = hf_greedy(stories_path, prompt, 200, banned=engine.eos_token_ids)
+    assert engine.runner.native_steps >= 199  # every decode step ran natively
+    assert list(out.token_ids) == ref_tokens
+    assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < 1e-4
