@@ -118,7 +118,7 @@ void mg_matmul(const float *x, const float *w, const float *bias, float *y, int6
     const chunk nx = next_chunk(c, K, N);
     const int64_t row_lines = (nx.nc + 15) / 16; /* 64-byte lines per row of the next chunk */
     const int64_t tiles = ((M + MR - 1) / MR) * ((c.nc + TILE_COLS - 1) / TILE_COLS);
-    const int64_t share = (nx.kc * row_lines + tiles - 1) / tiles;
+    const int64_t share = M > MR ? (nx.kc * row_lines + tiles - 1) / tiles : 0; /* one pass: none */
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; column in row */
     const float *row = w + nx.k0 * N + nx.c0;
     for (int64_t m0 = 0; m0 < M; m0 += MR) {
