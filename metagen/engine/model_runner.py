@@ -183,7 +183,8 @@ class ModelRunner:
         """Final hidden states (T, H) of every new token, natively for a few tokens on the CPU,
         else through PyTorch; and each request's offset among the T tokens."""
         lens = [len(r.new_token_ids) for r in reqs]
-        if self.native is None or not self.native.applies(sum(lens)):
+        if (self.native is None or not self.native.applies(sum(lens))
+                or not self._native_safe(reqs, lens)):
             input_ids, positions, meta, offsets = self._metadata(reqs)
             return self.model(input_ids, positions, self.kv.k, self.kv.v, meta), offsets
         shared = (_shared_prefixes(reqs, self.block_size, self.hydragen_min_prefix)
@@ -195,6 +196,14 @@ class ModelRunner:
         input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
         hidden = self.model.forward_native(input_ids, self.native, plan, self.kv.k, self.kv.v)
         return hidden, plan.tok_off[:-1].tolist()
+
+    def _native_safe(self, reqs: Sequence[ExtendRequest], lens: list[int]) -> bool:
+        """Whether every position has a RoPE row and every block id a cache block: the C step
+        reads and writes where these point without checks, so anything else goes to PyTorch,
+        which raises its own error."""
+        top = max(r.num_cached + n for r, n in zip(reqs, lens))
+        return (top <= self.model.max_positions
+                and all(0 <= b < self.kv.num_blocks for r in reqs for b in r.block_table))
 
     @torch.inference_mode()
     def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:

@@ -147,3 +147,15 @@ def test_stories_greedy_200_tokens_through_the_native_step_equal_transformers(
     assert engine.runner.native_steps >= 199  # every decode step ran natively
     assert list(out.token_ids) == ref_tokens
     assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < 1e-4
+
+
+def test_positions_or_blocks_out_of_range_never_reach_the_native_step(random_model_dir):
+    """The C step trusts its indices; the runner sends anything out of range to PyTorch, whose
+    own bounds checks raise."""
+    native, _ = _runners(random_model_dir("llama"), True)
+    with pytest.raises((IndexError, RuntimeError)):
+        native.extend([ExtendRequest([96 + 5], 0, [7])])  # block id past the cache
+    far = native.model.max_positions
+    with pytest.raises((IndexError, RuntimeError)):
+        native.extend([ExtendRequest([1] * (far // BLOCK + 1), far, [7])])  # no RoPE row
+    assert native.native_steps == 0
