@@ -20,6 +20,7 @@ from metagen.engine.models.loader import load_model
 from metagen.engine.native.decode_step import StepPlan, for_model
 
 BLOCK = 4
+NUM_BLOCKS = 256
 
 
 @pytest.fixture(autouse=True)
@@ -36,8 +37,8 @@ def _runners(folder, hydragen: bool) -> tuple[ModelRunner, ModelRunner]:
     cfg = model.cfg
 
     def kv() -> KVCache:
-        return KVCache(cfg.num_layers, 96, BLOCK, cfg.num_kv_heads, cfg.head_dim, torch.float32,
-                       "cpu")
+        return KVCache(cfg.num_layers, NUM_BLOCKS, BLOCK, cfg.num_kv_heads, cfg.head_dim,
+                       torch.float32, "cpu")
 
     native = ModelRunner(model, kv(), hydragen=hydragen)
     if native.native is None:
@@ -57,7 +58,7 @@ class _Seq:
 def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen):
     native, ref = _runners(random_model_dir(kind), hydragen)
     rng = random.Random(f"{kind}{hydragen}")
-    free = list(range(1, 96))
+    free = list(range(1, NUM_BLOCKS))
     rng.shuffle(free)  # blocks out of order: slots are not consecutive
 
     def step(reqs: list[ExtendRequest]) -> None:
@@ -68,7 +69,7 @@ def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen):
 
     seqs: list[_Seq] = []
     for _ in range(2):  # two prompts, each forked into several rows that share its blocks
-        n = rng.randrange(9, 23)
+        n = rng.randrange(9, 90)  # prefixes of one to several online-softmax blocks
         table = [free.pop() for _ in range(-(-n // BLOCK))]
         step([ExtendRequest(table, 0, [rng.randrange(3, 96) for _ in range(n)])])
         full = n // BLOCK  # whole blocks are shared; the partial last block is copied per row
@@ -154,7 +155,7 @@ def test_positions_or_blocks_out_of_range_never_reach_the_native_step(random_mod
     own bounds checks raise."""
     native, _ = _runners(random_model_dir("llama"), True)
     with pytest.raises((IndexError, RuntimeError)):
-        native.extend([ExtendRequest([96 + 5], 0, [7])])  # block id past the cache
+        native.extend([ExtendRequest([NUM_BLOCKS + 5], 0, [7])])  # block id past the cache
     far = native.model.max_positions
     with pytest.raises((IndexError, RuntimeError)):
         native.extend([ExtendRequest([1] * (far // BLOCK + 1), far, [7])])  # no RoPE row

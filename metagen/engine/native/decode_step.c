@@ -161,9 +161,84 @@ static void attend(const mg_model *M, const mg_plan *P, const float *const *q, f
   }
 }
 
+/* attend() for up to VW query heads that all see positions 0 .. to - 1 of `row` (a Hydragen
+ * group over its shared prefix), vectorised across the queries instead of along head_dim: a
+ * vector holds one score, probability or output element for every query, so there are no
+ * horizontal sums and the softmax is whole-vector. Requires d % 4 == 0 and a fresh state
+ * (mx = -inf, l = 0, acc = 0), which it overwrites. w: scratch of (2 d + KB) * VW floats. */
+static void attend_group(const mg_model *M, const mg_plan *P, const float *const *q,
+                         float *const *acc, float *const *mx, float *const *l, int64_t nq,
+                         int64_t row, int64_t to, const float *kc, const float *vc, int64_t hk,
+                         float *w) {
+  const int64_t d = M->head_dim, hkv = M->n_kv_heads;
+  float *qt = w, *at = w + d * VW, *st = w + 2 * d * VW; /* (d, VW), (d, VW), (KB, VW) */
+  for (int64_t c = 0; c < d; c++)
+    for (int64_t i = 0; i < VW; i++) qt[c * VW + i] = i < nq ? q[i][c] * M->scale : 0.0f;
+  memset(at, 0, (size_t)(d * VW) * sizeof(float));
+  vec m = vbcast(-INFINITY), lsum = vzero();
+  for (int64_t p0 = 0; p0 < to; p0 += KB) {
+    const int64_t nb = to - p0 < KB ? to - p0 : KB;
+    const float *kp[KB + 3], *vp[KB];
+    for (int64_t j = 0; j < nb; j++) {
+      const int64_t off = (slot_of(P, row, p0 + j) * hkv + hk) * d;
+      kp[j] = kc + off;
+      vp[j] = vc + off;
+    }
+    for (int64_t j = nb; j < nb + 3; j++) kp[j] = kp[0]; /* padding keys, scores unused */
+    for (int64_t j = 0; j < nb; j += 4) { /* st[j] = scores of key j for every query */
+      vec s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
+      for (int64_t c = 0; c < d; c++) {
+        const vec qc = vloadu(qt + c * VW);
+        s0 = vfma(vbcast(kp[j][c]), qc, s0);
+        s1 = vfma(vbcast(kp[j + 1][c]), qc, s1);
+        s2 = vfma(vbcast(kp[j + 2][c]), qc, s2);
+        s3 = vfma(vbcast(kp[j + 3][c]), qc, s3);
+      }
+      vstoreu(st + j * VW, s0);
+      if (j + 1 < nb) vstoreu(st + (j + 1) * VW, s1);
+      if (j + 2 < nb) vstoreu(st + (j + 2) * VW, s2);
+      if (j + 3 < nb) vstoreu(st + (j + 3) * VW, s3);
+    }
+    vec top = m;
+    for (int64_t j = 0; j < nb; j++) top = vmax(top, vloadu(st + j * VW));
+    const vec corr = vexp(vsub(m, top)); /* ~0 on the first block (m = -inf) */
+    lsum = vmul(lsum, corr);
+    for (int64_t j = 0; j < nb; j++) {
+      const vec e = vexp(vsub(vloadu(st + j * VW), top));
+      vstoreu(st + j * VW, e);
+      lsum = vadd(lsum, e);
+    }
+    m = top;
+    for (int64_t c = 0; c < d; c += 4) { /* at[c] = at[c] * corr + sum_j st[j] * v_j[c] */
+      vec a0 = vmul(vloadu(at + c * VW), corr), a1 = vmul(vloadu(at + (c + 1) * VW), corr),
+          a2 = vmul(vloadu(at + (c + 2) * VW), corr), a3 = vmul(vloadu(at + (c + 3) * VW), corr);
+      for (int64_t j = 0; j < nb; j++) {
+        const vec pj = vloadu(st + j * VW);
+        const float *v = vp[j] + c;
+        a0 = vfma(vbcast(v[0]), pj, a0);
+        a1 = vfma(vbcast(v[1]), pj, a1);
+        a2 = vfma(vbcast(v[2]), pj, a2);
+        a3 = vfma(vbcast(v[3]), pj, a3);
+      }
+      vstoreu(at + c * VW, a0);
+      vstoreu(at + (c + 1) * VW, a1);
+      vstoreu(at + (c + 2) * VW, a2);
+      vstoreu(at + (c + 3) * VW, a3);
+    }
+  }
+  float mv[VW], lv[VW];
+  vstoreu(mv, m);
+  vstoreu(lv, lsum);
+  for (int64_t i = 0; i < nq; i++) {
+    *mx[i] = mv[i];
+    *l[i] = lv[i];
+    for (int64_t c = 0; c < d; c++) acc[i][c] = at[c * VW + i];
+  }
+}
+
 /* Work buffers of one step, carved from one allocation. */
 typedef struct {
-  float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act, *s;
+  float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act, *s, *grp;
   int64_t *tok_row, *tok_pos;
   const float **q;
   float **acc, **pmx, **pl;
@@ -181,7 +256,8 @@ static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) 
   const size_t f = sizeof(float), n[] = {
       T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
       T * M->inter * f, nq * KB * f, T * sizeof(int64_t), T * sizeof(int64_t),
-      nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *)};
+      nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
+      (2 * D + KB) * VW * f};
   size_t total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   char *p = *block = malloc(total);
@@ -201,6 +277,7 @@ static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) 
   S->acc = carve(&p, n[12]);
   S->pmx = carve(&p, n[13]);
   S->pl = carve(&p, n[14]);
+  S->grp = carve(&p, n[15]);
   return 0;
 }
 
@@ -231,8 +308,14 @@ static void attention(const mg_model *M, const mg_plan *P, const scratch *S, int
         const int64_t r = P->group_rows[i];
         for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, t, hk, &n);
       }
-      attend(M, P, S->q, S->acc, S->pmx, S->pl, n, first, 0, P->own_from[first], kc, vc, hk,
-             S->s);
+      if (D % 4) { /* the query-vectorised path needs head_dim % 4 == 0 */
+        attend(M, P, S->q, S->acc, S->pmx, S->pl, n, first, 0, P->own_from[first], kc, vc, hk,
+               S->s);
+        continue;
+      }
+      for (int64_t q0 = 0; q0 < n; q0 += VW)
+        attend_group(M, P, S->q + q0, S->acc + q0, S->pmx + q0, S->pl + q0,
+                     n - q0 < VW ? n - q0 : VW, first, P->own_from[first], kc, vc, hk, S->grp);
     }
   }
   for (int64_t t = 0; t < T; t++) { /* each token's own positions, causal */
