@@ -90,6 +90,15 @@ class ModelRunner:
                        if native and kv_cache.k.dtype == torch.float32 else None)
         self.native_steps = 0  # steps run by the native decode step (a counter)
 
+    def _prefix_groups(self, reqs: Sequence[ExtendRequest]) -> list[tuple[list[int], int]]:
+        """The Hydragen groups among ``reqs`` (see :func:`_shared_prefixes`; none with Hydragen
+        off), counted in :attr:`hydragen_rows`."""
+        if not self.hydragen:
+            return []
+        groups = _shared_prefixes(reqs, self.block_size, self.hydragen_min_prefix)
+        self.hydragen_rows += sum(len(rows) for rows, _ in groups)
+        return groups
+
     def _partition(self, reqs: Sequence[ExtendRequest], lens: list[int]) -> list[list[int]]:
         """Split the rows into chunks: single-token rows first, then the multi-token ones, and
         a new chunk whenever the padded transient tensors would pass ATTN_CHUNK_BYTES."""
@@ -120,9 +129,8 @@ class ModelRunner:
         sub = [reqs[i] for i in rows]
         b = len(sub)
         prefix_blocks = [0] * b
-        shared = _shared_prefixes(sub, bs, self.hydragen_min_prefix) if self.hydragen else []
+        shared = self._prefix_groups(sub)
         for group_rows, n in shared:
-            self.hydragen_rows += len(group_rows)
             for i in group_rows:
                 prefix_blocks[i] = n
         nblk = max(len(r.block_table) for r in sub)
@@ -187,9 +195,7 @@ class ModelRunner:
                 or not self._native_safe(reqs, lens)):
             input_ids, positions, meta, offsets = self._metadata(reqs)
             return self.model(input_ids, positions, self.kv.k, self.kv.v, meta), offsets
-        shared = (_shared_prefixes(reqs, self.block_size, self.hydragen_min_prefix)
-                  if self.hydragen else [])
-        self.hydragen_rows += sum(len(rows) for rows, _ in shared)
+        shared = self._prefix_groups(reqs)
         self.native_steps += 1
         plan = StepPlan.build(self.block_size, [r.block_table for r in reqs],
                               [r.num_cached for r in reqs], lens, shared)

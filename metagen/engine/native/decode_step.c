@@ -85,6 +85,18 @@ static inline int64_t slot_of(const mg_plan *P, int64_t row, int64_t pos) {
          pos % P->block_size;
 }
 
+/* kp[j], vp[j] = kv head hk's key and value at position p0 + j of `row`, for j < nb. */
+static void key_block(const mg_model *M, const mg_plan *P, int64_t row, int64_t p0, int64_t nb,
+                      const float *kc, const float *vc, int64_t hk, const float **kp,
+                      const float **vp) {
+  const int64_t d = M->head_dim, hkv = M->n_kv_heads;
+  for (int64_t j = 0; j < nb; j++) {
+    const int64_t off = (slot_of(P, row, p0 + j) * hkv + hk) * d;
+    kp[j] = kc + off;
+    vp[j] = vc + off;
+  }
+}
+
 /* s[j] = q . k[j] * scale for j < nb (nb <= KB): four keys at a time, four independent
  * accumulation chains. */
 static void scores(const float *q, const float *const *k, int64_t nb, int64_t d, float scale,
@@ -133,15 +145,11 @@ static void accumulate(float *acc, float corr, const float *p, const float *cons
 static void attend(const mg_model *M, const mg_plan *P, const float *const *q, float *const *acc,
                    float *const *mx, float *const *l, int64_t nq, int64_t row, int64_t from,
                    int64_t to, const float *kc, const float *vc, int64_t hk, float *s) {
-  const int64_t d = M->head_dim, hkv = M->n_kv_heads;
+  const int64_t d = M->head_dim;
   for (int64_t p0 = from; p0 < to; p0 += KB) {
     const int64_t nb = to - p0 < KB ? to - p0 : KB;
     const float *kp[KB], *vp[KB];
-    for (int64_t j = 0; j < nb; j++) {
-      const int64_t off = (slot_of(P, row, p0 + j) * hkv + hk) * d;
-      kp[j] = kc + off;
-      vp[j] = vc + off;
-    }
+    key_block(M, P, row, p0, nb, kc, vc, hk, kp, vp);
     for (int64_t i = 0; i < nq; i++) {
       float *si = s + i * KB, top = *mx[i];
       scores(q[i], kp, nb, d, M->scale, si);
@@ -170,7 +178,7 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
                          float *const *acc, float *const *mx, float *const *l, int64_t nq,
                          int64_t row, int64_t to, const float *kc, const float *vc, int64_t hk,
                          float *w) {
-  const int64_t d = M->head_dim, hkv = M->n_kv_heads;
+  const int64_t d = M->head_dim;
   float *qt = w, *at = w + d * VW, *st = w + 2 * d * VW; /* (d, VW), (d, VW), (KB, VW) */
   for (int64_t c = 0; c < d; c++)
     for (int64_t i = 0; i < VW; i++) qt[c * VW + i] = i < nq ? q[i][c] * M->scale : 0.0f;
@@ -179,11 +187,7 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
   for (int64_t p0 = 0; p0 < to; p0 += KB) {
     const int64_t nb = to - p0 < KB ? to - p0 : KB;
     const float *kp[KB + 3], *vp[KB];
-    for (int64_t j = 0; j < nb; j++) {
-      const int64_t off = (slot_of(P, row, p0 + j) * hkv + hk) * d;
-      kp[j] = kc + off;
-      vp[j] = vc + off;
-    }
+    key_block(M, P, row, p0, nb, kc, vc, hk, kp, vp);
     for (int64_t j = nb; j < nb + 3; j++) kp[j] = kp[0]; /* padding keys, scores unused */
     for (int64_t j = 0; j < nb; j += 4) { /* st[j] = scores of key j for every query */
       vec s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
