@@ -14,6 +14,7 @@ partial attentions are combined exactly by :func:`merge_attention` using their l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -58,12 +59,16 @@ class AttentionMetadata:
     ``slot_mapping`` (T,): cache slot of each new token. ``chunks``: the rows, split so that
     decode rows are not padded to a prefill's length and each chunk's transient tensors stay
     bounded. ``out_index`` (T,): position of each flat token in the concatenation of the chunks'
-    flattened (b * M) outputs.
+    flattened (b * M) outputs, followed by the native output. ``native``: when set, the rows
+    outside the chunks attend natively (``native(q, k_cache, v_cache)`` for one layer, the new
+    K/V already written -> their tokens' (n, Hq, D);
+    :meth:`~metagen.engine.native.decode_step.DecodeStep.attention`).
     """
 
     slot_mapping: torch.Tensor
     chunks: list[RowChunk]
     out_index: torch.Tensor
+    native: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -116,6 +121,8 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     kc.index_copy_(0, meta.slot_mapping, k_new)
     vc.index_copy_(0, meta.slot_mapping, v_new)
     outs = [_attend_chunk(q, kc, vc, chunk, scale) for chunk in meta.chunks]
+    if meta.native is not None:
+        outs.append(meta.native(q, k_cache, v_cache))
     out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (sum b*M, Hq, D)
     return out.index_select(0, meta.out_index)
 

@@ -19,11 +19,13 @@ Rows whose block tables start with the same physical blocks are detected automat
 ``hydragen``, attend to their common prefix once per group (see :mod:`metagen.engine.attention`).
 Rows are attended in chunks (single-token rows apart from multi-token ones, each chunk's padded
 tensors under ``ATTN_CHUNK_BYTES``), so a long prefill never pads a batch of decodes and the
-transient memory of a step stays bounded.
+transient memory of a step stays bounded. On the CPU with torch on one thread, decode-like
+steps bypass this layout and attend natively over the paged cache (see :meth:`ModelRunner._forward`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,6 +38,9 @@ from metagen.engine.native.decode_step import StepPlan, for_model as native_deco
 
 
 ATTN_CHUNK_BYTES = 64 << 20  # bound on a row chunk's transient attention tensors
+# Rows of at most this many new tokens may attend natively in a step too large for the native
+# decode step (longer rows are prefill chunks, which PyTorch's fused attention does better).
+NATIVE_ATTENTION_MAX_ROW = 16
 
 
 @dataclass(slots=True)
@@ -89,6 +94,7 @@ class ModelRunner:
         self.native = (native_decode_step(model)
                        if native and kv_cache.k.dtype == torch.float32 else None)
         self.native_steps = 0  # steps run by the native decode step (a counter)
+        self.native_attention_steps = 0  # steps with PyTorch products, native attention
 
     def _prefix_groups(self, reqs: Sequence[ExtendRequest]) -> list[tuple[list[int], int]]:
         """The Hydragen groups among ``reqs`` (see :func:`_shared_prefixes`; none with Hydragen
@@ -99,12 +105,15 @@ class ModelRunner:
         self.hydragen_rows += sum(len(rows) for rows, _ in groups)
         return groups
 
-    def _partition(self, reqs: Sequence[ExtendRequest], lens: list[int]) -> list[list[int]]:
-        """Split the rows into chunks: single-token rows first, then the multi-token ones, and
-        a new chunk whenever the padded transient tensors would pass ATTN_CHUNK_BYTES."""
+    def _partition(self, reqs: Sequence[ExtendRequest], lens: list[int], candidates: list[int]
+                   ) -> list[list[int]]:
+        """Split the rows ``candidates`` into chunks: single-token rows first, then the
+        multi-token ones, and a new chunk whenever the padded transient tensors would pass
+        ATTN_CHUNK_BYTES."""
         cfg = self.model.cfg
         elem = self.kv.k.element_size()
-        order = [i for i, n in enumerate(lens) if n == 1] + [i for i, n in enumerate(lens) if n > 1]
+        order = ([i for i in candidates if lens[i] == 1]
+                 + [i for i in candidates if lens[i] > 1])
         chunks: list[list[int]] = []
         rows: list[int] = []
         m = c = 0
@@ -118,7 +127,8 @@ class ModelRunner:
                 rows, m2, c2 = [], lens[i], reqs[i].num_cached + lens[i]
             rows.append(i)
             m, c = m2, c2
-        chunks.append(rows)
+        if rows:
+            chunks.append(rows)
         return chunks
 
     def _chunk(self, reqs: Sequence[ExtendRequest], rows: list[int], offsets: list[int]
@@ -164,8 +174,12 @@ class ModelRunner:
                          _consecutive_start(kv_slots) if b == 1 and not groups else None)
         return chunk, flat[q_valid], out_pos, slots, qpos[q_valid]
 
-    def _metadata(self, reqs: Sequence[ExtendRequest]
+    def _metadata(self, reqs: Sequence[ExtendRequest], native_rows: Sequence[int] = ()
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+        """Input ids, positions, attention metadata and each request's token offset for a
+        PyTorch forward. The rows ``native_rows`` attend natively (one
+        :class:`~metagen.engine.native.decode_step.StepPlan` for all of them); the others in
+        padded row chunks."""
         lens = [len(r.new_token_ids) for r in reqs]
         offsets = [0] * len(reqs)
         for i in range(1, len(reqs)):
@@ -175,33 +189,59 @@ class ModelRunner:
         slot_mapping = torch.empty(total, dtype=torch.long)
         positions = torch.empty(total, dtype=torch.long)
         chunks, base = [], 0
-        for rows in self._partition(reqs, lens):
+        in_native = set(native_rows)
+        for rows in self._partition(reqs, lens, [i for i in range(len(reqs)) if i not in in_native]):
             chunk, flat, out_pos, slots, pos = self._chunk(reqs, rows, offsets)
             out_index[flat] = out_pos + base
             slot_mapping[flat] = slots
             positions[flat] = pos
             base += chunk.q_index.numel()
             chunks.append(chunk)
+        native = None
+        if native_rows:
+            assert self.native is not None
+            sub = [reqs[i] for i in native_rows]
+            plan = StepPlan.build(self.block_size, [r.block_table for r in sub],
+                                  [r.num_cached for r in sub], [lens[i] for i in native_rows],
+                                  self._prefix_groups(sub))
+            flat = torch.cat([torch.arange(offsets[i], offsets[i] + lens[i])
+                              for i in native_rows])  # the native tokens, in plan order
+            out_index[flat] = base + torch.arange(flat.shape[0])
+            positions[flat], slot_mapping[flat] = plan.positions_and_slots()
+            tokens = None if flat.shape[0] == total else flat
+            native = functools.partial(self.native.attention, plan=plan, tokens=tokens)
         input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
         dev = self.device
-        meta = AttentionMetadata(slot_mapping.to(dev), chunks, out_index.to(dev))
+        meta = AttentionMetadata(slot_mapping.to(dev), chunks, out_index.to(dev), native)
         return input_ids.to(dev), positions.to(dev), meta, offsets
 
     def _forward(self, reqs: Sequence[ExtendRequest]) -> tuple[torch.Tensor, list[int]]:
-        """Final hidden states (T, H) of every new token, natively for a few tokens on the CPU,
-        else through PyTorch; and each request's offset among the T tokens."""
+        """Final hidden states (T, H) of every new token, and each request's offset among them.
+
+        On the CPU with torch on one thread: a step of at most ``native.max_tokens`` tokens runs
+        every layer natively; in a larger step, every row of at most
+        :data:`NATIVE_ATTENTION_MAX_ROW` new tokens (decoding, beams, samples, verification)
+        attends natively, straight over the paged cache, and the products run in PyTorch, as
+        does everything else (prefill). Which way a row attends depends only on its own length,
+        never on the other rows of the step.
+        """
         lens = [len(r.new_token_ids) for r in reqs]
-        if (self.native is None or not self.native.applies(sum(lens))
-                or not self._native_safe(reqs, lens)):
-            input_ids, positions, meta, offsets = self._metadata(reqs)
-            return self.model(input_ids, positions, self.kv.k, self.kv.v, meta), offsets
-        shared = self._prefix_groups(reqs)
-        self.native_steps += 1
-        plan = StepPlan.build(self.block_size, [r.block_table for r in reqs],
-                              [r.num_cached for r in reqs], lens, shared)
-        input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
-        hidden = self.model.forward_native(input_ids, self.native, plan, self.kv.k, self.kv.v)
-        return hidden, plan.tok_off[:-1].tolist()
+        total = sum(lens)
+        native = self.native
+        usable = (native is not None and torch.get_num_threads() == 1
+                  and self._native_safe(reqs, lens))
+        if usable and native.applies(total):
+            self.native_steps += 1
+            plan = StepPlan.build(self.block_size, [r.block_table for r in reqs],
+                                  [r.num_cached for r in reqs], lens, self._prefix_groups(reqs))
+            input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
+            hidden = self.model.forward_native(input_ids, native, plan, self.kv.k, self.kv.v)
+            return hidden, plan.tok_off[:-1].tolist()
+        short = ([i for i, n in enumerate(lens) if n <= NATIVE_ATTENTION_MAX_ROW]
+                 if usable else [])
+        self.native_attention_steps += bool(short)
+        input_ids, positions, meta, offsets = self._metadata(reqs, short)
+        return self.model(input_ids, positions, self.kv.k, self.kv.v, meta), offsets
 
     def _native_safe(self, reqs: Sequence[ExtendRequest], lens: list[int]) -> bool:
         """Whether every position has a RoPE row and every block id a cache block: the C step

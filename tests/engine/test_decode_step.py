@@ -1,10 +1,11 @@
-"""The native decode step (all layers of a few-token step in C) equals the PyTorch path.
+"""The native decode step (all layers of a few-token step in C), and native attention under
+PyTorch products (wide decode steps), equal the PyTorch path.
 
 Two runners share a model; each has its own KV cache. Both are driven through the same random
-sequence of steps over hand-made block tables: prompts prefilled (always PyTorch), then steps of
-1-16 tokens mixing single-token decode rows, multi-token rows (speculative verification) and
-rows forked from one prompt (Hydragen prefix groups, with and without Hydragen). Every step's
-logits and the whole KV cache must agree to float32 rounding.
+sequence of steps over hand-made block tables: prompts prefilled (always PyTorch), then steps
+mixing single-token decode rows, multi-token rows (speculative verification) and rows forked
+from one prompt (Hydragen prefix groups, with and without Hydragen). Every step's logits and the
+whole KV cache must agree to float32 rounding.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from metagen.engine.kv_cache import KVCache
-from metagen.engine.model_runner import ExtendRequest, ModelRunner
+from metagen.engine.model_runner import NATIVE_ATTENTION_MAX_ROW, ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
 from metagen.engine.native.decode_step import StepPlan, for_model
 
@@ -55,9 +56,18 @@ class _Seq:
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "llama3rope"])
 @pytest.mark.parametrize("hydragen", [True, False])
-def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen):
+@pytest.mark.parametrize("path", ["step", "attention"])
+def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen, path):
+    """path "step": every step fits the native decode step. "attention": the decode step is
+    limited to 0 tokens, so every step runs its products in PyTorch and the attention of its
+    short rows natively (as a step wider than the decode step's limit does), mixed with some
+    rows too long for that, which attend through PyTorch in the same step."""
     native, ref = _runners(random_model_dir(kind), hydragen)
-    rng = random.Random(f"{kind}{hydragen}")
+    budget_per_step = native.native.max_tokens
+    if path == "attention":
+        native.native.max_tokens = 0
+        budget_per_step = 40
+    rng = random.Random(f"{kind}{hydragen}{path}")
     free = list(range(1, NUM_BLOCKS))
     rng.shuffle(free)  # blocks out of order: slots are not consecutive
 
@@ -78,13 +88,16 @@ def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen):
             for kvc in (native.kv, ref.kv):
                 kvc.copy_blocks(table[full:], own[full:])
             seqs.append(_Seq(own, n))
-    steps_before = native.native_steps
+    steps_before = native.native_steps + native.native_attention_steps
+    expected = 0  # steps with a row short enough to attend natively
     for _ in range(12):
         rows = rng.sample(seqs, rng.randrange(1, len(seqs) + 1))
         reqs = []
-        budget = native.native.max_tokens
+        budget = budget_per_step
         for s in rows:
             k = min(budget, 1 if rng.random() < 0.7 else rng.randrange(2, 6))
+            if path == "attention" and rng.random() < 0.15:  # a row too long to attend natively
+                k = min(budget, rng.randrange(NATIVE_ATTENTION_MAX_ROW + 1, 21))
             if k == 0:
                 break
             budget -= k
@@ -94,9 +107,13 @@ def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen):
                                                                 for _ in range(k)],
                                       all_logits=k > 1))
             s.cached += k
+        expected += any(len(r.new_token_ids) <= NATIVE_ATTENTION_MAX_ROW for r in reqs)
         step(reqs)
-    assert native.native_steps - steps_before == 12  # every step above ran natively
-    assert ref.native_steps == 0
+    ran = native.native_steps + native.native_attention_steps - steps_before
+    assert ran == expected >= 10  # every step with a short row ran natively
+    if path == "step":
+        assert native.native_steps - steps_before == 12
+    assert ref.native_steps == ref.native_attention_steps == 0
     assert (native.kv.k - ref.kv.k).abs().max().item() < 1e-4
     assert (native.kv.v - ref.kv.v).abs().max().item() < 1e-4
     if hydragen:
@@ -124,13 +141,19 @@ def test_native_step_off_when_disabled_or_not_float32(random_model_dir, monkeypa
         native_library.library.cache_clear()
 
 
-def test_more_tokens_than_the_native_limit_use_pytorch(random_model_dir):
+def test_which_path_a_step_takes(random_model_dir):
+    """A long row (prefill) goes to PyTorch; a token fits the native step; many decode rows,
+    past the native step's limit, attend natively under PyTorch products."""
     native, _ = _runners(random_model_dir("llama"), True)
-    n = native.native.max_tokens + 1
-    native.extend([ExtendRequest(list(range(1, 1 + -(-n // BLOCK))), 0, [5] * n)])
-    assert native.native_steps == 0
-    native.extend([ExtendRequest(list(range(1, 1 + -(-(n + 1) // BLOCK))), n, [6])])
-    assert native.native_steps == 1
+    n = max(native.native.max_tokens, NATIVE_ATTENTION_MAX_ROW) + 1
+    table = list(range(1, 1 + -(-(n + 1) // BLOCK)))
+    native.extend([ExtendRequest(table, 0, [5] * n)])
+    assert (native.native_steps, native.native_attention_steps) == (0, 0)
+    native.extend([ExtendRequest(table, n, [6])])
+    assert (native.native_steps, native.native_attention_steps) == (1, 0)
+    wide = native.native.max_tokens + 1
+    native.extend([ExtendRequest([100 + i], 0, [7]) for i in range(wide)])
+    assert (native.native_steps, native.native_attention_steps) == (1, 1)
 
 
 def test_stories_greedy_200_tokens_through_the_native_step_equal_transformers(

@@ -124,10 +124,11 @@ def test_row_chunked_attention_equals_one_chunk(random_models, monkeypatch):
     # decode rows mixed with multi-token rows on top of the cached prompts
     reqs = [ExtendRequest(t, len(p), [5] * k, True)
             for t, p, k in zip(tables, prompts, (1, 4, 1, 1, 7))]
-    assert len(runner._partition(reqs, [len(r.new_token_ids) for r in reqs])) == 2
+    lens = [len(r.new_token_ids) for r in reqs]
+    assert len(runner._partition(reqs, lens, list(range(5)))) == 2
     whole = runner.extend(reqs)
     monkeypatch.setattr(model_runner, "ATTN_CHUNK_BYTES", 1)  # one row per chunk
-    assert len(runner._partition(reqs, [len(r.new_token_ids) for r in reqs])) == 5
+    assert len(runner._partition(reqs, lens, list(range(5)))) == 5
     chunked = runner.extend(reqs)
     singles = [runner.extend([r])[0] for r in reqs]
     for a, b, c in zip(whole, chunked, singles):

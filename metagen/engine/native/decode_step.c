@@ -240,9 +240,12 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
   }
 }
 
-/* Work buffers of one step, carved from one allocation. */
+/* Work buffers of one step, carved from one allocation. Attention reads token t's query head i
+ * at q + t * q_stride + i * head_dim and writes it to attn + (t * n_heads + i) * head_dim. */
 typedef struct {
   float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act, *s, *grp;
+  const float *q_base;
+  int64_t q_stride;
   int64_t *tok_row, *tok_pos;
   const float **q;
   float **acc, **pmx, **pl;
@@ -282,17 +285,27 @@ static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) 
   S->pmx = carve(&p, n[13]);
   S->pl = carve(&p, n[14]);
   S->grp = carve(&p, n[15]);
+  S->q_base = S->qkv;
+  S->q_stride = qkv;
   return 0;
+}
+
+/* Row and position of every flat token of the plan. */
+static void index_tokens(const mg_plan *P, scratch *S) {
+  for (int64_t r = 0; r < P->n_rows; r++)
+    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) {
+      S->tok_row[t] = r;
+      S->tok_pos[t] = P->start[r] + (t - P->tok_off[r]);
+    }
 }
 
 /* Queries of token t for kv head hk, appended to the pointer lists at index *n. */
 static void gather_queries(const mg_model *M, const scratch *S, int64_t t, int64_t hk,
                            int64_t *n) {
   const int64_t D = M->head_dim, hq = M->n_heads, g = hq / M->n_kv_heads;
-  const int64_t qkv = (hq + 2 * M->n_kv_heads) * D;
   for (int64_t j = 0; j < g; j++, (*n)++) {
     const int64_t head = t * hq + hk * g + j;
-    S->q[*n] = S->qkv + t * qkv + (hk * g + j) * D;
+    S->q[*n] = S->q_base + t * S->q_stride + (hk * g + j) * D;
     S->acc[*n] = S->attn + head * D;
     S->pmx[*n] = S->mx + head;
     S->pl[*n] = S->l + head;
@@ -384,13 +397,28 @@ int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, 
   scratch S;
   void *block;
   if (make_scratch(M, T, &S, &block)) return -1;
-  for (int64_t r = 0; r < P->n_rows; r++)
-    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) {
-      S.tok_row[t] = r;
-      S.tok_pos[t] = P->start[r] + (t - P->tok_off[r]);
-    }
+  index_tokens(P, &S);
   for (int64_t i = 0; i < M->n_layers; i++)
     layer(M, layers + i, P, &S, T, h, k_cache + i * layer_stride, v_cache + i * layer_stride);
+  free(block);
+  return 0;
+}
+
+/* Attention alone, for steps whose products run elsewhere: the plan's tokens, whose keys and
+ * values are already in this layer's k_cache / v_cache (S, n_kv_heads, head_dim), attend as in
+ * mg_decode_step. q: token t's query head i at q + t * q_stride + i * head_dim; out: (T,
+ * n_heads * head_dim). Returns 0, or -1 when out of memory (out is then untouched). */
+int mg_attention(const mg_model *M, const mg_plan *P, const float *q, int64_t q_stride,
+                 float *out, const float *k_cache, const float *v_cache) {
+  const int64_t T = P->tok_off[P->n_rows];
+  scratch S;
+  void *block;
+  if (make_scratch(M, T, &S, &block)) return -1;
+  index_tokens(P, &S);
+  S.q_base = q;
+  S.q_stride = q_stride;
+  S.attn = out;
+  attention(M, P, &S, T, k_cache, v_cache);
   free(block);
   return 0;
 }

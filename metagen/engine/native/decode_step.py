@@ -86,6 +86,14 @@ class StepPlan:
         return cls(block_size, t([list(b) + [0] * (width - len(b)) for b in block_tables]),
                    t(list(starts)), t(tok_off), t(own_from), t(offsets), t(rows))
 
+    def positions_and_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(T,) int64 each: every flat token's position and its cache slot."""
+        lens = self.tok_off[1:] - self.tok_off[:-1]
+        row = torch.repeat_interleave(torch.arange(lens.shape[0]), lens)  # (T,)
+        pos = self.start[row] + torch.arange(row.shape[0]) - self.tok_off[row]
+        block = self.tables[row, pos // self.block_size]
+        return pos, block * self.block_size + pos % self.block_size
+
 
 class DecodeStep:
     """The native decode step bound to one model's weights (which must not move afterwards).
@@ -99,6 +107,11 @@ class DecodeStep:
         self._fn = lib.mg_decode_step
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [_P, _P, _P, _P, _P, _P, _I]
+        self._attn = lib.mg_attention
+        self._attn.restype = ctypes.c_int
+        self._attn.argtypes = [_P, _P, _P, _I, _P, _P, _P]
+        self._head_dim = cfg.head_dim
+        self._num_heads = cfg.num_heads
         self._model = _Model(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                              cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
                              cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr())
@@ -120,13 +133,35 @@ class DecodeStep:
         """Run every layer over ``h`` (T, hidden), the new tokens' embeddings, in place, and
         write their K/V into ``k_cache``/``v_cache`` (L, num_blocks, block_size, Hkv, D)."""
         assert h.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
-        p = _Plan(plan.tables.shape[0], plan.block_size, plan.tables.shape[1],
-                  plan.group_off.shape[0] - 1, plan.tables.data_ptr(), plan.start.data_ptr(),
-                  plan.tok_off.data_ptr(), plan.own_from.data_ptr(), plan.group_off.data_ptr(),
-                  plan.group_rows.data_ptr())
-        if self._fn(ctypes.byref(self._model), self._layers, ctypes.byref(p), h.data_ptr(),
-                    k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel()):
+        if self._fn(ctypes.byref(self._model), self._layers, ctypes.byref(_plan_struct(plan)),
+                    h.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel()):
             raise MemoryError("native decode step: out of memory for its work buffers")
+
+    def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  plan: StepPlan, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention alone (the step's products run elsewhere): the plan's T tokens, whose K/V
+        are already in one layer's ``k_cache``/``v_cache`` (num_blocks, block_size, Hkv, D),
+        attend as in :meth:`__call__`. ``q`` (N, Hq, D) float32, each token's heads contiguous
+        (its rows may be strided, as a view of the fused q|k|v); the plan's tokens are its rows
+        ``tokens`` (T,), or all N rows when ``None`` -> (T, Hq, D)."""
+        if tokens is not None:
+            q = q.index_select(0, tokens)
+        t, hq, d = q.shape
+        assert (hq, d) == (self._num_heads, self._head_dim) and q.dtype == torch.float32
+        assert q.stride(2) == 1 and q.stride(1) == d and t == int(plan.tok_off[-1])
+        assert k_cache.is_contiguous() and v_cache.is_contiguous()
+        out = torch.empty((t, hq, d), dtype=torch.float32)
+        if self._attn(ctypes.byref(self._model), ctypes.byref(_plan_struct(plan)), q.data_ptr(),
+                      q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr()):
+            raise MemoryError("native attention: out of memory for its work buffers")
+        return out
+
+
+def _plan_struct(plan: StepPlan) -> _Plan:
+    return _Plan(plan.tables.shape[0], plan.block_size, plan.tables.shape[1],
+                 plan.group_off.shape[0] - 1, plan.tables.data_ptr(), plan.start.data_ptr(),
+                 plan.tok_off.data_ptr(), plan.own_from.data_ptr(), plan.group_off.data_ptr(),
+                 plan.group_rows.data_ptr())
 
 
 def for_model(model: torch.nn.Module) -> DecodeStep | None:
