@@ -5,8 +5,8 @@ with per-row counter-based seeds (:mod:`metagen.decoding.rng`) and reports raw l
 """
 
 from metagen.decoding.masks import (
-    apply_bias, banned_by_bad_words, banned_by_ngram, bias_matrix, keep_only, mask_tokens,
-    rows_to_mask, suppressed_end_tokens,
+    apply_bias, banned_by_bad_words, banned_by_ngram, bias_matrix, keep_only, mask_ids,
+    mask_tokens, rows_to_mask, suppressed_end_tokens,
 )
 from metagen.decoding.penalties import (
     apply_presence_frequency, apply_repetition_penalty, token_counts,
@@ -29,6 +29,6 @@ __all__ = [
     "apply_temperature", "top_k_filter", "top_p_filter", "min_p_filter", "typical_filter",
     "epsilon_filter", "eta_filter", "entropy_rows", "mirostat_filter", "mirostat_update",
     "apply_repetition_penalty", "apply_presence_frequency", "token_counts",
-    "apply_bias", "bias_matrix", "keep_only", "mask_tokens", "rows_to_mask",
+    "apply_bias", "bias_matrix", "keep_only", "mask_ids", "mask_tokens", "rows_to_mask",
     "banned_by_bad_words", "banned_by_ngram", "suppressed_end_tokens",
 ]

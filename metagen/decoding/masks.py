@@ -70,6 +70,18 @@ def mask_tokens(logits: torch.Tensor, banned: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(banned, NEG_INF)
 
 
+def mask_ids(logits: torch.Tensor, rows: Sequence[Sequence[int] | None]) -> torch.Tensor:
+    """``mask_tokens(logits, rows_to_mask(rows, V))`` without the dense ``(B, V)`` mask: sets
+    ``-inf`` at each row's ids (a few per row: EOS under ``min_tokens``, bad words), ids outside
+    ``[0, V)`` ignored. Returns a new tensor."""
+    row_idx, cols = flat_row_ids(rows, logits.shape[1])
+    if not cols.numel():
+        return logits.clone()
+    dev = logits.device
+    return logits.index_put((row_idx.to(dev), cols.to(dev)),
+                            torch.tensor(NEG_INF, dtype=logits.dtype, device=dev))
+
+
 def keep_only(logits: torch.Tensor, allowed: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
     """Rows with ``active[b]`` (``(B,)`` bool) keep only tokens where ``allowed`` (``(B, V)``)."""
     return logits.masked_fill(~allowed & active[:, None], NEG_INF)

@@ -29,7 +29,7 @@ import torch
 
 from metagen.decoding.batch import BatchParams, gather_params
 from metagen.decoding.masks import (
-    apply_bias, banned_by_bad_words, banned_by_ngram, bias_matrix, keep_only, mask_tokens,
+    apply_bias, banned_by_bad_words, banned_by_ngram, bias_matrix, keep_only, mask_ids,
     rows_to_mask, suppressed_end_tokens,
 )
 from metagen.decoding.penalties import (
@@ -94,7 +94,7 @@ def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor
                                          s.eos_token_ids, p.stop_token_ids)
         banned.append(row or None)
     if any(banned):
-        x = mask_tokens(x, rows_to_mask(banned, vocab, dev))
+        x = mask_ids(x, banned)
     return x
 
 

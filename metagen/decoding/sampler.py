@@ -40,22 +40,37 @@ def log_softmax_rows(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.to(torch.float32), dim=-1)
 
 
+SCAN_BLOCK = 256  # vocabulary entries per block of the two-level inverse-CDF scan
+
+
 def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """``(B,)`` int64: for each row the token ``j`` with ``CDF(j-1) <= u * total < CDF(j)``.
 
     ``probs`` ``(B, V)`` non-negative weights (need not sum to 1; each row needs one positive
-    entry), ``uniforms`` ``(B,)`` in ``[0, 1)``. Cumulative sums are float64; a token of
-    probability 0 is never returned, also when rounding puts ``u * total`` at the very end.
+    entry), ``uniforms`` ``(B,)`` in ``[0, 1)``. Sums are float64; a token of probability 0 is
+    never returned, also when rounding puts ``u * total`` at the very end of its block.
+
+    Two levels, so no cumulative sum runs over the whole vocabulary (a sequential float64 scan
+    of 32000 entries costs ~0.1 ms a row): the CDF of blocks of :data:`SCAN_BLOCK` tokens picks
+    the block, then the CDF inside that block picks the token.
     """
-    p = probs
-    cdf = p.cumsum(dim=-1, dtype=torch.float64)  # (B, V)
-    target = uniforms.to(device=p.device, dtype=torch.float64)[:, None] * cdf[:, -1:]
-    idx = torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1)  # (B, 1)
-    zero = p.gather(1, idx) <= 0  # only when u * total rounded onto the end of the CDF
+    b, v = probs.shape
+    w = min(SCAN_BLOCK, v)
+    nb = -(-v // w)
+    padded = probs if nb * w == v else torch.nn.functional.pad(probs, (0, nb * w - v))
+    blocks = padded.view(b, nb, w)
+    block_cdf = blocks.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # (B, nb)
+    target = uniforms.to(device=probs.device, dtype=torch.float64)[:, None] * block_cdf[:, -1:]
+    blk = torch.searchsorted(block_cdf, target, right=True).clamp_(max=nb - 1)  # (B, 1)
+    before = block_cdf.gather(1, (blk - 1).clamp(min=0)).masked_fill(blk == 0, 0.0)  # (B, 1)
+    inner = blocks.gather(1, blk[:, :, None].expand(b, 1, w)).squeeze(1)  # (B, w)
+    cdf = inner.cumsum(dim=-1, dtype=torch.float64) + before
+    j = torch.searchsorted(cdf, target, right=True).clamp_(max=w - 1)  # (B, 1)
+    zero = inner.gather(1, j) <= 0  # only when u * total rounded onto the end of the block
     if bool(zero.any()):
-        last = p.shape[-1] - 1 - (p > 0).flip(-1).to(torch.int8).argmax(dim=-1, keepdim=True)
-        idx = torch.where(zero, last, idx)
-    return idx.squeeze(1)
+        last = w - 1 - (inner > 0).flip(-1).to(torch.int8).argmax(dim=-1, keepdim=True)
+        j = torch.where(zero, last, j)
+    return (blk * w + j).squeeze(1)
 
 
 def top_logprobs_rows(logprobs: torch.Tensor, ks: Sequence[int | None]

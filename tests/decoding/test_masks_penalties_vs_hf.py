@@ -154,3 +154,15 @@ def test_allowed_token_ids_remove_everything_else_per_row():
     assert kept == [3, 4, 30]
     assert torch.equal(out[0, kept], logits[0, kept])
     assert torch.equal(out[1], logits[1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.none() | st.lists(st.integers(-3, V + 3), max_size=6), min_size=1,
+                max_size=5))
+def test_sparse_id_masking_equals_the_dense_mask(rows):
+    from metagen.decoding import mask_ids, mask_tokens
+
+    logits = logits_for(len(rows), 3)
+    got = mask_ids(logits, rows)
+    assert torch.equal(got, mask_tokens(logits, rows_to_mask(rows, V)))
+    assert got is not logits and torch.isfinite(logits).all()  # the input is left alone

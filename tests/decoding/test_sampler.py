@@ -79,6 +79,27 @@ def test_inverse_cdf_never_returns_a_zero_probability_token(weights, u):
                       max(j for j, w in enumerate(weights) if w > 0))
 
 
+def test_two_level_inverse_cdf_equals_one_float64_scan_over_the_vocabulary():
+    """Many blocks (V = 1000 is not a multiple of the block), zero entries and whole zero
+    blocks: the block-then-token search picks the token one float64 cumulative sum over the
+    row picks (ties at a rounding boundary have probability ~1e-12 here)."""
+    from metagen.decoding.sampler import SCAN_BLOCK
+
+    g = torch.Generator().manual_seed(0)
+    v = 4 * SCAN_BLOCK - 24
+    probs = torch.rand(64, v, generator=g) ** 4
+    probs[probs < 0.05] = 0.0
+    probs[:8, SCAN_BLOCK:2 * SCAN_BLOCK] = 0.0
+    for _ in range(30):
+        u = torch.rand(64, generator=g, dtype=torch.float64)
+        got = inverse_cdf_sample(probs, u)
+        cdf = np.cumsum(probs.double().numpy(), axis=-1)
+        want = [int(np.searchsorted(cdf[r], u[r].item() * cdf[r, -1], side="right"))
+                for r in range(64)]
+        assert got.tolist() == want
+        assert bool((probs.gather(1, got[:, None]) > 0).all())
+
+
 # A deterministic toy "model": next-token logits are a hash of the whole context, so a sample's
 # tokens depend on the other rows only if the sampler lets them.
 V = 40
