@@ -59,8 +59,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-# K crosses the 16-row weight chunk, N the 4096-column chunk and the 64/24-column register tile
-# (full and masked tails), M the 6/4-row register tile.
+# K crosses the 16-row weight chunk and the 8-row sweep of the few-row path, N the 4096-column
+# chunk and the 64/24-column register tile (full and masked tails), M the 6/4-row register tile
+# (up to which the few-row path runs).
 @settings(max_examples=60, deadline=None)
 @given(m=st.integers(1, 20), k=st.sampled_from([1, 3, 16, 17, 40, 129]),
        n=st.sampled_from([1, 5, 8, 16, 23, 24, 63, 64, 65, 130, 4096, 4101]),

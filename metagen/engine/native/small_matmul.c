@@ -3,11 +3,15 @@
  *
  * Why: for a few rows (2 <= M <= 16: beams, samples, speculative verification) MKL repacks the
  * weight on every call and runs at about half the memory bandwidth; decoding is bound by
- * streaming the weights once, which this kernel does for any M. It reads w in chunks of
- * KC rows x NC columns: every weight row is read as one contiguous run of NC floats (the
- * hardware prefetchers follow KC such streams), the NC-wide slice of y stays in L1/L2 between
- * chunks, and a register tile of MR rows x NR vectors accumulates KC products per load of y.
- * Rows beyond MR are further passes over the same weight chunk, served from cache.
+ * streaming the weights once, which this kernel does for any M. Two schedules:
+ *  - up to MR rows (stream_rows): w is read once, in storage order, GR rows at a time, each
+ *    vector of those rows feeding the accumulators of every x row; one sequential stream is
+ *    what the hardware prefetchers follow best (one row: MKL's GEMV speed);
+ *  - more rows: w is read in chunks of KC rows x NC columns: every weight row is read as one
+ *    contiguous run of NC floats (the hardware prefetchers follow KC such streams), the
+ *    NC-wide slice of y stays in L1/L2 between chunks, and a register tile of MR rows x NR
+ *    vectors accumulates KC products per load of y. Rows beyond MR are further passes over the
+ *    same weight chunk, served from cache.
  *
  * Summation order differs from MKL's, so results agree to rounding, not bit for bit.
  */
@@ -93,6 +97,82 @@ static const tile_fn FULL[MR + 1] = {0, full_1, full_2, full_3, full_4};
 static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
 #endif
 
+#define GR 8 /* weight rows per sweep of stream_rows */
+
+/* y (mr, N) = x (mr, K) @ w (K, N) [+ bias] for mr <= MR, sweeping w in storage order GR rows
+ * at a time: per vector of y, its mr accumulators are loaded once, take GR weight vectors
+ * (mr FMAs each) and are stored once, so y (mr x N floats) stays in L1/L2 and w is one
+ * sequential stream. One row: as fast as MKL's GEMV; the chunked tiles were ~8% slower
+ * (benchmarks/README.md). */
+static inline __attribute__((always_inline)) void sweep(const int mr, const int full, const int gr,
+                                                        const float *xs, const float *wk,
+                                                        const float *bias, float *y, int64_t N,
+                                                        int first, vmask msk) {
+#define LOAD(p) (full ? vloadu(p) : vload(p, msk))
+  vec a[MR];
+  UNROLL
+  for (int m = 0; m < mr; m++) a[m] = !first ? LOAD(y + m * N) : (bias ? LOAD(bias) : vzero());
+  UNROLL
+  for (int r = 0; r < gr; r++) {
+    const vec wv = LOAD(wk + r * N);
+    UNROLL
+    for (int m = 0; m < mr; m++) a[m] = vfma(vbcast(xs[r * MR + m]), wv, a[m]);
+  }
+  UNROLL
+  for (int m = 0; m < mr; m++) {
+    if (full)
+      vstoreu(y + m * N, a[m]);
+    else
+      vstore(y + m * N, a[m], msk);
+  }
+#undef LOAD
+}
+
+static inline __attribute__((always_inline)) void stream_rows(const int mr, const float *x,
+                                                              const float *w, const float *bias,
+                                                              float *y, int64_t K, int64_t N) {
+  const int64_t body = N / VW * VW;
+  const vmask tail = mask_first(N - body), all = mask_first(VW);
+  float xs[GR * MR]; /* x[0:mr, k:k+gr] by weight row, so each FMA broadcasts from one base */
+  for (int64_t k = 0; k < K; k += GR) {
+    const int gr = K - k < GR ? (int)(K - k) : GR;
+    for (int r = 0; r < gr; r++)
+      for (int m = 0; m < mr; m++) xs[r * MR + m] = x[m * K + k + r];
+    const float *wk = w + k * N;
+    const int first = k == 0;
+    if (gr == GR) { /* GR is a constant here: the sweep unrolls */
+      for (int64_t j = 0; j < body; j += VW)
+        sweep(mr, 1, GR, xs, wk + j, bias ? bias + j : 0, y + j, N, first, all);
+      if (body < N)
+        sweep(mr, 0, GR, xs, wk + body, bias ? bias + body : 0, y + body, N, first, tail);
+    } else {
+      for (int64_t j = 0; j < body; j += VW)
+        sweep(mr, 1, gr, xs, wk + j, bias ? bias + j : 0, y + j, N, first, all);
+      if (body < N)
+        sweep(mr, 0, gr, xs, wk + body, bias ? bias + body : 0, y + body, N, first, tail);
+    }
+  }
+}
+
+typedef void (*stream_fn)(const float *, const float *, const float *, float *, int64_t, int64_t);
+#define STREAM(R)                                                                              \
+  static void stream_##R(const float *x, const float *w, const float *bias, float *y,          \
+                         int64_t K, int64_t N) {                                               \
+    stream_rows(R, x, w, bias, y, K, N);                                                       \
+  }
+STREAM(1)
+STREAM(2)
+STREAM(3)
+STREAM(4)
+#if MR > 4
+STREAM(5)
+STREAM(6)
+static const stream_fn STREAMS[MR + 1] = {0, stream_1, stream_2, stream_3, stream_4, stream_5,
+                                          stream_6};
+#else
+static const stream_fn STREAMS[MR + 1] = {0, stream_1, stream_2, stream_3, stream_4};
+#endif
+
 /* Chunk (k0, c0) of w: kc rows of nc columns from row k0, column c0. */
 typedef struct {
   int64_t k0, c0, kc, nc;
@@ -107,18 +187,22 @@ static chunk next_chunk(chunk c, int64_t K, int64_t N) {
 }
 
 /* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL]. M, K, N >= 1.
- * With more rows than one register tile (M > MR), the passes after the first over a chunk are
- * arithmetic on cached weights while the first waits on memory; so every tile also prefetches
- * its share of the next chunk into L2, and the next chunk's first pass finds it there (16 rows:
- * 44 -> 33 ms for the benchmark target's products; table in benchmarks/README.md). */
+ * Up to MR rows: stream_rows. More: chunked tiles, where the passes after the first over a chunk
+ * are arithmetic on cached weights while the first waits on memory; so every tile also
+ * prefetches its share of the next chunk into L2, and the next chunk's first pass finds it there
+ * (16 rows: 44 -> 33 ms for the benchmark target's products; table in benchmarks/README.md). */
 void mg_matmul(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t K,
                int64_t N) {
+  if (M <= MR) {
+    STREAMS[M](x, w, bias, y, K, N);
+    return;
+  }
   chunk c = {0, 0, K < KC ? K : KC, N < NC ? N : NC};
   for (; c.kc; c = next_chunk(c, K, N)) {
     const chunk nx = next_chunk(c, K, N);
     const int64_t row_lines = (nx.nc + 15) / 16; /* 64-byte lines per row of the next chunk */
     const int64_t tiles = ((M + MR - 1) / MR) * ((c.nc + TILE_COLS - 1) / TILE_COLS);
-    const int64_t share = M > MR ? (nx.kc * row_lines + tiles - 1) / tiles : 0; /* one pass: none */
+    const int64_t share = (nx.kc * row_lines + tiles - 1) / tiles;
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; column in row */
     const float *row = w + nx.k0 * N + nx.c0;
     for (int64_t m0 = 0; m0 < M; m0 += MR) {
