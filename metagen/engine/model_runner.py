@@ -222,8 +222,8 @@ class ModelRunner:
         every layer natively; in a larger step, every row of at most
         :data:`NATIVE_ATTENTION_MAX_ROW` new tokens (decoding, beams, samples, verification)
         attends natively, straight over the paged cache, and the products run in PyTorch, as
-        does everything else (prefill). Which way a row attends depends only on its own length,
-        never on the other rows of the step.
+        does everything else (prefill). In such a step, which way a row attends depends only on
+        its own length, not on the other rows'.
         """
         lens = [len(r.new_token_ids) for r in reqs]
         total = sum(lens)
