@@ -18,7 +18,10 @@ import torch
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.model_runner import NATIVE_ATTENTION_MAX_ROW, ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
-from metagen.engine.native.decode_step import StepPlan, for_model
+from metagen.engine.native.decode_step import DecodeStep, StepPlan, for_model
+from metagen.engine.native.library import open_library
+
+from ._native_variants import variants
 
 BLOCK = 4
 NUM_BLOCKS = 256
@@ -33,7 +36,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _runners(folder, hydragen: bool) -> tuple[ModelRunner, ModelRunner]:
+def _runners(folder, hydragen: bool, isa: str = "native") -> tuple[ModelRunner, ModelRunner]:
+    """A runner with the native step (this machine's build, or the AVX2 path built explicitly)
+    and a PyTorch-only runner, on one model."""
     model = load_model(folder)
     cfg = model.cfg
 
@@ -44,6 +49,10 @@ def _runners(folder, hydragen: bool) -> tuple[ModelRunner, ModelRunner]:
     native = ModelRunner(model, kv(), hydragen=hydragen)
     if native.native is None:
         pytest.skip("no native library on this machine (no C compiler or vector ISA)")
+    if isa != "native":
+        lib = open_library(dict(variants())[isa])
+        assert (isa, lib.mg_isa()) == ("avx2", 256)
+        native.native = DecodeStep(lib, model)
     return native, ModelRunner(model, kv(), hydragen=hydragen, native=False)
 
 
@@ -57,17 +66,18 @@ class _Seq:
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "llama3rope"])
 @pytest.mark.parametrize("hydragen", [True, False])
 @pytest.mark.parametrize("path", ["step", "attention"])
-def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen, path):
+@pytest.mark.parametrize("isa", [name for name, _ in variants()])
+def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen, path, isa):
     """path "step": every step fits the native decode step. "attention": the decode step is
     limited to 0 tokens, so every step runs its products in PyTorch and the attention of its
     short rows natively (as a step wider than the decode step's limit does), mixed with some
     rows too long for that, which attend through PyTorch in the same step."""
-    native, ref = _runners(random_model_dir(kind), hydragen)
+    native, ref = _runners(random_model_dir(kind), hydragen, isa)
     budget_per_step = native.native.max_tokens
     if path == "attention":
         native.native.max_tokens = 0
         budget_per_step = 40
-    rng = random.Random(f"{kind}{hydragen}{path}")
+    rng = random.Random(f"{kind}{hydragen}{path}{isa}")
     free = list(range(1, NUM_BLOCKS))
     rng.shuffle(free)  # blocks out of order: slots are not consecutive
 

@@ -4,7 +4,6 @@ and the engine's forward through it against transformers."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,26 +15,10 @@ from metagen.engine.native import build as native_build
 from metagen.engine.native import library as native_library
 from metagen.engine.native import small_matmul as sm
 
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
+from ._native_variants import cpu_flags, variants
 
 
-def _variants() -> list[tuple[str, tuple[str, ...]]]:
-    """(name, flags) of every vector path this CPU can run: the native build, and the AVX2 path
-    built explicitly so it is tested on AVX-512 machines too."""
-    out = [("native", native_build.NATIVE_FLAGS)]
-    if {"avx2", "fma"} <= _cpu_flags():
-        out.append(("avx2", ("-O3", "-mavx2", "-mfma", "-mno-avx512f", "-std=c11")))
-    return out
-
-
-@pytest.fixture(scope="module", params=_variants(), ids=lambda v: v[0])
+@pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
 def kernel(request, tmp_path_factory) -> SmallMatmul:
     if native_build.compiler() is None:
         pytest.skip("no C compiler")
@@ -129,7 +112,7 @@ def test_build_failures_are_typed(tmp_path, monkeypatch):
 
 
 def test_a_build_without_a_vector_path_is_refused(tmp_path, monkeypatch):
-    if native_build.compiler() is None or not (_cpu_flags() and "avx2" in _cpu_flags()):
+    if native_build.compiler() is None or "avx2" not in cpu_flags():
         pytest.skip("needs an x86-64 C compiler")
     monkeypatch.setenv("METAGEN_CACHE_DIR", str(tmp_path))
     with pytest.raises(NativeBuildError, match="without a vector path"):
