@@ -89,11 +89,14 @@ static inline int64_t slot_of(const mg_plan *P, int64_t row, int64_t pos) {
 static void key_block(const mg_model *M, const mg_plan *P, int64_t row, int64_t p0, int64_t nb,
                       const float *kc, const float *vc, int64_t hk, const float **kp,
                       const float **vp) {
-  const int64_t d = M->head_dim, hkv = M->n_kv_heads;
+  const int64_t d = M->head_dim, hkv = M->n_kv_heads, bs = P->block_size;
+  const int64_t *table = P->tables + row * P->max_blocks;
+  int64_t blk = p0 / bs, in_blk = p0 % bs; /* one division per key block, not two per key */
   for (int64_t j = 0; j < nb; j++) {
-    const int64_t off = (slot_of(P, row, p0 + j) * hkv + hk) * d;
+    const int64_t off = ((table[blk] * bs + in_blk) * hkv + hk) * d;
     kp[j] = kc + off;
     vp[j] = vc + off;
+    if (++in_blk == bs) in_blk = 0, blk++;
   }
 }
 
