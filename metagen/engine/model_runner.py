@@ -20,7 +20,8 @@ Rows whose block tables start with the same physical blocks are detected automat
 Rows are attended in chunks (single-token rows apart from multi-token ones, each chunk's padded
 tensors under ``ATTN_CHUNK_BYTES``), so a long prefill never pads a batch of decodes and the
 transient memory of a step stays bounded. On the CPU with torch on one thread, decode-like
-steps bypass this layout and attend natively over the paged cache (see :meth:`ModelRunner._forward`).
+rows bypass this layout and attend natively over the paged cache (see
+:meth:`ModelRunner._forward`).
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ class ModelRunner:
         positions = torch.empty(total, dtype=torch.long)
         chunks, base = [], 0
         in_native = set(native_rows)
-        for rows in self._partition(reqs, lens, [i for i in range(len(reqs)) if i not in in_native]):
+        padded = [i for i in range(len(reqs)) if i not in in_native]
+        for rows in self._partition(reqs, lens, padded):
             chunk, flat, out_pos, slots, pos = self._chunk(reqs, rows, offsets)
             out_index[flat] = out_pos + base
             slot_mapping[flat] = slots
@@ -200,10 +202,7 @@ class ModelRunner:
         native = None
         if native_rows:
             assert self.native is not None
-            sub = [reqs[i] for i in native_rows]
-            plan = StepPlan.build(self.block_size, [r.block_table for r in sub],
-                                  [r.num_cached for r in sub], [lens[i] for i in native_rows],
-                                  self._prefix_groups(sub))
+            plan = self._plan([reqs[i] for i in native_rows])
             flat = torch.cat([torch.arange(offsets[i], offsets[i] + lens[i])
                               for i in native_rows])  # the native tokens, in plan order
             out_index[flat] = base + torch.arange(flat.shape[0])
@@ -225,29 +224,33 @@ class ModelRunner:
         does everything else (prefill). In such a step, which way a row attends depends only on
         its own length, not on the other rows'.
         """
-        lens = [len(r.new_token_ids) for r in reqs]
-        total = sum(lens)
-        native = self.native
-        usable = (native is not None and torch.get_num_threads() == 1
-                  and self._native_safe(reqs, lens))
-        if usable and native.applies(total):
+        native = self.native if torch.get_num_threads() == 1 else None
+        if native is not None and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
+                and self._native_safe(reqs):
             self.native_steps += 1
-            plan = StepPlan.build(self.block_size, [r.block_table for r in reqs],
-                                  [r.num_cached for r in reqs], lens, self._prefix_groups(reqs))
+            plan = self._plan(reqs)
             input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
             hidden = self.model.forward_native(input_ids, native, plan, self.kv.k, self.kv.v)
             return hidden, plan.tok_off[:-1].tolist()
-        short = ([i for i, n in enumerate(lens) if n <= NATIVE_ATTENTION_MAX_ROW]
-                 if usable else [])
+        short = [] if native is None else [
+            i for i, r in enumerate(reqs) if len(r.new_token_ids) <= NATIVE_ATTENTION_MAX_ROW]
+        if short and not self._native_safe([reqs[i] for i in short]):
+            short = []
         self.native_attention_steps += bool(short)
         input_ids, positions, meta, offsets = self._metadata(reqs, short)
         return self.model(input_ids, positions, self.kv.k, self.kv.v, meta), offsets
 
-    def _native_safe(self, reqs: Sequence[ExtendRequest], lens: list[int]) -> bool:
-        """Whether every position has a RoPE row and every block id a cache block: the C step
-        reads and writes where these point without checks, so anything else goes to PyTorch,
-        which raises its own error."""
-        top = max(r.num_cached + n for r, n in zip(reqs, lens))
+    def _plan(self, reqs: Sequence[ExtendRequest]) -> StepPlan:
+        """The native plan of ``reqs``, with their Hydragen groups."""
+        return StepPlan.build(self.block_size, [r.block_table for r in reqs],
+                              [r.num_cached for r in reqs],
+                              [len(r.new_token_ids) for r in reqs], self._prefix_groups(reqs))
+
+    def _native_safe(self, reqs: Sequence[ExtendRequest]) -> bool:
+        """Whether every position of ``reqs`` has a RoPE row and every block id a cache block:
+        the C code reads and writes where these point without checks, so anything else goes to
+        PyTorch, which raises its own error."""
+        top = max(r.num_cached + len(r.new_token_ids) for r in reqs)
         return (top <= self.model.max_positions
                 and all(0 <= b < self.kv.num_blocks for r in reqs for b in r.block_table))
 

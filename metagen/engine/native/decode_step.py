@@ -110,8 +110,6 @@ class DecodeStep:
         self._attn = lib.mg_attention
         self._attn.restype = ctypes.c_int
         self._attn.argtypes = [_P, _P, _P, _I, _P, _P, _P]
-        self._head_dim = cfg.head_dim
-        self._num_heads = cfg.num_heads
         self._model = _Model(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                              cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
                              cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr())
@@ -147,7 +145,7 @@ class DecodeStep:
         if tokens is not None:
             q = q.index_select(0, tokens)
         t, hq, d = q.shape
-        assert (hq, d) == (self._num_heads, self._head_dim) and q.dtype == torch.float32
+        assert (hq, d) == (self._model.n_heads, self._model.head_dim) and q.dtype == torch.float32
         assert q.stride(2) == 1 and q.stride(1) == d and t == int(plan.tok_off[-1])
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
         out = torch.empty((t, hq, d), dtype=torch.float32)
