@@ -8,6 +8,14 @@ when finished or :meth:`abort`-ed. ``n > 1`` prefills the prompt once and forks 
 that share its blocks (copy-on-write on the last partial block). Single-threaded: one caller
 drives the engine.
 
+Batch composition: a request's logits, scores and log-probabilities do not depend on which other
+requests share its steps, its chunking or its prefix-cache hits beyond float32 rounding -- not
+bitwise, because the kernel a product takes depends on the step's shape (the native few-row
+kernels, MKL on one thread, MKL split across threads, a GPU's) and each sums in its own order.
+Tests hold scores to a relative 1e-5 of their value alone (``BATCH_RTOL``). Greedy and seeded
+samples are therefore the same tokens in any batch unless two candidates' probabilities lie
+within that rounding of each other.
+
 For algorithms on top (beam search, speculative decoding): :meth:`fork` (children share KV),
 :meth:`truncate` (roll a sequence back), ``engine.runner`` (the raw extend forward, see
 :mod:`metagen.engine.model_runner`), and ``logits_hook`` (a callable ``(logits (B, V),
@@ -42,6 +50,7 @@ from metagen.generators.tokenize import bad_words_ids
 from metagen.types import SamplingParams
 
 DEFAULT_KV_BYTES = 64 << 20
+BATCH_RTOL = 1e-5  # see "Batch composition" in the module docstring
 LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
 
