@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from metagen.engine.outputs import RequestOutput, StreamDelta
+from metagen.engine.stream_deltas import DeltaTracker
 from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
 
@@ -45,23 +46,12 @@ class DriversMixin:
         """Yield text/token deltas of one request as they are generated (other queued requests
         advance too). Text is held back while it could be the start of a stop string."""
         rid = self.add_request(prompt_ids, params)
-        req = self.requests[rid]
-        sent: dict[int, tuple[int, int, bool]] = {}  # index -> (chars, tokens, finished) sent
+        tracker = DeltaTracker(self.requests[rid])
         done = False
         try:
             while not done:
                 done = any(o.request_id == rid for o in self.step())
-                for i, seq in enumerate(list(req.seqs)):
-                    chars, ntok, fin = sent.get(i, (0, 0, False))
-                    if fin:
-                        continue
-                    text = seq.detok.stream_text(seq.is_finished)
-                    toks = seq.state.output_ids[ntok:]
-                    if len(text) > chars or toks or seq.is_finished:
-                        yield StreamDelta(rid, i, text[chars:], list(toks), seq.is_finished,
-                                          seq.finish_reason, seq.error)
-                        sent[i] = (max(chars, len(text)), len(seq.state.output_ids),
-                                   seq.is_finished)
+                yield from tracker.deltas()
         finally:
             if not done:  # the consumer stopped early: free the request's blocks
                 self.abort(rid)

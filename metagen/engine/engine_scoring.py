@@ -17,7 +17,7 @@ once and its KV blocks are not put in the prefix cache.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, overload
 
 import torch
@@ -32,6 +32,8 @@ from metagen.types import SamplingParams
 _SCORE_PARAMS = SamplingParams(temperature=0.0, max_tokens=1)
 ScoreErrors = Literal["raise", "return"]
 _Checked = tuple[list[int], int] | MetagenError  # a validated (ids, k), or why it is not
+# run(make): add make()'s requests, run them to completion, return their outputs in order
+RunRequests = Callable[[Callable[[], list[str]]], list[Any]]
 
 
 class ScoringMixin:
@@ -77,7 +79,7 @@ class ScoringMixin:
                                      f"need one list per prompt ({len(prompts)})")
         checked = [self._check_item(_joined(p, c)) for p, cs in zip(prompts, continuations)
                    for c in cs]
-        flat = iter(self._score_checked(checked, errors))
+        flat = iter(self._score_checked(checked, errors, self._run_here))
         return [[next(flat) for _ in cs] for cs in continuations]
 
     @overload
@@ -89,7 +91,8 @@ class ScoringMixin:
                         errors: Literal["return"]) -> list[float | MetagenError]: ...
 
     def score_sequences(self, items: Sequence[tuple[Sequence[int], int]], *,
-                        errors: ScoreErrors = "raise") -> list[Any]:
+                        errors: ScoreErrors = "raise", run: RunRequests | None = None
+                        ) -> list[Any]:
         """For each ``(ids, k)`` with ``1 <= k <= len(ids)``: sum over ``t >= k`` of
         log p(ids[t] | ids[:t]). All valid items run as one batch of prefill-only sequences.
 
@@ -101,9 +104,14 @@ class ScoringMixin:
         engine stays usable and holds no block for these requests afterwards (beyond the
         prefix cache). When several valid items share their conditioning prefix ``ids[:k]``,
         it is prefilled once and cached first.
+
+        ``run(make)`` runs the requests that ``make()`` adds to this engine until they finish
+        and returns their outputs; by default it steps the engine here. A loop that owns the
+        engine passes its own, so that ``make()`` runs in the loop's thread.
         """
         _check_errors_mode(errors)
-        return self._score_checked([self._check_item(item) for item in items], errors)
+        return self._score_checked([self._check_item(item) for item in items], errors,
+                                   run or self._run_here)
 
     def _check_item(self, item: Any) -> _Checked:
         """``(ids, k)`` validated, or the InvalidPromptError saying why not (not raised)."""
@@ -122,24 +130,27 @@ class ScoringMixin:
                                       "between 1 token and the whole sequence")
         return ids, k
 
-    def _score_checked(self, checked: list[_Checked], errors: ScoreErrors) -> list[Any]:
+    def _score_checked(self, checked: list[_Checked], errors: ScoreErrors,
+                       run: RunRequests) -> list[Any]:
         if errors == "raise":
             first = next((c for c in checked if isinstance(c, MetagenError)), None)
             if first is not None:
                 raise first
         good = [c for c in checked if not isinstance(c, MetagenError)]
-        self._warm_shared_heads(good)
-        rids = [None if isinstance(c, MetagenError) or c[1] == len(c[0]) else
-                self.add_scoring_request(*c) for c in checked]
-        outs = {o.request_id: o for o in self._run_or_abort([r for r in rids if r])}
+        warm = self._shared_heads(good)
+        if warm:
+            run(lambda: [self.add_scoring_request(h, len(h)) for h in warm])
+        todo = [c for c in checked if not isinstance(c, MetagenError) and c[1] < len(c[0])]
+        outs = iter(run(lambda: [self.add_scoring_request(*c) for c in todo]))
         result: list[Any] = []
-        for i, (c, r) in enumerate(zip(checked, rids)):
+        for i, c in enumerate(checked):
             if isinstance(c, MetagenError):
                 result.append(c)
-            elif r is None:
+            elif c[1] == len(c[0]):
                 result.append(0.0)  # empty continuation
             else:
-                out = outs[r]
+                out = next(outs)
+                r = out.request_id
                 v = out.scores[0]  # type: ignore[index]
                 err = out.error
                 if err is None and not math.isfinite(v):
@@ -153,20 +164,21 @@ class ScoringMixin:
                 raise first
         return result
 
-    def _warm_shared_heads(self, checked: list[tuple[list[int], int]]) -> None:
-        """Prefill and cache each conditioning prefix longer than a block that several items
-        share, so each of them computes only its own tokens."""
+    def _shared_heads(self, checked: list[tuple[list[int], int]]) -> list[list[int]]:
+        """Each conditioning prefix longer than a block that several items share: prefilled and
+        cached first, each of them then computes only its own tokens."""
         if self.radix is None:
-            return
+            return []
         heads: dict[tuple[int, ...], int] = {}
         for ids, k in checked:
             if k < len(ids) and k > self.config.block_size:
                 heads[tuple(ids[:k])] = heads.get(tuple(ids[:k]), 0) + 1
-        warm = [list(h) for h, count in heads.items() if count > 1]
-        self._run_or_abort([self.add_scoring_request(h, len(h)) for h in warm])
+        return [list(h) for h, count in heads.items() if count > 1]
 
-    def _run_or_abort(self, rids: list[str]) -> list[Any]:
-        """run_until_done, aborting the requests (freeing their blocks) if it raises."""
+    def _run_here(self, make: Callable[[], list[str]]) -> list[Any]:
+        """Add ``make()``'s requests and step until they finish; abort them (freeing their
+        blocks) if that raises."""
+        rids = make()
         try:
             return self.run_until_done(rids)
         except BaseException:

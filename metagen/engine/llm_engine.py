@@ -205,12 +205,29 @@ class LLMEngine(ScoringMixin, DriversMixin):
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """One scheduling + forward + sampling step; returns the requests finished by it."""
+        """One scheduling + forward + sampling step; returns the requests finished by it.
+
+        If the step raises (a raising ``logits_hook``, a ``KeyboardInterrupt`` in the forward),
+        every request with a sequence in its batch is aborted -- its blocks freed, none of them
+        put in the prefix cache -- and the exception propagates: the engine is consistent
+        (``check_integrity`` holds) and serves the other requests at the next step."""
         batch = self.scheduler.schedule()
         self.stats.preemptions = self.scheduler.num_preemptions
         if not batch:
             return []
         self.stats.steps += 1
+        try:
+            return self._run_batch(batch)
+        except BaseException as exc:
+            for req in {id(s.request): s.request for s, _ in batch}.values():
+                for seq in req.seqs:
+                    if not seq.is_finished:
+                        seq.error = exc  # never cache blocks whose KV this step may have torn
+                self.abort(req.request_id)
+            raise
+
+    def _run_batch(self, batch: list[tuple[Seq, int]]) -> list[RequestOutput]:
+        """Forward, sample and finish the scheduled ``(sequence, new tokens)`` pairs."""
         reqs = [ExtendRequest(s.block_table, s.num_computed_tokens,
                               s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n],
                               all_logits=s.score_from is not None) for s, n in batch]
@@ -221,7 +238,7 @@ class LLMEngine(ScoringMixin, DriversMixin):
         for (seq, n), lg in zip(batch, logits):
             start = seq.num_computed_tokens
             seq.num_computed_tokens += n
-            self._count_compute(start, n)
+            self._count_compute(seq.request, start, n)
             if seq.score_from is not None:
                 self._collect_scores(seq, start, lg)
             elif seq.num_uncomputed == 0:
@@ -240,12 +257,15 @@ class LLMEngine(ScoringMixin, DriversMixin):
             self._sample(rows, torch.cat(row_logits))
         return self._collect_finished(touched)
 
-    def _count_compute(self, start: int, n: int) -> None:
+    def _count_compute(self, req: Request, start: int, n: int) -> None:
+        """Count ``n`` tokens computed at positions ``start ..`` for ``req`` and in the totals."""
         mc = self.model.cfg
         ctx = n * start + n * (n + 1) // 2  # sum of context lengths of the n new tokens
+        flops = 2.0 * mc.num_params * n + 4.0 * mc.num_layers * mc.num_heads * mc.head_dim * ctx
         self.stats.computed_tokens += n
-        self.stats.flops += 2.0 * mc.num_params * n + 4.0 * mc.num_layers * mc.num_heads * \
-            mc.head_dim * ctx
+        self.stats.flops += flops
+        req.computed_tokens += n
+        req.flops += flops
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         states = [s.state for s in rows]
@@ -268,6 +288,7 @@ class LLMEngine(ScoringMixin, DriversMixin):
         seq.logprobs.append(logprob)
         seq.top_logprobs.append(top)
         self.stats.generated_tokens += 1
+        seq.request.generated_tokens += 1
         n_out = len(seq.state.output_ids)
         stop = seq.detok.update(seq.state.output_ids, check_stop=n_out > p.min_tokens)
         if tok in p.stop_token_ids:
@@ -301,7 +322,8 @@ class LLMEngine(ScoringMixin, DriversMixin):
         if req.seqs[0].score_from is not None:
             scores = [float(sum(s.score_logprobs)) for s in req.seqs]
         return RequestOutput(req.request_id, req.prompt_ids, [s.completion() for s in req.seqs],
-                             [s.error for s in req.seqs], req.num_cached_tokens, scores)
+                             [s.error for s in req.seqs], req.num_cached_tokens, scores,
+                             req.computed_tokens, req.generated_tokens, req.flops)
 
     def check_integrity(self) -> None:
         """Block refcounts equal the references held by live sequences plus the cache."""

@@ -21,6 +21,9 @@ class RequestOutput:
     errors: list[Exception | None]
     num_cached_tokens: int = 0
     scores: list[float] | None = None  # scoring requests: log p(continuation tokens)
+    computed_tokens: int = 0  # this request's compute, as EngineStats counts the engine's
+    generated_tokens: int = 0
+    flops: float = 0.0
 
     @property
     def error(self) -> Exception | None:

@@ -85,6 +85,9 @@ class Request:
     admitted: bool = False
     arrival: int = 0
     tag: Any = None
+    computed_tokens: int = 0  # tokens run through the model for this request (recompute included)
+    generated_tokens: int = 0
+    flops: float = 0.0
 
     @property
     def finished(self) -> bool:

@@ -1,12 +1,20 @@
 """LocalGenerator: the Generator protocol over metagen's built-in engine (the default backend).
 
 ``generate(prompts, params)`` tokenizes every prompt, validates every request against the model
-(before any work), queues them all in the engine and runs it until they finish: prompts share the
-running batch and the radix prefix cache, and ``n > 1`` samples are forked from one prefill.
-A sample whose logits turn NaN/inf ends with ``finish_reason="error"`` and
-``stop_reason="numerical_error"``; the other samples are unaffected (RELIABILITY V22/V24).
+(before any work), hands them to the engine loop (:mod:`metagen.engine.loop`) and waits for them:
+prompts share the running batch and the radix prefix cache with each other and with every other
+caller's requests, and ``n > 1`` samples are forked from one prefill. A sample whose logits turn
+NaN/inf ends with ``finish_reason="error"`` and ``stop_reason="numerical_error"``; the other
+samples are unaffected.
 
-Usage per call: ``prompt_tokens`` counts each prompt once per request (``n`` samples share one
+Safe to call from many threads and asyncio tasks at once (``agenerate``, ``astream``,
+``ascore``): one loop thread owns the engine; a caller that is interrupted, times out or raises
+aborts only its own requests, and the next call works. A request's output does not depend on
+what it was batched with, within the engine's batch-composition guarantee
+(:mod:`metagen.engine.llm_engine`).
+
+Usage per call (counted from the call's own requests, so concurrent calls don't mix):
+``prompt_tokens`` counts each prompt once per request (``n`` samples share one
 prefill), ``cached_prompt_tokens`` those served from the prefix cache, ``generated_tokens`` every
 sampled token, ``generator_flops`` = 2 x params x tokens computed + attention (recomputation after
 preemption included). ``score`` is counted as ``scorer_tokens`` / ``scorer_calls`` /
@@ -15,14 +23,18 @@ preemption included). ``score`` is counted as ``scorer_tokens`` / ``scorer_calls
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine, LogitsHook
+from metagen.engine.loop import EngineLoop, RequestHandle
+from metagen.engine.outputs import RequestOutput
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 from metagen.generators.base import Capabilities, Prompt, check_prompts, render_prompt
 from metagen.generators.tokenize import encode_prompt, scored_sequence
@@ -38,7 +50,9 @@ class LocalGenerator:
         self.engine = engine
         self.tokenizer = engine.tokenizer
         engine.logits_hook = logits_hook
+        self.loop = EngineLoop(engine)
         self._usage = Usage()
+        self._usage_lock = threading.Lock()
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **engine_options: Any) -> LocalGenerator:
@@ -80,22 +94,42 @@ class LocalGenerator:
             self.engine.validate(p, params)
         return ids
 
-    def generate(self, prompts: Sequence[Prompt], params: SamplingParams
-                 ) -> list[list[Completion]]:
-        """``len(prompts)`` lists of ``params.n`` completions, from one batched engine run."""
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams, *,
+                 timeout: float | None = None) -> list[list[Completion]]:
+        """``len(prompts)`` lists of ``params.n`` completions. The prompts run as one batch,
+        alongside every other caller's requests. ``timeout`` (seconds) aborts them and raises
+        ``TimeoutError``; so does any exception while waiting (``KeyboardInterrupt``)."""
         start = time.perf_counter()
         ids = self._encode_all(prompts, params)
-        before = self.engine.stats.snapshot()
-        rids = [self.engine.add_request(p, params) for p in ids]
-        outs = self.engine.run_until_done(rids)
-        after = self.engine.stats
-        result = [[self._mark_error(c, e) for c, e in zip(o.outputs, o.errors)] for o in outs]
-        self._usage = self._usage + Usage(
-            prompt_tokens=after.prompt_tokens - before.prompt_tokens,
-            cached_prompt_tokens=after.cached_prompt_tokens - before.cached_prompt_tokens,
-            generated_tokens=after.generated_tokens - before.generated_tokens, calls=1,
-            generator_flops=after.flops - before.flops, wall_time=time.perf_counter() - start)
-        return result
+        outs = self.loop.submit(_adder(ids, params)).result(timeout)
+        return self._completions(outs, start)
+
+    async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams
+                        ) -> list[list[Completion]]:
+        """:meth:`generate` for asyncio callers; cancelling the awaiting task aborts."""
+        start = time.perf_counter()
+        ids = self._encode_all(prompts, params)
+        outs = await self.loop.submit(_adder(ids, params), aio=True).aresult()
+        return self._completions(outs, start)
+
+    def _completions(self, outs: list[RequestOutput], start: float) -> list[list[Completion]]:
+        self._account(outs, start)
+        return [[self._mark_error(c, e) for c, e in zip(o.outputs, o.errors)] for o in outs]
+
+    def _account(self, outs: Sequence[RequestOutput], start: float, scoring: bool = False
+                 ) -> None:
+        """Add one call's usage, counted from its own requests (not other callers')."""
+        flops = sum(o.flops for o in outs)
+        if scoring:
+            call = Usage(scorer_tokens=sum(o.computed_tokens for o in outs), scorer_calls=1,
+                         scorer_flops=flops, wall_time=time.perf_counter() - start)
+        else:
+            call = Usage(prompt_tokens=sum(len(o.prompt_ids) for o in outs),
+                         cached_prompt_tokens=sum(o.num_cached_tokens for o in outs),
+                         generated_tokens=sum(o.generated_tokens for o in outs), calls=1,
+                         generator_flops=flops, wall_time=time.perf_counter() - start)
+        with self._usage_lock:
+            self._usage = self._usage + call
 
     @staticmethod
     def _mark_error(c: Completion, error: Exception | None) -> Completion:
@@ -104,28 +138,34 @@ class LocalGenerator:
         reason = "numerical_error" if isinstance(error, NumericalError) else type(error).__name__
         return replace(c, finish_reason="error", stop_reason=reason)
 
+    def _stream_handle(self, prompt: Prompt, params: SamplingParams, aio: bool) -> RequestHandle:
+        if params.n != 1:
+            raise InvalidParameterError("n", params.n, "stream() streams one completion; use n=1")
+        ids = self._encode_all([prompt], params)
+        return self.loop.submit(_adder(ids, params), stream=True, aio=aio)
+
     def stream(self, prompt: Prompt, params: SamplingParams) -> Iterator[str]:
         """Text deltas of the single completion of ``prompt`` (``params.n`` must be 1); a partial
         stop string is never yielded. Stopping the iteration early aborts the request."""
-        if params.n != 1:
-            raise InvalidParameterError("n", params.n, "stream() streams one completion; use n=1")
         start = time.perf_counter()
-        ids = self._encode_all([prompt], params)[0]
-        before = self.engine.stats.snapshot()
-        try:
-            for delta in self.engine.stream(ids, params):
-                if delta.error is not None:
-                    raise delta.error
-                if delta.text:
-                    yield delta.text
-        finally:
-            after = self.engine.stats
-            self._usage = self._usage + Usage(
-                prompt_tokens=after.prompt_tokens - before.prompt_tokens,
-                cached_prompt_tokens=after.cached_prompt_tokens - before.cached_prompt_tokens,
-                generated_tokens=after.generated_tokens - before.generated_tokens, calls=1,
-                generator_flops=after.flops - before.flops,
-                wall_time=time.perf_counter() - start)
+        handle = self._stream_handle(prompt, params, aio=False)
+        for delta in handle.deltas():
+            if delta.error is not None:
+                raise delta.error
+            if delta.text:
+                yield delta.text
+        self._account(handle.outputs or [], start)
+
+    async def astream(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[str]:
+        """:meth:`stream` for asyncio callers."""
+        start = time.perf_counter()
+        handle = self._stream_handle(prompt, params, aio=True)
+        async for delta in handle.adeltas():
+            if delta.error is not None:
+                raise delta.error
+            if delta.text:
+                yield delta.text
+        self._account(handle.outputs or [], start)
 
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
               ) -> list[list[float]]:
@@ -153,11 +193,48 @@ class LocalGenerator:
                     raise InvalidParameterError("continuations", cont, "must be a string")
                 items.append(scored_sequence(self.tokenizer, prompt, ids, text, cont))
             shape.append(len(conts))
-        before = self.engine.stats.snapshot()
-        flat = iter(self.engine.score_sequences(items))
-        result = [[next(flat) for _ in range(k)] for k in shape]
-        after = self.engine.stats
-        self._usage = self._usage + Usage(
-            scorer_tokens=after.computed_tokens - before.computed_tokens, scorer_calls=1,
-            scorer_flops=after.flops - before.flops, wall_time=time.perf_counter() - start)
-        return result
+        ran: list[RequestOutput] = []
+
+        def run(make: Callable[[], list[str]]) -> list[RequestOutput]:
+            outs = self.loop.submit(lambda engine: make()).result()
+            ran.extend(outs)
+            return outs
+
+        try:
+            flat = iter(self.engine.score_sequences(items, run=run))
+        finally:
+            self._account(ran, start, scoring=True)
+        return [[next(flat) for _ in range(k)] for k in shape]
+
+    async def ascore(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
+                     ) -> list[list[float]]:
+        """:meth:`score` for asyncio callers (it waits in a worker thread)."""
+        return await asyncio.to_thread(self.score, prompts, continuations)
+
+    def close(self) -> None:
+        """Stop the engine loop; later calls raise ``EngineDeadError``."""
+        self.loop.close()
+
+    def __enter__(self) -> LocalGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _adder(ids: list[list[int]], params: SamplingParams) -> Callable[[LLMEngine], list[str]]:
+    """A loop submission adding one request per prompt; if one cannot be added, those already
+    added are aborted and the error goes to the caller."""
+
+    def add(engine: LLMEngine) -> list[str]:
+        rids: list[str] = []
+        try:
+            for p in ids:
+                rids.append(engine.add_request(p, params))
+        except BaseException:
+            for r in rids:
+                engine.abort(r)
+            raise
+        return rids
+
+    return add

@@ -1,0 +1,261 @@
+"""Many callers, one engine: LocalGenerator from many threads and asyncio tasks at once.
+
+Every concurrent result is compared with the same request run alone on a fresh engine (seeded),
+token for token; scores to the engine's stated batch-composition tolerance (BATCH_RTOL). After
+every failure -- an interrupted caller, a timeout, a raising step -- the engine's block refcounts
+and radix cache pass ``check_integrity`` and the next call works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+
+import pytest
+
+from metagen.engine.llm_engine import BATCH_RTOL
+from metagen.engine.loop import EngineDeadError
+from metagen.generators.local import LocalGenerator
+from metagen.types import SamplingParams
+
+PROMPTS = ["Once upon a time", "The little dog", "Lily saw a big", "Tom and his mom went",
+           "One day, a cat", "The sun was", "Sara had a red", "There was a boy"]
+
+
+@pytest.fixture
+def make_gen(stories_engine_factory):
+    made: list[LocalGenerator] = []
+
+    def make(**options) -> LocalGenerator:
+        gen = LocalGenerator(stories_engine_factory(block_size=4, **options))
+        made.append(gen)
+        return gen
+
+    yield make
+    for gen in made:
+        gen.close()
+
+
+def _integrity(gen: LocalGenerator) -> None:
+    """Refcounts and the radix cache hold, and no request or block is left behind."""
+    def check(engine):
+        engine.check_integrity()
+        assert not engine.has_unfinished() and not engine.requests
+        if engine.radix is not None:
+            engine.radix.evict(engine.blocks.num_blocks)
+        return engine.blocks.num_free == engine.blocks.num_blocks
+
+    assert gen.loop.call(check)
+
+
+def _job(i: int):
+    """Request i of the mixed workload: (kind, prompt, params or continuations)."""
+    prompt = PROMPTS[i % len(PROMPTS)]
+    kind = ("generate", "stream", "score", "generate_n")[i % 4]
+    if kind == "score":
+        return kind, prompt, [" there was", " a big dog", ""]
+    n = 3 if kind == "generate_n" else 1
+    temp = 0.0 if i % 3 == 0 and n == 1 else 0.9
+    return kind, prompt, SamplingParams(n=n, temperature=temp, seed=100 + i,
+                                        max_tokens=12 + i % 7, top_p=0.95)
+
+
+def _run(gen: LocalGenerator, job):
+    kind, prompt, arg = job
+    if kind == "score":
+        return gen.score([prompt], [arg])[0]
+    if kind == "stream":
+        return "".join(gen.stream(prompt, arg))
+    return [c.token_ids for c in gen.generate([prompt], arg)[0]]
+
+
+def _same(kind: str, got, alone) -> bool:
+    if kind == "score":
+        return got == pytest.approx(alone, rel=BATCH_RTOL, abs=0)
+    return got == alone
+
+
+def test_sixteen_threads_mixing_requests_each_equal_alone(make_gen):
+    jobs = [_job(i) for i in range(16)]
+    solo = make_gen()
+    alone = [_run(solo, j) for j in jobs]
+    shared = make_gen()
+    got: dict[int, object] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(16)
+
+    def worker(i: int) -> None:
+        try:
+            start.wait()
+            got[i] = _run(shared, jobs[i])
+        except BaseException as exc:  # noqa: BLE001 -- reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for i, job in enumerate(jobs):
+        assert _same(job[0], got[i], alone[i]), (i, job)
+    _integrity(shared)
+    assert shared.usage.calls == 12 and shared.usage.scorer_calls == 4
+
+
+def test_concurrent_callers_share_engine_steps(make_gen):
+    """8 callers' requests decode in the same steps (continuous batching across callers)."""
+    gen = make_gen()
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    gate = threading.Event()
+
+    def hold(engine):  # the loop waits here until all 8 submissions are queued behind it
+        gate.wait(30)
+        return engine.stats.steps
+
+    holder = threading.Thread(target=lambda: gen.loop.call(hold))
+    holder.start()
+    while gen.loop.pending:  # the hold call was taken up
+        time.sleep(0.01)
+    outs: list = [None] * 8
+    threads = [threading.Thread(target=lambda i=i: outs.__setitem__(
+        i, gen.generate([PROMPTS[i]], params)[0][0])) for i in range(8)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while gen.loop.pending < 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.set()
+    for t in threads + [holder]:
+        t.join(60)
+    assert all(len(o.token_ids) == 20 for o in outs)
+    # alone, 8 requests of 20 tokens take >= 8 x 20 steps; batched together, about 20
+    assert gen.engine.stats.steps <= 25
+
+
+def test_issue_reproduction_raising_hook_recovers(make_gen):
+    gen = make_gen()
+    params = SamplingParams(temperature=0.0, max_tokens=5)
+    ref = gen.generate(["Hi"], params)[0][0].token_ids
+
+    def hook(logits, states):
+        raise KeyboardInterrupt
+
+    gen.logits_hook = hook
+    with pytest.raises(KeyboardInterrupt):
+        gen.generate(["Hi"], params)
+    gen.logits_hook = None
+    assert gen.generate(["Hi"], params)[0][0].token_ids == ref
+    _integrity(gen)
+
+
+def test_a_failing_step_fails_only_its_batch_and_the_loop_serves_on(make_gen):
+    gen = make_gen()
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    alone = gen.generate(["The sun was"], params)[0][0].token_ids
+    fired = threading.Event()
+
+    def hook(logits, states):  # fails exactly one step
+        if not fired.is_set():
+            fired.set()
+            raise RuntimeError("scripted fault in a logits hook")
+        return logits
+
+    gen.logits_hook = hook
+    with pytest.raises(RuntimeError, match="scripted fault"):
+        gen.generate(["Once upon a time"], params)
+    assert gen.loop.alive
+    assert gen.generate(["The sun was"], params)[0][0].token_ids == alone
+    _integrity(gen)
+
+
+def _interrupt_main_after(seconds: float) -> threading.Thread:
+    main = threading.main_thread().ident
+    assert main is not None
+    t = threading.Timer(seconds, signal.pthread_kill, args=(main, signal.SIGINT))
+    t.start()
+    return t
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="SIGINT is delivered to the main thread")
+def test_a_caller_killed_by_sigint_aborts_only_its_own_requests(make_gen):
+    jobs = [(p, SamplingParams(temperature=0.8, seed=7 + i, max_tokens=40, ignore_eos=True))
+            for i, p in enumerate(PROMPTS[:4])]
+    solo = make_gen()
+    alone = [solo.generate([p], sp)[0][0].token_ids for p, sp in jobs]
+    gen = make_gen()
+    got: dict[int, tuple[int, ...]] = {}
+    others = [threading.Thread(target=lambda i=i: got.__setitem__(
+        i, gen.generate([jobs[i][0]], jobs[i][1])[0][0].token_ids)) for i in range(4)]
+    for t in others:
+        t.start()
+    long = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
+    timer = _interrupt_main_after(0.3)
+    with pytest.raises(KeyboardInterrupt):
+        gen.generate(["The little dog"] * 4, long)  # never finishes before the signal
+    timer.join()
+    for t in others:
+        t.join(60)
+    assert [got[i] for i in range(4)] == alone
+    _integrity(gen)
+    assert len(gen.generate(["Hi"], SamplingParams(max_tokens=3))[0][0].token_ids) <= 3
+
+
+def test_timeout_aborts_only_the_caller_that_timed_out(make_gen):
+    gen = make_gen()
+    with pytest.raises(TimeoutError):
+        gen.generate(["Once upon a time"], SamplingParams(max_tokens=400, ignore_eos=True),
+                     timeout=0.05)
+    _integrity(gen)
+    assert gen.generate(["Hi"], SamplingParams(temperature=0.0, max_tokens=3))
+
+
+def test_an_invalid_request_fails_its_caller_before_any_work(make_gen):
+    from metagen.errors import InvalidParameterError
+
+    gen = make_gen()
+    with pytest.raises(InvalidParameterError, match="max_tokens"):
+        gen.generate(["Hi"], SamplingParams(max_tokens=10**6))
+    assert gen.engine.stats.steps == 0
+    _integrity(gen)
+
+
+def test_asyncio_callers_batched_and_cancellable(make_gen):
+    params = [SamplingParams(temperature=0.7, seed=i, max_tokens=15) for i in range(4)]
+    solo = make_gen()
+    alone = [solo.generate([PROMPTS[i]], params[i])[0][0].text for i in range(4)]
+    alone_stream = "".join(solo.stream(PROMPTS[5], params[0]))
+    gen = make_gen()
+
+    async def stream_text(prompt: str, sp: SamplingParams) -> str:
+        return "".join([d async for d in gen.astream(prompt, sp)])
+
+    async def main() -> None:
+        doomed = asyncio.create_task(gen.agenerate(
+            ["The sun was"], SamplingParams(max_tokens=400, ignore_eos=True)))
+        results = await asyncio.gather(
+            *(gen.agenerate([PROMPTS[i]], params[i]) for i in range(4)),
+            stream_text(PROMPTS[5], params[0]))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        assert [r[0][0].text for r in results[:4]] == alone
+        assert results[4] == alone_stream
+        scores = await gen.ascore(["Once upon a time"], [[" there was"]])
+        assert scores[0][0] == pytest.approx(solo.score(["Once upon a time"], [[" there was"]])
+                                             [0][0], rel=BATCH_RTOL)
+
+    asyncio.run(main())
+    _integrity(gen)
+
+
+def test_a_closed_loop_refuses_with_a_typed_error(make_gen):
+    gen = make_gen()
+    gen.generate(["Hi"], SamplingParams(max_tokens=2))
+    gen.close()
+    with pytest.raises(EngineDeadError):
+        gen.generate(["Hi"], SamplingParams(max_tokens=2))
