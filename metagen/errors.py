@@ -43,7 +43,22 @@ class CapabilityError(MetagenError):
 
 
 class ModelLoadError(MetagenError):
-    """A model folder is missing, malformed, or of an architecture this backend cannot run."""
+    """A model folder is missing, malformed, or of an architecture this backend cannot run.
+
+    A checkpoint that is inconsistent (a config that does not match its weights, a truncated or
+    corrupt file, an impossible config value) raises this class itself; only
+    :class:`UnsupportedArchitectureError` means that another backend may run the model.
+    """
+
+
+class UnsupportedArchitectureError(ModelLoadError):
+    """The checkpoint is well formed but uses an architecture, feature or file format that this
+    backend does not implement; another backend (``metagen.HFGenerator``) may run it."""
+
+
+class DeviceUnavailableError(InvalidParameterError, ModelLoadError):
+    """The ``device`` asked for does not exist or cannot be used on this machine (``cuda``
+    without CUDA, a misspelt name). Both an invalid parameter and a reason a model cannot load."""
 
 
 class InsufficientSamples(MetagenError):

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from metagen.device import resolve_device
 from metagen.errors import InvalidParameterError
 
+if TYPE_CHECKING:
+    import torch
+
+    from metagen.engine.models.config import ModelConfig
+
 DType = Literal["float32", "bfloat16", "float16"]
+DEFAULT_KV_CACHE_BYTES = 64 << 20  # the KV budget when neither num_blocks nor kv_cache_bytes
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def _positive_int(name: str, value: object, allow_none: bool = False) -> None:
@@ -31,7 +39,8 @@ class EngineConfig:
     ``prefix_cache`` enables the radix prefix cache; ``hydragen`` the shared-prefix attention,
     used for groups sharing at least ``hydragen_min_prefix`` tokens (below that the fused plain
     kernel is faster on CPU: measured crossover ~100-300 tokens on a 4-layer, 256-wide model).
-    ``device`` "auto" picks CUDA when available.
+    ``device`` "auto" picks CUDA when available; any other device must exist and be usable here
+    (checked on construction, :func:`~metagen.device.resolve_device`).
     """
 
     block_size: int = 16
@@ -68,16 +77,28 @@ class EngineConfig:
                                         "must be 'float32', 'bfloat16' or 'float16'")
         if not isinstance(self.device, str) or not self.device:
             raise InvalidParameterError("device", self.device, "must be 'auto', 'cpu', 'cuda', ...")
+        resolve_device(self.device)
 
-    def torch_dtype(self):  # -> torch.dtype (torch imported lazily)
+    def torch_dtype(self) -> torch.dtype:
         import torch
 
         return {"float32": torch.float32, "bfloat16": torch.bfloat16,
                 "float16": torch.float16}[self.dtype]
 
     def torch_device(self) -> str:
-        if self.device != "auto":
-            return self.device
-        import torch
+        """The device to load on (see :func:`resolve_device`)."""
+        return resolve_device(self.device)
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    def max_positions(self, model: ModelConfig) -> int:
+        """The most positions an engine with these settings can run ``model`` for: the RoPE
+        tables are built for this many. It is ``max_model_len`` (default: the model's
+        ``max_position_embeddings``), at most the sliding window, and at most the tokens the KV
+        cache holds (``num_blocks`` x ``block_size``; else the ``kv_cache_bytes`` budget,
+        default 64 MiB, in whole blocks). A config claiming 10^9 positions therefore costs a
+        table no larger than what the cache can use."""
+        wanted = min(self.max_model_len or model.max_position_embeddings,
+                     model.sliding_window or model.max_position_embeddings)
+        block_bytes = (2 * model.num_layers * self.block_size * model.num_kv_heads
+                       * model.head_dim * _DTYPE_BYTES[self.dtype])
+        blocks = self.num_blocks or (self.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES) // block_bytes
+        return max(1, min(wanted, blocks * self.block_size))

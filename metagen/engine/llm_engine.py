@@ -33,13 +33,13 @@ import torch
 
 from metagen.decoding import SequenceState, decode_step
 from metagen.engine.block_manager import BlockManager
-from metagen.engine.config import EngineConfig
+from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
 from metagen.engine.detokenizer import Detokenizer
 from metagen.engine.engine_drivers import DriversMixin
 from metagen.engine.engine_scoring import ScoringMixin
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
-from metagen.engine.models import LlamaModel, load_model
+from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.outputs import EngineStats, RequestOutput
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.scheduler import Scheduler
@@ -49,7 +49,7 @@ from metagen.errors import InvalidParameterError
 from metagen.generators.tokenize import bad_words_ids
 from metagen.types import SamplingParams
 
-DEFAULT_KV_BYTES = 64 << 20
+DEFAULT_KV_BYTES = DEFAULT_KV_CACHE_BYTES
 BATCH_RTOL = 1e-5  # see "Batch composition" in the module docstring
 LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
@@ -97,9 +97,11 @@ class LLMEngine(ScoringMixin, DriversMixin):
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None,
                         tokenizer: Any = None, **options: Any) -> LLMEngine:
-        """Load a Hugging Face folder; ``options`` are :class:`EngineConfig` fields."""
+        """Load a Hugging Face folder; ``options`` are :class:`EngineConfig` fields. The RoPE
+        tables cover only the positions this engine can run (:meth:`EngineConfig.max_positions`)."""
         cfg = config or EngineConfig(**options)
-        model = load_model(path, cfg.torch_dtype(), cfg.torch_device(), cfg.max_model_len)
+        positions = cfg.max_positions(ModelConfig.from_folder(path))
+        model = load_model(path, cfg.torch_dtype(), cfg.torch_device(), positions)
         if tokenizer is None and any((Path(path) / f).exists()
                                      for f in ("tokenizer.json", "tokenizer_config.json")):
             from transformers import AutoTokenizer

@@ -38,3 +38,34 @@ def test_garbage_header_is_a_load_error(tmp_path):
     path.write_bytes((12).to_bytes(8, "little") + b"not json!!!!")
     with pytest.raises(ModelLoadError, match="cannot read"):
         SafetensorsFiles([path])
+
+
+def _write(path, header: dict, data: bytes) -> None:
+    import json
+
+    raw = json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+
+
+@pytest.mark.parametrize("header, data, message", [
+    ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8, "truncated"),
+    ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}, b"\0" * 16, "12 bytes"),
+    ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [16, 0]}}, b"\0" * 16, "data_offsets"),
+    ({"w": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}}, b"\0" * 16, "shape"),
+    ({"w": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 16, "dtype"),
+    ({"w": [1, 2]}, b"", "not a JSON object"),
+    ([1, 2], b"", "not a JSON object"),
+])
+def test_malformed_entries_are_load_errors_before_reading(tmp_path, header, data, message):
+    path = tmp_path / "m.safetensors"
+    _write(path, header, data)
+    with pytest.raises(ModelLoadError, match=message) as info:
+        SafetensorsFiles([path])
+    assert str(path) in str(info.value)
+
+
+def test_header_length_past_the_end_is_refused_without_reading_it(tmp_path):
+    path = tmp_path / "h.safetensors"
+    path.write_bytes((2**62).to_bytes(8, "little") + b"{}")
+    with pytest.raises(ModelLoadError, match="header length .* runs past the end"):
+        SafetensorsFiles([path])

@@ -1,18 +1,24 @@
 """ModelConfig: the architecture facts the engine needs, read from a Hugging Face ``config.json``.
 
 Supported: ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
-``Qwen3ForCausalLM`` (q/k RMSNorm). Anything else raises :class:`ModelLoadError` naming the
-architecture and pointing at ``metagen.HFGenerator``, which runs any transformers model.
+``Qwen3ForCausalLM`` (q/k RMSNorm). Anything else raises :class:`UnsupportedArchitectureError`
+naming the architecture and pointing at ``metagen.HFGenerator``, which runs any transformers model.
+
+Every field is checked before anything is allocated: sizes must be positive JSON integers (a float
+such as ``64.0`` or ``1e9`` is refused where an integer belongs), rates positive finite numbers,
+and the head counts must fit together. A value the engine cannot use raises
+:class:`ModelLoadError` naming the field (and, from :meth:`ModelConfig.from_folder`, the file).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metagen.errors import ModelLoadError
+from metagen.errors import ModelLoadError, UnsupportedArchitectureError
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -21,6 +27,7 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+_SCALED_ROPE_TYPES = ("linear", "llama3", "yarn")  # those that read rope_parameters["factor"]
 _UNSUPPORTED_ROPE_REASONS = {
     "dynamic": "dynamic NTK (as transformers runs it) recomputes the frequencies of a whole "
                "forward pass once a sequence outgrows max_position_embeddings, so keys already "
@@ -53,14 +60,23 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        """Raise :class:`ModelLoadError` naming the field for sizes that cannot fit together
+        (:class:`UnsupportedArchitectureError` for a rope type the engine lacks)."""
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                     "num_kv_heads", "head_dim", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise ModelLoadError(f"{name}={value!r} must be a positive integer")
         if self.num_heads % self.num_kv_heads:
             raise ModelLoadError(
                 f"num_attention_heads={self.num_heads} is not a multiple of "
                 f"num_key_value_heads={self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ModelLoadError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
         rope_type = self.rope_scaling.get("rope_type", "default")
         if rope_type not in SUPPORTED_ROPE_TYPES:
             reason = _UNSUPPORTED_ROPE_REASONS.get(rope_type, "")
-            raise ModelLoadError(
+            raise UnsupportedArchitectureError(
                 f"rope_type {rope_type!r} is not supported by the built-in engine (supported: "
                 f"{', '.join(SUPPORTED_ROPE_TYPES)}{'; ' + reason if reason else ''}); use "
                 "metagen.HFGenerator for this model")
@@ -68,6 +84,8 @@ class ModelConfig:
             for key in ("factor", "original_max_position_embeddings"):
                 if self.rope_scaling.get(key) is None:
                     raise ModelLoadError(f"rope_type 'yarn' needs {key!r} in rope_parameters")
+        if rope_type in _SCALED_ROPE_TYPES:
+            _positive_number(self.rope_scaling, "factor", f"rope_parameters ({rope_type})")
 
     @property
     def num_params(self) -> int:
@@ -83,62 +101,149 @@ class ModelConfig:
 
     @staticmethod
     def from_dict(cfg: dict[str, Any]) -> ModelConfig:
-        archs = cfg.get("architectures") or [cfg.get("model_type", "<unknown>")]
-        arch = archs[0]
-        if arch not in SUPPORTED_ARCHITECTURES:
-            raise ModelLoadError(
-                f"architecture {arch!r} is not supported by the built-in engine (supported: "
-                f"{', '.join(SUPPORTED_ARCHITECTURES)}); use metagen.HFGenerator, which runs any "
-                "transformers model")
+        """Read a Hugging Face config dict. Raises :class:`UnsupportedArchitectureError` for an
+        architecture, activation or rope type the engine lacks, and :class:`ModelLoadError`
+        naming the field for a missing, mistyped or impossible value."""
+        if not isinstance(cfg, dict):
+            raise ModelLoadError(f"the config must be a JSON object, not {type(cfg).__name__}")
+        arch = _architecture(cfg)
         family = SUPPORTED_ARCHITECTURES[arch]
-        if cfg.get("hidden_act", "silu") != "silu":
-            raise ModelLoadError(f"hidden_act={cfg.get('hidden_act')!r} is not supported "
-                                 "(only silu); use metagen.HFGenerator")
-        heads = int(cfg["num_attention_heads"])
-        hidden = int(cfg["hidden_size"])
-        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-        if "type" in rope and "rope_type" not in rope:
-            rope["rope_type"] = rope.pop("type")
-        theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-        if rope.get("rope_type") == "yarn":
-            rope = _yarn_defaults(rope, cfg)
-        eos = cfg.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-        window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+        heads = _int_field(cfg, "num_attention_heads")
+        hidden = _int_field(cfg, "hidden_size")
+        head_dim = _int_field(cfg, "head_dim", None)
+        if head_dim is None:
+            if hidden % heads:
+                raise ModelLoadError(f"hidden_size={hidden} is not a multiple of "
+                                     f"num_attention_heads={heads} (and no head_dim is given)")
+            head_dim = hidden // heads
+        rope = _rope_parameters(cfg)
+        theta = _positive_number(rope, "rope_theta", "rope_parameters", None)
+        if theta is None:
+            theta = _positive_number(cfg, "rope_theta", None, 10000.0)
+        window = _int_field(cfg, "sliding_window", None, minimum=0)
         return ModelConfig(
             architecture=arch,
-            vocab_size=int(cfg["vocab_size"]),
+            vocab_size=_int_field(cfg, "vocab_size"),
             hidden_size=hidden,
-            intermediate_size=int(cfg["intermediate_size"]),
-            num_layers=int(cfg["num_hidden_layers"]),
+            intermediate_size=_int_field(cfg, "intermediate_size"),
+            num_layers=_int_field(cfg, "num_hidden_layers"),
             num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            num_kv_heads=_int_field(cfg, "num_key_value_heads", heads),
+            head_dim=head_dim,
+            rms_norm_eps=_positive_number(cfg, "rms_norm_eps", None, 1e-6),
             rope_theta=theta,
             rope_scaling=rope,
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            attention_bias=bool(cfg.get("attention_bias", family == "qwen2")),
+            max_position_embeddings=_int_field(cfg, "max_position_embeddings", 2048),
+            tie_word_embeddings=_bool_field(cfg, "tie_word_embeddings", False),
+            attention_bias=_bool_field(cfg, "attention_bias", family == "qwen2"),
             qk_norm=family == "qwen3",
-            sliding_window=int(window) if window else None,
-            bos_token_id=cfg.get("bos_token_id"),
-            eos_token_ids=eos_ids,
+            sliding_window=(window or None) if _bool_field(cfg, "use_sliding_window", True)
+            else None,
+            bos_token_id=_int_field(cfg, "bos_token_id", None, minimum=0),
+            eos_token_ids=_token_ids(cfg, "eos_token_id"),
         )
 
     @staticmethod
     def from_folder(path: str | Path) -> ModelConfig:
+        """Read ``path/config.json``; every error is one line naming the file (and the field)."""
         file = Path(path) / "config.json"
         if not file.is_file():
             raise ModelLoadError(f"{file} not found: a model folder needs config.json + *.safetensors")
         try:
             cfg = json.loads(file.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ModelLoadError(f"cannot read {file}: {exc}") from exc
         try:
             return ModelConfig.from_dict(cfg)
-        except KeyError as exc:
-            raise ModelLoadError(f"{file} lacks the field {exc}") from exc
+        except ModelLoadError as exc:
+            raise type(exc)(f"{file}: {exc}") from exc
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_REQUIRED: Any = object()
+
+
+def _int_field(cfg: dict[str, Any], key: str, default: Any = _REQUIRED, *, minimum: int = 1
+               ) -> Any:
+    """``cfg[key]`` as an integer >= ``minimum``; ``default`` when absent or null (a required
+    field has none). A float (``64.0``, ``1e9``), a bool or a string is refused."""
+    value = cfg.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise ModelLoadError(f"the field {key!r} is missing")
+        return default
+    if not _is_int(value) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ModelLoadError(f"{key}={value!r} must be {kind}")
+    return value
+
+
+def _positive_number(cfg: dict[str, Any], key: str, where: str | None = None,
+                     default: Any = _REQUIRED) -> Any:
+    """``cfg[key]`` as a finite float > 0 (``default`` when absent or null); ``where`` names
+    a nested dict in messages."""
+    value = cfg.get(key)
+    inside = f" in {where}" if where else ""
+    if value is None:
+        if default is _REQUIRED:
+            raise ModelLoadError(f"the field {key!r} is missing{inside}")
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (
+            math.isfinite(value) and value > 0):
+        raise ModelLoadError(f"{key}={value!r}{inside} must be a finite number > 0")
+    return float(value)
+
+
+def _bool_field(cfg: dict[str, Any], key: str, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ModelLoadError(f"{key}={value!r} must be true or false")
+    return value
+
+
+def _token_ids(cfg: dict[str, Any], key: str) -> tuple[int, ...]:
+    """A token id or list of them (null: none), each an integer >= 0."""
+    value = cfg.get(key)
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    if not all(_is_int(t) and t >= 0 for t in ids):
+        raise ModelLoadError(f"{key}={value!r} must be a token id or a list of token ids")
+    return tuple(ids)
+
+
+def _architecture(cfg: dict[str, Any]) -> str:
+    """The supported architecture named by ``architectures[0]`` (or ``model_type``)."""
+    archs = cfg.get("architectures") or [cfg.get("model_type", "<unknown>")]
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ModelLoadError(f"architectures={archs!r} must be a list of class names")
+    arch = archs[0]
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"architecture {arch!r} is not supported by the built-in engine (supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}); use metagen.HFGenerator, which runs any "
+            "transformers model")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise UnsupportedArchitectureError(f"hidden_act={cfg.get('hidden_act')!r} is not "
+                                           "supported (only silu); use metagen.HFGenerator")
+    return arch
+
+
+def _rope_parameters(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The rope dict (``rope_parameters``, or the older ``rope_scaling``), with ``type`` renamed
+    ``rope_type`` and transformers' yarn defaults filled in."""
+    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(raw, dict):
+        raise ModelLoadError(f"rope_parameters={raw!r} must be a JSON object")
+    rope = dict(raw)
+    if "type" in rope and "rope_type" not in rope:
+        rope["rope_type"] = rope.pop("type")
+    if rope.get("rope_type") == "yarn":
+        rope = _yarn_defaults(rope, cfg)
+    return rope
 
 
 def _yarn_defaults(rope: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -146,9 +251,10 @@ def _yarn_defaults(rope: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     wins, else it defaults to ``max_position_embeddings``; ``factor: null`` (DeepSeek style) means
     their ratio. A missing ``factor`` key stays missing (transformers rejects it too)."""
     rope = dict(rope)
-    max_pos = int(cfg.get("max_position_embeddings", 2048))
-    if cfg.get("original_max_position_embeddings") is not None:
-        rope["original_max_position_embeddings"] = int(cfg["original_max_position_embeddings"])
+    max_pos = _int_field(cfg, "max_position_embeddings", 2048)
+    top_level = _int_field(cfg, "original_max_position_embeddings", None)
+    if top_level is not None:
+        rope["original_max_position_embeddings"] = top_level
     rope.setdefault("original_max_position_embeddings", max_pos)
     if "factor" in rope and rope["factor"] is None:
         rope["factor"] = max_pos / rope["original_max_position_embeddings"]

@@ -101,7 +101,10 @@ class LlamaModel(nn.Module):
         self.sin: torch.Tensor | None = None
 
     def build_rope(self) -> None:
-        """Precompute cos/sin for every position (call after moving to the final device/dtype)."""
+        """Precompute cos/sin for positions ``0 .. max_positions - 1``, the most this model runs
+        (call after moving to the final device/dtype). ``max_positions`` is the constructor's
+        argument when given (the engine passes what its KV cache can use), else the config's
+        ``max_position_embeddings``: the tables hold ``2 * max_positions * head_dim`` values."""
         inv = inv_frequencies(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling)
         self.cos, self.sin = rope_tables(inv, self.max_positions, self.embed.dtype,
                                          self.embed.device,

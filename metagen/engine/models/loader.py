@@ -6,6 +6,7 @@ projection ``(in, out)`` while loading (tensors are read one at a time: see
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -13,19 +14,105 @@ import torch
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.llama import LlamaModel
 from metagen.engine.models.safetensors_reader import SafetensorsFiles
-from metagen.errors import ModelLoadError
+from metagen.errors import ModelLoadError, UnsupportedArchitectureError
 
 
 def _read_tensors(folder: Path) -> SafetensorsFiles:
+    """The tensors of the folder's ``*.safetensors`` files (those its index names, if any), every
+    header checked; raises :class:`ModelLoadError` naming the file that is missing or corrupt."""
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    weight_map = _read_index(index) if index.is_file() else None
+    if weight_map is not None:
+        files = sorted(set(weight_map.values()))
+        for name in files:
+            if not (folder / name).is_file():
+                raise ModelLoadError(f"{index} names the shard {name!r}, which is missing "
+                                     f"from {folder}")
     else:
         files = sorted(p.name for p in folder.glob("*.safetensors"))
     if not files:
-        raise ModelLoadError(f"no *.safetensors in {folder} (PyTorch .bin checkpoints are not "
-                             "supported by the built-in engine; use metagen.HFGenerator)")
-    return SafetensorsFiles([folder / name for name in files])
+        raise UnsupportedArchitectureError(
+            f"no *.safetensors in {folder} (PyTorch .bin checkpoints are not supported by the "
+            "built-in engine; use metagen.HFGenerator)")
+    raw = SafetensorsFiles([folder / name for name in files])
+    for tensor, shard in (weight_map or {}).items():
+        if tensor not in raw or raw.file_of(tensor).name != shard:
+            raise ModelLoadError(f"{index} puts {tensor!r} in {shard!r}, which does not hold it")
+    return raw
+
+
+def _read_index(index: Path) -> dict[str, str]:
+    """The ``weight_map`` (tensor -> shard file name) of a sharded checkpoint's index."""
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ModelLoadError(f"cannot read {index}: {exc}") from exc
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and "/" not in v and v
+            for k, v in weight_map.items()):
+        raise ModelLoadError(f"{index}: 'weight_map' must map tensor names to shard file names")
+    return weight_map
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight the model of ``cfg`` reads, by its Hugging Face name (without ``model.``),
+    with its stored ``(out, in)`` shape."""
+    h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    q, kv = cfg.num_heads * d, cfg.num_kv_heads * d
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab_size, h),
+                                          "norm.weight": (h,)}
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, h)
+    for i in range(cfg.num_layers):
+        a, m = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
+        shapes.update({a + "q_proj.weight": (q, h), a + "k_proj.weight": (kv, h),
+                       a + "v_proj.weight": (kv, h), a + "o_proj.weight": (h, q),
+                       f"layers.{i}.input_layernorm.weight": (h,),
+                       f"layers.{i}.post_attention_layernorm.weight": (h,),
+                       m + "gate_proj.weight": (inter, h), m + "up_proj.weight": (inter, h),
+                       m + "down_proj.weight": (h, inter)})
+        if cfg.attention_bias:
+            shapes.update({a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,),
+                           a + "v_proj.bias": (kv,)})
+        if cfg.qk_norm:
+            shapes.update({a + "q_norm.weight": (d,), a + "k_norm.weight": (d,)})
+    return shapes
+
+
+def _stored_name(raw: SafetensorsFiles, name: str) -> str | None:
+    """The checkpoint's key for weight ``name`` (``name`` or ``model.name``; the LM head has no
+    prefix in Hugging Face checkpoints but is accepted with one)."""
+    for key in (name, f"model.{name}"):
+        if key in raw:
+            return key
+    return None
+
+
+def check_weights(cfg: ModelConfig, raw: SafetensorsFiles, folder: Path) -> None:
+    """Raise :class:`ModelLoadError` unless the checkpoint holds every weight of ``cfg``, in its
+    shape and a floating dtype, and no layer beyond ``num_hidden_layers``. Reads headers only."""
+    layers = {int(m.group(1)) for n in raw.names()
+              if (m := re.match(r"(?:model\.)?layers\.(\d+)\.", n))}
+    stored = max(layers) + 1 if layers else 0
+    if stored != cfg.num_layers:
+        raise ModelLoadError(f"{folder / 'config.json'} says num_hidden_layers="
+                             f"{cfg.num_layers} but the checkpoint holds weights for {stored} "
+                             "layers")
+    missing = []
+    for name, shape in expected_shapes(cfg).items():
+        key = _stored_name(raw, name)
+        if key is None:
+            missing.append(name)
+        elif raw.shape(key) != shape:
+            raise ModelLoadError(f"{raw.file_of(key)}: weight {key!r} has shape "
+                                 f"{list(raw.shape(key))} but config.json implies {list(shape)}")
+        elif not raw.dtype(key).is_floating_point:
+            raise ModelLoadError(f"{raw.file_of(key)}: weight {key!r} has the non-float dtype "
+                                 f"{raw.dtype(key)}")
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:3])
+        raise ModelLoadError(f"{len(missing)} weights are missing from {folder}: {shown}"
+                             f"{', ...' if len(missing) > 3 else ''}")
 
 
 def _projection(parts: list[torch.Tensor], dtype: torch.dtype, device: torch.device | str
@@ -47,18 +134,27 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
                ) -> LlamaModel:
     """Build the model of the folder at ``path`` with weights in ``dtype`` on ``device``.
 
-    Raises :class:`ModelLoadError` for a missing/malformed folder, an unsupported architecture
-    (naming it and suggesting ``metagen.HFGenerator``) or a missing weight.
+    ``max_positions`` is the number of positions the caller will run (the RoPE tables cover
+    exactly that many; default: the config's ``max_position_embeddings``).
+    :meth:`~metagen.engine.llm_engine.LLMEngine.from_pretrained` passes
+    :meth:`~metagen.engine.config.EngineConfig.max_positions`, so a config that claims 10^9
+    positions costs no more table than the engine's KV cache can use.
+
+    The config and every safetensors header are checked against each other before any weight is
+    read. Raises :class:`UnsupportedArchitectureError` for an architecture (or a ``.bin``-only
+    checkpoint) the engine does not implement, and :class:`ModelLoadError` naming the file or
+    field for anything else: a missing/malformed folder, an impossible config value, a corrupt or
+    truncated file, a missing weight or one whose shape does not match the config.
     """
     folder = Path(path)
     cfg = ModelConfig.from_folder(folder)
     raw = _read_tensors(folder)
+    check_weights(cfg, raw, folder)
 
     def take(name: str) -> torch.Tensor:
-        for key in (name, f"model.{name}"):
-            if key in raw:
-                return raw.pop(key)
-        raise ModelLoadError(f"weight {name!r} missing from {folder}")
+        key = _stored_name(raw, name)
+        assert key is not None, name  # check_weights found every weight
+        return raw.pop(key)
 
     def proj(*names: str) -> torch.Tensor:
         return _projection([take(n) for n in names], dtype, device)
@@ -68,9 +164,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     state: dict[str, torch.Tensor] = {"embed": take("embed_tokens.weight"),
                                       "norm": take("norm.weight")}
     if not cfg.tie_word_embeddings:
-        if "lm_head.weight" not in raw:
-            raise ModelLoadError(f"weight 'lm_head.weight' missing from {folder}")
-        state["lm_head"] = _projection([raw.pop("lm_head.weight")], dtype, device)
+        state["lm_head"] = proj("lm_head.weight")
     for i in range(cfg.num_layers):
         p = f"layers.{i}."
         a = p + "self_attn."
@@ -87,9 +181,6 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
         state[p + "gate_up"] = proj(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
         state[p + "down"] = proj(p + "mlp.down_proj.weight")
     state = {k: v.to(dtype=dtype, device=device) for k, v in state.items()}
-    try:
-        model.load_state_dict(state, strict=True, assign=True)
-    except RuntimeError as exc:
-        raise ModelLoadError(f"weights of {folder} do not match its config: {exc}") from exc
+    model.load_state_dict(state, strict=True, assign=True)  # names and shapes checked above
     model.build_rope()
     return model.eval()

@@ -14,9 +14,11 @@ the raw little-endian data, offsets relative to the end of the header.
 from __future__ import annotations
 
 import json
+import math
 import struct
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,40 +29,52 @@ DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
           "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
 
 
+MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
+
+
 class SafetensorsFiles:
-    """The tensors of a set of files by name; :meth:`pop` reads one and forgets it."""
+    """The tensors of a set of files by name; :meth:`pop` reads one and forgets it.
+
+    Construction reads and checks every header -- the header length against the file size, each
+    tensor's dtype, shape and byte range against the data that follows -- so a truncated or
+    corrupt file raises :class:`ModelLoadError` naming it (and the tensor) before any tensor is
+    allocated.
+    """
 
     def __init__(self, paths: list[Path]) -> None:
         if sys.byteorder != "little":
             raise ModelLoadError("safetensors data is little-endian; this machine is not")
-        self._where: dict[str, tuple[Path, int, dict]] = {}
+        self._where: dict[str, tuple[Path, int, dict[str, Any]]] = {}
         for path in paths:
-            try:
-                with open(path, "rb") as fh:
-                    (n,) = struct.unpack("<Q", fh.read(8))
-                    header = json.loads(fh.read(n))
-            except (OSError, struct.error, ValueError) as exc:
-                raise ModelLoadError(f"cannot read {path}: {exc}") from exc
-            header.pop("__metadata__", None)
+            base, header = _read_header(path)
             for name, entry in header.items():
-                self._where[name] = (path, 8 + n, entry)
+                self._where[name] = (path, base, entry)
 
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
+    def names(self) -> list[str]:
+        """The names of the tensors not yet popped."""
+        return list(self._where)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of tensor ``name`` as its header gives it (KeyError if absent)."""
+        return tuple(self._where[name][2]["shape"])
+
+    def dtype(self, name: str) -> torch.dtype:
+        """The dtype of tensor ``name`` as its header gives it (KeyError if absent)."""
+        return DTYPES[self._where[name][2]["dtype"]]
+
+    def file_of(self, name: str) -> Path:
+        """The file holding tensor ``name`` (KeyError if absent)."""
+        return self._where[name][0]
+
     def pop(self, name: str) -> torch.Tensor:
         """Read tensor ``name`` (KeyError if absent); it is no longer listed afterwards."""
         path, base, entry = self._where.pop(name)
-        dtype = DTYPES.get(entry.get("dtype", ""))
-        begin, end = entry.get("data_offsets", (0, -1))
-        if dtype is None:
-            raise ModelLoadError(f"{path}: tensor {name!r} has unsupported dtype "
-                                 f"{entry.get('dtype')!r}")
-        out = torch.empty(entry.get("shape", []), dtype=dtype)
+        begin, end = entry["data_offsets"]
+        out = torch.empty(entry["shape"], dtype=DTYPES[entry["dtype"]])
         raw = out.view(-1).view(torch.uint8)
-        if raw.numel() != end - begin:
-            raise ModelLoadError(f"{path}: tensor {name!r} has {end - begin} bytes for shape "
-                                 f"{entry.get('shape')} of {entry.get('dtype')}")
         try:
             with open(path, "rb") as fh:
                 fh.seek(base + begin)
@@ -70,3 +84,58 @@ class SafetensorsFiles:
         if got != end - begin:
             raise ModelLoadError(f"{path} is truncated: tensor {name!r} ends past the file")
         return out
+
+
+def _read_header(path: Path) -> tuple[int, dict[str, dict[str, Any]]]:
+    """``(offset of the data, {name: entry})`` of one file, every entry checked against the file
+    size; ``__metadata__`` is dropped."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if size < 8:
+                raise ModelLoadError(f"{path} is truncated: {size} bytes, too short for a "
+                                     "safetensors header")
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if n > min(size - 8, MAX_HEADER_BYTES):
+                raise ModelLoadError(f"{path} is corrupt or truncated: its header length {n} "
+                                     f"runs past the end of the file ({size} bytes)")
+            header = json.loads(fh.read(n))
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ModelLoadError(f"cannot read {path}: its header is not JSON ({exc})") from exc
+    if not isinstance(header, dict):
+        raise ModelLoadError(f"cannot read {path}: its header is not a JSON object")
+    header.pop("__metadata__", None)
+    data_bytes = size - 8 - n
+    for name, entry in header.items():
+        _check_entry(path, name, entry, data_bytes)
+    return 8 + n, header
+
+
+def _check_entry(path: Path, name: str, entry: Any, data_bytes: int) -> None:
+    """Raise :class:`ModelLoadError` unless ``entry`` is a tensor whose bytes lie in the file."""
+    if not isinstance(entry, dict):
+        raise ModelLoadError(f"{path}: the header entry of {name!r} is not a JSON object")
+    dtype = DTYPES.get(entry.get("dtype"))  # type: ignore[arg-type]
+    if dtype is None:
+        raise ModelLoadError(f"{path}: tensor {name!r} has unsupported dtype "
+                             f"{entry.get('dtype')!r}")
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise ModelLoadError(f"{path}: tensor {name!r} has a malformed shape {shape!r}")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets))
+            or offsets[0] > offsets[1]):
+        raise ModelLoadError(f"{path}: tensor {name!r} has malformed data_offsets {offsets!r}")
+    begin, end = offsets
+    expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if end - begin != expected:
+        raise ModelLoadError(f"{path}: tensor {name!r} has {end - begin} bytes for shape "
+                             f"{shape} of {entry['dtype']} ({expected} needed)")
+    if end > data_bytes:
+        raise ModelLoadError(f"{path} is truncated: tensor {name!r} ends at byte {end} of the "
+                             f"data, which has {data_bytes}")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
