@@ -21,14 +21,18 @@ excluded); ``generator_flops`` is :class:`~metagen.generators.flops.FlopModel`'s
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from metagen.decoding import SequenceState
+from metagen.device import resolve_device
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
 from metagen.generators.base import Capabilities, Prompt, check_prompts
 from metagen.generators.flops import FlopModel, flop_model_of
@@ -43,6 +47,62 @@ from metagen.generators.tokenize import bad_words_ids, encode_prompt, eos_token_
 from metagen.types import Completion, SamplingParams, Usage
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _check_config_file(folder: Path) -> None:
+    """Raise ``ModelLoadError`` unless ``folder/config.json`` exists and holds a JSON object."""
+    file = folder / "config.json"
+    if not file.is_file():
+        raise ModelLoadError(f"no model folder at {str(folder)!r} (config.json not found)")
+    try:
+        cfg = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {file}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"{file}: the config must be a JSON object, not "
+                             f"{type(cfg).__name__}")
+
+
+@contextlib.contextmanager
+def _quiet_load_report() -> Iterator[None]:
+    """Silence transformers' multi-line load report (missing/unexpected keys) while loading:
+    :func:`_check_loading_info` turns what matters in it into one error line."""
+    log = logging.getLogger("transformers.modeling_utils")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _check_loading_info(folder: Path, info: dict[str, Any]) -> None:
+    """Raise ``ModelLoadError`` when transformers' loading info lists weights the checkpoint
+    lacks (they would run with random values) or weights whose shape did not fit."""
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(repr(k) for k in missing[:3])
+        raise ModelLoadError(f"{len(missing)} weights the model needs are missing from "
+                             f"{folder}: {shown}{', ...' if len(missing) > 3 else ''}")
+    mismatched = sorted(info.get("mismatched_keys") or (), key=str)
+    if mismatched:
+        name, stored, wanted = mismatched[0]
+        raise ModelLoadError(f"{len(mismatched)} weights in {folder} do not have the shape its "
+                             f"config.json implies, e.g. {name!r}: {list(stored)} stored, "
+                             f"{list(wanted)} expected")
+    errors = info.get("error_msgs") or []
+    if errors:
+        raise ModelLoadError(f"cannot load the weights of {folder}: "
+                             f"{str(errors[0]).strip().splitlines()[0]}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, with the next one when the first ends in ':'
+    (pydantic-style "Validation error for field 'x':" headers), else the type's name."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
@@ -100,23 +160,31 @@ class HFGenerator:
                         dtype: str | torch.dtype | None = None, **kwargs: Any) -> HFGenerator:
         """Load any ``AutoModelForCausalLM`` folder (offline: nothing is downloaded).
 
-        ``dtype`` None keeps the checkpoint's dtype. Raises ``ModelLoadError`` when the folder is
-        missing or cannot be loaded.
+        ``dtype`` None keeps the checkpoint's dtype. The device is checked first
+        (:class:`~metagen.errors.DeviceUnavailableError`). Raises ``ModelLoadError`` (one line)
+        when the folder is missing, its ``config.json`` is not a JSON object, transformers cannot
+        load it, or the checkpoint lacks weights the model needs: transformers would fill those
+        with random values, so the error names a few of them and their count instead (weights
+        tied to another, like a tied LM head, are not missing).
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         folder = Path(path)
-        if not (folder / "config.json").is_file():
-            raise ModelLoadError(f"no model folder at {str(path)!r} (config.json not found)")
         torch_dtype = _resolve_dtype(dtype)
+        device = resolve_device(device)
+        _check_config_file(folder)
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(
-                folder, dtype=torch_dtype, local_files_only=True).to(device)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(f"cannot load a causal LM from {str(path)!r}: {first}") from exc
-        return cls(model, tokenizer, **kwargs)
+            with _quiet_load_report():
+                # mismatched shapes are reported (and refused) by _check_loading_info
+                model, info = AutoModelForCausalLM.from_pretrained(
+                    folder, dtype=torch_dtype, local_files_only=True, output_loading_info=True,
+                    ignore_mismatched_sizes=True)
+        except Exception as exc:  # transformers raises many types; each becomes one line
+            raise ModelLoadError(f"cannot load a causal LM from {str(path)!r}: "
+                                 f"{_one_line(exc)}") from exc
+        _check_loading_info(folder, info)
+        return cls(model.to(device), tokenizer, **kwargs)
 
     @property
     def capabilities(self) -> Capabilities:

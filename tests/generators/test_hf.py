@@ -292,3 +292,54 @@ def test_same_accounting_and_scores_as_the_engine(stories_gen, stories_path) -> 
     for prompt in ("Once upon a time", "Once upon a ti"):
         assert stories_gen.score([prompt], conts)[0] == pytest.approx(
             local.score([prompt], conts)[0], abs=1e-4)
+
+
+def test_missing_weights_are_an_error_not_random_values(tmp_path, stories_path) -> None:
+    """transformers fills weights missing from the checkpoint with random values; the backend
+    refuses such a checkpoint, naming some of the missing weights and their count."""
+    from tests.broken_checkpoints import copy_checkpoint, edit_config
+
+    folder = copy_checkpoint(stories_path, tmp_path / "layers50")
+    edit_config(num_hidden_layers=50)(folder)
+    with pytest.raises(ModelLoadError, match=r"405 weights the model needs are missing from .*"
+                       r"'model\.layers\.\d+\.") as info:
+        HFGenerator.from_pretrained(folder)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_untied_head_missing_is_named_and_tied_head_is_not_missing(tmp_path, stories_path,
+                                                                   random_llama_path) -> None:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "no_head"
+    shutil.copytree(random_llama_path, folder)
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["lm_head.weight"]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match="1 weights .* missing .*'lm_head.weight'"):
+        HFGenerator.from_pretrained(folder)
+    # stories260K ties its head to the embedding and stores no lm_head.weight: not missing
+    gen = HFGenerator.from_pretrained(stories_path)
+    assert gen.model.get_output_embeddings().weight is gen.model.get_input_embeddings().weight
+
+
+@pytest.mark.parametrize("case", ["hidden_size_not_the_weights", "config_is_a_list",
+                                  "truncated_data", "header_length_past_end"])
+def test_broken_checkpoints_are_one_line_load_errors(tmp_path, stories_path, case) -> None:
+    from tests.broken_checkpoints import BROKEN, copy_checkpoint
+
+    folder = copy_checkpoint(stories_path, tmp_path / case)
+    BROKEN[case][0](folder)
+    with pytest.raises(ModelLoadError) as info:
+        HFGenerator.from_pretrained(folder)
+    assert len(str(info.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:99"])
+def test_unavailable_device_fails_before_loading(tmp_path, device) -> None:
+    from metagen.errors import DeviceUnavailableError
+
+    with pytest.raises(DeviceUnavailableError, match="device"):
+        HFGenerator.from_pretrained(tmp_path / "never_read", device=device)
