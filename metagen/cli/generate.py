@@ -2,7 +2,9 @@
 
 Flag values go to :class:`~metagen.types.SamplingParams` unchanged, so a bad value (``--top-p
 1.5``) fails with the same typed error as in Python, which ``metagen.cli.main`` prints as one line
-(exit status 2) -- before any model is loaded. ``--json`` prints one JSON object::
+(exit status 2) -- before any model is loaded. A model that cannot be loaded (missing, corrupt,
+inconsistent with its config, or a device that is not there) is also one line and exit status 2.
+``--json`` prints one JSON object::
 
     {"model": str, "backend": str, "prompt": str, "params": {...SamplingParams.to_dict()},
      "completions": [{"text", "token_ids", "logprobs", "cumulative_logprob", "finish_reason",
@@ -12,19 +14,21 @@ Flag values go to :class:`~metagen.types.SamplingParams` unchanged, so a bad val
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
-from pathlib import Path
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
-from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.errors import InvalidParameterError, UnsupportedArchitectureError
 from metagen.types import SamplingParams
 
 # backend name -> (module, class); each class has from_pretrained(path, **options).
-# "auto" tries them in this order and takes the first that can load the model.
+# "auto" tries them in this order and takes the first that implements the model's architecture.
 BACKENDS: dict[str, tuple[str, str]] = {
     "local": ("metagen.generators.local", "LocalGenerator"),
     "hf": ("metagen.generators.hf", "HFGenerator"),
@@ -37,13 +41,22 @@ def available_backends() -> list[str]:
             if importlib.util.find_spec(module) is not None]
 
 
+def backend_class(name: str) -> Any:
+    """The generator class of backend ``name`` (imported now)."""
+    module, attr = BACKENDS[name]
+    return getattr(importlib.import_module(module), attr)
+
+
 def load_generator(backend: str, model: str, **options: Any) -> tuple[str, Any]:
     """``(name, BACKENDS[name].from_pretrained(model, **options))``; options that are None are
     left out so each backend keeps its own defaults.
 
-    ``backend="auto"`` takes the first available backend that loads the model: when the engine
-    cannot run an architecture (``ModelLoadError``) it says so on stderr and uses the next one.
-    A named backend is used or fails, never replaced.
+    ``backend="auto"`` takes the first available backend that implements the model: only an
+    :class:`~metagen.errors.UnsupportedArchitectureError` (an architecture or format the engine
+    lacks) moves on to the next one, with a note on stderr. Any other load error -- a corrupt
+    file, a config that does not match its weights, an unavailable device -- is raised as is:
+    another backend would only run the same broken checkpoint. A named backend is used or fails,
+    never replaced.
     """
     names = available_backends()
     if backend != "auto" and backend not in names:
@@ -52,12 +65,10 @@ def load_generator(backend: str, model: str, **options: Any) -> tuple[str, Any]:
     kwargs = {k: v for k, v in options.items() if v is not None}
     candidates = names if backend == "auto" else [backend]
     for i, name in enumerate(candidates):
-        module, attr = BACKENDS[name]
-        cls = getattr(importlib.import_module(module), attr)
         try:
-            return name, cls.from_pretrained(model, **kwargs)
-        except ModelLoadError as exc:
-            if i + 1 == len(candidates) or not (Path(model) / "config.json").is_file():
+            return name, backend_class(name).from_pretrained(model, **kwargs)
+        except UnsupportedArchitectureError as exc:
+            if i + 1 == len(candidates):
                 raise
             click.echo(f"note: backend {name} cannot load this model ({exc}); "
                        f"using {candidates[i + 1]}", err=True)
@@ -81,12 +92,29 @@ def _float(name: str, text: str) -> float:
         raise InvalidParameterError(name, text, "must be a number") from None
 
 
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No progress bars, transformers log lines or Python warnings while a model loads: the CLI
+    prints results, or one line when loading fails."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model")
 @click.argument("prompt")
 @click.option("--backend", default="auto", show_default=True,
               help="local (the built-in engine), hf (transformers: any architecture), or auto "
-              "(local when it can run the model, else hf).")
+              "(local when it implements the architecture, else hf).")
 @click.option("--n", "n", type=str, metavar="INT", default=1, show_default=True,
               help="Completions to sample.")
 @click.option("--temperature", type=str, metavar="FLOAT", default=1.0, show_default=True,
@@ -105,7 +133,8 @@ def _float(name: str, text: str) -> float:
 @click.option("--seed", type=str, metavar="INT", default=None, help="Makes sampling reproducible.")
 @click.option("--logprobs", type=str, metavar="INT", default=None,
               help="Top-k alternatives per token.")
-@click.option("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu).")
+@click.option("--device", default=None, help="torch device, e.g. cpu or cuda (default: the "
+              "backend's: auto for local, cpu for hf).")
 @click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the "
               "checkpoint's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
@@ -124,10 +153,8 @@ def generate(model: str, prompt: str, backend: str, n: str, temperature: str, to
         frequency_penalty=_float("frequency_penalty", frequency_penalty),
         max_tokens=_int("max_tokens", max_tokens), min_tokens=_int("min_tokens", min_tokens),
         stop=stop, seed=_int("seed", seed), logprobs=_int("logprobs", logprobs))
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # a CLI prints results, not loading bars
-    backend, gen = load_generator(backend, model, device=device, dtype=dtype)
+    with _quiet_loading():
+        backend, gen = load_generator(backend, model, device=device, dtype=dtype)
     completions = gen.generate([prompt], params)[0]
     if as_json:
         click.echo(json.dumps({
