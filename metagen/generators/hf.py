@@ -177,9 +177,10 @@ class HFGenerator:
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
             with _quiet_load_report():
                 # mismatched shapes are reported (and refused) by _check_loading_info
-                model, info = AutoModelForCausalLM.from_pretrained(
+                loaded: Any = AutoModelForCausalLM.from_pretrained(
                     folder, dtype=torch_dtype, local_files_only=True, output_loading_info=True,
                     ignore_mismatched_sizes=True)
+            model, info = loaded
         except Exception as exc:  # transformers raises many types; each becomes one line
             raise ModelLoadError(f"cannot load a causal LM from {str(path)!r}: "
                                  f"{_one_line(exc)}") from exc
