@@ -1,10 +1,13 @@
 """``metagen generate MODEL PROMPT``: sample completions from a model folder.
 
-Flag values go to :class:`~metagen.types.SamplingParams` unchanged, so a bad value (``--top-p
-1.5``) fails with the same typed error as in Python, which ``metagen.cli.main`` prints as one line
-(exit status 2) -- before any model is loaded. A model that cannot be loaded (missing, corrupt,
-inconsistent with its config, or a device that is not there) is also one line and exit status 2.
-``--json`` prints one JSON object::
+Every decoding option of :class:`~metagen.types.SamplingParams` has a flag named after its field
+(``--top-p`` is ``top_p``; ``--logit-bias``, ``--bad-words`` and ``--stop-token-ids`` repeat).
+Flag values go to ``SamplingParams`` unchanged, so a bad value (``--top-p 1.5``) fails with the
+same typed error as in Python, which ``metagen.cli.main`` prints as one line (exit status 2) --
+before any model is loaded. A model that cannot be loaded (missing, corrupt, inconsistent with its
+config, or a device that is not there) is also one line and exit status 2.
+
+Output: the prompt and its completion, or with ``--json`` one JSON object::
 
     {"model": str, "backend": str, "prompt": str, "params": {...SamplingParams.to_dict()},
      "completions": [{"text", "token_ids", "logprobs", "cumulative_logprob", "finish_reason",
@@ -19,7 +22,7 @@ import importlib
 import importlib.util
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
@@ -33,6 +36,12 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "local": ("metagen.generators.local", "LocalGenerator"),
     "hf": ("metagen.generators.hf", "HFGenerator"),
 }
+
+_FLOAT_FLAGS = ("temperature", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+                "mirostat_tau", "mirostat_eta", "repetition_penalty", "presence_penalty",
+                "frequency_penalty")
+_INT_FLAGS = ("n", "top_k", "no_repeat_ngram_size", "max_tokens", "min_tokens", "seed",
+              "logprobs")
 
 
 def available_backends() -> list[str]:
@@ -85,11 +94,54 @@ def _int(name: str, text: str | None) -> int | None:
         raise InvalidParameterError(name, text, "must be an integer") from None
 
 
-def _float(name: str, text: str) -> float:
+def _float(name: str, text: str | None) -> float | None:
+    """A flag's number value; a malformed one is an ``InvalidParameterError`` naming it."""
+    if text is None:
+        return None
     try:
         return float(text)
     except ValueError:
         raise InvalidParameterError(name, text, "must be a number") from None
+
+
+def _logit_bias(entries: Sequence[str]) -> dict[int, float] | None:
+    """``TOKEN_ID=BIAS`` entries as a dict (None when there are none); the values themselves are
+    checked by ``SamplingParams``."""
+    if not entries:
+        return None
+    bias: dict[int, float] = {}
+    for entry in entries:
+        token, _, value = entry.partition("=")
+        try:
+            tok, number = int(token), float(value)
+        except ValueError:
+            raise InvalidParameterError("logit_bias", entry, "must be TOKEN_ID=BIAS with an "
+                                        "integer id and a number, e.g. 2=-100") from None
+        if tok in bias:
+            raise InvalidParameterError("logit_bias", entry, f"token id {tok} is given twice")
+        bias[tok] = number
+    return bias
+
+
+def _token_ids(name: str, texts: Sequence[str]) -> tuple[int, ...]:
+    """A repeated flag's token ids; a malformed one is an ``InvalidParameterError`` naming it."""
+    ids = []
+    for text in texts:
+        try:
+            ids.append(int(text))
+        except ValueError:
+            raise InvalidParameterError(name, text, "must be an integer token id") from None
+    return tuple(ids)
+
+
+def sampling_params(flags: dict[str, Any]) -> SamplingParams:
+    """The :class:`SamplingParams` of the command's sampling flags (strings as typed)."""
+    values: dict[str, Any] = {name: _float(name, flags[name]) for name in _FLOAT_FLAGS}
+    values.update({name: _int(name, flags[name]) for name in _INT_FLAGS})
+    values["logit_bias"] = _logit_bias(flags["logit_bias"])
+    values["stop_token_ids"] = _token_ids("stop_token_ids", flags["stop_token_ids"])
+    return SamplingParams(**values, stop=flags["stop"], bad_words=flags["bad_words"],
+                          ignore_eos=flags["ignore_eos"])
 
 
 @contextlib.contextmanager
@@ -124,12 +176,29 @@ def _quiet_loading() -> Iterator[None]:
               help="0 or -1 disables.")
 @click.option("--min-p", type=str, metavar="FLOAT", default=0.0, show_default=True)
 @click.option("--typical-p", type=str, metavar="FLOAT", default=1.0, show_default=True)
+@click.option("--epsilon-cutoff", type=str, metavar="FLOAT", default=0.0, show_default=True,
+              help="Drop tokens below this probability; 0 disables.")
+@click.option("--eta-cutoff", type=str, metavar="FLOAT", default=0.0, show_default=True,
+              help="Eta sampling's cutoff; 0 disables.")
+@click.option("--mirostat-tau", type=str, metavar="FLOAT", default=None,
+              help="Mirostat v2 target surprise (nats); replaces the truncation samplers.")
+@click.option("--mirostat-eta", type=str, metavar="FLOAT", default=0.1, show_default=True,
+              help="Mirostat learning rate.")
 @click.option("--repetition-penalty", type=str, metavar="FLOAT", default=1.0, show_default=True)
 @click.option("--presence-penalty", type=str, metavar="FLOAT", default=0.0, show_default=True)
 @click.option("--frequency-penalty", type=str, metavar="FLOAT", default=0.0, show_default=True)
+@click.option("--no-repeat-ngram-size", type=str, metavar="INT", default=0, show_default=True,
+              help="Never repeat an n-gram of this size; 0 disables.")
+@click.option("--logit-bias", multiple=True, metavar="TOKEN_ID=BIAS",
+              help="Add BIAS to a token's logit (repeatable).")
+@click.option("--bad-words", multiple=True, metavar="TEXT",
+              help="Text the output may never contain (repeatable).")
 @click.option("--max-tokens", type=str, metavar="INT", default=64, show_default=True)
 @click.option("--min-tokens", type=str, metavar="INT", default=0, show_default=True)
 @click.option("--stop", multiple=True, help="Stop string (repeatable); not included in the text.")
+@click.option("--stop-token-ids", multiple=True, metavar="INT",
+              help="Token id that ends a completion (repeatable).")
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past the end-of-text token.")
 @click.option("--seed", type=str, metavar="INT", default=None, help="Makes sampling reproducible.")
 @click.option("--logprobs", type=str, metavar="INT", default=None,
               help="Top-k alternatives per token.")
@@ -138,21 +207,10 @@ def _quiet_loading() -> Iterator[None]:
 @click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the "
               "checkpoint's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-def generate(model: str, prompt: str, backend: str, n: str, temperature: str, top_p: str,
-             top_k: str, min_p: str, typical_p: str, repetition_penalty: str,
-             presence_penalty: str, frequency_penalty: str, max_tokens: str,
-             min_tokens: str, stop: tuple[str, ...], seed: str | None, logprobs: str | None,
-             device: str | None, dtype: str | None, as_json: bool) -> None:
+def generate(model: str, prompt: str, backend: str, device: str | None, dtype: str | None,
+             as_json: bool, **sampling: Any) -> None:
     """Generate completions of PROMPT with the model in folder MODEL."""
-    params = SamplingParams(
-        n=_int("n", n), temperature=_float("temperature", temperature),
-        top_p=_float("top_p", top_p), top_k=_int("top_k", top_k), min_p=_float("min_p", min_p),
-        typical_p=_float("typical_p", typical_p),
-        repetition_penalty=_float("repetition_penalty", repetition_penalty),
-        presence_penalty=_float("presence_penalty", presence_penalty),
-        frequency_penalty=_float("frequency_penalty", frequency_penalty),
-        max_tokens=_int("max_tokens", max_tokens), min_tokens=_int("min_tokens", min_tokens),
-        stop=stop, seed=_int("seed", seed), logprobs=_int("logprobs", logprobs))
+    params = sampling_params(sampling)
     with _quiet_loading():
         backend, gen = load_generator(backend, model, device=device, dtype=dtype)
     completions = gen.generate([prompt], params)[0]
