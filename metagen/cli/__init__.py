@@ -45,11 +45,13 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script. Turns metagen's typed errors into one-line messages."""
+    """Entry point of the console script. Turns metagen's typed errors into one-line messages
+    (exit status 2); a command that calls ``ctx.exit(code)`` exits with ``code`` (``generate``:
+    1 when a completion failed)."""
     from metagen.errors import MetagenError
 
     try:
-        cli.main(args=argv, prog_name="metagen", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="metagen", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
-    return 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 if __name__ == "__main__":

@@ -7,12 +7,16 @@ same typed error as in Python, which ``metagen.cli.main`` prints as one line (ex
 before any model is loaded. A model that cannot be loaded (missing, corrupt, inconsistent with its
 config, or a device that is not there) is also one line and exit status 2.
 
-Output: the prompt and its completion, or with ``--json`` one JSON object::
+Output: the prompt and its completion (``--stream``: as it is generated), or with ``--json`` one
+JSON object::
 
     {"model": str, "backend": str, "prompt": str, "params": {...SamplingParams.to_dict()},
      "completions": [{"text", "token_ids", "logprobs", "cumulative_logprob", "finish_reason",
                       "stop_reason", "top_logprobs"}, ...],
      "usage": {...Usage.to_dict()}}
+
+A completion that failed (``finish_reason`` "error", e.g. its logits turned NaN) is reported on
+stderr as ``error: completion I failed (REASON)`` and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from typing import Any
 
 import click
 
-from metagen.errors import InvalidParameterError, UnsupportedArchitectureError
-from metagen.types import SamplingParams
+from metagen.errors import InvalidParameterError, NumericalError, UnsupportedArchitectureError
+from metagen.types import Completion, SamplingParams
 
 # backend name -> (module, class); each class has from_pretrained(path, **options).
 # "auto" tries them in this order and takes the first that implements the model's architecture.
@@ -144,6 +148,24 @@ def sampling_params(flags: dict[str, Any]) -> SamplingParams:
                           ignore_eos=flags["ignore_eos"])
 
 
+def _check_stream(backend: str, params: SamplingParams, as_json: bool) -> None:
+    """Raise ``InvalidParameterError`` naming ``stream`` when ``--stream`` cannot be honoured:
+    with ``--json``, with ``--n`` > 1, or on a named backend without ``stream``."""
+    if as_json:
+        raise InvalidParameterError("stream", True, "prints text as it comes; it cannot be "
+                                    "combined with --json")
+    if params.n != 1:
+        raise InvalidParameterError("stream", True, f"streams one completion; got --n {params.n}")
+    if backend in available_backends():
+        _check_can_stream(backend, backend_class(backend))
+
+
+def _check_can_stream(name: str, generator: Any) -> None:
+    if not callable(getattr(generator, "stream", None)):
+        raise InvalidParameterError("stream", True, f"the {name} backend cannot stream; drop "
+                                    "--stream or use --backend local")
+
+
 @contextlib.contextmanager
 def _quiet_loading() -> Iterator[None]:
     """No progress bars, transformers log lines or Python warnings while a model loads: the CLI
@@ -159,6 +181,40 @@ def _quiet_loading() -> Iterator[None]:
             yield
     finally:
         hf_logging.set_verbosity(verbosity)
+
+
+def _report_failures(completions: Sequence[Completion]) -> bool:
+    """Say on stderr which completions failed; whether any did."""
+    failed = [i for i, c in enumerate(completions) if c.finish_reason == "error"]
+    for i in failed:
+        click.echo(f"error: completion {i} failed ({completions[i].stop_reason})", err=True)
+    return bool(failed)
+
+
+def _print_text(prompt: str, completions: Sequence[Completion]) -> None:
+    """Each completion that did not fail as prompt + text (with a header line when n > 1)."""
+    for i, comp in enumerate(completions):
+        if comp.finish_reason == "error":
+            continue
+        if len(completions) > 1:
+            click.echo(f"--- completion {i} ({comp.finish_reason}, "
+                       f"{len(comp.token_ids)} tokens)")
+        click.echo(prompt + comp.text)
+
+
+def _stream(gen: Any, prompt: str, params: SamplingParams) -> bool:
+    """Print the prompt, then the completion's text as it is generated; whether it failed
+    (numerical error, reported on stderr like a failed completion)."""
+    click.echo(prompt, nl=False)
+    try:
+        for delta in gen.stream(prompt, params):
+            click.echo(delta, nl=False)
+    except NumericalError:
+        click.echo("")
+        click.echo("error: completion 0 failed (numerical_error)", err=True)
+        return True
+    click.echo("")
+    return False
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -207,21 +263,30 @@ def _quiet_loading() -> Iterator[None]:
 @click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the "
               "checkpoint's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-def generate(model: str, prompt: str, backend: str, device: str | None, dtype: str | None,
-             as_json: bool, **sampling: Any) -> None:
+@click.option("--stream", is_flag=True, help="Print the text as it is generated (one "
+              "completion, not with --json).")
+@click.pass_context
+def generate(ctx: click.Context, model: str, prompt: str, backend: str, device: str | None,
+             dtype: str | None, as_json: bool, stream: bool, **sampling: Any) -> None:
     """Generate completions of PROMPT with the model in folder MODEL."""
     params = sampling_params(sampling)
+    if stream:
+        _check_stream(backend, params, as_json)
     with _quiet_loading():
         backend, gen = load_generator(backend, model, device=device, dtype=dtype)
-    completions = gen.generate([prompt], params)[0]
-    if as_json:
-        click.echo(json.dumps({
-            "model": model, "backend": backend, "prompt": prompt, "params": params.to_dict(),
-            "completions": [c.to_dict() for c in completions], "usage": gen.usage.to_dict(),
-        }, ensure_ascii=False))
-        return
-    for i, comp in enumerate(completions):
-        if len(completions) > 1:
-            click.echo(f"--- completion {i} ({comp.finish_reason}, "
-                       f"{len(comp.token_ids)} tokens)")
-        click.echo(prompt + comp.text)
+    if stream:
+        _check_can_stream(backend, gen)
+        failed = _stream(gen, prompt, params)
+    else:
+        completions = gen.generate([prompt], params)[0]
+        if as_json:
+            click.echo(json.dumps({
+                "model": model, "backend": backend, "prompt": prompt,
+                "params": params.to_dict(), "completions": [c.to_dict() for c in completions],
+                "usage": gen.usage.to_dict(),
+            }, ensure_ascii=False))
+        else:
+            _print_text(prompt, completions)
+        failed = _report_failures(completions)
+    if failed:
+        ctx.exit(1)
