@@ -8,6 +8,7 @@ with a non-zero exit, never as a traceback.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import click

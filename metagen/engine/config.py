@@ -77,7 +77,8 @@ class EngineConfig:
                                         "must be 'float32', 'bfloat16' or 'float16'")
         if not isinstance(self.device, str) or not self.device:
             raise InvalidParameterError("device", self.device, "must be 'auto', 'cpu', 'cuda', ...")
-        resolve_device(self.device)
+        if self.device != "auto":
+            resolve_device(self.device)  # an unknown or absent device fails here, before loading
 
     def torch_dtype(self) -> torch.dtype:
         import torch
