@@ -59,7 +59,8 @@ class TransformersPeer(Peer):
 
 
 class MetagenPeer(Peer):
-    """metagen's engine: LLMEngine for plain generation, the token-level drivers on top."""
+    """metagen's engine: LLMEngine for everything (beam search as requests with
+    ``BeamSearchParams``, speculative decoding as an engine built with a speculator)."""
 
     name = "metagen"
 
@@ -78,18 +79,16 @@ class MetagenPeer(Peer):
         zeroed) per call, so it is sized to the workload rather than to a fixed budget."""
         return num_tokens // 16 + 8
 
-    def engine(self, model: str, prefix_cache: bool = True, num_blocks: int = 64):
+    def engine(self, model: str, prefix_cache: bool = True, num_blocks: int = 64,
+               speculator=None):
         from metagen.engine.config import EngineConfig
         from metagen.engine.llm_engine import LLMEngine
 
         cfg = EngineConfig(block_size=16, num_blocks=num_blocks, prefix_cache=prefix_cache,
                            max_num_batched_tokens=4096, device="cpu")
-        return LLMEngine(self.models[model], None, cfg)
-
-    def session(self, model: str, num_blocks: int = 64):
-        from metagen.engine.speculative_decoding import PagedSession
-
-        return PagedSession(self.models[model], num_blocks=num_blocks, block_size=16)
+        eng = LLMEngine(self.models[model], None, cfg, speculator=speculator)
+        eng.eos_token_ids = ()  # as the transformers peer (eos_token_id=None): fixed lengths
+        return eng
 
     def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
         from metagen.types import SamplingParams
@@ -109,25 +108,27 @@ class MetagenPeer(Peer):
         return [list(c.token_ids) for c in out[0].outputs]
 
     def beam(self, model: str, prompt: list[int], width: int, max_new: int) -> list[int]:
-        from metagen.decoding.beam import BeamParams
-        from metagen.engine.beam_search import beam_search
+        """A beam-search request on the engine (the same core as every other request)."""
+        from metagen.beam_params import BeamSearchParams
 
-        params = BeamParams(num_beams=width, max_tokens=max_new, early_stopping=False)
-        session = self.session(model, self.blocks_for(len(prompt) + 2 * width * (max_new + 16)))
-        return list(beam_search(session, [prompt], params)[0][0].tokens)
+        eng = self.engine(model, num_blocks=self.blocks_for(len(prompt) + 2 * width * (max_new + 16)))
+        out = eng.generate([prompt], BeamSearchParams(num_beams=width, max_tokens=max_new))
+        return list(out[0].outputs[0].token_ids)
 
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
                     mode: str) -> list[int]:
-        from metagen.engine.proposers import DraftModelProposer, NgramProposer
-        from metagen.engine.speculative_decoding import SpecStats, speculative_generate
+        """Greedy decoding on an engine built with a speculator (draft model on its own small
+        engine, or prompt lookup)."""
+        from metagen.engine.draft_proposer import DraftModelProposer
+        from metagen.engine.proposers import NgramProposer
+        from metagen.engine.speculative_decoding import Speculator
         from metagen.types import SamplingParams
 
         blocks = self.blocks_for(len(prompt) + max_new + k + 16)
-        proposer = (DraftModelProposer(self.session("draft", blocks)) if mode == "draft"
-                    else NgramProposer(max_ngram=3))
-        stats = SpecStats()
-        out = speculative_generate(self.session(model, blocks), proposer, [prompt],
-                                   SamplingParams(temperature=0, max_tokens=max_new), k,
-                                   stats=stats)
+        proposer = (DraftModelProposer(self.engine("draft", num_blocks=blocks))
+                    if mode == "draft" else NgramProposer(max_ngram=3))
+        eng = self.engine(model, num_blocks=blocks, speculator=Speculator(proposer, k))
+        out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
+        stats = eng.speculator.stats
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds}
-        return out[0]
+        return list(out[0].outputs[0].token_ids)

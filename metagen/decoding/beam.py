@@ -25,9 +25,9 @@ from typing import Literal, Union
 
 import torch
 
+from metagen.beam_params import MAX_BEAMS, BeamSearchParams
 from metagen.errors import InvalidParameterError
 
-MAX_BEAMS = 64  # cap on beam width (RELIABILITY V18)
 NEG = -1.0e9    # transformers' "impossible" score; kept so ties and stops match it exactly
 
 EarlyStopping = Union[bool, Literal["never"]]
@@ -82,6 +82,13 @@ class BeamParams:
     @property
     def group_size(self) -> int:
         return self.num_beams // self.num_beam_groups
+
+    @classmethod
+    def of(cls, params: BeamSearchParams, eos_token_ids: tuple[int, ...]) -> BeamParams:
+        """The bookkeeping parameters of a (validated) request and the model's end tokens."""
+        return cls(params.num_beams, params.max_tokens, params.num_return_sequences,
+                   params.length_penalty, params.early_stopping, params.num_beam_groups,
+                   params.diversity_penalty, tuple(eos_token_ids))
 
 
 @dataclass(slots=True, frozen=True)

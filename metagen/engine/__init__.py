@@ -2,19 +2,21 @@
 continuous batching, fork, Hydragen shared-prefix attention) for Llama-family models.
 
 Entry points: :class:`LLMEngine` (token-level: ``add_request``/``step``/``fork``/``abort``/
-``generate``/``stream``/``score``), :class:`EngineConfig`, and the raw forward
-:class:`ModelRunner` (see :mod:`metagen.engine.model_runner`). The text-level
-``Generator`` is :class:`metagen.generators.local.LocalGenerator`.
+``generate``/``stream``/``score``; beam search with :class:`~metagen.beam_params.BeamSearchParams`
+requests, speculative decoding with an engine-wide :class:`Speculator`), :class:`EngineConfig`,
+and the raw forward :class:`ModelRunner` (see :mod:`metagen.engine.model_runner`). The
+text-level ``Generator`` is :class:`metagen.generators.local.LocalGenerator`.
 """
 
 from metagen.engine.beam_search import beam_search, stochastic_beam_search
 from metagen.engine.config import EngineConfig
+from metagen.engine.draft_proposer import DraftModelProposer
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
-from metagen.engine.proposers import DraftModelProposer, NgramProposer
-from metagen.engine.speculative_decoding import PagedSession, SpecStats, speculative_generate
+from metagen.engine.proposers import NgramProposer
+from metagen.engine.speculative_decoding import SpecStats, Speculator
 
 __all__ = ["DraftModelProposer", "EngineConfig", "EngineStats", "ExtendRequest", "LLMEngine",
-           "ModelRunner", "NgramProposer", "PagedSession", "RequestOutput", "SpecStats",
-           "StreamDelta", "beam_search", "speculative_generate", "stochastic_beam_search"]
+           "ModelRunner", "NgramProposer", "RequestOutput", "SpecStats", "Speculator",
+           "StreamDelta", "beam_search", "stochastic_beam_search"]

@@ -1,125 +1,240 @@
-"""Token-level beam searches on the engine: beam, diverse beam, stochastic beam.
+"""Beam searches as request drivers of the engine: beam, diverse beam, stochastic beam.
 
-The drivers hold the state; the math is in :mod:`metagen.decoding.beam`. Every step runs ONE
-extend forward for all live beams of all prompts (and all groups); a beam that continues with
-``c`` children is forked ``c - 1`` times (the children share its KV blocks; the engine copies a
-shared block only when a child writes into it), a beam without children is released, and its full
-blocks go to the prefix cache. Beams of different prompts are never mixed.
-
-- :func:`beam_search` — beam search (length penalty, early stopping, n best), equal to
-  ``transformers``' ``generate(num_beams=...)``; with ``num_beam_groups > 1`` and a
-  ``diversity_penalty`` it is diverse beam search (Vijayakumar et al. 2018): groups step in order
-  and each is penalised by the tokens the earlier groups chose at this step (Hamming diversity).
-- :func:`stochastic_beam_search` — Kool et al. 2019: ``k`` sequences sampled without replacement.
+A beam-search request (``LLMEngine.add_request(ids, BeamSearchParams(...))``) runs inside the
+engine's continuous batching next to any other request; the driver holds the beam states (the
+math is in :mod:`metagen.decoding.beam`) and turns each step's moves into engine operations. The
+prompt is prefilled once; each step, once the logits of every live beam are ready (a beam computed
+earlier than its siblings is parked), the step function picks the new beams; a beam continuing
+with ``c`` children is forked ``c - 1`` times (the children share its KV blocks, the scheduler
+copies a shared block only when a child writes into it) and each child is extended by its token;
+a beam without children is finished (its full blocks go to the prefix cache). The groups of a
+diverse beam search step in order, each penalised by the tokens the earlier groups chose at this
+step (Hamming diversity).
 
 Scores are raw model log-probabilities (no temperature or truncation), as in transformers' beam
-search without logits processors.
+search without logits processors; plain beam search equals transformers' ``generate(num_beams=
+...)``. The request's :class:`~metagen.engine.outputs.RequestOutput` holds, best first, the
+``num_return_sequences`` best hypotheses (stochastic: the ``num_beams`` sampled sequences by
+perturbed score) as completions: ``token_ids`` the generated tokens (EOS included), ``text``
+their text (empty without a tokenizer), ``cumulative_logprob`` the beam score (the
+length-penalised ``sum logprob / length ** length_penalty``; stochastic: the sequence's summed
+log-probability), ``logprobs`` None (per-token values are not tracked), ``finish_reason`` "stop"
+when it ended with an end token, else "length".
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from metagen.beam_params import BeamSearchParams
 from metagen.decoding.beam import (
     BeamMove, BeamParams, BeamState, Finished, StochasticBeamState, beam_step, best_hypotheses,
     diversity_penalty, stochastic_beam_step)
-from metagen.engine.speculative_decoding import PagedSeq, PagedSession
-from metagen.errors import InvalidPromptError
+from metagen.decoding.state import fresh_seed
+from metagen.engine.outputs import RequestOutput
+from metagen.errors import NumericalError
+from metagen.types import Completion
+
+if TYPE_CHECKING:
+    from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.sequence import Request, Sequence as Seq
 
 
-def _advance(session: PagedSession, handles: list[PagedSeq], move: BeamMove,
-             done: bool) -> list[PagedSeq]:
-    """New handles for ``move``: fork parents with several children, release childless ones."""
-    if done:
-        for h in handles:
-            session.release(h)
-        return []
-    children: dict[int, int] = {}
-    for p in move.parents:
-        children[p] = children.get(p, 0) + 1
-    pool: dict[int, list[PagedSeq]] = {}
-    for p, h in enumerate(handles):
-        c = children.get(p, 0)
+class BeamDriver:
+    """Beam search (``num_beam_groups`` 1) or diverse beam search over one request.
+
+    ``groups[g]`` are the live sequences of group ``g`` in ``states[g].running`` order; before
+    the first step every group holds the prompt's one sequence."""
+
+    def __init__(self, params: BeamSearchParams, eos_token_ids: tuple[int, ...],
+                 tokenizer: Any, prompt_ids: Sequence[int]) -> None:
+        self.params = BeamParams.of(params, eos_token_ids)
+        self.tokenizer, self.prompt_ids = tokenizer, list(prompt_ids)
+        g = self.params.num_beam_groups
+        self.states = [BeamState(self.params.group_size) for _ in range(g)]
+        self.groups: list[list[Seq]] | None = None  # set at the first logits
+        self.ready: dict[int, torch.Tensor] = {}  # seq_id -> logits (V,) of this step
+        self.error: Exception | None = None
+
+    @property
+    def done(self) -> bool:
+        return all(s.done for s in self.states)
+
+    def _live(self) -> list[Seq]:
+        assert self.groups is not None
+        out: dict[int, Seq] = {}
+        for g, seqs in enumerate(self.groups):
+            if not self.states[g].done:
+                out.update((s.seq_id, s) for s in seqs)
+        return list(out.values())
+
+    def on_logits(self, engine: LLMEngine, seqs: Sequence[Seq], logits: torch.Tensor) -> None:
+        if self.groups is None:  # the prompt's prefill: every group starts from its sequence
+            self.groups = [[seqs[0]] for _ in self.states]
+        for seq, row in zip(seqs, logits):
+            self.ready[seq.seq_id] = row
+        live = self._live()
+        if any(s.seq_id not in self.ready for s in live):
+            return  # wait (parked) until every live beam has its logits
+        rows = torch.stack([self.ready[s.seq_id] for s in live])  # (W_live, V)
+        self.ready.clear()
+        if not bool(torch.isfinite(rows).any(dim=-1).all()) or bool(torch.isnan(rows).any()):
+            self._fail(engine, live, NumericalError("beam search: logits contain NaN or no "
+                                                    "finite value"))
+            return
+        log_probs = torch.log_softmax(rows.float(), dim=-1)
+        index = {s.seq_id: i for i, s in enumerate(live)}
+        chosen: list[int] = []
+        stepped: list[int] = []
+        moves: list[tuple[list[Seq], BeamMove]] = []
+        for g, state in enumerate(self.states):
+            if state.done:
+                continue
+            beams = self.groups[g]
+            lp = log_probs[[index[s.seq_id] for s in beams]]  # (W_g, V)
+            lp = diversity_penalty(lp, chosen, self.params.diversity_penalty)
+            self.states[g], move = beam_step(state, lp, self.params)
+            chosen.extend(move.tokens)
+            stepped.append(g)
+            moves.append((beams, move))
+        for g, beams in zip(stepped, advance(engine, live, moves)):
+            self.groups[g] = beams
+
+    def _fail(self, engine: LLMEngine, live: list[Seq], error: Exception) -> None:
+        self.error = error
+        self.states = [replace(s, done=True) for s in self.states]
+        for seq in live:
+            seq.error = error
+            engine.finish(seq.seq_id, "error")
+
+    def hypotheses(self) -> list[Finished]:
+        return best_hypotheses(self.states, self.params.num_return_sequences)
+
+    def output(self, request: Request) -> RequestOutput:
+        hyps = self.hypotheses()
+        comps = [_completion(self.tokenizer, self.prompt_ids, h.tokens, h.score,
+                             self.params.eos_token_ids) for h in hyps]
+        return RequestOutput(request.request_id, request.prompt_ids, comps,
+                             [self.error] * max(len(comps), 1 if self.error else 0),
+                             request.num_cached_tokens)
+
+
+class StochasticBeamDriver:
+    """Stochastic beam search (Kool et al. 2019) over one request; randomness from a
+    ``torch.Generator`` seeded with ``params.seed`` (a fresh seed when None), so a request's
+    sample does not depend on the others in the batch."""
+
+    def __init__(self, params: BeamSearchParams, eos_token_ids: tuple[int, ...],
+                 tokenizer: Any, prompt_ids: Sequence[int]) -> None:
+        self.params = BeamParams.of(params, eos_token_ids)
+        self.tokenizer, self.prompt_ids = tokenizer, list(prompt_ids)
+        seed = params.seed if params.seed is not None else fresh_seed()
+        self.gen = torch.Generator().manual_seed(seed)
+        self.state = StochasticBeamState(params.num_beams)
+        self.beams: list[Seq] = []  # live sequences, in state.running_index order
+        self.ready: dict[int, torch.Tensor] = {}
+        self.error: Exception | None = None
+
+    def on_logits(self, engine: LLMEngine, seqs: Sequence[Seq], logits: torch.Tensor) -> None:
+        if not self.beams:
+            self.beams = [seqs[0]]
+        for seq, row in zip(seqs, logits):
+            self.ready[seq.seq_id] = row
+        if any(s.seq_id not in self.ready for s in self.beams):
+            return
+        rows = torch.stack([self.ready[s.seq_id] for s in self.beams])  # (R, V)
+        self.ready.clear()
+        if bool(torch.isnan(rows).any()) or not bool(torch.isfinite(rows).any(dim=-1).all()):
+            self.error = NumericalError("stochastic beam search: logits contain NaN")
+            self.state = StochasticBeamState(self.state.k, (), (), (), (), done=True)
+            for seq in self.beams:
+                seq.error = self.error
+                engine.finish(seq.seq_id, "error")
+            return
+        lp = torch.log_softmax(rows.double(), dim=-1)
+        u = torch.rand(lp.shape, generator=self.gen, dtype=torch.float64)
+        self.state, move = stochastic_beam_step(self.state, lp, u, self.params)
+        self.beams = advance(engine, self.beams, [(self.beams, move)])[0]
+
+    def output(self, request: Request) -> RequestOutput:
+        s = self.state
+        comps = [_completion(self.tokenizer, self.prompt_ids, b, lp, self.params.eos_token_ids)
+                 for b, lp in zip(s.beams, s.logprobs)]
+        return RequestOutput(request.request_id, request.prompt_ids, comps,
+                             [self.error] * len(comps) if comps else [self.error],
+                             request.num_cached_tokens)
+
+
+def advance(engine: LLMEngine, live: list[Seq], moves: list[tuple[list[Seq], BeamMove]]
+            ) -> list[list[Seq]]:
+    """Apply ``moves`` (each: a group's beams and its move, new beam i = beams[parents[i]] +
+    tokens[i]) through the engine: every live sequence with ``c`` children in all groups is
+    forked ``c - 1`` times and each child extended by its token; a live sequence without
+    children is finished. Returns each group's new beams."""
+    want: dict[int, int] = {}
+    for beams, move in moves:
+        for p in move.parents:
+            sid = beams[p].seq_id
+            want[sid] = want.get(sid, 0) + 1
+    pool: dict[int, list[int]] = {}
+    for seq in live:
+        c = want.get(seq.seq_id, 0)
         if c == 0:
-            session.release(h)
+            engine.finish(seq.seq_id, "stop")
         else:
-            pool[p] = [h] + session.fork(h, c - 1)
-    out = []
-    for p, tok in zip(move.parents, move.tokens):
-        h = pool[p].pop()
-        h.tokens.append(tok)
-        out.append(h)
+            pool[seq.seq_id] = [seq.seq_id] + engine.fork(seq.seq_id, c - 1)
+    out: list[list[Seq]] = []
+    for beams, move in moves:
+        group = []
+        for p, tok in zip(move.parents, move.tokens):
+            sid = pool[beams[p].seq_id].pop()
+            engine.extend(sid, [tok])
+            group.append(engine.seqs[sid])
+        out.append(group)
     return out
 
 
-def _check_prompts(prompts: Sequence[Sequence[int]]) -> None:
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise InvalidPromptError("prompts", [len(p) for p in prompts] if prompts else prompts,
-                                 "need at least one non-empty prompt")
+def _completion(tokenizer: Any, prompt_ids: list[int], tokens: Sequence[int], score: float,
+                eos: tuple[int, ...]) -> Completion:
+    text = ""
+    if tokenizer is not None and tokens:
+        ctx = prompt_ids[-8:]
+        text = tokenizer.decode(ctx + list(tokens), skip_special_tokens=True)[
+            len(tokenizer.decode(ctx, skip_special_tokens=True)):]
+    ended = bool(tokens) and tokens[-1] in eos
+    return Completion(text=text, token_ids=tuple(tokens), logprobs=None,
+                      cumulative_logprob=float(score) if math.isfinite(score) else None,
+                      finish_reason="stop" if ended else "length")
 
 
-def beam_search(session: PagedSession, prompts: Sequence[Sequence[int]],
-                params: BeamParams) -> list[list[Finished]]:
-    """Beam search (or diverse beam search) for every prompt; returns, per prompt, the
-    ``params.num_return_sequences`` best finished hypotheses, best first (generated tokens,
-    EOS included; length-penalised score; summed log-prob)."""
-    _check_prompts(prompts)
-    n_groups = params.num_beam_groups
-    states: list[list[BeamState]] = []
-    handles: list[list[list[PagedSeq]]] = []
-    for prompt in prompts:
-        root = session.start(prompt)
-        states.append([BeamState(params.group_size) for _ in range(n_groups)])
-        handles.append([[root]] + [[h] for h in session.fork(root, n_groups - 1)])
-    while True:
-        live = [(p, g) for p in range(len(prompts)) for g in range(n_groups)
-                if not states[p][g].done]
-        if not live:
-            break
-        batch = [h for p, g in live for h in handles[p][g]]
-        logits = torch.cat(session.extend(batch))  # (sum of live beams, V)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        offsets, off = {}, 0
-        for p, g in live:
-            offsets[(p, g)] = off
-            off += len(handles[p][g])
-        for p in range(len(prompts)):
-            chosen: list[int] = []
-            for g in range(n_groups):
-                if states[p][g].done:
-                    continue
-                o, w = offsets[(p, g)], len(handles[p][g])
-                lp = diversity_penalty(log_probs[o:o + w], chosen, params.diversity_penalty)
-                states[p][g], move = beam_step(states[p][g], lp, params)
-                chosen.extend(move.tokens)
-                handles[p][g] = _advance(session, handles[p][g], move, states[p][g].done)
-    return [best_hypotheses(s, params.num_return_sequences) for s in states]
+def make_beam_driver(params: BeamSearchParams, eos_token_ids: tuple[int, ...], tokenizer: Any,
+                     prompt_ids: Sequence[int]) -> BeamDriver | StochasticBeamDriver:
+    cls = StochasticBeamDriver if params.stochastic else BeamDriver
+    return cls(params, eos_token_ids, tokenizer, prompt_ids)
 
 
-def stochastic_beam_search(session: PagedSession, prompts: Sequence[Sequence[int]],
-                           params: BeamParams, seed: int = 0) -> list[StochasticBeamState]:
-    """Stochastic beam search with ``k = params.num_beams`` (Kool et al. 2019). Returns each
-    prompt's final state: ``beams`` (k sampled sequences, distinct, highest perturbed score
-    first), ``logprobs`` and ``keys``. Randomness: a ``torch.Generator`` seeded with
-    ``seed + prompt index``, so a prompt's sample does not depend on the others."""
-    _check_prompts(prompts)
-    gens = [torch.Generator().manual_seed(seed + i) for i in range(len(prompts))]
-    states = [StochasticBeamState(params.num_beams) for _ in prompts]
-    handles = [[session.start(p)] for p in prompts]
-    while True:
-        live = [p for p in range(len(prompts)) if not states[p].done]
-        if not live:
-            break
-        logits = torch.cat(session.extend([h for p in live for h in handles[p]]))
-        log_probs = torch.log_softmax(logits.double(), dim=-1)
-        off = 0
-        for p in live:
-            r = len(handles[p])
-            lp = log_probs[off:off + r]
-            off += r
-            u = torch.rand(lp.shape, generator=gens[p], dtype=torch.float64)
-            states[p], move = stochastic_beam_step(states[p], lp, u, params)
-            handles[p] = _advance(session, handles[p], move, states[p].done)
-    return states
+def beam_search(engine: LLMEngine, prompts: Sequence[Sequence[int]], params: BeamSearchParams
+                ) -> list[list[Finished]]:
+    """Run one beam-search request per prompt (together, in the engine's batch) to completion;
+    per prompt, the ``num_return_sequences`` best hypotheses, best first."""
+    rids = [engine.add_request(p, params) for p in prompts]
+    drivers = [engine.requests[r].driver for r in rids]
+    engine.run_until_done(rids)
+    return [d.hypotheses() for d in drivers]
+
+
+def stochastic_beam_search(engine: LLMEngine, prompts: Sequence[Sequence[int]],
+                           params: BeamSearchParams, seed: int = 0) -> list[StochasticBeamState]:
+    """Stochastic beam search for every prompt (prompt ``i`` seeded ``seed + i``); returns each
+    prompt's final state: ``beams`` (k distinct sampled sequences, highest perturbed score
+    first), ``logprobs`` and ``keys``."""
+    rids = [engine.add_request(p, replace(params, stochastic=True, seed=seed + i))
+            for i, p in enumerate(prompts)]
+    drivers = [engine.requests[r].driver for r in rids]
+    engine.run_until_done(rids)
+    return [d.state for d in drivers]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from os import PathLike
 from typing import TYPE_CHECKING, Literal
 
 from metagen.device import resolve_device
@@ -41,6 +42,11 @@ class EngineConfig:
     kernel is faster on CPU: measured crossover ~100-300 tokens on a 4-layer, 256-wide model).
     ``device`` "auto" picks CUDA when available; any other device must exist and be usable here
     (checked on construction, :func:`~metagen.device.resolve_device`).
+    ``device`` "auto" picks CUDA when available.
+    Speculative decoding (engine-wide, see :mod:`metagen.engine.speculative_decoding`):
+    ``speculative_model`` (a folder: a small model with the same vocabulary, run on its own
+    engine) or ``prompt_lookup`` (prompt lookup with n-grams of at most this many tokens) drafts
+    up to ``num_speculative_tokens`` tokens per decoding row and step.
     """
 
     block_size: int = 16
@@ -54,6 +60,9 @@ class EngineConfig:
     hydragen_min_prefix: int = 192
     dtype: DType = "float32"
     device: str = "auto"
+    speculative_model: str | None = None
+    num_speculative_tokens: int = 4
+    prompt_lookup: int | None = None
 
     def __post_init__(self) -> None:
         _positive_int("block_size", self.block_size)
@@ -79,6 +88,20 @@ class EngineConfig:
             raise InvalidParameterError("device", self.device, "must be 'auto', 'cpu', 'cuda', ...")
         if self.device != "auto":
             resolve_device(self.device)  # an unknown or absent device fails here, before loading
+        if self.speculative_model is not None:
+            if not isinstance(self.speculative_model, (str, PathLike)) or not str(
+                    self.speculative_model):
+                raise InvalidParameterError("speculative_model", self.speculative_model,
+                                            "must be a model folder")
+            object.__setattr__(self, "speculative_model", str(self.speculative_model))
+        if not isinstance(self.num_speculative_tokens, int) or isinstance(
+                self.num_speculative_tokens, bool) or not 1 <= self.num_speculative_tokens <= 64:
+            raise InvalidParameterError("num_speculative_tokens", self.num_speculative_tokens,
+                                        "must be an integer in [1, 64]")
+        _positive_int("prompt_lookup", self.prompt_lookup, allow_none=True)
+        if self.prompt_lookup is not None and self.speculative_model is not None:
+            raise InvalidParameterError("prompt_lookup", self.prompt_lookup,
+                                        "give either speculative_model or prompt_lookup")
 
     def torch_dtype(self) -> torch.dtype:
         import torch

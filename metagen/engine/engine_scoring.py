@@ -12,13 +12,18 @@ alone. With ``errors="raise"`` (the default) the call raises the first failure; 
 ``errors="return"`` the failed item's slot holds its exception and every other item is scored as
 in a call without the failed ones. A sequence whose log-probabilities turn non-finite stops at
 once and its KV blocks are not put in the prefix cache.
+
+:class:`EngineScorer` is a collaborator of :class:`~metagen.engine.llm_engine.LLMEngine` that
+uses only its public operations (``enqueue``, ``run_until_done``, ``abort``, its sizes);
+the engine's step hands each scoring row's logits to :func:`collect_scores`, a function of the
+sequence and the logits that says whether the sequence is done.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 
@@ -29,6 +34,9 @@ from metagen.engine.validation import check_prompt_ids
 from metagen.errors import InvalidParameterError, InvalidPromptError, MetagenError, NumericalError
 from metagen.types import SamplingParams
 
+if TYPE_CHECKING:
+    from metagen.engine.llm_engine import LLMEngine
+
 _SCORE_PARAMS = SamplingParams(temperature=0.0, max_tokens=1)
 ScoreErrors = Literal["raise", "return"]
 _Checked = tuple[list[int], int] | MetagenError  # a validated (ids, k), or why it is not
@@ -36,23 +44,21 @@ _Checked = tuple[list[int], int] | MetagenError  # a validated (ids, k), or why 
 RunRequests = Callable[[Callable[[], list[str]]], list[Any]]
 
 
-class ScoringMixin:
-    """``score`` and its helpers; mixed into LLMEngine (uses its scheduler, stats, requests)."""
+class EngineScorer:
+    """``score`` / ``score_sequences`` over an engine (see the module docstring)."""
+
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
 
     def add_scoring_request(self, tokens: list[int], score_from: int) -> str:
         """Queue a prefill-only request scoring ``tokens[score_from:]`` (already validated:
         use :meth:`score_sequences` for checked, blocking scoring). Its output's ``scores[0]``
         is the summed log-probability; ``error`` is a NumericalError if one was not finite."""
-        rid = f"score-{next(self._req_ids)}"
-        req = Request(rid, tokens, _SCORE_PARAMS)
+        req = Request(self.engine.new_request_id("score"), tokens, _SCORE_PARAMS)
         state = SequenceState(_SCORE_PARAMS, list(tokens))
-        seq = self._new_seq(req, state, list(tokens), Detokenizer(None, ()))
+        seq = self.engine.enqueue(req, state, Detokenizer(None, ()))
         seq.score_from = score_from
-        self.requests[rid] = req
-        self.stats.prompt_tokens += len(tokens)
-        self.stats.requests += 1
-        self.scheduler.add(seq)
-        return rid
+        return req.request_id
 
     @overload
     def score(self, prompts: Sequence[Sequence[int]],
@@ -122,7 +128,7 @@ class ScoringMixin:
         except (TypeError, ValueError):
             return InvalidPromptError("item", item, "must be a pair (token ids, k)")
         try:
-            ids = check_prompt_ids(ids, self.vocab_size, self.max_model_len + 1, "continuation")
+            ids = check_prompt_ids(ids, self.engine.vocab_size, self.engine.max_model_len + 1, "continuation")
         except InvalidPromptError as exc:
             return exc
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= len(ids):
@@ -167,11 +173,11 @@ class ScoringMixin:
     def _shared_heads(self, checked: list[tuple[list[int], int]]) -> list[list[int]]:
         """Each conditioning prefix longer than a block that several items share: prefilled and
         cached first, each of them then computes only its own tokens."""
-        if self.radix is None:
+        if self.engine.radix is None:
             return []
         heads: dict[tuple[int, ...], int] = {}
         for ids, k in checked:
-            if k < len(ids) and k > self.config.block_size:
+            if k < len(ids) and k > self.engine.config.block_size:
                 heads[tuple(ids[:k])] = heads.get(tuple(ids[:k]), 0) + 1
         return [list(h) for h, count in heads.items() if count > 1]
 
@@ -180,35 +186,35 @@ class ScoringMixin:
         blocks) if that raises."""
         rids = make()
         try:
-            return self.run_until_done(rids)
+            return self.engine.run_until_done(rids)
         except BaseException:
             for r in rids:
-                self.abort(r)
+                self.engine.abort(r)
             raise
 
-    def _collect_scores(self, seq: Seq, start: int, logits: torch.Tensor) -> None:
-        """Add the continuation logprobs predicted by rows of ``logits`` (n, V) for positions
-        start .. start+n-1 (row r predicts token start+r+1); finish the sequence when done, or
-        at once with a NumericalError (its blocks not cached) if a logprob is not finite."""
-        n = logits.shape[0]
-        # after a preemption the tokens are recomputed: skip targets already collected
-        lo = max(seq.score_from + len(seq.score_logprobs), start + 1)  # type: ignore[operator]
-        hi = min(start + n, len(seq.token_ids) - 1)
-        if lo <= hi:
-            rows = logits[lo - 1 - start:hi - start]  # (k, V)
-            target = torch.tensor(seq.token_ids[lo:hi + 1], device=rows.device)
-            lp = torch.log_softmax(rows.float(), -1).gather(1, target[:, None])[:, 0]  # (k,)
-            seq.score_logprobs.extend(lp.tolist())
-            bad = (~torch.isfinite(lp)).nonzero()
-            if len(bad):
-                pos = lo + int(bad[0, 0])
-                seq.error = NumericalError(
-                    f"log p(token {pos}) of scoring request {seq.request.request_id} is "
-                    f"{seq.score_logprobs[pos - seq.score_from]}")  # type: ignore[operator]
-                self._finish(seq, "error")
-                return
-        if seq.num_uncomputed == 0:
-            self._finish(seq, "stop")
+
+def collect_scores(seq: Seq, start: int, logits: torch.Tensor) -> bool:
+    """Add the continuation logprobs predicted by rows of ``logits`` (n, V) for positions
+    start .. start+n-1 (row r predicts token start+r+1) to ``seq.score_logprobs``. Returns
+    whether the sequence is done: all its tokens computed, or a logprob not finite (then
+    ``seq.error`` holds a NumericalError and its blocks must not be cached)."""
+    n = logits.shape[0]
+    # after a preemption the tokens are recomputed: skip targets already collected
+    lo = max(seq.score_from + len(seq.score_logprobs), start + 1)  # type: ignore[operator]
+    hi = min(start + n, len(seq.token_ids) - 1)
+    if lo <= hi:
+        rows = logits[lo - 1 - start:hi - start]  # (k, V)
+        target = torch.tensor(seq.token_ids[lo:hi + 1], device=rows.device)
+        lp = torch.log_softmax(rows.float(), -1).gather(1, target[:, None])[:, 0]  # (k,)
+        seq.score_logprobs.extend(lp.tolist())
+        bad = (~torch.isfinite(lp)).nonzero()
+        if len(bad):
+            pos = lo + int(bad[0, 0])
+            seq.error = NumericalError(
+                f"log p(token {pos}) of scoring request {seq.request.request_id} is "
+                f"{seq.score_logprobs[pos - seq.score_from]}")  # type: ignore[operator]
+            return True
+    return seq.num_uncomputed == 0
 
 
 def _check_errors_mode(errors: Any) -> None:
@@ -217,7 +223,7 @@ def _check_errors_mode(errors: Any) -> None:
 
 
 def _joined(prompt: Any, continuation: Any) -> tuple[list[int], int] | InvalidPromptError:
-    """The ``(prompt + continuation, len(prompt))`` item of :meth:`ScoringMixin.score`."""
+    """The ``(prompt + continuation, len(prompt))`` item of :meth:`EngineScorer.score`."""
     for name, part in (("prompt", prompt), ("continuation", continuation)):
         if isinstance(part, (str, bytes)) or not isinstance(part, Sequence):
             return InvalidPromptError(name, part, "must be a list of token ids")

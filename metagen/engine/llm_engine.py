@@ -16,10 +16,20 @@ Tests hold scores to a relative 1e-5 of their value alone (``BATCH_RTOL``). Gree
 samples are therefore the same tokens in any batch unless two candidates' probabilities lie
 within that rounding of each other.
 
-For algorithms on top (beam search, speculative decoding): :meth:`fork` (children share KV),
-:meth:`truncate` (roll a sequence back), ``engine.runner`` (the raw extend forward, see
-:mod:`metagen.engine.model_runner`), and ``logits_hook`` (a callable ``(logits (B, V),
-states) -> logits`` on the raw logits before sampling, ``states`` the rows' SequenceStates; tests use it to inject NaN, RELIABILITY V22).
+Beam search and speculative decoding run inside this loop, on this one core (one block manager,
+one radix cache, one runner):
+
+- a request added with :class:`~metagen.beam_params.BeamSearchParams` carries a *driver*
+  (:mod:`metagen.engine.request_driver`): its rows' logits go to the driver, which advances the
+  beams with :meth:`fork`, :meth:`extend` and :meth:`finish` (:mod:`metagen.engine.beam_search`);
+- an engine built with a speculator (``EngineConfig.speculative_model`` or ``prompt_lookup``,
+  or ``speculator=``) drafts tokens onto its decoding rows before scheduling, the step computes
+  them with all-position logits, and the speculator accepts a prefix and emits the tokens
+  through the same append path as sampling (:mod:`metagen.engine.speculative_decoding`).
+
+``logits_hook`` (a callable ``(logits (B, V), states) -> logits``, ``states`` the rows'
+SequenceStates) sees the raw logits of sampled and verified rows before processing (tests use it
+to inject NaN, RELIABILITY V22); beam rows do not go through it.
 """
 
 from __future__ import annotations
@@ -31,12 +41,15 @@ from typing import Any
 
 import torch
 
+from metagen.beam_params import BeamSearchParams
 from metagen.decoding import SequenceState, decode_step
+from metagen.decoding.masks import bad_words_ids
+from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
 from metagen.engine.detokenizer import Detokenizer
 from metagen.engine.engine_drivers import DriversMixin
-from metagen.engine.engine_scoring import ScoringMixin
+from metagen.engine.engine_scoring import EngineScorer, collect_scores
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
@@ -44,9 +57,9 @@ from metagen.engine.outputs import EngineStats, RequestOutput
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
-from metagen.engine.validation import check_params, check_prompt_ids
+from metagen.engine.speculative_decoding import Speculator, build_speculator
+from metagen.engine.validation import check_beam_params, check_params, check_prompt_ids
 from metagen.errors import InvalidParameterError
-from metagen.generators.tokenize import bad_words_ids
 from metagen.types import SamplingParams
 
 DEFAULT_KV_BYTES = DEFAULT_KV_CACHE_BYTES
@@ -54,11 +67,14 @@ BATCH_RTOL = 1e-5  # see "Batch composition" in the module docstring
 LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
 
-class LLMEngine(ScoringMixin, DriversMixin):
-    """The built-in engine. ``tokenizer`` (optional) enables text, stop strings and bad words."""
+class LLMEngine(DriversMixin):
+    """The built-in engine. ``tokenizer`` (optional) enables text, stop strings and bad words.
+    ``speculator`` (optional) overrides the one ``config`` describes (a draft model or prompt
+    lookup)."""
 
     def __init__(self, model: LlamaModel, tokenizer: Any = None,
-                 config: EngineConfig | None = None) -> None:
+                 config: EngineConfig | None = None,
+                 speculator: Speculator | None = None) -> None:
         cfg = config or EngineConfig()
         mc = model.cfg
         self.model, self.tokenizer, self.config = model, tokenizer, cfg
@@ -93,17 +109,22 @@ class LLMEngine(ScoringMixin, DriversMixin):
         self.logits_hook: LogitsHook | None = None
         self._ids = itertools.count()
         self._req_ids = itertools.count()
+        self.scorer = EngineScorer(self)
+        self.speculator = speculator if speculator is not None else build_speculator(cfg, self)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None,
                         tokenizer: Any = None, **options: Any) -> LLMEngine:
         """Load a Hugging Face folder; ``options`` are :class:`EngineConfig` fields. The RoPE
-        tables cover only the positions this engine can run (:meth:`EngineConfig.max_positions`)."""
+        tables cover only the positions this engine can run (:meth:`EngineConfig.max_positions`).
+        The folder's tokenizer is loaded unless one is given (``tokenizer=False``: none)."""
         cfg = config or EngineConfig(**options)
         positions = cfg.max_positions(ModelConfig.from_folder(path))
         model = load_model(path, cfg.torch_dtype(), cfg.torch_device(), positions)
-        if tokenizer is None and any((Path(path) / f).exists()
-                                     for f in ("tokenizer.json", "tokenizer_config.json")):
+        if tokenizer is False:  # asked for none
+            tokenizer = None
+        elif tokenizer is None and any((Path(path) / f).exists()
+                                       for f in ("tokenizer.json", "tokenizer_config.json")):
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -115,30 +136,63 @@ class LLMEngine(ScoringMixin, DriversMixin):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def validate(self, prompt_ids: Any, params: Any) -> tuple[list[int], SamplingParams]:
+    def validate(self, prompt_ids: Any, params: Any
+                 ) -> tuple[list[int], SamplingParams | BeamSearchParams]:
         """Raise InvalidPromptError / InvalidParameterError for a request the engine cannot serve."""
         ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
+        if isinstance(params, BeamSearchParams):
+            return ids, check_beam_params(params, len(ids), self.max_model_len, self.blocks)
         return ids, check_params(params, len(ids), self.vocab_size, self.max_model_len,
                                  self.tokenizer is not None)
 
-    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
+    def add_request(self, prompt_ids: Sequence[int],
+                    params: SamplingParams | BeamSearchParams | None = None,
                     request_id: str | None = None) -> str:
-        """Queue a request (``n`` samples of ``params``); returns its id. Validates first."""
-        ids, params = self.validate(prompt_ids, params or SamplingParams())
-        rid = request_id if request_id is not None else f"req-{next(self._req_ids)}"
+        """Queue a request; returns its id. Validates first. ``SamplingParams``: ``n`` samples;
+        ``BeamSearchParams``: one beam search whose output holds ``num_return_sequences``
+        hypotheses (see :mod:`metagen.engine.beam_search`)."""
+        ids, checked = self.validate(prompt_ids, params or SamplingParams())
+        rid = request_id if request_id is not None else self.new_request_id("req")
         if rid in self.requests:
             raise InvalidParameterError("request_id", rid, "is already in use")
-        req = Request(rid, ids, params)
-        bad = bad_words_ids(self.tokenizer, params.bad_words) if params.bad_words else ()
-        state = SequenceState(params, list(ids), eos_token_ids=self.eos_token_ids,
+        if isinstance(checked, BeamSearchParams):
+            sp = SamplingParams(temperature=0.0, max_tokens=checked.max_tokens, ignore_eos=True)
+            req = Request(rid, ids, sp, driver=make_beam_driver(
+                checked, self.eos_token_ids, self.tokenizer, ids))
+            self.enqueue(req, SequenceState(sp, list(ids)), Detokenizer(None, ()))
+            return rid
+        req = Request(rid, ids, checked)
+        bad = bad_words_ids(self.tokenizer, checked.bad_words) if checked.bad_words else ()
+        state = SequenceState(checked, list(ids), eos_token_ids=self.eos_token_ids,
                               bad_words_ids=bad)
-        seq = self._new_seq(req, state, list(ids), Detokenizer(self.tokenizer, ids, params.stop))
-        seq.pending_fork = params.n - 1
-        self.requests[rid] = req
-        self.stats.prompt_tokens += len(ids)
+        seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop))
+        seq.pending_fork = checked.n - 1
+        return rid
+
+    def new_request_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._req_ids)}"
+
+    def enqueue(self, req: Request, state: SequenceState, detok: Detokenizer) -> Seq:
+        """Register ``req`` (already validated) with its first sequence, prompt only, waiting."""
+        seq = self._new_seq(req, state, list(req.prompt_ids), detok)
+        self.requests[req.request_id] = req
+        self.stats.prompt_tokens += len(req.prompt_ids)
         self.stats.requests += 1
         self.scheduler.add(seq)
-        return rid
+        return seq
+
+    def add_scoring_request(self, tokens: list[int], score_from: int) -> str:
+        """See :meth:`EngineScorer.add_scoring_request`."""
+        return self.scorer.add_scoring_request(tokens, score_from)
+
+    def score(self, prompts: Any, continuations: Any, *, errors: Any = "raise") -> list[list[Any]]:
+        """See :meth:`EngineScorer.score`."""
+        return self.scorer.score(prompts, continuations, errors=errors)
+
+    def score_sequences(self, items: Any, *, errors: Any = "raise", run: Any = None
+                        ) -> list[Any]:
+        """See :meth:`EngineScorer.score_sequences`."""
+        return self.scorer.score_sequences(items, errors=errors, run=run)
 
     def _new_seq(self, req: Request, state: SequenceState, tokens: list[int],
                  detok: Detokenizer) -> Seq:
@@ -170,25 +224,53 @@ class LLMEngine(ScoringMixin, DriversMixin):
             out.append(child.seq_id)
         return out
 
-    def truncate(self, seq_id: int, num_tokens: int) -> None:
-        """Roll sequence ``seq_id`` back to its first ``num_tokens`` tokens (prompt included):
-        drops later output tokens, their logprobs and any KV past them (mirostat state is not
-        rolled back). Used by speculative decoding to discard rejected draft tokens."""
+    def truncate(self, seq_id: int, num_tokens: int, then: Sequence[int] = ()) -> None:
+        """Roll sequence ``seq_id`` back to its first ``num_tokens`` tokens (prompt included),
+        then append ``then``: drops later output tokens, their logprobs and the KV past the kept
+        tokens (mirostat state is not rolled back). The KV of kept tokens stays; when nothing is
+        left to compute, the last kept token is recomputed (its logits give the next token).
+        A draft model's proposer uses it to follow the target's accepted tokens."""
         seq = self.seqs[seq_id]
-        if seq.is_finished or not seq.num_prompt_tokens <= num_tokens <= len(seq.token_ids):
+        if seq.is_finished or seq.num_draft or \
+                not seq.num_prompt_tokens <= num_tokens <= len(seq.token_ids):
             raise InvalidParameterError("num_tokens", num_tokens, "must be within a live "
                                         "sequence's output (prompt length .. current length)")
         keep_out = num_tokens - seq.num_prompt_tokens
         del seq.token_ids[num_tokens:], seq.state.output_ids[keep_out:]
         del seq.logprobs[keep_out:], seq.top_logprobs[keep_out:]
-        # the last kept token is recomputed: its logits give the next token
-        seq.num_computed_tokens = min(seq.num_computed_tokens, num_tokens - 1)
-        keep_blocks = -(-seq.num_computed_tokens // self.config.block_size)
+        seq.num_computed_tokens = min(seq.num_computed_tokens, num_tokens)
+        seq.token_ids.extend(then)
+        seq.state.output_ids.extend(then)
+        if seq.num_computed_tokens == len(seq.token_ids):
+            seq.num_computed_tokens -= 1
+        self.release_tail(seq)
+        seq.detok.searched = 0
+        seq.detok.update(seq.state.output_ids, check_stop=False)
+
+    def release_tail(self, seq: Seq) -> None:
+        """Free the blocks of ``seq`` past those its tokens occupy."""
+        keep_blocks = -(-max(seq.num_computed_tokens, len(seq.token_ids)) //
+                        self.config.block_size)
         if len(seq.block_table) > keep_blocks:
             self.blocks.free(seq.block_table[keep_blocks:])
             del seq.block_table[keep_blocks:]
-        seq.detok.searched = 0
-        seq.detok.update(seq.state.output_ids, check_stop=False)
+
+    def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to sequence ``seq_id`` as given output (no sampling, no stop checks);
+        the next step computes them. For drivers (a beam's chosen token, a draft)."""
+        seq = self.seqs[seq_id]
+        if seq.is_finished:
+            raise InvalidParameterError("seq_id", seq_id, "is finished")
+        seq.token_ids.extend(tokens)
+        seq.state.output_ids.extend(tokens)
+        self.stats.generated_tokens += len(tokens)
+        seq.request.generated_tokens += len(tokens)
+
+    def finish(self, seq_id: int, reason: str = "stop") -> None:
+        """End sequence ``seq_id`` (its full computed blocks go to the prefix cache)."""
+        seq = self.seqs[seq_id]
+        if not seq.is_finished:
+            self._finish(seq, reason)
 
     def abort(self, request_id: str) -> None:
         """Stop a request now: its sequences leave the batch and free their blocks."""
@@ -207,13 +289,18 @@ class LLMEngine(ScoringMixin, DriversMixin):
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """One scheduling + forward + sampling step; returns the requests finished by it.
+        """One step: draft (speculation) -> schedule -> forward -> score / verify / drive /
+        sample each row whose logits are ready -> return the requests finished by it.
 
         If the step raises (a raising ``logits_hook``, a ``KeyboardInterrupt`` in the forward),
         every request with a sequence in its batch is aborted -- its blocks freed, none of them
         put in the prefix cache -- and the exception propagates: the engine is consistent
         (``check_integrity`` holds) and serves the other requests at the next step."""
+        if self.speculator is not None:
+            self.speculator.propose(self)  # drafts onto running decoding rows
         batch = self.scheduler.schedule()
+        if self.speculator is not None:
+            self.speculator.fit(batch)  # drafts past what was scheduled are dropped
         self.stats.preemptions = self.scheduler.num_preemptions
         if not batch:
             return []
@@ -229,24 +316,41 @@ class LLMEngine(ScoringMixin, DriversMixin):
             raise
 
     def _run_batch(self, batch: list[tuple[Seq, int]]) -> list[RequestOutput]:
-        """Forward, sample and finish the scheduled ``(sequence, new tokens)`` pairs."""
+        """Forward the scheduled ``(sequence, new tokens)`` pairs, then hand each row whose
+        logits are ready to its consumer: scoring, speculative verification, its request's
+        driver, or sampling; finish what ended."""
         reqs = [ExtendRequest(s.block_table, s.num_computed_tokens,
                               s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n],
-                              all_logits=s.score_from is not None) for s, n in batch]
+                              all_logits=s.score_from is not None or s.num_draft > 0)
+                for s, n in batch]
         logits = self.runner.extend(reqs)
         rows: list[Seq] = []
         row_logits: list[torch.Tensor] = []
+        verify: list[tuple[Seq, torch.Tensor]] = []
+        driven: dict[int, tuple[Any, list[Seq], list[torch.Tensor]]] = {}
         touched: list[Request] = []
         for (seq, n), lg in zip(batch, logits):
             start = seq.num_computed_tokens
             seq.num_computed_tokens += n
             self._count_compute(seq.request, start, n)
+            touched.append(seq.request)
             if seq.score_from is not None:
-                self._collect_scores(seq, start, lg)
-            elif seq.num_uncomputed == 0:
-                if not seq.prompt_cached:
-                    self.scheduler.cache_prefix(seq)
-                    seq.prompt_cached = True
+                if collect_scores(seq, start, lg):
+                    self._finish(seq, "stop" if seq.error is None else "error")
+                continue
+            if seq.num_uncomputed:
+                continue  # a prefill chunk: no logits needed yet
+            if not seq.prompt_cached:
+                self.scheduler.cache_prefix(seq)
+                seq.prompt_cached = True
+            if seq.num_draft:
+                verify.append((seq, lg[-(seq.num_draft + 1):]))
+            elif seq.request.driver is not None:
+                drv = seq.request.driver
+                entry = driven.setdefault(id(drv), (drv, [], []))
+                entry[1].append(seq)
+                entry[2].append(lg[-1:])
+            else:
                 rows.append(seq)
                 row_logits.append(lg[-1:])
                 if seq.pending_fork:
@@ -254,9 +358,12 @@ class LLMEngine(ScoringMixin, DriversMixin):
                         rows.append(self.seqs[cid])
                         row_logits.append(lg[-1:])
                     seq.pending_fork = 0
-            touched.append(seq.request)
         if rows:
             self._sample(rows, torch.cat(row_logits))
+        if verify:
+            self.speculator.verify(self, verify)  # type: ignore[union-attr]
+        for drv, seqs, lgs in driven.values():
+            drv.on_logits(self, seqs, torch.cat(lgs))
         return self._collect_finished(touched)
 
     def _count_compute(self, req: Request, start: int, n: int) -> None:
@@ -281,9 +388,10 @@ class LLMEngine(ScoringMixin, DriversMixin):
                 seq.error = out.errors[i]
                 self._finish(seq, "error")
                 continue
-            self._append(seq, tokens[i], lps[i], out.top_logprobs[i])
+            self.emit(seq, tokens[i], lps[i], out.top_logprobs[i])
 
-    def _append(self, seq: Seq, tok: int, logprob: float, top: dict[int, float] | None) -> None:
+    def emit(self, seq: Seq, tok: int, logprob: float, top: dict[int, float] | None) -> None:
+        """Emit one sampled (or verified) token: output, logprobs, stop checks."""
         p = seq.state.params
         seq.state.append(tok)
         seq.token_ids.append(tok)
@@ -304,7 +412,14 @@ class LLMEngine(ScoringMixin, DriversMixin):
 
     def _finish(self, seq: Seq, reason: str, stop_reason: str | int | None = None) -> None:
         seq.finish_reason, seq.stop_reason = reason, stop_reason
+        if seq.num_draft:  # drafts are not output: drop them before the blocks are cached
+            del seq.token_ids[len(seq.token_ids) - seq.num_draft:]
+            seq.num_draft, seq.draft_probs = 0, None
+            seq.num_computed_tokens = min(seq.num_computed_tokens, len(seq.token_ids))
         self.scheduler.finish(seq)
+        if self.speculator is not None:
+            self.speculator.forget(seq)
+
 
     def _collect_finished(self, touched: list[Request]) -> list[RequestOutput]:
         done, seen = [], set()
@@ -320,6 +435,11 @@ class LLMEngine(ScoringMixin, DriversMixin):
         return done
 
     def _output(self, req: Request) -> RequestOutput:
+        if req.driver is not None:
+            out = req.driver.output(req)
+            out.computed_tokens, out.flops = req.computed_tokens, req.flops
+            out.generated_tokens = req.generated_tokens
+            return out
         scores = None
         if req.seqs[0].score_from is not None:
             scores = [float(sum(s.score_logprobs)) for s in req.seqs]

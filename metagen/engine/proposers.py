@@ -1,17 +1,16 @@
-"""Draft proposers for speculative decoding: a small draft model, and n-gram prompt lookup.
+"""Draft proposers for speculative decoding, and prompt lookup (n-gram) proposing.
 
-A proposer drafts up to ``k`` next tokens for every row of a batch in one call:
-``propose(token_lists, k, states) -> Proposal``. ``states[j]`` is row ``j``'s decoding state
-(params, seeds, output so far); the same state object identifies the row across rounds, so a
-stateful proposer (the draft model's KV) keys its per-row data on it. ``release()`` frees
-whatever the proposer holds once a generation ends.
+A proposer drafts up to ``ks[j]`` next tokens for every row ``j`` of a batch in one call:
+``propose(keys, token_lists, states, ks) -> Proposal``. ``keys[j]`` identifies the row's sequence
+across rounds (the engine passes its ``seq_id``), so a stateful proposer (a draft model's KV)
+keeps per-row data under it; ``token_lists[j]`` are the sequence's tokens (prompt + output) and
+``states[j]`` its decoding state (params, seeds, output so far). ``forget(key)`` drops a finished
+sequence's data.
 
 - :class:`NgramProposer` — prompt lookup decoding (Saxena 2023; the "n-gram" speculator of vLLM):
   find the most recent earlier occurrence of the last ``n`` tokens and propose what followed.
   Deterministic, so ``Proposal.probs`` is None (point-mass drafts).
-- :class:`DraftModelProposer` — a smaller model with its own paged KV cache, sampling from its
-  own processed distribution ``q`` (returned in ``probs``) with counter-based uniforms; its KV is
-  rolled back to the tokens the target kept at the start of each round.
+- :class:`~metagen.engine.draft_proposer.DraftModelProposer` — a small model on its own engine.
 """
 
 from __future__ import annotations
@@ -22,12 +21,8 @@ from typing import Protocol
 
 import torch
 
-from metagen.decoding import SequenceState, probs_for_sampling, uniforms_for
-from metagen.decoding.speculative import sample_inverse_cdf
-from metagen.engine.speculative_decoding import PagedSeq, PagedSession
+from metagen.decoding import SequenceState
 from metagen.errors import InvalidParameterError
-
-DRAFT_STREAM = 13
 
 
 @dataclass(slots=True, frozen=True)
@@ -41,10 +36,10 @@ class Proposal:
 
 
 class Proposer(Protocol):
-    def propose(self, token_lists: Sequence[Sequence[int]], k: int,
-                states: Sequence[SequenceState]) -> Proposal: ...
+    def propose(self, keys: Sequence[int], token_lists: Sequence[Sequence[int]],
+                states: Sequence[SequenceState], ks: Sequence[int]) -> Proposal: ...
 
-    def release(self) -> None: ...
+    def forget(self, key: int) -> None: ...
 
 
 def ngram_lookup(tokens: Sequence[int], k: int, max_ngram: int = 4, min_ngram: int = 1
@@ -66,75 +61,21 @@ class NgramProposer:
     """Prompt-lookup proposer (see the module docstring)."""
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1) -> None:
-        if not isinstance(min_ngram, int) or min_ngram < 1:
+        if not isinstance(min_ngram, int) or isinstance(min_ngram, bool) or min_ngram < 1:
             raise InvalidParameterError("min_ngram", min_ngram, "must be an integer >= 1")
-        if not isinstance(max_ngram, int) or max_ngram < min_ngram:
+        if not isinstance(max_ngram, int) or isinstance(max_ngram, bool) or max_ngram < min_ngram:
             raise InvalidParameterError("max_ngram", max_ngram, f"must be >= min_ngram={min_ngram}")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def propose(self, token_lists: Sequence[Sequence[int]], k: int,
-                states: Sequence[SequenceState]) -> Proposal:
-        drafts = [ngram_lookup(t, k, self.max_ngram, self.min_ngram) for t in token_lists]
-        tokens = torch.zeros(len(drafts), k, dtype=torch.long)
+    def propose(self, keys: Sequence[int], token_lists: Sequence[Sequence[int]],
+                states: Sequence[SequenceState], ks: Sequence[int]) -> Proposal:
+        drafts = [ngram_lookup(t, k, self.max_ngram, self.min_ngram)
+                  for t, k in zip(token_lists, ks)]
+        tokens = torch.zeros(len(drafts), max(ks, default=0), dtype=torch.long)
         for j, d in enumerate(drafts):
             tokens[j, :len(d)] = torch.tensor(d, dtype=torch.long)
         return Proposal(tokens, torch.tensor([len(d) for d in drafts], dtype=torch.long), None)
 
-    def release(self) -> None:
+    def forget(self, key: int) -> None:
         return None
-
-
-class DraftModelProposer:
-    """Drafts with a small model on its own :class:`PagedSession` (same tokenizer/vocab)."""
-
-    def __init__(self, session: PagedSession) -> None:
-        self.session = session
-        self._seqs: dict[int, PagedSeq] = {}
-
-    def _sync(self, state: SequenceState, tokens: Sequence[int]) -> PagedSeq:
-        seq = self._seqs.get(id(state))
-        if seq is None:
-            seq = self.session.start(tokens)
-            self._seqs[id(state)] = seq
-            return seq
-        common = 0
-        limit = min(len(seq.tokens), len(tokens))
-        while common < limit and seq.tokens[common] == tokens[common]:
-            common += 1
-        self.session.truncate(seq, max(common, 1))
-        seq.tokens = list(tokens)
-        seq.num_cached = min(seq.num_cached, len(tokens) - 1)  # recompute the last for logits
-        return seq
-
-    def propose(self, token_lists: Sequence[Sequence[int]], k: int,
-                states: Sequence[SequenceState]) -> Proposal:
-        b, vocab = len(token_lists), self.session.vocab_size
-        if k == 0:
-            return Proposal(torch.zeros(b, 0, dtype=torch.long), torch.zeros(b, dtype=torch.long),
-                            torch.zeros(b, 0, vocab))
-        seqs = [self._sync(s, t) for s, t in zip(states, token_lists)]
-        tokens = torch.zeros(b, k, dtype=torch.long)
-        probs = torch.zeros(b, k, vocab, dtype=torch.float32)
-        seeds = [s.rng_seed for s in states]
-        idx = [s.sample_index for s in states]
-        for t in range(k):
-            logits = torch.cat(self.session.extend(seqs))  # (B, V)
-            pos_states = [SequenceState(s.params, s.prompt_ids,
-                                        s.output_ids + tokens[j, :t].tolist(), s.sample_index,
-                                        s.eos_token_ids, rng_seed=s.rng_seed)
-                          for j, s in enumerate(states)]
-            q = probs_for_sampling(logits, pos_states)  # (B, V)
-            u = torch.from_numpy(uniforms_for(seeds, idx, [s.step + t for s in states],
-                                              DRAFT_STREAM))
-            tok = sample_inverse_cdf(q, u)
-            tokens[:, t] = tok
-            probs[:, t] = q
-            for j, seq in enumerate(seqs):
-                seq.tokens.append(int(tok[j]))
-        return Proposal(tokens, torch.full((b,), k, dtype=torch.long), probs)
-
-    def release(self) -> None:
-        for seq in self._seqs.values():
-            self.session.release(seq)
-        self._seqs.clear()

@@ -10,7 +10,9 @@ Memory never runs out with a crash: when a sequence needs blocks and none are fr
 cache is evicted (LRU), then the most recently admitted running sequence is preempted by
 recompute (its blocks are freed and it goes back to the head of the queue, its tokens kept). A
 waiting sequence holds no blocks, so the engine always makes progress as long as one sequence of
-``max_model_len`` tokens fits in the cache (checked by the engine).
+``max_model_len`` tokens fits in the cache (checked by the engine). A running sequence with
+nothing to compute is *parked* by its request's driver (see
+:mod:`metagen.engine.request_driver`): it keeps its blocks and is skipped.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if seq.num_uncomputed == 0:  # parked by its driver
+                i += 1
+                continue
             n = min(seq.num_uncomputed, budget)
             while not self._reserve(seq, n):
                 victim = self.running[-1]

@@ -27,6 +27,10 @@ class Sequence:
     forward step it samples its next token. ``score_from`` marks a scoring sequence: it only
     prefills and collects log p(token_ids[j]) for j >= score_from. ``pending_fork`` children are
     forked off right after the prompt's prefill (n > 1: one prefill, n samples).
+
+    Speculative decoding: ``num_draft`` trailing ``token_ids`` are draft tokens (not in
+    ``state.output_ids``), verified in this step and then removed or adopted; ``draft_probs``
+    (num_draft, V) are the distributions they were drawn from (None: point masses).
     """
 
     seq_id: int
@@ -40,6 +44,8 @@ class Sequence:
     pending_fork: int = 0
     prompt_cached: bool = False  # the prompt's full blocks were inserted into the prefix cache
     score_from: int | None = None
+    num_draft: int = 0
+    draft_probs: Any = None  # torch.Tensor (num_draft, V) or None
     score_logprobs: list[float] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float] | None] = field(default_factory=list)
@@ -75,7 +81,11 @@ class Sequence:
 
 @dataclass(slots=True, eq=False)
 class Request:
-    """A user request: one prompt, its params, its ``n`` samples (or one scoring sequence)."""
+    """A user request: one prompt, its params, its ``n`` samples (or one scoring sequence).
+
+    ``driver`` (a :class:`~metagen.engine.request_driver.RequestDriver`, e.g. beam search)
+    replaces sampling for the request's rows and builds its output; ``params`` is then the
+    neutral greedy params its sequences carry."""
 
     request_id: str
     prompt_ids: list[int]
@@ -88,6 +98,7 @@ class Request:
     computed_tokens: int = 0  # tokens run through the model for this request (recompute included)
     generated_tokens: int = 0
     flops: float = 0.0
+    driver: Any = None
 
     @property
     def finished(self) -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from metagen.beam_params import BeamSearchParams
+from metagen.engine.block_manager import BlockManager
 from metagen.errors import InvalidParameterError, InvalidPromptError
 from metagen.types import SamplingParams
 
@@ -51,4 +53,22 @@ def check_params(params: Any, prompt_len: int, vocab_size: int, max_model_len: i
             if getattr(params, name):
                 raise InvalidParameterError(name, getattr(params, name),
                                             "needs an engine with a tokenizer")
+    return params
+
+
+def check_beam_params(params: BeamSearchParams, prompt_len: int, max_model_len: int,
+                      blocks: BlockManager) -> BeamSearchParams:
+    """Prompt + ``max_tokens`` within the context, and ``num_beams`` full-length beams within
+    the KV cache (a beam search waits for all its beams each step, so they must fit together)."""
+    if prompt_len + params.max_tokens > max_model_len:
+        raise InvalidParameterError(
+            "max_tokens", params.max_tokens,
+            f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) exceeds the "
+            f"maximum context length {max_model_len}")
+    need = params.num_beams * (blocks.blocks_for(prompt_len + params.max_tokens) + 1)
+    if need > blocks.num_blocks:
+        raise InvalidParameterError(
+            "num_beams", params.num_beams,
+            f"{params.num_beams} beams of up to {prompt_len + params.max_tokens} tokens need up "
+            f"to {need} KV blocks; the cache has {blocks.num_blocks}")
     return params

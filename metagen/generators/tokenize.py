@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from metagen.decoding.masks import bad_words_ids  # re-exported: it lives with the masks
 from metagen.errors import InvalidPromptError
 from metagen.generators.base import Prompt, render_prompt
 
@@ -66,18 +67,6 @@ def find_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str
         if pos >= 0 and (best is None or (pos, -len(stop)) < best[:2]):
             best = (pos, -len(stop), stop)
     return None if best is None else (best[0], best[2])
-
-
-def bad_words_ids(tokenizer: Any, words: Iterable[str]) -> tuple[tuple[int, ...], ...]:
-    """Token sequences to ban for each bad word: its tokenization on its own and after a space
-    (a word reads differently at the start of a text and inside one), without special tokens."""
-    out: list[tuple[int, ...]] = []
-    for word in words:
-        for variant in (word, " " + word):
-            ids = tuple(tokenizer(variant, add_special_tokens=False)["input_ids"])
-            if ids and ids not in out:
-                out.append(ids)
-    return tuple(out)
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:

@@ -1,9 +1,12 @@
-"""Beam searches on the engine (paged KV, fork, prefix cache) against transformers.
+"""Beam searches as requests of the engine (continuous batching, fork, prefix cache) against
+transformers.
 
 Beam search must return exactly transformers' ``generate(num_beams=...)`` sequences (and scores
 to 1e-4) on the real stories260K and on a random-weight Llama built here from ``LlamaConfig``;
-two prompts run in one batch. Diverse and stochastic beams are checked against the pure
-bookkeeping driven by full transformers forwards, and for their invariants.
+two prompts run in one batch. Diverse beam search is checked against the pure bookkeeping driven
+by full transformers forwards (transformers 5 moved group beam search out of the library, to a
+Hub ``custom_generate`` repository, so there is no in-library reference to compare with);
+stochastic beam for its invariants.
 """
 
 from __future__ import annotations
@@ -11,12 +14,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metagen.decoding.beam import (
-    BeamParams, BeamState, beam_step, best_hypotheses, diversity_penalty)
+from metagen.beam_params import BeamSearchParams
+from metagen.decoding.beam import BeamParams, BeamState, beam_step, best_hypotheses, diversity_penalty
 from metagen.engine.beam_search import beam_search, stochastic_beam_search
+from metagen.engine.config import EngineConfig
+from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models.loader import load_model
-from metagen.engine.speculative_decoding import PagedSession
 from metagen.errors import InvalidParameterError, InvalidPromptError
+
+
+def session(model, num_blocks: int, block_size: int, eos=(), prefix_cache: bool = True
+            ) -> LLMEngine:
+    """An engine over ``model`` whose end tokens are ``eos``."""
+    eng = LLMEngine(model, None, EngineConfig(num_blocks=num_blocks, block_size=block_size,
+                                              prefix_cache=prefix_cache, device="cpu"))
+    eng.eos_token_ids = tuple(eos)
+    return eng
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +73,11 @@ def test_engine_beam_search_equals_transformers(models, name: str, case: dict) -
     else:
         prompts = [[1, 17, 42, 3, 9, 11, 60, 2, 33, 21], [1, 80, 14]]
     max_new = 20
-    params = BeamParams(num_beams=case["num_beams"], max_tokens=max_new, num_return_sequences=2,
-                        length_penalty=case["length_penalty"],
-                        early_stopping=case["early_stopping"], eos_token_ids=case["eos"])
-    session = PagedSession(model, num_blocks=96, block_size=4)
-    results = beam_search(session, prompts, params)
+    params = BeamSearchParams(num_beams=case["num_beams"], max_tokens=max_new,
+                              num_return_sequences=2, length_penalty=case["length_penalty"],
+                              early_stopping=case["early_stopping"])
+    engine = session(model, num_blocks=96, block_size=4, eos=case["eos"])
+    results = beam_search(engine, prompts, params)
     for ids, hyps in zip(prompts, results):
         ref = hf_beam(hf, ids, num_beams=case["num_beams"], num_return_sequences=2,
                       length_penalty=case["length_penalty"], early_stopping=case["early_stopping"],
@@ -74,18 +87,17 @@ def test_engine_beam_search_equals_transformers(models, name: str, case: dict) -
             assert gen[:len(hyp.tokens)] == list(hyp.tokens)
             assert all(t == 1 for t in gen[len(hyp.tokens):])
             assert hyp.score == pytest.approx(score.item(), rel=1e-4, abs=1e-4)
-    session.blocks.check_integrity()
-    session.radix.check_integrity()
-    assert session.blocks.num_used == session.radix.num_cached_blocks  # no leaked beam
+    engine.check_integrity()
+    assert engine.blocks.num_used == engine.radix.num_cached_blocks  # no leaked beam
 
 
 def test_beam_search_prefix_cache_off_same_result(models) -> None:
     tok, ms = models
     _, model = ms["stories"]
     ids = [tok("Once upon a time").input_ids]
-    params = BeamParams(num_beams=4, max_tokens=12, num_return_sequences=4, eos_token_ids=(426,))
-    on = beam_search(PagedSession(model, 64, 4, prefix_cache=True), ids, params)
-    off = beam_search(PagedSession(model, 64, 4, prefix_cache=False), ids, params)
+    params = BeamSearchParams(num_beams=4, max_tokens=12, num_return_sequences=4)
+    on = beam_search(session(model, 64, 4, (426,), prefix_cache=True), ids, params)
+    off = beam_search(session(model, 64, 4, (426,), prefix_cache=False), ids, params)
     assert [h.tokens for h in on[0]] == [h.tokens for h in off[0]]
 
 
@@ -109,10 +121,10 @@ def test_engine_diverse_beam_equals_pure_driver(models) -> None:
     tok, ms = models
     hf, model = ms["stories"]
     ids = tok("Once upon a time").input_ids
-    params = BeamParams(num_beams=6, max_tokens=10, num_return_sequences=6, num_beam_groups=3,
-                        diversity_penalty=1.5, eos_token_ids=(426,))
-    got = beam_search(PagedSession(model, 96, 4), [ids], params)[0]
-    ref = _pure_diverse(hf, ids, params)
+    params = BeamSearchParams(num_beams=6, max_tokens=10, num_return_sequences=6,
+                              num_beam_groups=3, diversity_penalty=1.5)
+    got = beam_search(session(model, 96, 4, (426,)), [ids], params)[0]
+    ref = _pure_diverse(hf, ids, BeamParams.of(params, (426,)))
     assert [h.tokens for h in got] == [h.tokens for h in ref]
     assert len({h.tokens for h in got}) == 6
 
@@ -121,22 +133,35 @@ def test_engine_stochastic_beam_samples_distinct_and_reproducible(models) -> Non
     tok, ms = models
     _, model = ms["stories"]
     ids = tok("Once upon a time, there was a").input_ids
-    params = BeamParams(num_beams=8, max_tokens=6, eos_token_ids=(426,))
-    session = PagedSession(model, 128, 4)
-    a = stochastic_beam_search(session, [ids, ids], params, seed=3)
-    b = stochastic_beam_search(session, [ids], params, seed=3)
+    params = BeamSearchParams(num_beams=8, max_tokens=6)
+    engine = session(model, 128, 4, (426,))
+    a = stochastic_beam_search(engine, [ids, ids], params, seed=3)
+    b = stochastic_beam_search(engine, [ids], params, seed=3)
     assert a[0].beams == b[0].beams  # per-prompt randomness: batch-independent
     assert len(set(a[0].beams)) == 8 and a[0].beams != a[1].beams
     assert list(a[0].keys) == sorted(a[0].keys, reverse=True)
     for beam in a[0].beams:
         assert len(beam) == 6 or beam[-1] == 426
-    session.blocks.check_integrity()
+    engine.check_integrity()
 
 
 def test_beam_search_rejects_bad_requests(models) -> None:
     _, ms = models
     _, model = ms["random"]
     with pytest.raises(InvalidPromptError):
-        beam_search(PagedSession(model, 16, 4), [[]], BeamParams(num_beams=2, max_tokens=3))
-    with pytest.raises(InvalidParameterError, match="num_beams"):
-        BeamParams(num_beams=0, max_tokens=3)
+        beam_search(session(model, 16, 4), [[]], BeamSearchParams(num_beams=2, max_tokens=3))
+    for bad, name in ((dict(num_beams=0), "num_beams"), (dict(num_beams=65), "num_beams"),
+                      (dict(num_beams=2, num_return_sequences=3), "num_return_sequences"),
+                      (dict(num_beams=4, num_beam_groups=3), "num_beam_groups"),
+                      (dict(num_beams=4, diversity_penalty=-1.0), "diversity_penalty"),
+                      (dict(num_beams=4, early_stopping="sometimes"), "early_stopping"),
+                      (dict(num_beams=4, num_beam_groups=2, stochastic=True), "num_beam_groups"),
+                      (dict(num_beams=True), "num_beams")):
+        with pytest.raises(InvalidParameterError, match=name):
+            BeamSearchParams(**bad)
+    engine = session(model, 16, 4)
+    with pytest.raises(InvalidParameterError, match="num_beams"):  # beams cannot fit the cache
+        engine.add_request([1, 2, 3], BeamSearchParams(num_beams=8, max_tokens=20))
+    with pytest.raises(InvalidParameterError, match="max_tokens"):
+        engine.add_request([1, 2, 3], BeamSearchParams(num_beams=1, max_tokens=300))
+    assert not engine.requests

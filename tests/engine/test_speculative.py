@@ -1,4 +1,4 @@
-"""Speculative decoding on the engine: greedy == plain greedy; sampling follows the target.
+"""Engine-wide speculative decoding: greedy == plain greedy; sampling follows the target.
 
 Models: the real stories260K as target; drafts are stories260K itself (perfect draft) and a
 random-weight 1-layer Llama with the same vocabulary (a poor draft) and stories260K with noise
@@ -15,11 +15,28 @@ import math
 import pytest
 import torch
 
+from metagen.engine.config import EngineConfig
+from metagen.engine.draft_proposer import DraftModelProposer
+from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models.loader import load_model
-from metagen.engine.proposers import DraftModelProposer, NgramProposer, ngram_lookup
-from metagen.engine.speculative_decoding import PagedSession, SpecStats, speculative_generate
+from metagen.engine.proposers import NgramProposer, ngram_lookup
+from metagen.engine.speculative_decoding import Speculator
 from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
+
+
+def engine(model, num_blocks: int, block_size: int = 8, proposer=None, k: int = 4, eos=(),
+           tokenizer=None) -> LLMEngine:
+    """An engine over ``model`` (end tokens ``eos``) speculating with ``proposer``."""
+    eng = LLMEngine(model, tokenizer, EngineConfig(num_blocks=num_blocks, block_size=block_size,
+                                                   device="cpu"),
+                    speculator=None if proposer is None else Speculator(proposer, k))
+    eng.eos_token_ids = tuple(eos)
+    return eng
+
+
+def draft(model, num_blocks: int = 128, block_size: int = 8) -> DraftModelProposer:
+    return DraftModelProposer(engine(model, num_blocks, block_size))
 
 PROMPTS = ["Once upon a time", "Lily and Tom went to the park. Lily and Tom",
            "The cat sat on the mat. The cat"]
@@ -50,22 +67,23 @@ def test_speculative_greedy_equals_plain_greedy(setup, proposer_kind: str) -> No
     tok, hf, target_model, bad_model = setup
     prompts = [tok(p).input_ids for p in PROMPTS]
     n = 40
-    target = PagedSession(target_model, num_blocks=128, block_size=8)
     if proposer_kind == "ngram":
         proposer = NgramProposer(max_ngram=3)
     else:
-        draft = target_model if proposer_kind == "self" else bad_model
-        proposer = DraftModelProposer(PagedSession(draft, num_blocks=128, block_size=8))
-    stats = SpecStats()
-    out = speculative_generate(target, proposer, prompts, SamplingParams(temperature=0,
-                               max_tokens=n), num_speculative_tokens=4, stats=stats)
+        proposer = draft(target_model if proposer_kind == "self" else bad_model)
+    target = engine(target_model, 128, proposer=proposer)
+    out = target.generate(prompts, SamplingParams(temperature=0, max_tokens=n))
     for ids, got in zip(prompts, out):
-        assert got == hf_greedy(hf, ids, n)
+        assert list(got.outputs[0].token_ids) == hf_greedy(hf, ids, n)
+    stats = target.speculator.stats
     if proposer_kind == "self":
         assert stats.acceptance_rate == 1.0
-    assert stats.emitted == n * len(prompts)
-    target.blocks.check_integrity()
-    target.radix.check_integrity()
+    assert stats.proposed > 0 and stats.rounds < n * len(prompts)
+    assert target.stats.generated_tokens == n * len(prompts)
+    target.check_integrity()
+    if proposer_kind != "ngram":  # the draft's mirrors were released with their targets
+        assert not proposer.draft.requests
+        proposer.draft.check_integrity()
 
 
 def test_speculative_stops_at_eos_and_max_tokens(setup) -> None:
@@ -73,23 +91,46 @@ def test_speculative_stops_at_eos_and_max_tokens(setup) -> None:
     ids = tok("Once upon a time").input_ids
     ref = hf_greedy(hf, ids, 30)
     eos = ref[7]  # treat the 8th greedy token as EOS
-    target = PagedSession(target_model, num_blocks=64, block_size=8)
-    out = speculative_generate(target, NgramProposer(), [ids],
-                               SamplingParams(temperature=0, max_tokens=30), 5, eos_token_ids=[eos])
-    assert out[0] == ref[:ref.index(eos) + 1]
+    for proposer in (NgramProposer(), draft(target_model, 64)):
+        target = engine(target_model, 64, proposer=proposer, k=5, eos=[eos])
+        out = target.generate([ids], SamplingParams(temperature=0, max_tokens=30))[0]
+        assert list(out.outputs[0].token_ids) == ref[:ref.index(eos) + 1]
+        assert out.outputs[0].finish_reason == "stop"
+        target.check_integrity()
 
 
 def test_speculative_rejects_bad_settings(setup) -> None:
-    _, _, target_model, _ = setup
-    target = PagedSession(target_model, num_blocks=16)
     with pytest.raises(InvalidParameterError, match="num_speculative_tokens"):
-        speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(), -1)
-    with pytest.raises(InvalidParameterError, match="mirostat"):
-        speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(mirostat_tau=3.0))
-    with pytest.raises(InvalidParameterError, match="stop"):
-        speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(stop=["."]))
-    with pytest.raises(InvalidParameterError, match="n="):
-        speculative_generate(target, NgramProposer(), [[1, 2]], SamplingParams(n=2))
+        Speculator(NgramProposer(), -1)
+    with pytest.raises(InvalidParameterError, match="num_speculative_tokens"):
+        EngineConfig(prompt_lookup=3, num_speculative_tokens=0)
+    with pytest.raises(InvalidParameterError, match="prompt_lookup"):
+        EngineConfig(prompt_lookup=0)
+    with pytest.raises(InvalidParameterError, match="prompt_lookup"):
+        EngineConfig(prompt_lookup=3, speculative_model="x")
+
+
+def test_requests_speculation_cannot_serve_decode_normally(setup, stories_path) -> None:
+    """Mirostat decodes normally; stop strings, logprobs and n > 1 work with speculation: a
+    greedy request equals the plain engine's token for token, and logprobs agree."""
+    tok, _, target_model, _ = setup
+    ids = tok("Once upon a time").input_ids
+    plain = engine(target_model, 256, eos=(2,), tokenizer=tok)
+    spec = engine(target_model, 256, proposer=draft(target_model), eos=(2,), tokenizer=tok)
+    params = [SamplingParams(mirostat_tau=3.0, seed=5, max_tokens=20),
+              SamplingParams(temperature=0, max_tokens=40, stop=["Lily"], logprobs=2),
+              SamplingParams(temperature=0.8, n=3, seed=7, max_tokens=20)]
+    a, b = plain.generate([ids] * 3, params), spec.generate([ids] * 3, params)
+    # mirostat: not speculated, the same seeded sample (logprobs to float32 batch rounding)
+    assert a[0].outputs[0].token_ids == b[0].outputs[0].token_ids
+    ca, cb = a[1].outputs[0], b[1].outputs[0]
+    assert (ca.text, ca.token_ids, ca.finish_reason, ca.stop_reason) == \
+        (cb.text, cb.token_ids, cb.finish_reason, cb.stop_reason)
+    assert ca.logprobs == pytest.approx(cb.logprobs, abs=1e-4)
+    assert [set(t) for t in ca.top_logprobs] == [set(t) for t in cb.top_logprobs]
+    assert len(b[2].outputs) == 3 and all(len(c.token_ids) == 20 for c in b[2].outputs)
+    assert spec.speculator.stats.accepted > 0
+    spec.check_integrity()
 
 
 def test_ngram_lookup_golden() -> None:
@@ -99,9 +140,9 @@ def test_ngram_lookup_golden() -> None:
     assert ngram_lookup([7, 7], 3) == [7]
 
 
-def _exact_two_token_law(hf, ids: list[int], top_k: int, temperature: float
-                         ) -> dict[tuple[int, int], float]:
-    """p(x1, x2) under top-k sampling at ``temperature``, from transformers' logits."""
+def _exact_three_token_law(hf, ids: list[int], top_k: int, temperature: float
+                           ) -> dict[tuple[int, int, int], float]:
+    """p(x1, x2, x3) under top-k sampling at ``temperature``, from transformers' logits."""
     def dist(prefix):
         with torch.no_grad():
             logits = hf(torch.tensor([prefix])).logits[0, -1].double()
@@ -110,7 +151,8 @@ def _exact_two_token_law(hf, ids: list[int], top_k: int, temperature: float
     law = {}
     for a, pa in dist(ids).items():
         for b, pb in dist(ids + [a]).items():
-            law[(a, b)] = pa * pb
+            for c, pc in dist(ids + [a, b]).items():
+                law[(a, b, c)] = pa * pb * pc
     return law
 
 
@@ -124,19 +166,28 @@ def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind:
             w.add_(torch.randn(w.shape, generator=gen) * 0.15 * w.std())
     ids = tok("Once upon a time, there was a little").input_ids
     n, top_k, temperature = 3000, 4, 1.5
-    law = _exact_two_token_law(hf, ids, top_k, temperature)
-    target = PagedSession(target_model, num_blocks=2 * n + 64, block_size=16)
+    law = _exact_three_token_law(hf, ids, top_k, temperature)
     proposer = (NgramProposer(max_ngram=2) if proposer_kind == "ngram" else
-                DraftModelProposer(PagedSession(noisy, num_blocks=2 * n + 64, block_size=16)))
-    params = SamplingParams(temperature=temperature, top_k=top_k, max_tokens=2, seed=1234)
-    stats = SpecStats()
-    outs = speculative_generate(target, proposer, [ids] * n, params, 3, stats=stats)
-    counts: dict[tuple[int, int], int] = {}
+                draft(noisy, 1024, 16))
+    target = engine(target_model, 1024, 16, proposer=proposer, k=3)
+    # the first token is sampled after the prefill; x2 and x3 come from one verification round
+    # (two drafts: accepted, or rejected and resampled, then the bonus token)
+    params = [SamplingParams(temperature=temperature, top_k=top_k, max_tokens=4, seed=1234 + i)
+              for i in range(n)]  # one seed per request: independent samples
+    outs = target.generate([ids] * n, params)
+    stats = target.speculator.stats
+    counts: dict[tuple[int, ...], int] = {}
     for o in outs:
-        counts[tuple(o)] = counts.get(tuple(o), 0) + 1
+        key = tuple(o.outputs[0].token_ids[:3])
+        counts[key] = counts.get(key, 0) + 1
     assert set(counts) <= set(law)
-    stat = sum((counts.get(key, 0) - n * p) ** 2 / (n * p) for key, p in law.items())
-    df = len(law) - 1
+    # cells expected fewer than 5 times are pooled into one (chi-square's usual condition)
+    small = [key for key, p in law.items() if n * p < 5]
+    cells = [([key], p) for key, p in law.items() if n * p >= 5]
+    cells.append((small, sum(law[key] for key in small)))
+    stat = sum((sum(counts.get(k, 0) for k in keys) - n * p) ** 2 / (n * p)
+               for keys, p in cells if p > 0)
+    df = len([c for c in cells if c[1] > 0]) - 1
     a = 2.0 / (9.0 * df)
     crit = df * (1.0 - a + 4.7534 * math.sqrt(a)) ** 3
     assert stat < crit, (stat, crit)

@@ -1,0 +1,156 @@
+"""DraftModelProposer: drafts from a small model that runs on its own :class:`LLMEngine`.
+
+The draft model needs its own KV cache (it is another model); it gets it as an ordinary engine
+(block manager, radix cache, continuous batching), not a second kind of core. Every target
+sequence that speculates has a mirror request on the draft engine whose rows are driven by
+:class:`DraftDriver` (:mod:`metagen.engine.request_driver`): each draft step samples one token
+from the draft's processed distribution ``q`` (the target row's own parameters, seeds and
+output so far, with counter-based uniforms on stream ``DRAFT_STREAM``) and extends the mirror
+with it. At the start of a round the mirror follows the target: ``truncate`` to the common
+prefix (keeping the draft KV of the accepted drafts) then the target's new tokens. A mirror is
+aborted when its target sequence finishes (its full blocks stay in the draft's prefix cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from metagen.decoding import SequenceState, probs_for_sampling, uniforms_for
+from metagen.decoding.speculative import sample_inverse_cdf
+from metagen.engine.detokenizer import Detokenizer
+from metagen.engine.proposers import Proposal
+from metagen.engine.sequence import Request
+from metagen.types import SamplingParams
+
+if TYPE_CHECKING:
+    from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.outputs import RequestOutput
+    from metagen.engine.sequence import Sequence as Seq
+
+DRAFT_STREAM = 13  # rng stream of the draft tokens (metagen.decoding.rng)
+_MIRROR_PARAMS = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+
+
+@dataclass(slots=True, eq=False)
+class _Row:
+    """One target row being drafted this round: its state, how many drafts it wants, and the
+    drafts (with their distributions, (V,) each) so far."""
+
+    state: SequenceState
+    want: int
+    tokens: list[int] = field(default_factory=list)
+    probs: list[torch.Tensor] = field(default_factory=list)
+
+
+class DraftDriver:
+    """Drives every mirror request of one draft engine (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, _Row] = {}  # mirror seq_id -> its row this round
+
+    def on_logits(self, engine: LLMEngine, seqs: Sequence[Seq], logits: torch.Tensor) -> None:
+        live = [(s, self.rows[s.seq_id]) for s in seqs
+                if s.seq_id in self.rows and len(self.rows[s.seq_id].tokens) < self.rows[
+                    s.seq_id].want]
+        if not live:
+            return
+        idx = torch.tensor([i for i, s in enumerate(seqs) if any(s is t for t, _ in live)])
+        states = [SequenceState(r.state.params, r.state.prompt_ids,
+                                r.state.output_ids + r.tokens, r.state.sample_index,
+                                r.state.eos_token_ids, r.state.bad_words_ids,
+                                rng_seed=r.state.rng_seed) for _, r in live]
+        q = probs_for_sampling(logits[idx], states)  # (B, V)
+        q = torch.nan_to_num(q, nan=0.0)
+        dead = q.sum(dim=-1) <= 0
+        u = torch.from_numpy(uniforms_for([s.rng_seed for s in states],  # type: ignore[misc]
+                                          [s.sample_index for s in states],
+                                          [s.step for s in states], DRAFT_STREAM))
+        tok = sample_inverse_cdf(q.masked_fill(dead[:, None], 1.0), u).tolist()
+        for j, (seq, row) in enumerate(live):
+            if bool(dead[j]):
+                row.want = len(row.tokens)  # nothing sensible to draft: stop here
+                continue
+            row.tokens.append(tok[j])
+            row.probs.append(q[j])
+            if len(row.tokens) < row.want:
+                engine.extend(seq.seq_id, [tok[j]])
+
+    def output(self, request: Request) -> RequestOutput:
+        from metagen.engine.outputs import RequestOutput
+
+        return RequestOutput(request.request_id, request.prompt_ids, [], [None])
+
+
+class DraftModelProposer:
+    """Drafts with ``draft`` (an engine over a small model with the target's vocabulary)."""
+
+    def __init__(self, draft: LLMEngine) -> None:
+        self.draft = draft
+        self.driver = DraftDriver()
+        self._mirrors: dict[int, str] = {}  # target key -> mirror request id
+        self._keys: dict[str, int] = {}  # mirror request id -> target key
+
+    def _sync(self, key: int, tokens: Sequence[int]) -> Seq | None:
+        """The mirror of ``key`` holding exactly ``tokens`` (the last one uncomputed at least),
+        or None when the draft engine cannot hold it."""
+        eng = self.draft
+        if len(tokens) >= eng.max_model_len:
+            return None
+        rid = self._mirrors.get(key)
+        if rid is None:
+            rid = eng.new_request_id("mirror")
+            req = Request(rid, list(tokens), _MIRROR_PARAMS, driver=self.driver)
+            self._mirrors[key], self._keys[rid] = rid, key
+            return eng.enqueue(req, SequenceState(_MIRROR_PARAMS, list(tokens)),
+                               Detokenizer(None, ()))
+        seq = eng.requests[rid].seqs[0]
+        common, limit = 0, min(len(seq.token_ids), len(tokens))
+        while common < limit and seq.token_ids[common] == tokens[common]:
+            common += 1
+        if common < seq.num_prompt_tokens:  # cannot happen for one target sequence: restart
+            self.forget(key)
+            return self._sync(key, tokens)
+        eng.truncate(seq.seq_id, common, then=tokens[common:])
+        return seq
+
+    def propose(self, keys: Sequence[int], token_lists: Sequence[Sequence[int]],
+                states: Sequence[SequenceState], ks: Sequence[int]) -> Proposal:
+        b, vocab, kmax = len(keys), self.draft.vocab_size, max(ks, default=0)
+        self.driver.rows.clear()
+        for key, tokens, state, k in zip(keys, token_lists, states, ks):
+            want = min(k, self.draft.max_model_len - len(tokens) - 1)
+            seq = self._sync(key, tokens) if want > 0 else None
+            if seq is not None:
+                self.driver.rows[seq.seq_id] = _Row(state, want)
+        rows = dict(self.driver.rows)
+        while any(len(r.tokens) < r.want for r in rows.values()):
+            before = sum(len(r.tokens) for r in rows.values())
+            self.draft.step()
+            if sum(len(r.tokens) for r in rows.values()) == before and \
+                    not self.draft.scheduler.has_work():
+                break  # nothing could run (cannot happen with a sane cache): stop drafting
+        by_key = {self._keys[self.draft.seqs[sid].request.request_id]: r
+                  for sid, r in rows.items()}
+        self.driver.rows.clear()
+        tokens = torch.zeros(b, kmax, dtype=torch.long)
+        probs = torch.zeros(b, kmax, vocab, dtype=torch.float32)
+        num = torch.zeros(b, dtype=torch.long)
+        for j, key in enumerate(keys):
+            r = by_key.get(key)
+            if r is None or not r.tokens:
+                continue
+            n = len(r.tokens)
+            tokens[j, :n] = torch.tensor(r.tokens, dtype=torch.long)
+            probs[j, :n] = torch.stack(r.probs)
+            num[j] = n
+        return Proposal(tokens, num, probs)
+
+    def forget(self, key: int) -> None:
+        rid = self._mirrors.pop(key, None)
+        if rid is not None:
+            del self._keys[rid]
+            self.draft.abort(rid)
