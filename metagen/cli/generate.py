@@ -217,6 +217,60 @@ def _stream(gen: Any, prompt: str, params: SamplingParams) -> bool:
     return False
 
 
+# -- beam search and speculative decoding flags (one block; the command takes them as **search) --
+_SEARCH_FLAGS = [
+    click.option("--num-beams", type=str, metavar="INT", default=None,
+                 help="Beam search with this many beams; --n hypotheses are returned, best "
+                 "first (cumulative_logprob = the beam score)."),
+    click.option("--num-beam-groups", type=str, metavar="INT", default=None,
+                 help="Diverse beam search: groups (divides --num-beams)."),
+    click.option("--diversity-penalty", type=str, metavar="FLOAT", default=None,
+                 help="Diverse beam search: penalty per earlier group's use of a token."),
+    click.option("--length-penalty", type=str, metavar="FLOAT", default=None,
+                 help="Beam score = logprob / length ** this (default 1.0)."),
+    click.option("--speculative-model", default=None, metavar="PATH",
+                 help="Speculative decoding with this draft model (same vocabulary)."),
+    click.option("--num-speculative-tokens", type=str, metavar="INT", default=None,
+                 help="Draft tokens per step (default 4)."),
+    click.option("--prompt-lookup", type=str, metavar="INT", default=None,
+                 help="Speculative decoding by prompt lookup with n-grams up to INT tokens."),
+]
+
+
+_SEARCH_NAMES = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty",
+                 "speculative_model", "num_speculative_tokens", "prompt_lookup")
+
+
+def _search_flags(f: Any) -> Any:
+    for option in reversed(_SEARCH_FLAGS):
+        f = option(f)
+    return f
+
+
+def _beam_params(search: dict[str, Any]) -> Any:
+    """The ``BeamSearchParams`` template of ``--num-beams ...`` (None without it), validated."""
+    from metagen.beam_params import BeamSearchParams
+
+    if search["num_beams"] is None:
+        for name in ("num_beam_groups", "diversity_penalty", "length_penalty"):
+            if search[name] is not None:
+                raise InvalidParameterError(name, search[name], "needs --num-beams")
+        return None
+    groups = _int("num_beam_groups", search["num_beam_groups"])
+    return BeamSearchParams(
+        num_beams=_int("num_beams", search["num_beams"]), num_beam_groups=groups or 1,
+        diversity_penalty=_float("diversity_penalty", search["diversity_penalty"] or "0"),
+        length_penalty=_float("length_penalty", search["length_penalty"] or "1"))
+
+
+def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
+    """Engine options of ``--speculative-model`` / ``--prompt-lookup`` (None ones dropped)."""
+    return {"speculative_model": search["speculative_model"],
+            "num_speculative_tokens": _int("num_speculative_tokens",
+                                           search["num_speculative_tokens"]),
+            "prompt_lookup": _int("prompt_lookup", search["prompt_lookup"])}
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model")
 @click.argument("prompt")
@@ -265,15 +319,36 @@ def _stream(gen: Any, prompt: str, params: SamplingParams) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--stream", is_flag=True, help="Print the text as it is generated (one "
               "completion, not with --json).")
+@_search_flags
 @click.pass_context
 def generate(ctx: click.Context, model: str, prompt: str, backend: str, device: str | None,
-             dtype: str | None, as_json: bool, stream: bool, **sampling: Any) -> None:
+             dtype: str | None, as_json: bool, stream: bool, **flags: Any) -> None:
     """Generate completions of PROMPT with the model in folder MODEL."""
-    params = sampling_params(sampling)
+    search = {name: flags.pop(name) for name in _SEARCH_NAMES}
+    params = sampling_params(flags)
+    beam = _beam_params(search)
+    spec = _speculative_options(search)
+    if any(v is not None for v in spec.values()):
+        if backend == "hf":
+            name = next(k for k, v in spec.items() if v is not None)
+            raise InvalidParameterError(name, search[name], "speculative decoding runs on the "
+                                        "built-in engine: use --backend local (or auto)")
+        backend = "local"  # speculation needs the engine: auto must not fall back
     if stream:
+        if beam is not None:
+            raise InvalidParameterError("stream", True, "beam search returns its hypotheses "
+                                        "at the end; drop --stream or --num-beams")
         _check_stream(backend, params, as_json)
     with _quiet_loading():
-        backend, gen = load_generator(backend, model, device=device, dtype=dtype)
+        backend, gen = load_generator(backend, model, device=device, dtype=dtype, **spec)
+    extra: dict[str, Any] = {}
+    if beam is not None:
+        from metagen.generators.beam import BeamSearchGenerator
+
+        gen = BeamSearchGenerator(gen, beam.num_beams, num_beam_groups=beam.num_beam_groups,
+                                  diversity_penalty=beam.diversity_penalty,
+                                  length_penalty=beam.length_penalty)
+        extra["beam"] = gen.beam_params(params).to_dict()
     if stream:
         _check_can_stream(backend, gen)
         failed = _stream(gen, prompt, params)
@@ -282,7 +357,8 @@ def generate(ctx: click.Context, model: str, prompt: str, backend: str, device: 
         if as_json:
             click.echo(json.dumps({
                 "model": model, "backend": backend, "prompt": prompt,
-                "params": params.to_dict(), "completions": [c.to_dict() for c in completions],
+                "params": params.to_dict(), **extra,
+                "completions": [c.to_dict() for c in completions],
                 "usage": gen.usage.to_dict(),
             }, ensure_ascii=False))
         else:

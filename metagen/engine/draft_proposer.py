@@ -136,18 +136,18 @@ class DraftModelProposer:
         by_key = {self._keys[self.draft.seqs[sid].request.request_id]: r
                   for sid, r in rows.items()}
         self.driver.rows.clear()
-        tokens = torch.zeros(b, kmax, dtype=torch.long)
-        probs = torch.zeros(b, kmax, vocab, dtype=torch.float32)
+        drafts = torch.zeros(b, kmax, dtype=torch.long)  # (B, K)
+        probs = torch.zeros(b, kmax, vocab, dtype=torch.float32)  # (B, K, V)
         num = torch.zeros(b, dtype=torch.long)
         for j, key in enumerate(keys):
             r = by_key.get(key)
             if r is None or not r.tokens:
                 continue
             n = len(r.tokens)
-            tokens[j, :n] = torch.tensor(r.tokens, dtype=torch.long)
+            drafts[j, :n] = torch.tensor(r.tokens, dtype=torch.long)
             probs[j, :n] = torch.stack(r.probs)
             num[j] = n
-        return Proposal(tokens, num, probs)
+        return Proposal(drafts, num, probs)
 
     def forget(self, key: int) -> None:
         rid = self._mirrors.pop(key, None)

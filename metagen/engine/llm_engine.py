@@ -192,7 +192,7 @@ class LLMEngine(DriversMixin):
     def score_sequences(self, items: Any, *, errors: Any = "raise", run: Any = None
                         ) -> list[Any]:
         """See :meth:`EngineScorer.score_sequences`."""
-        return self.scorer.score_sequences(items, errors=errors, run=run)
+        return self.scorer.score_sequences(items, errors=errors, run=run)  # type: ignore[call-overload]
 
     def _new_seq(self, req: Request, state: SequenceState, tokens: list[int],
                  detok: Detokenizer) -> Seq:

@@ -164,7 +164,7 @@ class Speculator:
             drafts[j, :nd] = torch.tensor(seq.token_ids[-nd:], dtype=torch.long)
             if q is not None:
                 q[j, :nd] = seq.draft_probs
-        seeds = [s.state.rng_seed for s in seqs]
+        seeds = [int(s.state.rng_seed or 0) for s in seqs]  # set by SequenceState
         idx = [s.state.sample_index for s in seqs]
         steps = [s.state.step for s in seqs]
         acc_u = torch.from_numpy(np.stack([uniforms_for(seeds, idx, [s + t for s in steps],

@@ -43,7 +43,8 @@ from metagen.generators.hf_rows import (
     RowTracker,
     TrackerStoppingCriteria,
 )
-from metagen.generators.tokenize import bad_words_ids, encode_prompt, eos_token_ids
+from metagen.generators.tokenize import (
+    bad_words_ids, continuation_text, encode_prompt, eos_token_ids)
 from metagen.types import Completion, SamplingParams, Usage
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -225,6 +226,50 @@ class HFGenerator:
             prompt_tokens=sum(len(r.seq.prompt_ids) for r in rows),
             generated_tokens=sum(len(r.seq.output_ids) for r in rows), calls=1,
             generator_flops=flops, wall_time=time.perf_counter() - start)
+        return out
+
+    def beam_search(self, prompts: Sequence[Prompt], params: Any) -> list[list[Completion]]:
+        """transformers' beam search (``generate(num_beams=...)``, raw log-probabilities) for
+        each prompt: ``params.num_return_sequences`` hypotheses, best first, ``cumulative_logprob``
+        the beam score. Diverse (group) and stochastic beams raise: transformers 5 moved group
+        beam search out of the library; use the local engine for them."""
+        from metagen.beam_params import BeamSearchParams
+
+        start = time.perf_counter()
+        if not isinstance(params, BeamSearchParams):
+            raise InvalidParameterError("params", params, "must be a BeamSearchParams")
+        if params.num_beam_groups > 1 or params.stochastic:
+            name = "num_beam_groups" if params.num_beam_groups > 1 else "stochastic"
+            raise InvalidParameterError(name, getattr(params, name), "not available on the hf "
+                                        "backend (transformers 5 has no group or stochastic "
+                                        "beam search); use the local engine")
+        prompt_ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
+        self._check_request(prompt_ids, SamplingParams(max_tokens=params.max_tokens))
+        out: list[list[Completion]] = []
+        generated = 0
+        for ids in prompt_ids:
+            x = torch.tensor([ids], device=self.device)
+            with torch.inference_mode():
+                res = self.model.generate(
+                    x, attention_mask=torch.ones_like(x), do_sample=False,
+                    num_beams=params.num_beams, num_return_sequences=params.num_return_sequences,
+                    length_penalty=params.length_penalty, early_stopping=params.early_stopping,
+                    max_new_tokens=params.max_tokens, eos_token_id=list(self.eos_ids) or None,
+                    pad_token_id=self.pad_id, output_scores=True, return_dict_in_generate=True)
+            comps = []
+            for seq, score in zip(res.sequences, res.sequences_scores):
+                toks = seq[len(ids):].tolist()
+                end = next((i for i, t in enumerate(toks) if t in self.eos_ids), None)
+                toks = toks if end is None else toks[:end + 1]
+                generated += len(toks)
+                text = continuation_text(self.tokenizer, ids, toks)
+                comps.append(Completion(text=text, token_ids=tuple(toks), logprobs=None,
+                                        cumulative_logprob=float(score),
+                                        finish_reason="length" if end is None else "stop"))
+            out.append(comps)
+        self._usage = self._usage + Usage(
+            prompt_tokens=sum(len(i) for i in prompt_ids), generated_tokens=generated, calls=1,
+            wall_time=time.perf_counter() - start)
         return out
 
     def _check_request(self, prompt_ids: list[list[int]], params: SamplingParams) -> None:

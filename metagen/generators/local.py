@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from metagen.beam_params import BeamSearchParams
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine, LogitsHook
 from metagen.engine.loop import EngineLoop, RequestHandle
@@ -57,7 +58,9 @@ class LocalGenerator:
     @classmethod
     def from_pretrained(cls, path: str | Path, **engine_options: Any) -> LocalGenerator:
         """Load a Hugging Face folder; ``engine_options`` are :class:`EngineConfig` fields
-        (``num_blocks``/``kv_cache_bytes``, ``dtype``, ``device``, ``max_num_seqs``, ...).
+        (``num_blocks``/``kv_cache_bytes``, ``dtype``, ``device``, ``max_num_seqs``, ...;
+        speculative decoding: ``speculative_model=PATH`` or ``prompt_lookup=N``, with
+        ``num_speculative_tokens=K``).
         An unsupported architecture raises ``ModelLoadError`` suggesting ``metagen.HFGenerator``."""
         folder = Path(path)
         if not (folder / "config.json").is_file():
@@ -102,6 +105,22 @@ class LocalGenerator:
         start = time.perf_counter()
         ids = self._encode_all(prompts, params)
         outs = self.loop.submit(_adder(ids, params)).result(timeout)
+        return self._completions(outs, start)
+
+    # -- entry point for beam search (see metagen.engine.beam_search) --
+    def beam_search(self, prompts: Sequence[Prompt], params: BeamSearchParams, *,
+                    timeout: float | None = None) -> list[list[Completion]]:
+        """Beam search (plain, diverse or stochastic) for each prompt, run by the engine loop
+        alongside every other request: ``params.num_return_sequences`` hypotheses per prompt,
+        best first (``cumulative_logprob`` is the beam score; see
+        :mod:`metagen.engine.beam_search`). Validates every prompt first."""
+        start = time.perf_counter()
+        if not isinstance(params, BeamSearchParams):
+            raise InvalidParameterError("params", params, "must be a BeamSearchParams")
+        ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
+        for p in ids:
+            self.engine.validate(p, params)
+        outs = self.loop.submit(_adder(ids, params)).result(timeout)  # type: ignore[arg-type]
         return self._completions(outs, start)
 
     async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams

@@ -14,10 +14,10 @@ Conventions (the same for every backend that uses these helpers):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from metagen.decoding.masks import bad_words_ids  # re-exported: it lives with the masks
+from metagen.decoding.masks import bad_words_ids  # noqa: F401  (re-exported; lives with the masks)
 from metagen.errors import InvalidPromptError
 from metagen.generators.base import Prompt, render_prompt
 
