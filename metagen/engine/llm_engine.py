@@ -35,7 +35,7 @@ to inject NaN, RELIABILITY V22); beam rows do not go through it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,12 @@ from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
 from metagen.engine.detokenizer import Detokenizer
-from metagen.engine.engine_drivers import DriversMixin
+from metagen.engine import engine_drivers
 from metagen.engine.engine_scoring import EngineScorer, collect_scores
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
-from metagen.engine.outputs import EngineStats, RequestOutput
+from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
@@ -67,7 +67,7 @@ BATCH_RTOL = 1e-5  # see "Batch composition" in the module docstring
 LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
 
-class LLMEngine(DriversMixin):
+class LLMEngine:
     """The built-in engine. ``tokenizer`` (optional) enables text, stop strings and bad words.
     ``speculator`` (optional) overrides the one ``config`` describes (a draft model or prompt
     lookup)."""
@@ -285,6 +285,20 @@ class LLMEngine(DriversMixin):
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()
+
+    # -- single-caller drivers (see metagen.engine.engine_drivers; many callers: engine.loop) --
+
+    def generate(self, prompts: Sequence[Sequence[int]],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None
+                 ) -> list[RequestOutput]:
+        return engine_drivers.generate(self, prompts, params)
+
+    def run_until_done(self, request_ids: Sequence[str]) -> list[RequestOutput]:
+        return engine_drivers.run_until_done(self, request_ids)
+
+    def stream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+               ) -> Iterator[StreamDelta]:
+        return engine_drivers.stream(self, prompt_ids, params)
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from metagen.beam_params import BeamSearchParams
 from metagen.engine.llm_engine import BATCH_RTOL
 from metagen.engine.loop import EngineDeadError
 from metagen.generators.local import LocalGenerator
@@ -53,9 +54,13 @@ def _integrity(gen: LocalGenerator) -> None:
 def _job(i: int):
     """Request i of the mixed workload: (kind, prompt, params or continuations)."""
     prompt = PROMPTS[i % len(PROMPTS)]
-    kind = ("generate", "stream", "score", "generate_n")[i % 4]
+    kind = ("generate", "stream", "score", "generate_n", "beam", "stochastic_beam")[i % 6]
     if kind == "score":
         return kind, prompt, [" there was", " a big dog", ""]
+    if kind in ("beam", "stochastic_beam"):
+        return kind, prompt, BeamSearchParams(
+            num_beams=3, max_tokens=10 + i % 5, num_return_sequences=2,
+            stochastic=kind == "stochastic_beam", seed=i)
     n = 3 if kind == "generate_n" else 1
     temp = 0.0 if i % 3 == 0 and n == 1 else 0.9
     return kind, prompt, SamplingParams(n=n, temperature=temp, seed=100 + i,
@@ -68,20 +73,29 @@ def _run(gen: LocalGenerator, job):
         return gen.score([prompt], [arg])[0]
     if kind == "stream":
         return "".join(gen.stream(prompt, arg))
+    if kind in ("beam", "stochastic_beam"):
+        return [(c.token_ids, c.cumulative_logprob) for c in gen.beam_search([prompt], arg)[0]]
     return [c.token_ids for c in gen.generate([prompt], arg)[0]]
 
 
 def _same(kind: str, got, alone) -> bool:
     if kind == "score":
         return got == pytest.approx(alone, rel=BATCH_RTOL, abs=0)
+    if kind in ("beam", "stochastic_beam"):  # the same hypotheses; their scores to BATCH_RTOL
+        return [t for t, _ in got] == [t for t, _ in alone] and \
+            [s for _, s in got] == pytest.approx([s for _, s in alone], rel=BATCH_RTOL, abs=0)
     return got == alone
 
 
-def test_sixteen_threads_mixing_requests_each_equal_alone(make_gen):
+@pytest.mark.parametrize("engine", [{}, {"prompt_lookup": 3}], ids=["plain", "speculative"])
+def test_sixteen_threads_mixing_requests_each_equal_alone(make_gen, engine):
+    """generate, stream, score, n > 1, beam and stochastic beam requests from 16 threads at
+    once; on an engine that speculates (prompt lookup) too, where every sampled row is drafted
+    and verified inside the shared steps."""
     jobs = [_job(i) for i in range(16)]
-    solo = make_gen()
+    solo = make_gen(**engine)
     alone = [_run(solo, j) for j in jobs]
-    shared = make_gen()
+    shared = make_gen(**engine)
     got: dict[int, object] = {}
     errors: list[BaseException] = []
     start = threading.Barrier(16)
@@ -102,7 +116,10 @@ def test_sixteen_threads_mixing_requests_each_equal_alone(make_gen):
     for i, job in enumerate(jobs):
         assert _same(job[0], got[i], alone[i]), (i, job)
     _integrity(shared)
-    assert shared.usage.calls == 12 and shared.usage.scorer_calls == 4
+    assert shared.usage.calls == 13 and shared.usage.scorer_calls == 3
+    if engine:  # drafts were proposed, and some accepted, inside the shared steps
+        stats = shared.loop.call(lambda e: e.speculator.stats)
+        assert stats.proposed > 0 and stats.accepted > 0
 
 
 def test_concurrent_callers_share_engine_steps(make_gen):
