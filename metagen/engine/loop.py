@@ -38,6 +38,7 @@ from metagen.errors import MetagenError
 T = TypeVar("T")
 Submission = Callable[[LLMEngine], list[str]]
 _POLL_S = 0.5  # a waiting caller wakes at least this often, so signals reach it promptly
+_IDLE_WAIT_S = 0.05  # a step that scheduled nothing (all waiting on blocks) waits this long
 
 
 class EngineDeadError(MetagenError):
@@ -242,6 +243,7 @@ class EngineLoop:
                 self._apply(kind, value)
             if not engine.has_unfinished():
                 continue
+            steps = engine.stats.steps
             try:
                 outputs = engine.step()
             except BaseException as exc:  # noqa: BLE001 -- handed to the callers it failed
@@ -251,6 +253,10 @@ class EngineLoop:
                     return
                 continue
             self._dispatch(outputs)
+            if engine.stats.steps == steps:  # nothing could run: wait for a caller, not spin
+                with self._cond:
+                    if not self._inbox:
+                        self._cond.wait(_IDLE_WAIT_S)
 
     def _apply(self, kind: str, value: Any) -> None:
         if kind == "submit":
