@@ -39,7 +39,24 @@ class Utility(Protocol):
     def matrix(self, hyps: Sequence[str], refs: Sequence[str]) -> list[list[float]]: ...
 
 
+class AggregatingUtility(Utility, Protocol):
+    """A Utility with reference aggregation: ``aggregate(hyps, refs, weights)[i]`` is the utility
+    of hypothesis ``i`` against the ``weights``-weighted mean of ``refs`` (MBR in O(N))."""
+
+    def aggregate(self, hyps: Sequence[str], refs: Sequence[str],
+                  weights: Sequence[float]) -> list[float]: ...
+
+
+# What the strategies accept where a scorer goes: the protocol, or a plain callable.
 RewardLike = RewardModel | Callable[[str, str], float]
+"""A :class:`RewardModel`, or ``fn(prompt, completion) -> float`` called once per pair."""
+
+ProcessRewardLike = ProcessRewardModel | Callable[[str, list[str]], float | Sequence[float]]
+"""A :class:`ProcessRewardModel`, or ``fn(prompt, steps) -> scores`` called once per path
+(one score per step, or one number that scores the last step)."""
+
+UtilityLike = Utility | Callable[[str, str], float]
+"""A :class:`Utility`, or ``u(hyp, ref) -> float`` called once per pair."""
 
 
 def aggregate_steps(scores: Sequence[float], how: StepAggregation = "last") -> float:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from metagen.errors import InvalidParameterError, NumericalError
-from metagen.scorers.base import RewardModel, check_same_length
+from metagen.scorers.base import RewardLike, RewardModel, check_same_length
 
 
 class CallableReward:
@@ -44,12 +44,12 @@ class CallableReward:
         return check_scores(out, len(prompts), who=_name(self.fn))
 
 
-def as_reward(reward: Any) -> RewardModel:
+def as_reward(reward: RewardLike) -> RewardModel:
     """A batched :class:`RewardModel` from a scorer or a ``(prompt, completion)`` callable."""
     if reward is None:
         raise InvalidParameterError("reward", reward, "a reward model or callable is required")
     if callable(getattr(reward, "score", None)):
-        return reward
+        return cast(RewardModel, reward)
     if callable(reward):
         return CallableReward(reward)
     raise InvalidParameterError(

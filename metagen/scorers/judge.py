@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
-
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import require
+from metagen.generators.base import ScoringGenerator, require
 from metagen.scorers.base import check_same_length
 from metagen.scorers.callables import check_scores
 from metagen.scorers.usage import UsageMeter
@@ -32,7 +30,7 @@ class LMJudge:
     Usage: the generator's usage during scoring is counted as scorer usage.
     """
 
-    def __init__(self, generator: Any, *, template: str = DEFAULT_TEMPLATE, yes: str = " Yes",
+    def __init__(self, generator: ScoringGenerator, *, template: str = DEFAULT_TEMPLATE, yes: str = " Yes",
                  no: str = " No", normalize: bool = True) -> None:
         require(generator, "prompt_scoring", why="an LM judge reads p('Yes') via score()")
         for name, value in (("yes", yes), ("no", no)):
