@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from metagen.errors import InvalidParameterError
-from metagen.scorers.base import StepAggregation
+from metagen.generators.base import Generator
+from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
@@ -42,7 +43,7 @@ def priority(node: SearchNode, heuristic: Heuristic, depth_weight: float) -> flo
     return value + depth_weight * node.depth if heuristic == "depth" else value
 
 
-def best_first(generator: Any, prompts: Sequence[str], prm: Any, *, branching: int = 4,
+def best_first(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, branching: int = 4,
                max_expansions: int = 16, n_solutions: int = 1, expansions_per_step: int = 1,
                heuristic: Heuristic = "value", depth_weight: float = 0.1, max_depth: int = 16,
                params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,

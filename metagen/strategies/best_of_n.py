@@ -4,9 +4,9 @@ Cobbe et al. 2021 verifier reranking). Ties: the lowest sample index wins."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from metagen.generators.base import Prompt
+from metagen.generators.base import Generator, Prompt
+from metagen.scorers.base import RewardLike
 from metagen.scorers.callables import as_reward, check_scores
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
@@ -20,7 +20,7 @@ class BestOfN:
 
     name = "best_of_n"
 
-    def __init__(self, reward: Any) -> None:
+    def __init__(self, reward: RewardLike) -> None:
         self.reward = as_reward(reward)
 
     @property
@@ -39,7 +39,8 @@ class BestOfN:
         return out
 
 
-def best_of_n(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int = 16, reward: Any,
+def best_of_n(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
+              reward: RewardLike,
               params: SamplingParams | None = None, budget: Budget | None = None,
               min_successful: int = 1) -> Result | list[Result]:
     """The highest-reward of ``n`` samples (one generate call, one reward call).

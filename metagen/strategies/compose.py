@@ -18,10 +18,9 @@ logprobs and finish reason as the inner backend produced them).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Capabilities, Prompt, check_prompts
+from metagen.generators.base import Capabilities, Generator, Prompt, check_prompts
 from metagen.strategies.parallel import check_counts, failure_reason, prompt_text
 from metagen.strategies.selection import Selector
 from metagen.types import Completion, SamplingParams, Usage
@@ -30,7 +29,7 @@ from metagen.types import Completion, SamplingParams, Usage
 class StrategyGenerator:
     """A :class:`~metagen.generators.base.Generator` whose samples are group winners."""
 
-    def __init__(self, generator: Any, selector: Selector, *, group: int,
+    def __init__(self, generator: Generator, selector: Selector, *, group: int,
                  min_successful: int = 1) -> None:
         if not isinstance(group, int) or isinstance(group, bool) or group < 1:
             raise InvalidParameterError("group", group, "must be a positive integer")
@@ -60,7 +59,9 @@ class StrategyGenerator:
         gen_before, sel_before = self.generator.usage, self.selector.usage
         outs = check_counts(self.generator.generate(prompts, params.with_(n=n * g)),
                             len(prompts), n * g, type(self.generator).__name__)
-        groups, where, out = [], [], []
+        groups: list[list[Completion]] = []
+        where: list[tuple[int, int]] = []
+        out: list[list[Completion]] = []
         for i, row in enumerate(outs):
             out.append([])
             for k in range(n):

@@ -13,9 +13,9 @@ generate call and one scorer call per search step.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from metagen.scorers.base import StepAggregation
+from metagen.generators.base import Generator
+from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int, run_beams
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
@@ -23,7 +23,7 @@ from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.types import Result, SamplingParams
 
 
-def dvts(generator: Any, prompts: Sequence[str], prm: Any, *, subtrees: int = 4,
+def dvts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, subtrees: int = 4,
          branching: int = 4, max_depth: int = 16, params: SamplingParams | None = None,
          steps: StepDefinition = DEFAULT_STEPS, aggregation: StepAggregation = "last",
          select: Select = "score", answer: Callable[[str], str | None] = default_answer,

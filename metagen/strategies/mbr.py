@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from metagen.errors import CapabilityError, InvalidParameterError
-from metagen.generators.base import Prompt
+from metagen.generators.base import Generator, Prompt
+from metagen.scorers.base import AggregatingUtility, Utility, UtilityLike
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
 from metagen.strategies.selection import Selection, argmax_first, scorers_usage
@@ -48,7 +49,7 @@ class PairwiseUtility:
         return [[float(self.fn(h, r)) for r in refs] for h in hyps]
 
 
-def resolve_utility(utility: Any) -> Any:
+def resolve_utility(utility: UtilityLike | str) -> Utility:
     """A Utility object from a name, a Utility, or a callable."""
     from metagen.scorers import utilities as u
 
@@ -60,7 +61,7 @@ def resolve_utility(utility: Any) -> Any:
                                         "a Utility or a callable")
         return names[utility]()
     if callable(getattr(utility, "matrix", None)):
-        return utility
+        return cast(Utility, utility)
     if callable(utility):
         return PairwiseUtility(utility)
     raise InvalidParameterError("utility", utility, "must be a name, a Utility or a callable")
@@ -138,7 +139,7 @@ class MBR:
 
     name = "mbr"
 
-    def __init__(self, utility: Any = "answer", *, weighting: Weighting = "uniform",
+    def __init__(self, utility: UtilityLike | str = "answer", *, weighting: Weighting = "uniform",
                  method: Method = "exact", schedule: Sequence[int] = (4, 8, 16, 32),
                  alpha: float = 0.99, n_bootstrap: int = 200, seed: int = 0) -> None:
         if weighting not in ("uniform", "logprob"):
@@ -174,20 +175,26 @@ class MBR:
                 len(texts), schedule=self.schedule, alpha=self.alpha,
                 n_bootstrap=self.n_bootstrap, seed=self.seed)
             trace.update(info)
-            return Selection(best, scores, {**trace, "expected_utility": scores})
+            return Selection(best, _optional(scores), {**trace, "expected_utility": scores})
         weights = [1.0] * len(group) if self.weighting == "uniform" else model_weights(group)
         if self.method == "aggregate":
-            scores = [float(s) for s in self.utility.aggregate(texts, texts, weights)]
+            aggregating = cast(AggregatingUtility, self.utility)  # checked in __init__
+            scores = [float(s) for s in aggregating.aggregate(texts, texts, weights)]
             trace["utility_evaluations"] = len(texts)
         else:
             scores = expected_utility(self.utility.matrix(texts, texts), weights)
             trace["utility_evaluations"] = len(texts) ** 2
         trace["expected_utility"] = scores
-        return Selection(argmax_first(scores), scores, trace)
+        return Selection(argmax_first(scores), _optional(scores), trace)
 
 
-def mbr(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
-        utility: Any = "answer", weighting: Weighting = "uniform", method: Method = "exact",
+def _optional(scores: list[float]) -> list[float | None]:
+    """The same list, typed as a Selection's scores (every candidate has one here)."""
+    return cast("list[float | None]", scores)
+
+
+def mbr(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
+        utility: UtilityLike | str = "answer", weighting: Weighting = "uniform", method: Method = "exact",
         schedule: Sequence[int] = (4, 8, 16, 32), alpha: float = 0.99,
         params: SamplingParams | None = None, budget: Budget | None = None,
         min_successful: int = 1) -> Result | list[Result]:

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from metagen.errors import InvalidParameterError
-from metagen.scorers.base import StepAggregation, aggregate_steps
+from metagen.generators.base import Generator
+from metagen.scorers.base import ProcessRewardLike, StepAggregation, aggregate_steps
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
@@ -107,7 +108,7 @@ def backup(node: SearchNode, value: float) -> None:
         cur = cur.parent
 
 
-def mcts(generator: Any, prompts: Sequence[str], prm: Any, *, iterations: int = 16,
+def mcts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, iterations: int = 16,
          branching: int = 4, c: float = 1.0, selection: Selection = "uct",
          evaluation: Evaluation = "prm", mix: float = 0.5,
          reward: Callable[[str, str], float] | None = None, rollout_max_tokens: int = 256,

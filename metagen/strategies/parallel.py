@@ -29,7 +29,7 @@ from dataclasses import fields
 from typing import Any
 
 from metagen.errors import InsufficientSamples, InvalidParameterError
-from metagen.generators.base import Prompt, check_prompts
+from metagen.generators.base import Generator, Prompt, check_prompts
 from metagen.strategies.budget import Budget
 from metagen.strategies.selection import Selector
 from metagen.types import Completion, Result, SamplingParams, Usage
@@ -74,7 +74,7 @@ def cap_n(n: int, max_tokens: int, n_prompts: int, budget: Budget | None) -> int
     return n if room is None else min(n, room // (max_tokens * n_prompts))
 
 
-def run_parallel(generator: Any, prompt: Prompt | Sequence[Prompt], selector: Selector, *,
+def run_parallel(generator: Generator, prompt: Prompt | Sequence[Prompt], selector: Selector, *,
                  n: int, params: SamplingParams | None = None, budget: Budget | None = None,
                  min_successful: int = 1) -> Result | list[Result]:
     """Sample ``n`` per prompt in one call, select per prompt. See the module docstring."""
@@ -104,11 +104,13 @@ def run_parallel(generator: Any, prompt: Prompt | Sequence[Prompt], selector: Se
 def _select_and_wrap(prompts: list[Prompt], single: bool, outs: list[list[Completion]],
                      selector: Selector, requested: int, capped: bool, gen_usage: Usage,
                      start: float, min_successful: int) -> Result | list[Result]:
-    oks, failures, short = [], [], []
+    oks: list[list[tuple[int, Completion]]] = []
+    failures: list[dict[str, int]] = []
+    short: list[int] = []
     for i, row in enumerate(outs):
         ok = [(j, c) for j, c in enumerate(row) if failure_reason(c) is None]
         oks.append(ok)
-        failures.append(dict(Counter(failure_reason(c) for c in row if failure_reason(c))))
+        failures.append(dict(Counter(r for r in map(failure_reason, row) if r)))
         if len(ok) < min_successful:
             short.append(i)
     live = [i for i in range(len(prompts)) if i not in short]

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.scorers.base import StepAggregation
+from metagen.generators.base import Generator
+from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
@@ -47,7 +47,7 @@ def allocate(rewards: Sequence[float], budget: int, temperature: float) -> list[
     return out
 
 
-def rebase(generator: Any, prompts: Sequence[str], prm: Any, *, width: int = 16,
+def rebase(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, width: int = 16,
            temperature: float = 0.2, max_depth: int = 16, params: SamplingParams | None = None,
            steps: StepDefinition = DEFAULT_STEPS, aggregation: StepAggregation = "last",
            select: Select = "weighted_vote",
@@ -91,11 +91,11 @@ def rebase(generator: Any, prompts: Sequence[str], prm: Any, *, width: int = 16,
         new = [k for ks in kids for k in ks]
         search.score(new)
         frontier = [[] for _ in search.trees]
-        for k in new:
-            if k.terminal:
-                finished[k.tree] += 1
+        for kid in new:
+            if kid.terminal:
+                finished[kid.tree] += 1
             else:
-                frontier[k.tree].append(k)
+                frontier[kid.tree].append(kid)
     return search.results(
         lambda tree, cands: choose_by(select, cands, answer),
         trace={"width": width, "temperature": temperature, "select": select},

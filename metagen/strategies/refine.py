@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.generators.base import Generator
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import StepSearch, split_usage
@@ -69,7 +70,7 @@ class Chain:
 class RefineRun(StepSearch):
     """Budget, usage and batched generation of a refinement run (no step scorer)."""
 
-    def __init__(self, name: str, generator: Any, prompts: Sequence[str],
+    def __init__(self, name: str, generator: Generator, prompts: Sequence[str],
                  params: SamplingParams | None, budget: Budget) -> None:
         super().__init__(name, generator, prompts, None, params=params, budget=budget)
 
@@ -144,6 +145,7 @@ def _results(run: RefineRun, chains: list[Chain], trace: dict[str, Any]) -> list
         good = [k for k, a in enumerate(chain.attempts) if not a.get("error")]
         ok = [k for k in good if chain.attempts[k].get("ok")]
         scored = [k for k in good if chain.attempts[k].get("score") is not None]
+        best: int | None
         if ok:
             best = ok[0]
         elif scored:
@@ -173,7 +175,7 @@ def _check_common(max_attempts: int, patience: int, template: str, *keys: str) -
             raise InvalidParameterError("template", template, f"must contain {{{key}}}")
 
 
-def refine_with_feedback(generator: Any, prompts: Sequence[str], feedback: FeedbackFn, *,
+def refine_with_feedback(generator: Generator, prompts: Sequence[str], feedback: FeedbackFn, *,
                          max_attempts: int = 4, patience: int = 1,
                          template: str = FEEDBACK_TEMPLATE, params: SamplingParams | None = None,
                          budget: Budget = UNLIMITED) -> list[Result]:
@@ -210,7 +212,7 @@ def refine_with_feedback(generator: Any, prompts: Sequence[str], feedback: Feedb
     return _results(run, chains, {"max_attempts": max_attempts, "patience": patience})
 
 
-def self_refine(generator: Any, prompts: Sequence[str], *, max_attempts: int = 4,
+def self_refine(generator: Generator, prompts: Sequence[str], *, max_attempts: int = 4,
                 stop_phrase: str = "NO ISSUES", score: Callable[[str, str], float] | None = None,
                 patience: int = 1, critique_template: str = CRITIQUE_TEMPLATE,
                 refine_template: str = REFINE_TEMPLATE, params: SamplingParams | None = None,

@@ -16,10 +16,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import cast
 
 from metagen.errors import InsufficientSamples, InvalidParameterError
-from metagen.generators.base import Prompt
+from metagen.generators.base import Generator, Prompt
+from metagen.scorers.base import RewardLike, RewardModel
 from metagen.scorers.callables import CallableReward, check_scores
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import (
@@ -34,15 +35,16 @@ from metagen.strategies.selection import argmax_first, scorers_usage
 from metagen.types import SEED_MAX, Completion, Result, SamplingParams, Usage
 
 
-def _as_verifier(verifier: Any) -> Any:
+def _as_verifier(verifier: RewardLike) -> RewardModel:
     if callable(getattr(verifier, "score", None)):
-        return verifier
+        return cast(RewardModel, verifier)
     if callable(verifier):
         return CallableReward(lambda p, c: float(verifier(p, c)))
     raise InvalidParameterError("verifier", verifier, "must be a scorer or a callable")
 
 
-def rejection_sampling(generator: Any, prompt: Prompt | Sequence[Prompt], verifier: Any, *,
+def rejection_sampling(generator: Generator, prompt: Prompt | Sequence[Prompt],
+                       verifier: RewardLike, *,
                        threshold: float = 0.5, batch: int = 4, max_samples: int = 64,
                        params: SamplingParams | None = None, budget: Budget | None = None,
                        min_successful: int = 1) -> Result | list[Result]:
@@ -114,7 +116,7 @@ def rejection_sampling(generator: Any, prompt: Prompt | Sequence[Prompt], verifi
     return out
 
 
-def _score_round(check: Any, active: list[int], outs: list[list[Completion]],
+def _score_round(check: RewardModel, active: list[int], outs: list[list[Completion]],
                  prompts: list[Prompt], cands: list[list[Completion]],
                  scores: list[list[float]], failures: list[Counter[str]],
                  accepted: list[int | None], threshold: float) -> None:

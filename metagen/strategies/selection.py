@@ -42,7 +42,7 @@ class Selector(Protocol):
     def usage(self) -> Usage: ...
 
 
-def scorers_usage(*scorers: Any) -> Usage:
+def scorers_usage(*scorers: object) -> Usage:
     """Cumulative usage of the given scorers (plain callables count as nothing)."""
     total = Usage()
     for scorer in scorers:
@@ -86,7 +86,9 @@ def group_answers(answers: Sequence[Any], match: Callable[[Any, Any], bool]) -> 
 def flatten(prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
             ) -> tuple[list[str], list[str], list[int]]:
     """Pairs (prompt, text) of every candidate of every group, plus each group's start offset."""
-    flat_p, flat_c, starts = [], [], []
+    flat_p: list[str] = []
+    flat_c: list[str] = []
+    starts: list[int] = []
     for prompt, group in zip(prompts, groups):
         starts.append(len(flat_c))
         flat_p.extend([prompt] * len(group))

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from metagen.errors import InvalidParameterError
-from metagen.scorers.base import StepAggregation, aggregate_steps
+from metagen.generators.base import Generator
+from metagen.scorers.base import ProcessRewardLike, StepAggregation, aggregate_steps
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
@@ -71,8 +72,8 @@ def run_beams(search: StepSearch, groups: int, width: int, branching: int,
         for b in active:
             parents = [(b.root, width * branching)] if not b.started else \
                 [(n, branching) for n in b.live]
-            for node, k in parents:
-                requests.append((node, k))
+            for node, count in parents:
+                requests.append((node, count))
                 tags.append(b.group)
                 owner.append(b)
         kids = search.expand(requests, tags=tags)
@@ -130,7 +131,7 @@ def _lookahead(search: StepSearch, nodes: list[SearchNode], depth: int) -> bool:
     return True
 
 
-def step_beam_search(generator: Any, prompts: Sequence[str], prm: Any, *, width: int = 4,
+def step_beam_search(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, width: int = 4,
                      branching: int = 4, max_depth: int = 16, lookahead: int = 0,
                      params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
                      aggregation: StepAggregation = "last", select: Select = "score",

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.generators.base import Generator
+from metagen.scorers.base import ProcessRewardLike
 from metagen.strategies.best_first import best_first
 from metagen.strategies.dvts import dvts
 from metagen.strategies.mcts import mcts
@@ -68,7 +70,8 @@ def step_search_options(name: str, n: int) -> dict[str, int]:
     return STEP_SEARCHES[name][1](n)
 
 
-def run_step_search(name: str, generator: Any, prompts: Sequence[str], prm: Any, n: int,
+def run_step_search(name: str, generator: Generator, prompts: Sequence[str],
+                    prm: ProcessRewardLike, n: int,
                     **options: Any) -> list[Result]:
     """Run step search ``name`` at scale ``n`` over ``prompts`` (one Result per prompt).
 

@@ -41,7 +41,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, MetagenError
-from metagen.scorers.base import StepAggregation, aggregate_steps
+from metagen.generators.base import Generator
+from metagen.scorers.base import (
+    ProcessRewardLike,
+    ProcessRewardModel,
+    StepAggregation,
+    aggregate_steps,
+)
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_select import (  # noqa: F401 (re-exported)
     best_by_score,
@@ -51,7 +57,7 @@ from metagen.strategies.step_select import (  # noqa: F401 (re-exported)
 )
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode, SearchTree
-from metagen.types import Completion, Result, SamplingParams, Usage
+from metagen.types import Completion, FinishReason, Result, SamplingParams, Usage
 
 StepScorerFn = Callable[[list[str], list[list[str]]], list[list[float]]]
 
@@ -61,7 +67,7 @@ def derive_seed(seed: int, call: int) -> int:
     return (seed + 0x9E3779B97F4A7C15 * call) % (2**63 - 1)
 
 
-def as_step_scorer(prm: Any) -> StepScorerFn:
+def as_step_scorer(prm: ProcessRewardLike) -> StepScorerFn:
     """A batched ``(prompts, steps) -> scores`` function from a PRM or a per-item callable.
 
     Accepts an object with ``score_steps(prompts, steps)`` (the ProcessRewardModel protocol) or a
@@ -92,7 +98,7 @@ def check_text_prompts(prompts: Any) -> list[str]:
     return list(prompts)
 
 
-def _usage_of(obj: Any) -> Usage | None:
+def _usage_of(obj: object) -> Usage | None:
     usage = getattr(obj, "usage", None)
     return usage if isinstance(usage, Usage) else None
 
@@ -100,7 +106,8 @@ def _usage_of(obj: Any) -> Usage | None:
 class StepSearch:
     """State of one step-level search over a batch of prompts (one :class:`SearchTree` each)."""
 
-    def __init__(self, name: str, generator: Any, prompts: Sequence[str], prm: Any, *,
+    def __init__(self, name: str, generator: Generator, prompts: Sequence[str],
+                 prm: ProcessRewardLike | None, *,
                  params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
                  aggregation: StepAggregation = "last", budget: Budget = UNLIMITED,
                  max_depth: int = 16) -> None:
@@ -344,11 +351,12 @@ class StepSearch:
     def completion(node: SearchNode) -> Completion:
         path = node.path()
         lps = [n.logprob for n in path]
-        finish = "length" if node.info.get("max_depth") else (
-            node.finish_reason if node.finish_reason in ("stop", "length") else "stop")
+        known = [x for x in lps if x is not None]
+        finish: FinishReason = "length" if node.info.get("max_depth") \
+            or node.finish_reason == "length" else "stop"
         return Completion(
             text=node.text(), token_ids=tuple(t for n in path for t in n.token_ids),
-            cumulative_logprob=sum(lps) if lps and all(x is not None for x in lps) else None,
+            cumulative_logprob=sum(known) if lps and len(known) == len(lps) else None,
             finish_reason=finish)
 
     def results(self, choose: Callable[[SearchTree, list[SearchNode]], SearchNode | None]

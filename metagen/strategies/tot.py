@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from metagen.errors import InvalidParameterError, MetagenError
-from metagen.generators.base import require
-from metagen.scorers.base import StepAggregation
+from metagen.generators.base import Generator, ScoringGenerator, require
+from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int, rank_key, run_beams
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
@@ -47,7 +47,7 @@ class LMStepValue:
     judge finds these already in the generator's usage and does not add them twice.
     """
 
-    def __init__(self, generator: Any, template: str = DEFAULT_VALUE_TEMPLATE,
+    def __init__(self, generator: ScoringGenerator, template: str = DEFAULT_VALUE_TEMPLATE,
                  yes: str = " Yes", no: str = " No") -> None:
         require(generator, "prompt_scoring", why="LMStepValue scores ' Yes' / ' No'")
         if "{steps}" not in template:
@@ -79,7 +79,7 @@ class LMStepValue:
         return out
 
 
-def tree_of_thoughts(generator: Any, prompts: Sequence[str], value: Any, *,
+def tree_of_thoughts(generator: Generator, prompts: Sequence[str], value: ProcessRewardLike, *,
                      mode: Literal["bfs", "dfs"] = "bfs", branching: int = 4, breadth: int = 2,
                      threshold: float | None = None, max_expansions: int = 32,
                      n_solutions: int = 1, max_depth: int = 16,

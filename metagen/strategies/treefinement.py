@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.generators.base import Generator
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.rebase import allocate
 from metagen.strategies.refine import FEEDBACK_TEMPLATE, Feedback, FeedbackFn, RefineRun
@@ -33,7 +34,7 @@ from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.types import Completion, Result, SamplingParams
 
 
-def treefinement(generator: Any, prompts: Sequence[str], feedback: FeedbackFn, *,
+def treefinement(generator: Generator, prompts: Sequence[str], feedback: FeedbackFn, *,
                  width: int = 4, max_depth: int = 4, temperature: float = 0.5,
                  patience: int = 2, template: str = FEEDBACK_TEMPLATE,
                  params: SamplingParams | None = None,

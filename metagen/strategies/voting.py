@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from metagen.errors import CapabilityError, InvalidParameterError
-from metagen.generators.base import Prompt
+from metagen.generators.base import Generator, Prompt
+from metagen.scorers.base import RewardLike
 from metagen.scorers.callables import as_reward, check_scores
 from metagen.scorers.verifiers import Extract, Match, default_extract, default_match
 from metagen.strategies.budget import Budget
@@ -98,7 +99,7 @@ class WeightedVote(_Voter):
 
     name = "weighted_vote"
 
-    def __init__(self, reward: Any = "logprob", *, aggregate: Literal["sum", "mean"] = "sum",
+    def __init__(self, reward: RewardLike | Literal["logprob"] = "logprob", *, aggregate: Literal["sum", "mean"] = "sum",
                  extract: Extract | None = None, match: Match | None = None,
                  keep_top: float | None = None) -> None:
         super().__init__(extract, match)
@@ -182,7 +183,7 @@ def _vote_trace(answers: list[Any], classes: list[int | None], winner: int | Non
             "abstained": sum(c is None for c in classes)}
 
 
-def self_consistency(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
+def self_consistency(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
                      extract: Extract | None = None, match: Match | None = None,
                      params: SamplingParams | None = None, budget: Budget | None = None,
                      min_successful: int = 1) -> Result | list[Result]:
@@ -192,8 +193,8 @@ def self_consistency(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: in
                         budget=budget, min_successful=min_successful)
 
 
-def weighted_vote(generator: Any, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
-                  reward: Any = "logprob", aggregate: Literal["sum", "mean"] = "sum",
+def weighted_vote(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
+                  reward: RewardLike | Literal["logprob"] = "logprob", aggregate: Literal["sum", "mean"] = "sum",
                   extract: Extract | None = None, match: Match | None = None,
                   params: SamplingParams | None = None, budget: Budget | None = None,
                   min_successful: int = 1, keep_top: float | None = None
