@@ -30,8 +30,8 @@ class LMJudge:
     Usage: the generator's usage during scoring is counted as scorer usage.
     """
 
-    def __init__(self, generator: ScoringGenerator, *, template: str = DEFAULT_TEMPLATE, yes: str = " Yes",
-                 no: str = " No", normalize: bool = True) -> None:
+    def __init__(self, generator: ScoringGenerator, *, template: str = DEFAULT_TEMPLATE,
+                 yes: str = " Yes", no: str = " No", normalize: bool = True) -> None:
         require(generator, "prompt_scoring", why="an LM judge reads p('Yes') via score()")
         for name, value in (("yes", yes), ("no", no)):
             if not isinstance(value, str) or not value:

@@ -43,7 +43,8 @@ def priority(node: SearchNode, heuristic: Heuristic, depth_weight: float) -> flo
     return value + depth_weight * node.depth if heuristic == "depth" else value
 
 
-def best_first(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, branching: int = 4,
+def best_first(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+               branching: int = 4,
                max_expansions: int = 16, n_solutions: int = 1, expansions_per_step: int = 1,
                heuristic: Heuristic = "value", depth_weight: float = 0.1, max_depth: int = 16,
                params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,

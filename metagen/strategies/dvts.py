@@ -23,8 +23,9 @@ from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.types import Result, SamplingParams
 
 
-def dvts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, subtrees: int = 4,
-         branching: int = 4, max_depth: int = 16, params: SamplingParams | None = None,
+def dvts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+         subtrees: int = 4, branching: int = 4, max_depth: int = 16,
+         params: SamplingParams | None = None,
          steps: StepDefinition = DEFAULT_STEPS, aggregation: StepAggregation = "last",
          select: Select = "score", answer: Callable[[str], str | None] = default_answer,
          budget: Budget = UNLIMITED) -> list[Result]:

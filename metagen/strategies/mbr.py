@@ -83,10 +83,12 @@ def expected_utility(matrix: Sequence[Sequence[float]], weights: Sequence[float]
 
 def model_weights(group: Sequence[Completion]) -> list[float]:
     """``softmax(cumulative_logprob)`` over the group (needs logprobs from the backend)."""
-    if any(c.cumulative_logprob is None for c in group):
+    logprobs = [c.cumulative_logprob for c in group]
+    known = [lp for lp in logprobs if lp is not None]
+    if len(known) != len(logprobs):
         raise CapabilityError("mbr weighting='logprob' needs completions with cumulative_logprob")
-    top = max(c.cumulative_logprob for c in group)  # type: ignore[type-var]
-    return [math.exp(c.cumulative_logprob - top) for c in group]  # type: ignore[operator]
+    top = max(known)
+    return [math.exp(lp - top) for lp in known]
 
 
 def mbr_prune(matrix: Callable[[list[int], list[int]], list[list[float]]], n: int, *,
@@ -194,7 +196,8 @@ def _optional(scores: list[float]) -> list[float | None]:
 
 
 def mbr(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
-        utility: UtilityLike | str = "answer", weighting: Weighting = "uniform", method: Method = "exact",
+        utility: UtilityLike | str = "answer", weighting: Weighting = "uniform",
+        method: Method = "exact",
         schedule: Sequence[int] = (4, 8, 16, 32), alpha: float = 0.99,
         params: SamplingParams | None = None, budget: Budget | None = None,
         min_successful: int = 1) -> Result | list[Result]:

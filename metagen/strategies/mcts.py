@@ -62,9 +62,10 @@ def softmax_priors(logprobs: Sequence[float | None], tokens: Sequence[int]) -> l
     k = len(logprobs)
     if k == 0:
         return []
-    if any(lp is None for lp in logprobs):
+    known = [lp for lp in logprobs if lp is not None]
+    if len(known) != k:
         return [1.0 / k] * k
-    means = [lp / max(t, 1) for lp, t in zip(logprobs, tokens)]  # type: ignore[operator]
+    means = [lp / max(t, 1) for lp, t in zip(known, tokens)]
     top = max(means)
     ex = [math.exp(m - top) for m in means]
     return [e / sum(ex) for e in ex]
@@ -108,7 +109,8 @@ def backup(node: SearchNode, value: float) -> None:
         cur = cur.parent
 
 
-def mcts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, iterations: int = 16,
+def mcts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike | None, *,
+         iterations: int = 16,
          branching: int = 4, c: float = 1.0, selection: Selection = "uct",
          evaluation: Evaluation = "prm", mix: float = 0.5,
          reward: Callable[[str, str], float] | None = None, rollout_max_tokens: int = 256,
@@ -190,7 +192,7 @@ def _evaluate(search: StepSearch, nodes: list[SearchNode], evaluation: Evaluatio
     outs = search.rollout(open_, search.params, max_tokens)
     if outs is None:
         return False
-    values: dict[int, float] = {}
+    values: dict[int, float | None] = {}  # a missing or None value: no rollout value
     tree_of: Callable[[SearchNode], SearchTree] = lambda n: search.trees[n.tree]  # noqa: E731
     if reward is not None:
         for n in nodes:
@@ -210,7 +212,7 @@ def _evaluate(search: StepSearch, nodes: list[SearchNode], evaluation: Evaluatio
             values[n.id] = aggregate_steps(row, search.aggregation)
         for n in nodes:
             if n.terminal:
-                values[n.id] = n.score  # type: ignore[assignment]
+                values[n.id] = n.score
     for n in nodes:
         prm_value = n.score
         roll = values.get(n.id)

@@ -47,8 +47,9 @@ def allocate(rewards: Sequence[float], budget: int, temperature: float) -> list[
     return out
 
 
-def rebase(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, width: int = 16,
-           temperature: float = 0.2, max_depth: int = 16, params: SamplingParams | None = None,
+def rebase(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+           width: int = 16, temperature: float = 0.2, max_depth: int = 16,
+           params: SamplingParams | None = None,
            steps: StepDefinition = DEFAULT_STEPS, aggregation: StepAggregation = "last",
            select: Select = "weighted_vote",
            answer: Callable[[str], str | None] = default_answer,

@@ -131,7 +131,8 @@ def _lookahead(search: StepSearch, nodes: list[SearchNode], depth: int) -> bool:
     return True
 
 
-def step_beam_search(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *, width: int = 4,
+def step_beam_search(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+                     width: int = 4,
                      branching: int = 4, max_depth: int = 16, lookahead: int = 0,
                      params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
                      aggregation: StepAggregation = "last", select: Select = "score",

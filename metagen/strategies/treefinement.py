@@ -130,7 +130,8 @@ def _update_status(i: int, tree: SearchTree, new: list[SearchNode], status: list
     seen = [n.step for n in tree.root.walk() if n not in new and n.parent is not None]
     scores = [n.score for n in new if n.score is not None]
     top = max(scores) if scores else None
-    if top is not None and (best[i] is None or top > best[i]):  # type: ignore[operator]
+    previous = best[i]
+    if top is not None and (previous is None or top > previous):
         best[i], stale[i] = top, 0
     else:
         stale[i] += 1

@@ -99,7 +99,8 @@ class WeightedVote(_Voter):
 
     name = "weighted_vote"
 
-    def __init__(self, reward: RewardLike | Literal["logprob"] = "logprob", *, aggregate: Literal["sum", "mean"] = "sum",
+    def __init__(self, reward: RewardLike | Literal["logprob"] = "logprob", *,
+                 aggregate: Literal["sum", "mean"] = "sum",
                  extract: Extract | None = None, match: Match | None = None,
                  keep_top: float | None = None) -> None:
         super().__init__(extract, match)
@@ -194,7 +195,8 @@ def self_consistency(generator: Generator, prompt: Prompt | Sequence[Prompt], *,
 
 
 def weighted_vote(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
-                  reward: RewardLike | Literal["logprob"] = "logprob", aggregate: Literal["sum", "mean"] = "sum",
+                  reward: RewardLike | Literal["logprob"] = "logprob",
+                  aggregate: Literal["sum", "mean"] = "sum",
                   extract: Extract | None = None, match: Match | None = None,
                   params: SamplingParams | None = None, budget: Budget | None = None,
                   min_successful: int = 1, keep_top: float | None = None
