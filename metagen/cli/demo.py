@@ -65,6 +65,7 @@ def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns:
         BarColumn,
         Progress,
         SpinnerColumn,
+        TaskID,
         TextColumn,
         TimeElapsedColumn,
     )
@@ -91,7 +92,7 @@ def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns:
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         progress.add_task("loading models", total=1)
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def on_stage(name: str, done: int, total: int) -> None:
             if not tasks:

@@ -35,7 +35,7 @@ def testbed() -> None:
 def train(only: str | None, seed: int, out: Path | None, threads: int) -> None:
     """Reproduce the testbed models from scratch, seeded, with a progress bar."""
     import torch
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     from metagen.testbed.modeling import MODELS_DIR
     from metagen.testbed.pipeline import train_all
@@ -45,7 +45,7 @@ def train(only: str | None, seed: int, out: Path | None, threads: int) -> None:
     t0 = time.time()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn()) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(stage: str, step: int, total: int, loss: float) -> None:
             if stage not in tasks:

@@ -40,7 +40,9 @@ from metagen.demo.prm import (
     step_search_rows,
 )
 from metagen.errors import InvalidParameterError
+from metagen.scorers.base import UtilityLike
 from metagen.strategies import MBR, BestOfN, SelfConsistency, WeightedVote
+from metagen.strategies.selection import Selector
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import SamplingParams, Usage
 
@@ -184,14 +186,15 @@ def run_demo(config: DemoConfig, *, generator: Any = None, orm: Any = None,
         for d, ps in zip(demo_problems, prm_scores):
             d.prm = ps
     reward = CachedReward(demo_problems)
-    utility: Any = config.mbr_utility
+    utility: UtilityLike | str = config.mbr_utility
     if utility == "answer":
         from metagen.scorers import AnswerMatchUtility
         utility = AnswerMatchUtility(extract=extract, match=match)
-    selectors = {"best_of_n": BestOfN(reward),
-                 "self_consistency": SelfConsistency(extract, match),
-                 "weighted_vote": WeightedVote(reward, extract=extract, match=match),
-                 "mbr": MBR(utility)}
+    selectors: dict[str, Selector] = {
+        "best_of_n": BestOfN(reward),
+        "self_consistency": SelfConsistency(extract, match),
+        "weighted_vote": WeightedVote(reward, extract=extract, match=match),
+        "mbr": MBR(utility)}
     if config.confidence:
         conf = CachedReward(demo_problems, "confidence")
         selectors["best_of_n_confidence"] = BestOfN(conf)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
@@ -151,7 +151,7 @@ class MetagenLogitsProcessor(LogitsProcessor):
         chosen = self.tracker.step(scores).to(scores.device)  # (B,)
         forced = torch.full_like(scores, float("-inf"))       # (B, V)
         forced.scatter_(1, chosen[:, None], 0.0)
-        return forced
+        return cast(torch.FloatTensor, forced)  # a float tensor; the stubs name no such type
 
 
 class TrackerStoppingCriteria(StoppingCriteria):
@@ -162,4 +162,4 @@ class TrackerStoppingCriteria(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor,
                  **kwargs: Any) -> torch.BoolTensor:
-        return self.tracker.done_mask().to(input_ids.device)
+        return cast(torch.BoolTensor, self.tracker.done_mask().to(input_ids.device))

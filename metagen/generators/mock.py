@@ -35,7 +35,7 @@ from typing import Union
 
 from metagen.errors import CapabilityError, InvalidParameterError, InvalidPromptError
 from metagen.generators.base import Capabilities, Prompt, check_prompts
-from metagen.types import Completion, SamplingParams, Usage
+from metagen.types import Completion, FinishReason, SamplingParams, Usage
 
 Output = Union[str, Completion]
 Script = Union[Callable[[str, int], Output], Mapping[str, Sequence[Output]], Sequence[Output]]
@@ -189,7 +189,7 @@ class MockGenerator:
         if not isinstance(raw, str):
             raise InvalidParameterError("script", raw, "outputs must be str or Completion")
         text, hit = apply_stop(raw, params.stop)
-        finish = "stop"
+        finish: FinishReason = "stop"
         words = text.split()
         if len(words) > params.max_tokens:
             words, hit, finish = words[:params.max_tokens], None, "length"

@@ -29,13 +29,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
 from metagen.scorers.base import StepAggregation, aggregate_steps, check_same_length
 from metagen.scorers.callables import check_scores
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
+
+if TYPE_CHECKING:
+    import torch
+
+_M = TypeVar("_M", bound="torch.nn.Module")
 
 Transform = Literal["sigmoid", "none"]
 
@@ -277,6 +282,12 @@ def _step_positions(prompt: str, steps: Sequence[str], enc: Any) -> list[int]:
     return positions
 
 
+def _on(model: _M, device: str) -> _M:
+    """``model.to(device)``, typed as the model (transformers wraps ``to`` in ``functools.wraps``,
+    which type checkers read as an unbound function)."""
+    return model.to(device)
+
+
 def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path}: not a Hugging Face model folder (no config.json)")
@@ -293,7 +304,7 @@ def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
             model = tf.AutoModelForTokenClassification.from_pretrained(path, **kwargs)
         else:
             model = tf.AutoModelForCausalLM.from_pretrained(path, **kwargs)
-            return model.to(device), tokenizer, _value_head(path, model).to(device)
+            return _on(model, device), tokenizer, _value_head(path, model).to(device)
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError) as exc:
@@ -302,7 +313,7 @@ def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
     if head is None or not hasattr(head, "weight"):
         raise ModelLoadError(
             f"{path}: no linear 'score'/'classifier' head on {type(model).__name__}")
-    return model.to(device), tokenizer, head
+    return _on(model, device), tokenizer, head
 
 
 def _value_head(path: Path, model: Any) -> Any:

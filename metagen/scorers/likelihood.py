@@ -32,7 +32,7 @@ from typing import Any, Literal
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
 from metagen.scorers.base import check_same_length
 from metagen.scorers.callables import check_scores
-from metagen.scorers.hf_reward import _HFScorer, _step_positions
+from metagen.scorers.hf_reward import _HFScorer, _on, _step_positions
 
 Confidence = Literal["min", "mean", "window"]
 
@@ -97,7 +97,7 @@ class LikelihoodVerifier(_HFScorer):
             raise ModelLoadError(f"{path}: cannot load a causal LM: {exc}") from exc
         if not getattr(tokenizer, "is_fast", False):
             raise ModelLoadError(f"{path}: the likelihood verifier needs a fast tokenizer")
-        return cls(model.to(device), tokenizer, **kwargs)
+        return cls(_on(model, device), tokenizer, **kwargs)
 
     def _head_scores(self, picked: Any, ids: list[int], positions: list[int]) -> list[float]:
         """Log-prob of the token after each position: (S, H) -> S log-probs."""

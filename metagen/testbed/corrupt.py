@@ -37,6 +37,7 @@ def corrupt_solution(solution: str, answer: int, rng: random.Random) -> tuple[st
     rows = [(int(m[1]), m[2], int(m[3]), int(m[4])) for m in parsed]  # type: ignore[index]
     i = rng.randrange(len(rows))
     a, op, b, c = rows[i]
+    new_c: int | None
     if rng.random() < 0.5:  # arithmetic slip in the result
         new_c = c + rng.choice((-10, -2, -1, 1, 2, 10))
         if new_c < 0 or new_c == c:

@@ -37,7 +37,9 @@ def sampled_eval(model, problems: list[Problem], k: int = 16, temperature: float
     """pass@k, self-consistency@k (majority vote), mean sample accuracy, well-formed rate."""
     prompts = [format_prompt(p) for p in problems for _ in range(k)]
     outs = sample(model, prompts, temperature=temperature, seed=seed, batch_size=batch_size)
-    passk = sc = acc = wf = 0
+    passk = sc = 0
+    acc: float = 0
+    wf: float = 0
     by_sc: dict[int, list[bool]] = defaultdict(list)
     for i, p in enumerate(problems):
         group = outs[i * k:(i + 1) * k]

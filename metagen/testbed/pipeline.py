@@ -101,8 +101,9 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
     step_data += synthetic_step_samples(synthetic)
     if progress:
         progress("rollouts", 1, 1, 0.0)
-    cfg = RMTrainConfig(seed=seed, epochs=3)
-    steps = cfg.epochs * ((len(step_data) + cfg.batch - 1) // cfg.batch)
-    save_model_folder(train_prm(root / "policy", step_data, cfg, cb("prm", steps)), root / "prm")
+    prm_cfg = RMTrainConfig(seed=seed, epochs=3)
+    steps = prm_cfg.epochs * ((len(step_data) + prm_cfg.batch - 1) // prm_cfg.batch)
+    save_model_folder(train_prm(root / "policy", step_data, prm_cfg, cb("prm", steps)),
+                      root / "prm")
     times["prm"] = time.time() - t0
     return times

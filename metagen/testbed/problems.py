@@ -80,6 +80,7 @@ def _story(rng: random.Random, difficulty: int) -> tuple[int, list[Event]] | Non
     mul_after = rng.randint(1, budget - 1) if budget >= 2 and rng.random() < 0.3 else None
     events: list[Event] = []
     v, spent = start, 0
+    e: Event | None
     while spent < budget:
         if mul_after is not None and spent == mul_after:
             e = Event("mul", (rng.choice((2, 2, 3)),))

@@ -70,9 +70,15 @@ class Codec:
 
     def __init__(self) -> None:
         self.tok = raw_tokenizer()
-        self.pad, self.bos, self.eos, self.unk = (self.tok.token_to_id(s) for s in SPECIALS)
+        self.pad, self.bos, self.eos, self.unk = (self._id(s) for s in SPECIALS)
         self.size = self.tok.get_vocab_size()
-        self.newline = self.tok.token_to_id("Ċ")
+        self.newline = self._id("Ċ")
+
+    def _id(self, token: str) -> int:
+        i = self.tok.token_to_id(token)
+        if i is None:
+            raise ValueError(f"{TOKENIZER_FILE}: the tokenizer has no token {token!r}")
+        return i
 
     def encode(self, text: str, bos: bool = True) -> list[int]:
         return self.tok.encode(text, add_special_tokens=bos).ids
