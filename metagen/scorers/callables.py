@@ -85,5 +85,5 @@ def check_scores(scores: Any, n: int, *, who: str = "scorer") -> list[float]:
     return out
 
 
-def _name(fn: Any) -> str:
+def _name(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
 from metagen.types import Usage
 
 
@@ -45,7 +43,7 @@ class UsageMeter:
                      scorer_flops=self._flops, wall_time=self._seconds)
 
 
-def usage_of(obj: Any) -> Usage:
+def usage_of(obj: object) -> Usage:
     """``obj.usage`` when it is a :class:`Usage`, else an empty Usage (plain callables)."""
     usage = getattr(obj, "usage", None)
     return usage if isinstance(usage, Usage) else Usage()

@@ -58,7 +58,7 @@ def failure_reason(completion: Completion) -> str | None:
     return completion.stop_reason if isinstance(completion.stop_reason, str) else "error"
 
 
-def check_counts(outs: Any, n_prompts: int, n: int, who: str) -> list[list[Completion]]:
+def check_counts(outs: object, n_prompts: int, n: int, who: str) -> list[list[Completion]]:
     """The generator returned ``n_prompts`` lists of ``n`` completions (else ``ValueError``)."""
     if not isinstance(outs, list) or len(outs) != n_prompts \
             or any(not isinstance(row, list) or len(row) != n for row in outs):

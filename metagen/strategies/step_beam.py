@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator
@@ -31,7 +31,7 @@ from metagen.types import Result, SamplingParams
 Select = Literal["score", "vote", "weighted_vote"]
 
 
-def positive_int(name: str, value: Any, minimum: int = 1) -> int:
+def positive_int(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidParameterError(name, value, f"must be an integer >= {minimum}")
     return value

@@ -87,7 +87,7 @@ def as_step_scorer(prm: ProcessRewardLike) -> StepScorerFn:
     raise InvalidParameterError("prm", prm, "must have score_steps(prompts, steps) or be callable")
 
 
-def check_text_prompts(prompts: Any) -> list[str]:
+def check_text_prompts(prompts: object) -> list[str]:
     """Step search continues prompts as text, so prompts must be non-empty strings."""
     if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
         raise InvalidPromptError("prompts", prompts, "must be a non-empty list of strings")
@@ -204,7 +204,7 @@ class StepSearch:
             seed=derive_seed(params.seed, j))
 
     @staticmethod
-    def _check_shape(out: Any, prompts: int, n: int) -> None:
+    def _check_shape(out: Sequence[Sequence[Completion]], prompts: int, n: int) -> None:
         if len(out) != prompts or any(len(c) != n for c in out):
             raise MetagenError(f"generator returned {[len(c) for c in out]} completions for "
                                f"{prompts} prompts with n={n}")
