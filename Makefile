@@ -8,6 +8,7 @@ demo: setup
 	$(PY) -m metagen demo
 
 test: setup
+	$(PY) -m mypy metagen
 	$(PY) -m pytest -x -q
 
 bench: setup

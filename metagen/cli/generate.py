@@ -256,11 +256,16 @@ def _beam_params(search: dict[str, Any]) -> Any:
             if search[name] is not None:
                 raise InvalidParameterError(name, search[name], "needs --num-beams")
         return None
+    beams = _int("num_beams", search["num_beams"])
+    assert beams is not None  # the flag was given
     groups = _int("num_beam_groups", search["num_beam_groups"])
+    diversity = _float("diversity_penalty", search["diversity_penalty"])
+    length = _float("length_penalty", search["length_penalty"])
     return BeamSearchParams(
-        num_beams=_int("num_beams", search["num_beams"]), num_beam_groups=groups or 1,
-        diversity_penalty=_float("diversity_penalty", search["diversity_penalty"] or "0"),
-        length_penalty=_float("length_penalty", search["length_penalty"] or "1"))
+        num_beams=beams,
+        num_beam_groups=1 if groups is None else groups,
+        diversity_penalty=0.0 if diversity is None else diversity,
+        length_penalty=1.0 if length is None else length)
 
 
 def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:

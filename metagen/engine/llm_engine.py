@@ -322,10 +322,12 @@ class LLMEngine:
         try:
             return self._run_batch(batch)
         except BaseException as exc:
+            failed = exc if isinstance(exc, Exception) else \
+                RuntimeError(f"the step was interrupted: {exc!r}")
             for req in {id(s.request): s.request for s, _ in batch}.values():
                 for seq in req.seqs:
                     if not seq.is_finished:
-                        seq.error = exc  # never cache blocks whose KV this step may have torn
+                        seq.error = failed  # never cache blocks whose KV this step may have torn
                 self.abort(req.request_id)
             raise
 

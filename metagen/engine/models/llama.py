@@ -72,7 +72,7 @@ class DecoderLayer(nn.Module):
         nq, nkv = cfg.num_heads * d, cfg.num_kv_heads * d
         qk = qkv[:, :nq + nkv].view(t, cfg.num_heads + cfg.num_kv_heads, d)
         v = qkv[:, nq + nkv:].reshape(t, cfg.num_kv_heads, d)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             qk = torch.cat([rms_norm(qk[:, :cfg.num_heads], self.q_norm, cfg.rms_norm_eps),
                             rms_norm(qk[:, cfg.num_heads:], self.k_norm, cfg.rms_norm_eps)], 1)
         qk = apply_rope(qk, cos, sin)  # q and k heads rotated together

@@ -78,7 +78,8 @@ class SafetensorsFiles:
         try:
             with open(path, "rb") as fh:
                 fh.seek(base + begin)
-                got = fh.readinto(memoryview(raw.numpy()))
+                # numpy's stubs do not declare the buffer protocol (PEP 688) that ndarrays implement
+                got = fh.readinto(memoryview(raw.numpy()))  # type: ignore[arg-type]
         except OSError as exc:
             raise ModelLoadError(f"cannot read {path}: {exc}") from exc
         if got != end - begin:

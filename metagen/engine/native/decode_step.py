@@ -17,11 +17,15 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from metagen.engine.native.library import library
 from metagen.engine.native.small_matmul import MAX_ROWS
+
+if TYPE_CHECKING:
+    from metagen.engine.models.llama import LlamaModel
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -101,8 +105,9 @@ class DecodeStep:
     Use :func:`for_model`, which returns ``None`` where the native path cannot run.
     """
 
-    def __init__(self, lib: ctypes.CDLL, model: torch.nn.Module) -> None:
+    def __init__(self, lib: ctypes.CDLL, model: LlamaModel) -> None:
         cfg = model.cfg
+        assert model.cos is not None and model.sin is not None, "the model's RoPE tables"
         self.max_tokens: int = MAX_ROWS[lib.mg_isa()]
         self._fn = lib.mg_decode_step
         self._fn.restype = ctypes.c_int
@@ -162,7 +167,7 @@ def _plan_struct(plan: StepPlan) -> _Plan:
                  plan.group_rows.data_ptr())
 
 
-def for_model(model: torch.nn.Module) -> DecodeStep | None:
+def for_model(model: LlamaModel) -> DecodeStep | None:
     """The native step for ``model`` (a :class:`~metagen.engine.models.llama.LlamaModel` with
     its RoPE tables built), or ``None``: no native library, or weights that are not float32 on
     the CPU."""
