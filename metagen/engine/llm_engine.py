@@ -59,7 +59,7 @@ from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
 from metagen.engine.speculative_decoding import Speculator, build_speculator
 from metagen.engine.validation import check_beam_params, check_params, check_prompt_ids
-from metagen.errors import InvalidParameterError
+from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.types import SamplingParams
 
 DEFAULT_KV_BYTES = DEFAULT_KV_CACHE_BYTES
@@ -125,9 +125,7 @@ class LLMEngine:
             tokenizer = None
         elif tokenizer is None and any((Path(path) / f).exists()
                                        for f in ("tokenizer.json", "tokenizer_config.json")):
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(str(path))
+            tokenizer = _load_tokenizer(Path(path))
         return cls(model, tokenizer, cfg)
 
     @property
@@ -477,3 +475,15 @@ class LLMEngine:
                 expected[b] += 1
         actual = [self.blocks.refcount(b) for b in range(self.blocks.num_blocks)]
         assert expected == actual, "block refcounts differ from the references held"
+
+
+def _load_tokenizer(folder: Path) -> Any:
+    """The folder's tokenizer; a corrupt or unreadable one is a one-line ModelLoadError."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 -- tokenizers raise many types; all mean "unusable"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"cannot load the tokenizer in {folder} (tokenizer.json / "
+                             f"tokenizer_config.json): {first}") from exc

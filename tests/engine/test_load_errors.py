@@ -117,3 +117,11 @@ def test_unavailable_device_is_a_load_error_naming_device(stories_path, device) 
     assert isinstance(info.value, ModelLoadError) and isinstance(info.value, InvalidParameterError)
     with pytest.raises(DeviceUnavailableError):
         EngineConfig(device=device)
+
+
+def test_a_corrupt_tokenizer_is_one_line_naming_it(tmp_path, stories_path) -> None:
+    folder = copy_checkpoint(stories_path, tmp_path / "tok")
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"')
+    with pytest.raises(ModelLoadError) as info:
+        LocalGenerator.from_pretrained(folder, device="cpu")
+    assert "tokenizer" in str(info.value) and len(str(info.value).splitlines()) == 1
