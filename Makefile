@@ -9,7 +9,7 @@ demo: setup
 
 test: setup
 	$(PY) -m mypy metagen
-	$(PY) -m pytest -x -q
+	$(PY) -m pytest -x
 
 bench: setup
 	$(PY) -m metagen bench engine
