@@ -102,7 +102,6 @@ class RequestHandle:
 
     def _sync_events(self, timeout: float | None) -> Iterator[tuple[str, Any]]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        finished = False
         try:
             while True:
                 wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
@@ -113,18 +112,11 @@ class RequestHandle:
                     kind, value = self._events.get(timeout=wait)
                 except queue.Empty:
                     continue
-                if kind == "error":
-                    finished = True
-                    raise value
-                finished = kind == "done"
-                if finished:
-                    self.outputs = value
-                yield kind, value
-                if finished:
+                yield kind, self._accept(kind, value)
+                if kind == "done":
                     return
         finally:
-            if not finished:
-                self.cancel()
+            self.cancel()  # a no-op once the loop has sent the last event
 
     async def aresult(self) -> list[RequestOutput]:
         """:meth:`result` for asyncio callers (cancelling the awaiting task aborts)."""
@@ -140,22 +132,22 @@ class RequestHandle:
                 yield value
 
     async def _async_events(self) -> AsyncIterator[tuple[str, Any]]:
-        finished = False
         try:
             while True:
                 kind, value = await self._events.get()
-                if kind == "error":
-                    finished = True
-                    raise value
-                finished = kind == "done"
-                if finished:
-                    self.outputs = value
-                yield kind, value
-                if finished:
+                yield kind, self._accept(kind, value)
+                if kind == "done":
                     return
         finally:
-            if not finished:
-                self.cancel()
+            self.cancel()  # a no-op once the loop has sent the last event
+
+    def _accept(self, kind: str, value: Any) -> Any:
+        """One event from the loop: raise the failure it carries, keep the final outputs."""
+        if kind == "error":
+            raise value
+        if kind == "done":
+            self.outputs = value
+        return value
 
     def cancel(self) -> None:
         """Abort the submission's requests (a no-op once they finished)."""
