@@ -89,9 +89,12 @@ class LocalGenerator:
     def logits_hook(self, hook: LogitsHook | None) -> None:
         self.engine.logits_hook = hook
 
-    def _encode_all(self, prompts: Sequence[Prompt], params: Any) -> list[list[int]]:
-        if not isinstance(params, SamplingParams):
-            raise InvalidParameterError("params", params, "must be a SamplingParams")
+    def _encode_all(self, prompts: Sequence[Prompt], params: Any,
+                    kind: type[SamplingParams | BeamSearchParams] = SamplingParams
+                    ) -> list[list[int]]:
+        """The prompts' token ids, each request validated against the model before any work."""
+        if not isinstance(params, kind):
+            raise InvalidParameterError("params", params, f"must be a {kind.__name__}")
         ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
         for p in ids:
             self.engine.validate(p, params)
@@ -107,7 +110,6 @@ class LocalGenerator:
         outs = self.loop.submit(_adder(ids, params)).result(timeout)
         return self._completions(outs, start)
 
-    # -- entry point for beam search (see metagen.engine.beam_search) --
     def beam_search(self, prompts: Sequence[Prompt], params: BeamSearchParams, *,
                     timeout: float | None = None) -> list[list[Completion]]:
         """Beam search (plain, diverse or stochastic) for each prompt, run by the engine loop
@@ -115,12 +117,8 @@ class LocalGenerator:
         best first (``cumulative_logprob`` is the beam score; see
         :mod:`metagen.engine.beam_search`). Validates every prompt first."""
         start = time.perf_counter()
-        if not isinstance(params, BeamSearchParams):
-            raise InvalidParameterError("params", params, "must be a BeamSearchParams")
-        ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
-        for p in ids:
-            self.engine.validate(p, params)
-        outs = self.loop.submit(_adder(ids, params)).result(timeout)  # type: ignore[arg-type]
+        ids = self._encode_all(prompts, params, BeamSearchParams)
+        outs = self.loop.submit(_adder(ids, params)).result(timeout)
         return self._completions(outs, start)
 
     async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams
@@ -241,7 +239,8 @@ class LocalGenerator:
         self.close()
 
 
-def _adder(ids: list[list[int]], params: SamplingParams) -> Callable[[LLMEngine], list[str]]:
+def _adder(ids: list[list[int]], params: SamplingParams | BeamSearchParams
+           ) -> Callable[[LLMEngine], list[str]]:
     """A loop submission adding one request per prompt; if one cannot be added, those already
     added are aborted and the error goes to the caller."""
 
