@@ -5,8 +5,10 @@ that call them, and an engine that makes both efficient, with compute accounted 
 """
 
 from metagen._version import __version__
+from metagen.beam_params import BeamSearchParams
 from metagen.errors import (
     CapabilityError,
+    EngineDeadError,
     InsufficientSamples,
     InvalidParameterError,
     InvalidPromptError,
@@ -36,10 +38,12 @@ from metagen.strategies import (
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 __all__ = [
+    "BeamSearchParams",
     "Budget",
     "Capabilities",
     "CapabilityError",
     "Completion",
+    "EngineDeadError",
     "Generator",
     "InsufficientSamples",
     "InvalidParameterError",
@@ -71,6 +75,9 @@ __all__ = [
 
 
 def __getattr__(name: str):  # lazy: importing metagen must not import torch
+    if name == "BeamSearchGenerator":
+        from metagen.generators.beam import BeamSearchGenerator
+        return BeamSearchGenerator
     if name == "HFGenerator":
         from metagen.generators.hf import HFGenerator
         return HFGenerator

@@ -42,6 +42,15 @@ class CapabilityError(MetagenError):
     """An algorithm needs a capability the backend does not have (no silent downgrade)."""
 
 
+class EngineDeadError(MetagenError):
+    """The engine loop serving a generator has stopped (closed, or its engine failed outside
+    any request); ``cause`` is the exception that stopped it, if any."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class ModelLoadError(MetagenError):
     """A model folder is missing, malformed, or of an architecture this backend cannot run.
 

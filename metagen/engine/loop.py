@@ -33,20 +33,12 @@ from typing import Any, TypeVar
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.outputs import RequestOutput, StreamDelta
 from metagen.engine.stream_deltas import DeltaTracker
-from metagen.errors import MetagenError
+from metagen.errors import EngineDeadError
 
 T = TypeVar("T")
 Submission = Callable[[LLMEngine], list[str]]
 _POLL_S = 0.5  # a waiting caller wakes at least this often, so signals reach it promptly
 _IDLE_WAIT_S = 0.05  # a step that scheduled nothing (all waiting on blocks) waits this long
-
-
-class EngineDeadError(MetagenError):
-    """The engine loop stopped (closed, or scheduling failed); ``cause`` says why."""
-
-    def __init__(self, message: str, cause: BaseException | None = None) -> None:
-        super().__init__(message)
-        self.cause = cause
 
 
 class RequestHandle:

@@ -17,7 +17,7 @@ import pytest
 
 from metagen.beam_params import BeamSearchParams
 from metagen.engine.llm_engine import BATCH_RTOL
-from metagen.engine.loop import EngineDeadError
+from metagen.errors import EngineDeadError
 from metagen.generators.local import LocalGenerator
 from metagen.types import SamplingParams
 
