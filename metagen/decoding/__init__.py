@@ -11,7 +11,9 @@ from metagen.decoding.masks import (
 from metagen.decoding.penalties import (
     apply_presence_frequency, apply_repetition_penalty, token_counts,
 )
-from metagen.decoding.processors import bad_rows, probs_for_sampling, process_logits
+from metagen.decoding.processors import (
+    bad_rows, greedy_tokens, probs_for_sampling, process_logits,
+)
 from metagen.decoding.rng import uniform_for, uniforms_for
 from metagen.decoding.sampler import (
     StepOutput, decode_step, inverse_cdf_sample, log_softmax_rows, top_logprobs_rows,
@@ -24,7 +26,7 @@ from metagen.decoding.truncation import (
 
 __all__ = [
     "SequenceState", "StepOutput", "decode_step", "process_logits", "probs_for_sampling",
-    "bad_rows", "log_softmax_rows", "inverse_cdf_sample", "top_logprobs_rows",
+    "greedy_tokens", "bad_rows", "log_softmax_rows", "inverse_cdf_sample", "top_logprobs_rows",
     "uniform_for", "uniforms_for",
     "apply_temperature", "top_k_filter", "top_p_filter", "min_p_filter", "typical_filter",
     "epsilon_filter", "eta_filter", "entropy_rows", "mirostat_filter", "mirostat_update",

@@ -166,6 +166,18 @@ def process_logits(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> torch
 
 
 @torch.no_grad()
+def greedy_tokens(logits: torch.Tensor, seqs: Sequence[SequenceState]
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B,)`` int64 argmax of the processed logits and ``(B,)`` bool dead rows, for rows that
+    all decode greedily: the token on which :func:`probs_for_sampling` puts each row's one-hot
+    and the rows it makes all-NaN, without building the ``(B, V)`` distributions."""
+    check_batch(logits, seqs)
+    bp = gather_params(seqs, logits.shape[1], logits.device)
+    x = process_with(logits, seqs, bp, bad_rows(logits), copy=False)
+    return x.argmax(dim=-1), ~(x.amax(dim=-1) > float("-inf"))
+
+
+@torch.no_grad()
 def probs_for_sampling(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
     """``(B, V)`` float32: the distribution each row's next token is drawn from.
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from metagen.decoding import SequenceState, probs_for_sampling, uniforms_for
+from metagen.decoding import SequenceState, greedy_tokens, probs_for_sampling, uniforms_for
 from metagen.decoding.speculative import sample_inverse_cdf
 from metagen.engine.detokenizer import Detokenizer
 from metagen.engine.proposers import Proposal
@@ -38,12 +38,12 @@ _MIRROR_PARAMS = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
 @dataclass(slots=True, eq=False)
 class _Row:
     """One target row being drafted this round: its state, how many drafts it wants, and the
-    drafts (with their distributions, (V,) each) so far."""
+    drafts so far with their distributions ((V,) each; None for a greedy row's point mass)."""
 
     state: SequenceState
     want: int
     tokens: list[int] = field(default_factory=list)
-    probs: list[torch.Tensor] = field(default_factory=list)
+    probs: list[torch.Tensor | None] = field(default_factory=list)
 
 
 class DraftDriver:
@@ -53,31 +53,49 @@ class DraftDriver:
         self.rows: dict[int, _Row] = {}  # mirror seq_id -> its row this round
 
     def on_logits(self, engine: LLMEngine, seqs: Sequence[Seq], logits: torch.Tensor) -> None:
-        live = [(s, self.rows[s.seq_id]) for s in seqs
+        live = [(i, s, self.rows[s.seq_id]) for i, s in enumerate(seqs)
                 if s.seq_id in self.rows and len(self.rows[s.seq_id].tokens) < self.rows[
                     s.seq_id].want]
         if not live:
             return
-        idx = torch.tensor([i for i, s in enumerate(seqs) if any(s is t for t, _ in live)])
+        idx = torch.tensor([i for i, _, _ in live])
         states = [SequenceState(r.state.params, r.state.prompt_ids,
                                 r.state.output_ids + r.tokens, r.state.sample_index,
                                 r.state.eos_token_ids, r.state.bad_words_ids,
-                                rng_seed=r.state.rng_seed) for _, r in live]
-        q = probs_for_sampling(logits[idx], states)  # (B, V)
+                                rng_seed=r.state.rng_seed) for _, _, r in live]
+        if all(s.params.is_greedy for s in states):
+            tokens, dead = self._greedy(logits[idx], states)
+            probs: torch.Tensor | None = None
+        else:
+            tokens, dead, probs = self._sampled(logits[idx], states)
+        for j, (_, seq, row) in enumerate(live):
+            if dead[j]:
+                row.want = len(row.tokens)  # nothing sensible to draft: stop here
+                continue
+            row.tokens.append(tokens[j])
+            row.probs.append(None if probs is None else probs[j])
+            if len(row.tokens) < row.want:
+                engine.extend(seq.seq_id, [tokens[j]])
+
+    @staticmethod
+    def _greedy(logits: torch.Tensor, states: list[SequenceState]
+                ) -> tuple[list[int], list[bool]]:
+        """Greedy rows: the processed argmax (the draft's ``q`` is a point mass on it)."""
+        tokens, dead = greedy_tokens(logits, states)
+        return tokens.tolist(), dead.tolist()
+
+    @staticmethod
+    def _sampled(logits: torch.Tensor, states: list[SequenceState]
+                 ) -> tuple[list[int], list[bool], torch.Tensor]:
+        """Any rows: a draw from each row's processed distribution ``q`` (returned, (B, V))."""
+        q = probs_for_sampling(logits, states)  # (B, V)
         q = torch.nan_to_num(q, nan=0.0)
         dead = q.sum(dim=-1) <= 0
         u = torch.from_numpy(uniforms_for([s.rng_seed for s in states],  # type: ignore[misc]
                                           [s.sample_index for s in states],
                                           [s.step for s in states], DRAFT_STREAM))
-        tok = sample_inverse_cdf(q.masked_fill(dead[:, None], 1.0), u).tolist()
-        for j, (seq, row) in enumerate(live):
-            if bool(dead[j]):
-                row.want = len(row.tokens)  # nothing sensible to draft: stop here
-                continue
-            row.tokens.append(tok[j])
-            row.probs.append(q[j])
-            if len(row.tokens) < row.want:
-                engine.extend(seq.seq_id, [tok[j]])
+        tokens = sample_inverse_cdf(q.masked_fill(dead[:, None], 1.0), u).tolist()
+        return tokens, dead.tolist(), q
 
     def output(self, request: Request) -> RequestOutput:
         from metagen.engine.outputs import RequestOutput
@@ -119,7 +137,7 @@ class DraftModelProposer:
 
     def propose(self, keys: Sequence[int], token_lists: Sequence[Sequence[int]],
                 states: Sequence[SequenceState], ks: Sequence[int]) -> Proposal:
-        b, vocab, kmax = len(keys), self.draft.vocab_size, max(ks, default=0)
+        kmax = max(ks, default=0)
         self.driver.rows.clear()
         for key, tokens, state, k in zip(keys, token_lists, states, ks):
             want = min(k, self.draft.max_model_len - len(tokens) - 1)
@@ -136,17 +154,28 @@ class DraftModelProposer:
         by_key = {self._keys[self.draft.seqs[sid].request.request_id]: r
                   for sid, r in rows.items()}
         self.driver.rows.clear()
+        return self._proposal([by_key.get(key) for key in keys], kmax)
+
+    def _proposal(self, rows: list[_Row | None], kmax: int) -> Proposal:
+        """The drafts of ``rows`` (None: no drafts). ``probs`` is None when every draft is a
+        greedy row's point mass; otherwise (B, K, V) with those point masses written out."""
+        b = len(rows)
         drafts = torch.zeros(b, kmax, dtype=torch.long)  # (B, K)
-        probs = torch.zeros(b, kmax, vocab, dtype=torch.float32)  # (B, K, V)
         num = torch.zeros(b, dtype=torch.long)
-        for j, key in enumerate(keys):
-            r = by_key.get(key)
+        sampled = any(p is not None for r in rows if r is not None for p in r.probs)
+        probs = torch.zeros(b, kmax, self.draft.vocab_size) if sampled else None  # (B, K, V)
+        for j, r in enumerate(rows):
             if r is None or not r.tokens:
                 continue
             n = len(r.tokens)
             drafts[j, :n] = torch.tensor(r.tokens, dtype=torch.long)
-            probs[j, :n] = torch.stack(r.probs)
             num[j] = n
+            if probs is not None:
+                for t, (tok, q) in enumerate(zip(r.tokens, r.probs)):
+                    if q is None:
+                        probs[j, t, tok] = 1.0
+                    else:
+                        probs[j, t] = q
         return Proposal(drafts, num, probs)
 
     def forget(self, key: int) -> None:

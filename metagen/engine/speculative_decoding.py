@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from metagen.decoding import SequenceState, log_softmax_rows, probs_for_sampling, uniforms_for
+from metagen.decoding import (
+    SequenceState, greedy_tokens, log_softmax_rows, probs_for_sampling, uniforms_for,
+)
 from metagen.decoding.sampler import top_logprobs_rows
-from metagen.decoding.speculative import speculative_accept
+from metagen.decoding.speculative import AcceptOutcome, greedy_accept, speculative_accept
 from metagen.engine.proposers import NgramProposer, Proposer
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 
@@ -124,7 +126,12 @@ class Speculator:
 
     def verify(self, engine: LLMEngine, rows: Sequence[tuple[Seq, torch.Tensor]]) -> None:
         """``rows``: each drafted sequence and its logits (num_draft + 1, V) at positions
-        ``base - 1 .. base + num_draft - 1`` (``base`` = its length without drafts)."""
+        ``base - 1 .. base + num_draft - 1`` (``base`` = its length without drafts).
+
+        A batch whose rows all decode greedily takes the direct form of the rule
+        (:func:`~metagen.decoding.speculative.greedy_accept` on the processed argmax), which is
+        what :func:`speculative_accept` gives for one-hot target distributions, without
+        building them; any other batch goes through :func:`speculative_accept`."""
         states: list[SequenceState] = []
         for seq, _ in rows:
             st, base = seq.state, len(seq.token_ids) - seq.num_draft
@@ -135,9 +142,14 @@ class Speculator:
         flat = torch.cat([lg for _, lg in rows])  # (sum of num_draft + 1, V)
         if engine.logits_hook is not None:
             flat = engine.logits_hook(flat, states)
-        probs = probs_for_sampling(flat, states)  # (N, V); NaN rows: nothing can be sampled
         raw_lp = log_softmax_rows(flat)
-        dead = torch.isnan(probs).any(dim=-1).tolist()
+        if all(seq.state.params.is_greedy for seq, _ in rows):
+            argmax, dead_t = greedy_tokens(flat, states)  # (N,) each
+            target: torch.Tensor = argmax
+        else:
+            target = probs_for_sampling(flat, states)  # (N, V); NaN rows: nothing to sample
+            dead_t = torch.isnan(target).any(dim=-1)
+        dead = dead_t.tolist()
         good, offsets, off = [], [], 0
         for seq, lg in rows:
             n = seq.num_draft + 1
@@ -149,19 +161,43 @@ class Speculator:
                 good.append(seq)
                 offsets.append(off)
             off += n
-        if good:
-            self._accept(engine, good, offsets, probs, raw_lp)
+        if not good:
+            return
+        if target.dim() == 1:
+            out = self._accept_greedy(good, offsets, target)
+        else:
+            out = self._accept_sampled(good, offsets, target)
+        self._emit(engine, good, offsets, out, raw_lp)
 
-    def _accept(self, engine: LLMEngine, seqs: list[Seq], offsets: list[int],
-                probs: torch.Tensor, raw_lp: torch.Tensor) -> None:
-        b, kmax, vocab = len(seqs), max(s.num_draft for s in seqs), probs.shape[1]
+    @staticmethod
+    def _drafts(seqs: list[Seq]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows' drafts (B, K) (0-padded) and their counts (B,)."""
+        kmax = max(s.num_draft for s in seqs)
+        drafts = torch.zeros(len(seqs), kmax, dtype=torch.long)
+        for j, seq in enumerate(seqs):
+            drafts[j, :seq.num_draft] = torch.tensor(seq.token_ids[-seq.num_draft:])
+        return drafts, torch.tensor([s.num_draft for s in seqs], dtype=torch.long)
+
+    def _accept_greedy(self, seqs: list[Seq], offsets: list[int], argmax: torch.Tensor
+                       ) -> AcceptOutcome:
+        """Greedy rows: ``argmax`` (N,) is the processed argmax at every verified position."""
+        drafts, num_draft = self._drafts(seqs)
+        target = torch.zeros(len(seqs), drafts.shape[1] + 1, dtype=torch.long)  # (B, K+1)
+        for j, (seq, off) in enumerate(zip(seqs, offsets)):
+            target[j, :seq.num_draft + 1] = argmax[off:off + seq.num_draft + 1]
+        return greedy_accept(drafts, target, num_draft)
+
+    def _accept_sampled(self, seqs: list[Seq], offsets: list[int], probs: torch.Tensor
+                        ) -> AcceptOutcome:
+        """Any rows: ``probs`` (N, V) are the processed distributions at every verified
+        position (one-hot for greedy rows)."""
+        drafts, num_draft = self._drafts(seqs)
+        b, kmax, vocab = len(seqs), drafts.shape[1], probs.shape[1]
         target = torch.zeros(b, kmax + 1, vocab, dtype=torch.float64)  # (B, K+1, V)
-        drafts = torch.zeros(b, kmax, dtype=torch.long)  # (B, K)
         q = None if seqs[0].draft_probs is None else torch.zeros(b, kmax, vocab)  # (B, K, V)
         for j, (seq, off) in enumerate(zip(seqs, offsets)):
             nd = seq.num_draft
             target[j, :nd + 1] = probs[off:off + nd + 1].double()
-            drafts[j, :nd] = torch.tensor(seq.token_ids[-nd:], dtype=torch.long)
             if q is not None:
                 q[j, :nd] = seq.draft_probs
         seeds = [int(s.state.rng_seed or 0) for s in seqs]  # set by SequenceState
@@ -170,8 +206,13 @@ class Speculator:
         acc_u = torch.from_numpy(np.stack([uniforms_for(seeds, idx, [s + t for s in steps],
                                                         ACCEPT_STREAM) for t in range(kmax)], 1))
         res_u = torch.from_numpy(uniforms_for(seeds, idx, steps, RESAMPLE_STREAM))
-        num_draft = torch.tensor([s.num_draft for s in seqs], dtype=torch.long)
-        out = speculative_accept(drafts, q, target, acc_u, res_u, num_draft=num_draft)
+        return speculative_accept(drafts, q, target, acc_u, res_u, num_draft=num_draft)
+
+    def _emit(self, engine: LLMEngine, seqs: list[Seq], offsets: list[int], out: AcceptOutcome,
+              raw_lp: torch.Tensor) -> None:
+        """Drop every row's drafts, then emit its accepted drafts and its corrected (or bonus)
+        token through the engine's append path, claiming the accepted drafts' KV one by one;
+        free the blocks past what a row kept."""
         accepted = out.num_accepted.tolist()
         self.stats.rounds += 1
         for j, (seq, off) in enumerate(zip(seqs, offsets)):
