@@ -142,32 +142,39 @@ static void accumulate(float *acc, float corr, const float *p, const float *cons
   }
 }
 
-/* Online-softmax attention of nq query heads q[i] (d floats) over positions from .. to - 1 of
+/* Online-softmax attention of nq query heads q[i] (d floats) over positions from .. to[i] - 1 of
  * `row`'s blocks, kv head hk: updates the running max mx[i], sum l[i] and unnormalised output
- * acc[i] (d). s: scratch of nq * KB floats. */
+ * acc[i] (d). s: scratch of nq * KB floats. Every query walks the same key blocks (from,
+ * from + KB, ...), each cut at its own end, so a query's arithmetic is that of attending alone,
+ * while the queries of a row's several new tokens share every block as it sits in L1 (their
+ * keys and values are read from memory once, not once per token). */
 static void attend(const mg_model *M, const mg_plan *P, const float *const *q, float *const *acc,
                    float *const *mx, float *const *l, int64_t nq, int64_t row, int64_t from,
-                   int64_t to, const float *kc, const float *vc, int64_t hk, float *s) {
+                   const int64_t *to, const float *kc, const float *vc, int64_t hk, float *s) {
   const int64_t d = M->head_dim;
-  for (int64_t p0 = from; p0 < to; p0 += KB) {
-    const int64_t nb = to - p0 < KB ? to - p0 : KB;
+  int64_t end = from;
+  for (int64_t i = 0; i < nq; i++) end = to[i] > end ? to[i] : end;
+  for (int64_t p0 = from; p0 < end; p0 += KB) {
+    const int64_t nb = end - p0 < KB ? end - p0 : KB;
     const float *kp[KB], *vp[KB];
     key_block(M, P, row, p0, nb, kc, vc, hk, kp, vp);
     for (int64_t i = 0; i < nq; i++) {
+      if (to[i] <= p0) continue;
+      const int64_t nbi = to[i] - p0 < nb ? to[i] - p0 : nb;
       float *si = s + i * KB, top = *mx[i];
-      scores(q[i], kp, nb, d, M->scale, si);
-      for (int64_t j = 0; j < nb; j++) top = si[j] > top ? si[j] : top;
+      scores(q[i], kp, nbi, d, M->scale, si);
+      for (int64_t j = 0; j < nbi; j++) top = si[j] > top ? si[j] : top;
       const float corr = expf(*mx[i] - top); /* 0 on the first block (mx = -inf) */
       vec sum = vzero();
-      for (int64_t j = 0; j < nb; j += VW) {
-        const vmask m = mask_first(nb - j);
+      for (int64_t j = 0; j < nbi; j += VW) {
+        const vmask m = mask_first(nbi - j);
         const vec e = vexp(vsub(vload(si + j, m), vbcast(top)));
         vstore(si + j, e, m);
         sum = vadd(sum, vload(si + j, m)); /* dead lanes load as 0 */
       }
       *l[i] = *l[i] * corr + vsum(sum);
       *mx[i] = top;
-      accumulate(acc[i], corr, si, vp, nb, d);
+      accumulate(acc[i], corr, si, vp, nbi, d);
     }
   }
 }
@@ -249,7 +256,7 @@ typedef struct {
   float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act, *s, *grp;
   const float *q_base;
   int64_t q_stride;
-  int64_t *tok_row, *tok_pos;
+  int64_t *tok_row, *tok_pos, *q_to; /* q_to: each gathered query's end position (exclusive) */
   const float **q;
   float **acc, **pmx, **pl;
 } scratch;
@@ -267,7 +274,7 @@ static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) 
       T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
       T * M->inter * f, nq * KB * f, T * sizeof(int64_t), T * sizeof(int64_t),
       nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
-      (2 * D + KB) * VW * f};
+      (2 * D + KB) * VW * f, nq * sizeof(int64_t)};
   size_t total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   char *p = *block = malloc(total);
@@ -288,6 +295,7 @@ static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) 
   S->pmx = carve(&p, n[13]);
   S->pl = carve(&p, n[14]);
   S->grp = carve(&p, n[15]);
+  S->q_to = carve(&p, n[16]);
   S->q_base = S->qkv;
   S->q_stride = qkv;
   return 0;
@@ -302,12 +310,14 @@ static void index_tokens(const mg_plan *P, scratch *S) {
     }
 }
 
-/* Queries of token t for kv head hk, appended to the pointer lists at index *n. */
+/* Queries of token t for kv head hk, appended to the pointer lists at index *n; each attends
+ * up to the token's own position (q_to). */
 static void gather_queries(const mg_model *M, const scratch *S, int64_t t, int64_t hk,
                            int64_t *n) {
   const int64_t D = M->head_dim, hq = M->n_heads, g = hq / M->n_kv_heads;
   for (int64_t j = 0; j < g; j++, (*n)++) {
     const int64_t head = t * hq + hk * g + j;
+    S->q_to[*n] = S->tok_pos[t] + 1;
     S->q[*n] = S->q_base + t * S->q_stride + (hk * g + j) * D;
     S->acc[*n] = S->attn + head * D;
     S->pmx[*n] = S->mx + head;
@@ -329,8 +339,8 @@ static void attention(const mg_model *M, const mg_plan *P, const scratch *S, int
         for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, t, hk, &n);
       }
       if (D % 4) { /* the query-vectorised path needs head_dim % 4 == 0 */
-        attend(M, P, S->q, S->acc, S->pmx, S->pl, n, first, 0, P->own_from[first], kc, vc, hk,
-               S->s);
+        for (int64_t i = 0; i < n; i++) S->q_to[i] = P->own_from[first];
+        attend(M, P, S->q, S->acc, S->pmx, S->pl, n, first, 0, S->q_to, kc, vc, hk, S->s);
         continue;
       }
       for (int64_t q0 = 0; q0 < n; q0 += VW)
@@ -338,15 +348,12 @@ static void attention(const mg_model *M, const mg_plan *P, const scratch *S, int
                      n - q0 < VW ? n - q0 : VW, first, P->own_from[first], kc, vc, hk, S->grp);
     }
   }
-  for (int64_t t = 0; t < T; t++) { /* each token's own positions, causal */
-    const int64_t r = S->tok_row[t];
-    for (int64_t hk = 0; hk < hkv; hk++) {
+  for (int64_t r = 0; r < P->n_rows; r++) /* each token's own positions, causal; a row's */
+    for (int64_t hk = 0; hk < hkv; hk++) {  /* tokens together, so they share the key blocks */
       int64_t n = 0;
-      gather_queries(M, S, t, hk, &n);
-      attend(M, P, S->q, S->acc, S->pmx, S->pl, n, r, P->own_from[r], S->tok_pos[t] + 1, kc, vc,
-             hk, S->s);
+      for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, t, hk, &n);
+      attend(M, P, S->q, S->acc, S->pmx, S->pl, n, r, P->own_from[r], S->q_to, kc, vc, hk, S->s);
     }
-  }
   for (int64_t i = 0; i < T * hq; i++) {
     const float inv = 1.0f / S->l[i];
     for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
