@@ -36,7 +36,7 @@ from metagen.decoding import (
     SequenceState, greedy_tokens, log_softmax_rows, probs_for_sampling, uniforms_for,
 )
 from metagen.decoding.sampler import top_logprobs_rows
-from metagen.decoding.speculative import AcceptOutcome, greedy_accept, speculative_accept
+from metagen.decoding.speculative import speculative_accept
 from metagen.engine.proposers import NgramProposer, Proposer
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 
@@ -128,10 +128,10 @@ class Speculator:
         """``rows``: each drafted sequence and its logits (num_draft + 1, V) at positions
         ``base - 1 .. base + num_draft - 1`` (``base`` = its length without drafts).
 
-        A batch whose rows all decode greedily takes the direct form of the rule
-        (:func:`~metagen.decoding.speculative.greedy_accept` on the processed argmax), which is
-        what :func:`speculative_accept` gives for one-hot target distributions, without
-        building them; any other batch goes through :func:`speculative_accept`."""
+        A batch whose rows all decode greedily takes the direct form of the rule (greedy_accept
+        on the processed argmax), which is what :func:`speculative_accept` gives for one-hot
+        target distributions, without building them; any other batch goes through
+        :func:`speculative_accept`."""
         states: list[SequenceState] = []
         for seq, _ in rows:
             st, base = seq.state, len(seq.token_ids) - seq.num_draft
@@ -143,9 +143,9 @@ class Speculator:
         if engine.logits_hook is not None:
             flat = engine.logits_hook(flat, states)
         raw_lp = log_softmax_rows(flat)
-        if all(seq.state.params.is_greedy for seq, _ in rows):
-            argmax, dead_t = greedy_tokens(flat, states)  # (N,) each
-            target: torch.Tensor = argmax
+        greedy = all(seq.state.params.is_greedy for seq, _ in rows)
+        if greedy:
+            target, dead_t = greedy_tokens(flat, states)  # (N,) argmax and dead rows
         else:
             target = probs_for_sampling(flat, states)  # (N, V); NaN rows: nothing to sample
             dead_t = torch.isnan(target).any(dim=-1)
@@ -163,40 +163,38 @@ class Speculator:
             off += n
         if not good:
             return
-        if target.dim() == 1:
-            out = self._accept_greedy(good, offsets, target)
-        else:
-            out = self._accept_sampled(good, offsets, target)
-        self._emit(engine, good, offsets, out, raw_lp)
+        emitted = (self._accept_greedy(good, offsets, target) if greedy
+                   else self._accept_sampled(good, offsets, target))
+        self._emit(engine, good, offsets, emitted, raw_lp)
 
     @staticmethod
-    def _drafts(seqs: list[Seq]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rows' drafts (B, K) (0-padded) and their counts (B,)."""
-        kmax = max(s.num_draft for s in seqs)
-        drafts = torch.zeros(len(seqs), kmax, dtype=torch.long)
-        for j, seq in enumerate(seqs):
-            drafts[j, :seq.num_draft] = torch.tensor(seq.token_ids[-seq.num_draft:])
-        return drafts, torch.tensor([s.num_draft for s in seqs], dtype=torch.long)
+    def _accept_greedy(seqs: list[Seq], offsets: list[int], argmax: torch.Tensor
+                       ) -> list[list[int]]:
+        """Greedy rows (``argmax`` (N,): the processed argmax at every verified position): per
+        row, its drafts while they equal the argmax, then the argmax where they stop --
+        :func:`~metagen.decoding.speculative.greedy_accept`, on lists (a round is a few tokens)."""
+        best = argmax.tolist()
+        out = []
+        for seq, off in zip(seqs, offsets):
+            drafts = seq.token_ids[len(seq.token_ids) - seq.num_draft:]
+            na = 0
+            while na < len(drafts) and drafts[na] == best[off + na]:
+                na += 1
+            out.append(drafts[:na] + [best[off + na]])
+        return out
 
-    def _accept_greedy(self, seqs: list[Seq], offsets: list[int], argmax: torch.Tensor
-                       ) -> AcceptOutcome:
-        """Greedy rows: ``argmax`` (N,) is the processed argmax at every verified position."""
-        drafts, num_draft = self._drafts(seqs)
-        target = torch.zeros(len(seqs), drafts.shape[1] + 1, dtype=torch.long)  # (B, K+1)
-        for j, (seq, off) in enumerate(zip(seqs, offsets)):
-            target[j, :seq.num_draft + 1] = argmax[off:off + seq.num_draft + 1]
-        return greedy_accept(drafts, target, num_draft)
-
-    def _accept_sampled(self, seqs: list[Seq], offsets: list[int], probs: torch.Tensor
-                        ) -> AcceptOutcome:
-        """Any rows: ``probs`` (N, V) are the processed distributions at every verified
-        position (one-hot for greedy rows)."""
-        drafts, num_draft = self._drafts(seqs)
-        b, kmax, vocab = len(seqs), drafts.shape[1], probs.shape[1]
+    @staticmethod
+    def _accept_sampled(seqs: list[Seq], offsets: list[int], probs: torch.Tensor
+                        ) -> list[list[int]]:
+        """Any rows (``probs`` (N, V): the processed distributions at every verified position,
+        one-hot for greedy rows): per row, the tokens :func:`speculative_accept` emits."""
+        b, kmax, vocab = len(seqs), max(s.num_draft for s in seqs), probs.shape[1]
+        drafts = torch.zeros(b, kmax, dtype=torch.long)  # (B, K)
         target = torch.zeros(b, kmax + 1, vocab, dtype=torch.float64)  # (B, K+1, V)
         q = None if seqs[0].draft_probs is None else torch.zeros(b, kmax, vocab)  # (B, K, V)
         for j, (seq, off) in enumerate(zip(seqs, offsets)):
             nd = seq.num_draft
+            drafts[j, :nd] = torch.tensor(seq.token_ids[-nd:], dtype=torch.long)
             target[j, :nd + 1] = probs[off:off + nd + 1].double()
             if q is not None:
                 q[j, :nd] = seq.draft_probs
@@ -206,18 +204,18 @@ class Speculator:
         acc_u = torch.from_numpy(np.stack([uniforms_for(seeds, idx, [s + t for s in steps],
                                                         ACCEPT_STREAM) for t in range(kmax)], 1))
         res_u = torch.from_numpy(uniforms_for(seeds, idx, steps, RESAMPLE_STREAM))
-        return speculative_accept(drafts, q, target, acc_u, res_u, num_draft=num_draft)
+        num_draft = torch.tensor([s.num_draft for s in seqs], dtype=torch.long)
+        out = speculative_accept(drafts, q, target, acc_u, res_u, num_draft=num_draft)
+        return [out.tokens[j, :na + 1].tolist() for j, na in enumerate(out.num_accepted.tolist())]
 
-    def _emit(self, engine: LLMEngine, seqs: list[Seq], offsets: list[int], out: AcceptOutcome,
-              raw_lp: torch.Tensor) -> None:
-        """Drop every row's drafts, then emit its accepted drafts and its corrected (or bonus)
-        token through the engine's append path, claiming the accepted drafts' KV one by one;
-        free the blocks past what a row kept."""
-        accepted = out.num_accepted.tolist()
+    def _emit(self, engine: LLMEngine, seqs: list[Seq], offsets: list[int],
+              emitted: list[list[int]], raw_lp: torch.Tensor) -> None:
+        """Drop every row's drafts, then emit ``emitted[j]`` (its accepted drafts and its
+        corrected or bonus token) through the engine's append path, claiming the accepted
+        drafts' KV one by one; free the blocks past what a row kept."""
         self.stats.rounds += 1
-        for j, (seq, off) in enumerate(zip(seqs, offsets)):
-            na, nd = accepted[j], seq.num_draft
-            toks = out.tokens[j, :na + 1].tolist()
+        for seq, off, toks in zip(seqs, offsets, emitted):
+            na, nd = len(toks) - 1, seq.num_draft
             lp = raw_lp[off:off + na + 1]
             tops = top_logprobs_rows(lp, [seq.state.params.logprobs] * (na + 1))
             chosen = lp.gather(1, torch.tensor(toks)[:, None])[:, 0].tolist()
