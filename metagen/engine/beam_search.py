@@ -83,11 +83,13 @@ class BeamDriver:
             return  # wait (parked) until every live beam has its logits
         rows = torch.stack([self.ready[s.seq_id] for s in live])  # (W_live, V)
         self.ready.clear()
-        if not bool(torch.isfinite(rows).any(dim=-1).all()) or bool(torch.isnan(rows).any()):
+        log_probs = torch.log_softmax(rows.float(), dim=-1)
+        # log_probs hold NaN iff a row held NaN or +inf, or no finite value; their sum is NaN
+        # iff one of them is (log-softmax gives no +inf, so -inf entries only sum to -inf)
+        if math.isnan(float(log_probs.sum())):
             self._fail(engine, live, NumericalError("beam search: logits contain NaN or no "
                                                     "finite value"))
             return
-        log_probs = torch.log_softmax(rows.float(), dim=-1)
         index = {s.seq_id: i for i, s in enumerate(live)}
         chosen: list[int] = []
         stepped: list[int] = []
@@ -149,14 +151,15 @@ class StochasticBeamDriver:
             return
         rows = torch.stack([self.ready[s.seq_id] for s in self.beams])  # (R, V)
         self.ready.clear()
-        if bool(torch.isnan(rows).any()) or not bool(torch.isfinite(rows).any(dim=-1).all()):
-            self.error = NumericalError("stochastic beam search: logits contain NaN")
+        lp = torch.log_softmax(rows.double(), dim=-1)
+        if math.isnan(float(lp.sum())):  # a row held NaN or +inf, or no finite value
+            self.error = NumericalError("stochastic beam search: logits contain NaN or no "
+                                        "finite value")
             self.state = StochasticBeamState(self.state.k, (), (), (), (), done=True)
             for seq in self.beams:
                 seq.error = self.error
                 engine.finish(seq.seq_id, "error")
             return
-        lp = torch.log_softmax(rows.double(), dim=-1)
         u = torch.rand(lp.shape, generator=self.gen, dtype=torch.float64)
         self.state, move = stochastic_beam_step(self.state, lp, u, self.params)
         self.beams = advance(engine, self.beams, [(self.beams, move)])[0]

@@ -196,6 +196,7 @@ class LLMEngine:
                  detok: Detokenizer) -> Seq:
         seq = Seq(next(self._ids), req, state, tokens, detok)
         req.seqs.append(seq)
+        req.num_unfinished += 1
         self.seqs[seq.seq_id] = seq
         return seq
 
@@ -431,6 +432,7 @@ class LLMEngine:
             seq.num_draft, seq.draft_probs = 0, None
             seq.num_computed_tokens = min(seq.num_computed_tokens, len(seq.token_ids))
         self.scheduler.finish(seq)
+        seq.request.num_unfinished -= 1
         if self.speculator is not None:
             self.speculator.forget(seq)
 

@@ -95,6 +95,7 @@ class Request:
     admitted: bool = False
     arrival: int = 0
     tag: Any = None
+    num_unfinished: int = 0  # sequences of seqs not finished (kept by the engine)
     computed_tokens: int = 0  # tokens run through the model for this request (recompute included)
     generated_tokens: int = 0
     flops: float = 0.0
@@ -102,7 +103,9 @@ class Request:
 
     @property
     def finished(self) -> bool:
-        return bool(self.seqs) and all(s.is_finished and s.pending_fork == 0 for s in self.seqs)
+        """Every sequence finished, and none still to be forked (the first one forks the other
+        samples after its prefill). O(1): a beam request's sequences accumulate over its steps."""
+        return bool(self.seqs) and self.num_unfinished == 0 and self.seqs[0].pending_fork == 0
 
     @property
     def error(self) -> Exception | None:
