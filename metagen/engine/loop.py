@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from metagen.engine.llm_engine import LLMEngine
@@ -213,6 +213,14 @@ class EngineLoop:
     # -- loop side -------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except EngineDeadError as exc:
+            self._die(exc)
+        except BaseException as exc:  # noqa: BLE001 -- a bug here must not leave callers hanging
+            self._die(EngineDeadError(f"the engine loop failed: {exc!r}", exc))
+
+    def _serve(self) -> None:
         engine = self.engine
         while True:
             with self._cond:
@@ -220,9 +228,9 @@ class EngineLoop:
                     self._cond.wait()
                 items = list(self._inbox)
                 self._inbox.clear()
-            for kind, value in items:
+            for i, (kind, value) in enumerate(items):
                 if kind == "close":
-                    self._die(EngineDeadError("the engine loop was closed"))
+                    self._die(EngineDeadError("the engine loop was closed"), items[i + 1:])
                     return
                 self._apply(kind, value)
             if not engine.has_unfinished():
@@ -232,9 +240,8 @@ class EngineLoop:
                 outputs = engine.step()
             except BaseException as exc:  # noqa: BLE001 -- handed to the callers it failed
                 if not self._fail_lost(exc):
-                    self._die(EngineDeadError(f"the engine failed outside a request: {exc!r}",
-                                              exc))
-                    return
+                    raise EngineDeadError(f"the engine failed outside a request: {exc!r}",
+                                          exc) from exc
                 continue
             self._dispatch(outputs)
             if engine.stats.steps == steps:  # nothing could run: wait for a caller, not spin
@@ -303,10 +310,12 @@ class EngineLoop:
             handle._push("error", exc)
         return bool(lost)
 
-    def _die(self, error: EngineDeadError) -> None:
+    def _die(self, error: EngineDeadError, taken: Sequence[tuple[str, Any]] = ()) -> None:
+        """Refuse everything from now on: live handles, ``taken`` items not yet applied and
+        whatever is still queued get ``error``."""
         with self._cond:
             self._dead = error
-            pending = list(self._inbox)
+            pending = list(taken) + list(self._inbox)
             self._inbox.clear()
         for handle in list(self._live):
             self._abort(handle)

@@ -276,3 +276,21 @@ def test_a_closed_loop_refuses_with_a_typed_error(make_gen):
     gen.close()
     with pytest.raises(EngineDeadError):
         gen.generate(["Hi"], SamplingParams(max_tokens=2))
+
+
+def test_scripted_fault_in_scheduling_ends_the_loop_with_a_typed_error(make_gen):
+    """A failure the engine cannot pin on a request (scheduling itself raising: a scripted
+    fault) stops the loop; the waiting caller and every later one get EngineDeadError instead
+    of hanging."""
+    gen = make_gen()
+
+    def broken_schedule():
+        raise RuntimeError("scripted scheduler fault")
+
+    gen.engine.scheduler.schedule = broken_schedule  # type: ignore[method-assign]
+    with pytest.raises(EngineDeadError, match="scripted scheduler fault") as info:
+        gen.generate(["Hi"], SamplingParams(max_tokens=3), timeout=30)
+    assert isinstance(info.value.cause, RuntimeError)
+    assert not gen.loop.alive
+    with pytest.raises(EngineDeadError):
+        gen.generate(["Hi"], SamplingParams(max_tokens=3), timeout=30)
