@@ -21,6 +21,7 @@ from typing import Any, Literal
 from metagen.errors import InvalidParameterError
 from metagen.scorers import chrf as _chrf
 from metagen.scorers.verifiers import Extract, Match, default_extract, default_match
+from metagen.tasks.answer_key import AnswerKey, group_by_canonical, resolve_answer_key
 
 
 class AnswerMatchUtility:
@@ -28,17 +29,28 @@ class AnswerMatchUtility:
 
     ``match`` must be an equivalence relation (answers_match is: it compares normalised
     numbers); answers are grouped into classes once, so a matrix costs O(N x classes) matches
-    instead of O(N^2).
+    instead of O(N^2). ``answer_key`` (a task's :class:`~metagen.tasks.answer_key.AnswerKey`)
+    replaces ``extract`` and ``match`` and groups by its canonical form first.
     """
 
-    __slots__ = ("extract", "match")
+    __slots__ = ("extract", "match", "canonical")
 
-    def __init__(self, *, extract: Extract | None = None, match: Match | None = None) -> None:
+    def __init__(self, *, extract: Extract | None = None, match: Match | None = None,
+                 answer_key: AnswerKey | None = None) -> None:
+        extract, match, self.canonical = resolve_answer_key(answer_key, extract, match)
         self.extract = extract or default_extract()
         self.match = match or default_match()
 
     def matrix(self, hyps: Sequence[str], refs: Sequence[str]) -> list[list[float]]:
         answers = [self.extract(t) for t in list(hyps) + list(refs)]
+        if self.canonical is not None:
+            classes = group_by_canonical(answers, self.match, self.canonical)
+        else:
+            classes = self._classes(answers)
+        hc, rc = classes[:len(hyps)], classes[len(hyps):]
+        return [[1.0 if a is not None and a == b else 0.0 for b in rc] for a in hc]
+
+    def _classes(self, answers: list[Any]) -> list[int | None]:
         reps: list[object] = []
         classes: list[int | None] = []
         for a in answers:
@@ -52,8 +64,7 @@ class AnswerMatchUtility:
             else:
                 reps.append(a)
                 classes.append(len(reps) - 1)
-        hc, rc = classes[:len(hyps)], classes[len(hyps):]
-        return [[1.0 if a is not None and a == b else 0.0 for b in rc] for a in hc]
+        return classes
 
 
 class ChrFUtility:

@@ -4,8 +4,9 @@ pseudo-references, ``E[u(h)] = sum_j w_j u(h, r_j) / sum_j w_j``.
 
 - ``utility``: a :class:`~metagen.scorers.base.Utility`, a callable ``u(hyp, ref) -> float``, or a
   name: ``"answer"`` (answer match — MBR is then majority voting, and selects exactly what
-  :func:`~metagen.strategies.voting.self_consistency` selects), ``"chrf"``, ``"bleu"``,
-  ``"rouge"`` (rougeL), ``"embedding"`` (cosine, optional package). Execution agreement:
+  :func:`~metagen.strategies.voting.self_consistency` selects; ``answer_key`` gives a task's
+  extraction and equivalence, e.g. MATH-500's, and is only valid with ``"answer"``), ``"chrf"``,
+  ``"bleu"``, ``"rouge"`` (rougeL), ``"embedding"`` (cosine, optional package). Execution agreement:
   pass an :class:`~metagen.scorers.execution.ExecutionAgreementUtility` (explicit opt-in).
 - ``weighting``: ``"uniform"`` (Monte Carlo over samples, the default) or ``"logprob"``: the
   model's own probability of each pseudo-reference, ``softmax(cumulative_logprob)`` — the
@@ -31,6 +32,7 @@ from metagen.scorers.base import AggregatingUtility, Utility, UtilityLike
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
 from metagen.strategies.selection import Selection, argmax_first, scorers_usage
+from metagen.tasks.answer_key import AnswerKey
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 Method = Literal["exact", "aggregate", "prune"]
@@ -143,14 +145,22 @@ class MBR:
 
     def __init__(self, utility: UtilityLike | str = "answer", *, weighting: Weighting = "uniform",
                  method: Method = "exact", schedule: Sequence[int] = (4, 8, 16, 32),
-                 alpha: float = 0.99, n_bootstrap: int = 200, seed: int = 0) -> None:
+                 alpha: float = 0.99, n_bootstrap: int = 200, seed: int = 0,
+                 answer_key: AnswerKey | None = None) -> None:
         if weighting not in ("uniform", "logprob"):
             raise InvalidParameterError("weighting", weighting, "must be 'uniform' or 'logprob'")
         if method not in ("exact", "aggregate", "prune"):
             raise InvalidParameterError("method", method, "must be exact, aggregate or prune")
         if not 0 < alpha < 1:
             raise InvalidParameterError("alpha", alpha, "must be in (0, 1)")
-        self.utility = resolve_utility(utility)
+        if answer_key is not None:
+            if utility != "answer":
+                raise InvalidParameterError("answer_key", getattr(answer_key, "name", answer_key),
+                                            "is only valid with utility='answer'")
+            from metagen.scorers.utilities import AnswerMatchUtility
+            self.utility: Utility = AnswerMatchUtility(answer_key=answer_key)
+        else:
+            self.utility = resolve_utility(utility)
         if method == "aggregate" and not callable(getattr(self.utility, "aggregate", None)):
             raise InvalidParameterError(
                 "method", method, f"{type(self.utility).__name__} has no reference aggregation "
@@ -200,9 +210,10 @@ def mbr(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
         method: Method = "exact",
         schedule: Sequence[int] = (4, 8, 16, 32), alpha: float = 0.99,
         params: SamplingParams | None = None, budget: Budget | None = None,
-        min_successful: int = 1) -> Result | list[Result]:
+        min_successful: int = 1, answer_key: AnswerKey | None = None) -> Result | list[Result]:
     """MBR selection over ``n`` samples (one generate call). ``Result.scores`` are the expected
     utilities; ``trace`` has the method, weighting and the number of utility evaluations."""
     return run_parallel(generator, prompt, MBR(utility, weighting=weighting, method=method,
-                                               schedule=schedule, alpha=alpha),
+                                               schedule=schedule, alpha=alpha,
+                                               answer_key=answer_key),
                         n=n, params=params, budget=budget, min_successful=min_successful)

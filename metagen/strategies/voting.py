@@ -7,7 +7,11 @@
   al. 2023, Table 1); ``aggregate="sum"`` adds the weights of an answer, ``"mean"`` averages them.
 
 Answers come from ``extract(text)`` (default :func:`metagen.tasks.answer.extract_answer`) and are
-grouped with ``match`` (default ``answers_match``). A sample without an answer abstains.
+grouped with ``match`` (default ``answers_match``). A sample without an answer abstains. A task's
+``answer_key`` (:class:`~metagen.tasks.answer_key.AnswerKey`, e.g. MATH-500's) replaces both
+(passing it with ``extract`` or ``match`` is an error) and, when it has a ``canonical`` form,
+groups answers by that form first and calls ``match`` only to merge new forms into classes
+(at most O(n^2) calls for n samples, see :func:`~metagen.tasks.answer_key.group_by_canonical`).
 Deterministic tie-breaking (documented contract): among answers with equal votes the one whose
 first occurrence has the LOWEST sample index wins; self-consistency returns that first
 occurrence, weighted voting the highest-weight sample of the winning answer (lowest index among
@@ -35,6 +39,7 @@ from metagen.strategies.selection import (
     group_answers,
     scorers_usage,
 )
+from metagen.tasks.answer_key import AnswerKey, resolve_answer_key
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
@@ -56,13 +61,15 @@ def vote(classes: Sequence[int | None], weights: Sequence[float],
 
 
 class _Voter:
-    def __init__(self, extract: Extract | None, match: Match | None) -> None:
+    def __init__(self, extract: Extract | None, match: Match | None,
+                 answer_key: AnswerKey | None = None) -> None:
+        extract, match, self.canonical = resolve_answer_key(answer_key, extract, match)
         self.extract = extract or default_extract()
         self.match = match or default_match()
 
     def _classes(self, group: Sequence[Completion]) -> tuple[list[Any], list[int | None]]:
         answers = [self.extract(c.text) for c in group]
-        return answers, group_answers(answers, self.match)
+        return answers, group_answers(answers, self.match, self.canonical)
 
 
 class SelfConsistency(_Voter):
@@ -70,8 +77,9 @@ class SelfConsistency(_Voter):
 
     name = "self_consistency"
 
-    def __init__(self, extract: Extract | None = None, match: Match | None = None) -> None:
-        super().__init__(extract, match)
+    def __init__(self, extract: Extract | None = None, match: Match | None = None, *,
+                 answer_key: AnswerKey | None = None) -> None:
+        super().__init__(extract, match, answer_key)
 
     @property
     def usage(self) -> Usage:
@@ -102,8 +110,8 @@ class WeightedVote(_Voter):
     def __init__(self, reward: RewardLike | Literal["logprob"] = "logprob", *,
                  aggregate: Literal["sum", "mean"] = "sum",
                  extract: Extract | None = None, match: Match | None = None,
-                 keep_top: float | None = None) -> None:
-        super().__init__(extract, match)
+                 keep_top: float | None = None, answer_key: AnswerKey | None = None) -> None:
+        super().__init__(extract, match, answer_key)
         if aggregate not in ("sum", "mean"):
             raise InvalidParameterError("aggregate", aggregate, "must be 'sum' or 'mean'")
         if keep_top is not None and not (isinstance(keep_top, (int, float))
@@ -187,10 +195,13 @@ def _vote_trace(answers: list[Any], classes: list[int | None], winner: int | Non
 def self_consistency(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
                      extract: Extract | None = None, match: Match | None = None,
                      params: SamplingParams | None = None, budget: Budget | None = None,
-                     min_successful: int = 1) -> Result | list[Result]:
+                     min_successful: int = 1, answer_key: AnswerKey | None = None
+                     ) -> Result | list[Result]:
     """Majority vote over ``n`` samples' answers (one generate call). See the module docstring
-    for tie-breaking; ``trace`` holds ``answers``, ``votes`` and the winning ``answer``."""
-    return run_parallel(generator, prompt, SelfConsistency(extract, match), n=n, params=params,
+    for tie-breaking and ``answer_key``; ``trace`` holds ``answers``, ``votes`` and the winning
+    ``answer``."""
+    return run_parallel(generator, prompt, SelfConsistency(extract, match, answer_key=answer_key),
+                        n=n, params=params,
                         budget=budget, min_successful=min_successful)
 
 
@@ -199,11 +210,12 @@ def weighted_vote(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n:
                   aggregate: Literal["sum", "mean"] = "sum",
                   extract: Extract | None = None, match: Match | None = None,
                   params: SamplingParams | None = None, budget: Budget | None = None,
-                  min_successful: int = 1, keep_top: float | None = None
-                  ) -> Result | list[Result]:
+                  min_successful: int = 1, keep_top: float | None = None,
+                  answer_key: AnswerKey | None = None) -> Result | list[Result]:
     """Reward-weighted vote over ``n`` samples (one generate call, one reward call); with
     ``keep_top``, only that top fraction of the samples by weight votes."""
     return run_parallel(generator, prompt, WeightedVote(reward, aggregate=aggregate,
                                                         extract=extract, match=match,
-                                                        keep_top=keep_top),
+                                                        keep_top=keep_top,
+                                                        answer_key=answer_key),
                         n=n, params=params, budget=budget, min_successful=min_successful)

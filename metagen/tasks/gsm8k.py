@@ -13,6 +13,12 @@ from pathlib import Path
 
 from metagen.errors import InvalidParameterError
 from metagen.tasks.answer import answers_match, extract_answer
+from metagen.tasks.answer_key import AnswerKey
+
+#: GSM8K's answer key: the last ``#### N`` (else last number), compared as numbers. The same
+#: extraction and match voting uses by default, so ``answer_key=GSM8K_ANSWER_KEY`` changes
+#: nothing (no canonical form: grouping stays one ``answers_match`` per class representative).
+GSM8K_ANSWER_KEY = AnswerKey("gsm8k", extract_answer, answers_match)
 
 
 @dataclass(slots=True, frozen=True)
