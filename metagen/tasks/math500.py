@@ -1,0 +1,78 @@
+"""MATH-500 (Lightman et al. 2023, the PRM800K test split of Hendrycks et al.'s MATH): loader,
+prompt, answer key and grader.
+
+The loader reads a JSONL file given its path (nothing is downloaded); each line has
+``problem``, ``solution``, ``answer`` (the reference final answer, LaTeX), ``subject``,
+``level`` and ``unique_id``. A completion's answer is its last ``\\boxed{}``
+(:func:`~metagen.tasks.boxed.extract_math_answer`); answers are compared with math-verify
+(:class:`~metagen.tasks.math_equiv.MathEquivalence`, optional extra ``math``).
+
+:data:`MATH_ANSWER_KEY` is what voting and MBR take (``answer_key=MATH_ANSWER_KEY``): boxed
+extraction, math-verify equivalence, grouping by :func:`canonical_answer`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from metagen.errors import InvalidParameterError
+from metagen.tasks.answer_key import AnswerKey
+from metagen.tasks.boxed import extract_math_answer
+from metagen.tasks.math_equiv import MathEquivalence, canonical_answer
+
+MATH_EQUIVALENCE = MathEquivalence()
+MATH_ANSWER_KEY = AnswerKey("math", extract_math_answer, MATH_EQUIVALENCE, canonical_answer)
+
+
+@dataclass(slots=True, frozen=True)
+class MathProblem:
+    """One MATH-500 item: ``uid`` is the data set's ``unique_id``; ``answer`` the gold LaTeX."""
+
+    uid: str
+    problem: str
+    answer: str
+    solution: str
+    subject: str
+    level: int
+
+
+def load_math500(path: str | Path, limit: int | None = None) -> list[MathProblem]:
+    """Read a MATH-500 JSONL file. Raises ``FileNotFoundError``, or ``InvalidParameterError``
+    (naming the file and line) on a malformed record."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise InvalidParameterError("limit", limit, "must be a non-negative integer or None")
+    p = Path(path)
+    out: list[MathProblem] = []
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if limit is not None and len(out) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                item = MathProblem(str(rec["unique_id"]), rec["problem"], rec["answer"],
+                                   rec["solution"], rec["subject"], int(rec["level"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise InvalidParameterError(f"{p.name}:{lineno}", line[:80], f"bad record ({exc})")
+            if not isinstance(item.answer, str) or not item.answer.strip():
+                raise InvalidParameterError(f"{p.name}:{lineno}", item.answer, "no gold answer")
+            out.append(item)
+    return out
+
+
+def format_math_prompt(problem: MathProblem) -> str:
+    """Zero-shot prompt asking for the final answer in ``\\boxed{}``."""
+    return (f"Problem: {problem.problem}\n"
+            "Solve the problem step by step. Put the final answer in \\boxed{}.\nSolution:\n")
+
+
+def grade_math(completion_text: str, problem: MathProblem,
+               equivalence: MathEquivalence = MATH_EQUIVALENCE) -> bool:
+    """True when the completion's last boxed answer is equivalent to the gold answer
+    (math-verify, gold first). No boxed answer grades False."""
+    if not isinstance(completion_text, str):
+        raise InvalidParameterError("completion_text", completion_text, "must be a str")
+    return equivalence.gold_matches(problem.answer, extract_math_answer(completion_text))
