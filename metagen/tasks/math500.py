@@ -8,7 +8,8 @@ The loader reads a JSONL file given its path (nothing is downloaded); each line 
 (:class:`~metagen.tasks.math_equiv.MathEquivalence`, optional extra ``math``).
 
 :data:`MATH_ANSWER_KEY` is what voting and MBR take (``answer_key=MATH_ANSWER_KEY``): boxed
-extraction, math-verify equivalence, grouping by :func:`canonical_answer`.
+extraction, math-verify equivalence, grouping by :func:`canonical_answer`;
+:func:`math_answer_key` builds one with another timeout.
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from metagen.errors import InvalidParameterError
 from metagen.tasks.answer_key import AnswerKey
 from metagen.tasks.boxed import extract_math_answer
 from metagen.tasks.math_equiv import MathEquivalence, canonical_answer
+
+
+
+def math_answer_key(timeout_s: int = 2) -> AnswerKey:
+    """MATH's answer key with ``timeout_s`` seconds per math-verify parse / verify call."""
+    return AnswerKey("math", extract_math_answer, MathEquivalence(timeout_s), canonical_answer)
+
 
 MATH_EQUIVALENCE = MathEquivalence()
 MATH_ANSWER_KEY = AnswerKey("math", extract_math_answer, MATH_EQUIVALENCE, canonical_answer)

@@ -17,7 +17,13 @@ the main thread) the call runs in a daemon thread that is abandoned after ``time
 keep using CPU until it finishes, but the caller goes on. A parse that times out or fails
 leaves the answer comparable by its canonical text only; a ``verify`` that times out is
 "not equivalent". Parses are cached (LRU, keyed by the text), so a pathological answer costs
-one timeout per process, not one per comparison.
+one timeout per process, not one per comparison. A vote's worst case is therefore one parse
+timeout per distinct answer plus two ``verify`` timeouts per comparison of a new canonical form
+with a class representative (see :func:`metagen.tasks.answer_key.group_by_canonical`).
+
+In the main thread the alarm replaces any ``SIGALRM`` timer the caller had set (math-verify
+cancels it when its own call ends). Off the main thread math-verify logs once that its own
+timeout is disabled: the bound is this module's.
 
 Cost measured on MATH-500's gold answers (one 2-core machine): about 2.5 ms per uncached
 parse, 0.03 ms per ``verify``.

@@ -16,6 +16,7 @@ from metagen.tasks.math500 import (
     format_math_prompt,
     grade_math,
     load_math500,
+    math_answer_key,
 )
 
 pytest.importorskip("math_verify")
@@ -53,6 +54,9 @@ def test_answer_key_is_boxed_and_math_verify():
     assert MATH_ANSWER_KEY.extract("the answer is 3") is None
     assert MATH_ANSWER_KEY.match(r"\frac{1}{2}", "0.5")
     assert MATH_ANSWER_KEY.canonical is not None
+    assert math_answer_key(timeout_s=5).match.timeout_s == 5
+    with pytest.raises(InvalidParameterError, match="timeout_s"):
+        math_answer_key(timeout_s=0)
 
 
 def test_every_math500_gold_grades_correct_against_itself(math500_path):
