@@ -105,6 +105,11 @@ def check_prompts(prompts: Any) -> list[Prompt]:
 def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
     """The text of a prompt: a string as is; chat messages through the tokenizer's chat template.
 
+    A conversation ending with an assistant message is *continued*: the template renders that
+    message open (``continue_final_message``, no end-of-turn), and the model extends it -- how
+    step searches grow a chat model's partial answer (:func:`extend_prompt`). Any other
+    conversation gets the template's generation prompt (a new assistant turn).
+
     Raises ``InvalidPromptError`` when messages are given and the tokenizer has no chat template.
     """
     if isinstance(prompt, str):
@@ -113,5 +118,31 @@ def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
         raise InvalidPromptError(
             "prompt", "<chat messages>", "this model's tokenizer has no chat template; "
             "pass a plain string prompt instead")
-    return tokenizer.apply_chat_template(
-        [dict(m) for m in prompt], tokenize=False, add_generation_prompt=True)
+    messages = [dict(m) for m in prompt]
+    if continues_assistant(prompt):
+        return str(tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=False,
+                                                 continue_final_message=True))
+    return str(tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=True))
+
+
+def continues_assistant(prompt: Prompt) -> bool:
+    """Whether ``prompt`` is a conversation whose last message is the assistant's (to extend)."""
+    return not isinstance(prompt, str) and bool(prompt) and prompt[-1].get("role") == "assistant"
+
+
+def extend_prompt(prompt: Prompt, text: str) -> Prompt:
+    """``prompt`` followed by ``text`` as the model's own output so far: a string is
+    concatenated; a conversation gets ``text`` as (the end of) its assistant message, which
+    generators then continue (see :func:`render_prompt`). An empty ``text`` changes nothing."""
+    if not text:
+        return prompt
+    if isinstance(prompt, str):
+        return prompt + text
+    messages = [dict(m) for m in prompt]
+    if continues_assistant(prompt):
+        messages[-1]["content"] = messages[-1]["content"] + text
+    else:
+        messages.append({"role": "assistant", "content": text})
+    return messages

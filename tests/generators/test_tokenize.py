@@ -68,3 +68,32 @@ def test_fast_decode_equals_tokenizer_decode(tok) -> None:
     from metagen.generators.tokenize import decode_ids
     ids = tok("Once upon a time, there was 日本 </s> a cat.\n")["input_ids"]
     assert decode_ids(tok, ids) == tok.decode(ids, skip_special_tokens=True)
+
+
+CHATML = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
+          "{% if not loop.last or m['role'] != 'assistant' %}</s>\n{% endif %}{% endfor %}"
+          "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+
+
+def test_a_conversation_ending_with_the_assistant_is_continued(tok) -> None:
+    """Step searches grow a chat model's partial answer: extend_prompt puts the steps so far in
+    the assistant message, and render_prompt leaves that message open (no end of turn, no new
+    generation prompt), so the model continues it."""
+    from copy import copy
+
+    from metagen.generators.base import continues_assistant, extend_prompt, render_prompt
+
+    chat_tok = copy(tok)
+    chat_tok.chat_template = CHATML
+    question = [{"role": "user", "content": "What is 2+3?"}]
+    assert render_prompt(chat_tok, question) == "<|user|>\nWhat is 2+3?</s>\n<|assistant|>\n"
+    assert extend_prompt(question, "") is question and not continues_assistant(question)
+    partial = extend_prompt(question, "Step 1: 2+3=5.\n")
+    assert continues_assistant(partial)
+    assert question == [{"role": "user", "content": "What is 2+3?"}]  # not mutated
+    assert render_prompt(chat_tok, partial) == \
+        "<|user|>\nWhat is 2+3?</s>\n<|assistant|>\nStep 1: 2+3=5.\n"
+    more = extend_prompt(partial, "The answer is 5.")
+    assert more[-1] == {"role": "assistant", "content": "Step 1: 2+3=5.\nThe answer is 5."}
+    assert render_prompt(chat_tok, more).startswith(render_prompt(chat_tok, partial))
+    assert extend_prompt("Q: 2+3?\n", "A: 5") == "Q: 2+3?\nA: 5"
