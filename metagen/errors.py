@@ -80,3 +80,20 @@ class InsufficientSamples(MetagenError):
         super().__init__(message)
         self.partial = partial
         self.failures = dict(failures or {})
+
+
+class CodeExecutionNotAllowed(MetagenError):
+    """Running model-written code was asked for without the caller's explicit opt-in
+    (``allow_code_execution=True`` or the environment variable ``METAGEN_ALLOW_CODE_EXECUTION=1``).
+    Raised before anything runs, and checkable up front with
+    :func:`metagen.sandbox.check_code_execution`."""
+
+
+class SandboxUnavailable(CapabilityError):
+    """No sandbox backend works on this machine (or the one asked for does not). ``reasons``
+    lists what the capability check found; nothing falls back to unsandboxed execution unless the
+    caller names the ``unsafe-local`` backend."""
+
+    def __init__(self, message: str, reasons: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.reasons = tuple(reasons)
