@@ -71,8 +71,13 @@ class BubblewrapExecutor:
         return self.uses_cgroup
 
     def argv(self, names: list[str], fds: list[int], limits: Limits,
-             status_fd: int) -> list[str]:
-        """The ``bwrap`` command line for one run (``fds[i]`` holds ``names[i]``)."""
+             status_fd: int, input_bytes: int = 0) -> list[str]:
+        """The ``bwrap`` command line for one run (``fds[i]`` holds ``names[i]``). The work
+        tmpfs holds the inputs plus ``disk_bytes`` (and a little room for tmpfs bookkeeping, so
+        that one file of ``disk_bytes`` meets the file-size limit before the quota)."""
+        page = 4096
+        tmpfs_bytes = (limits.disk_bytes + -(-input_bytes // page) * page + len(names) * page
+                       + (64 << 10))
         a = [self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
              "--clearenv", "--cap-drop", "ALL", "--disable-userns", "--hostname", "sandbox",
              "--uid", str(NOBODY), "--gid", str(NOBODY), "--json-status-fd", str(status_fd),
@@ -87,7 +92,7 @@ class BubblewrapExecutor:
         if not prefix.startswith("/usr"):
             a += ["--ro-bind", prefix, prefix]
         a += ["--proc", "/proc", "--dev", "/dev",
-              "--size", str(limits.disk_bytes), "--perms", "0700", "--tmpfs", "/work"]
+              "--size", str(tmpfs_bytes), "--perms", "0700", "--tmpfs", "/work"]
         made: set[str] = set()
         for name, fd in zip(names, fds):
             for parent in reversed(PurePosixPath(name).parents[:-1] if "/" in name else []):
@@ -141,7 +146,9 @@ class BubblewrapExecutor:
                 if cg is not None:
                     cg.kill()
 
-            sup = supervise(self.argv(list(contents), fds, limits, status_w), env={}, cwd="/",
+            argv = self.argv(list(contents), fds, limits, status_w,
+                             sum(len(c) for c in contents.values()))
+            sup = supervise(argv, env={}, cwd="/",
                             stdin=None if stdin is None else stdin.encode(),
                             wall_seconds=limits.wall_seconds,
                             max_output_bytes=limits.max_output_bytes, kill_tree=kill_tree,
@@ -157,6 +164,9 @@ class BubblewrapExecutor:
             if not sup.spawn_error and not started and not (sup.timed_out or sup.output_exceeded):
                 detail = "bubblewrap failed before starting the program: " + \
                     sup.stderr.decode("utf-8", "replace")[-500:]
+            cpu = cg.cpu_seconds() if cg else None
+            if cpu is not None:  # bwrap's own rusage misses the namespace's processes
+                sup.cpu_seconds = max(sup.cpu_seconds, cpu)
             return classify(sup, limits, NAME, exit_code=exit_code, sig=sig,
                             oom_killed=cg.oom_killed() if cg else False, detail=detail)
         finally:

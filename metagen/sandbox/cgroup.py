@@ -1,4 +1,5 @@
-"""A per-run cgroup (v1 ``memory`` and ``pids`` controllers) that contains and kills a tree."""
+"""A per-run cgroup (v1 ``memory`` and ``pids`` controllers, and ``cpuacct`` where mounted) that
+contains, measures and kills a process tree."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids")
+OPTIONAL = ("cpuacct",)
 
 
 def own_cgroup_dir(controller: str, root: Path = ROOT) -> Path | None:
@@ -47,15 +49,19 @@ class RunCgroup:
     def __init__(self, memory_bytes: int, max_processes: int, root: Path = ROOT) -> None:
         name = f"metagen-sandbox-{os.getpid()}-{secrets.token_hex(6)}"
         self.dirs: list[Path] = []
+        self._cpuacct: Path | None = None
         try:
-            for controller in CONTROLLERS:
+            for controller in CONTROLLERS + OPTIONAL:
                 base = own_cgroup_dir(controller, root)
                 if base is None:
+                    if controller in OPTIONAL:
+                        continue
                     raise OSError(f"no {controller} cgroup")
                 path = base / name
                 path.mkdir()
                 self.dirs.append(path)
-            mem, pids = self.dirs
+            mem, pids = self.dirs[:2]
+            self._cpuacct = self.dirs[2] if len(self.dirs) > 2 else None
             (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
             if (mem / "memory.memsw.limit_in_bytes").exists():
                 (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
@@ -76,11 +82,25 @@ class RunCgroup:
                 os.close(fd)
 
     def oom_killed(self) -> bool:
-        """Whether the memory limit was reached (failcnt) during the run."""
+        """Whether the kernel OOM-killed a process of the run (``oom_kill`` in
+        ``memory.oom_control``), or the limit was hit (``failcnt``) where that is not shown."""
         try:
-            return int((self.dirs[0] / "memory.failcnt").read_text()) > 0
+            mem = self.dirs[0]
+            for line in (mem / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value) > 0
+            return int((mem / "memory.failcnt").read_text()) > 0
         except (OSError, ValueError, IndexError):
             return False
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of every process that ran in the cgroup, where ``cpuacct`` is mounted."""
+        try:
+            return int((self._cpuacct / "cpuacct.usage").read_text()) / 1e9 \
+                if self._cpuacct else None
+        except (OSError, ValueError):
+            return None
 
     def kill(self, timeout: float = 5.0) -> None:
         """SIGKILL every process in the cgroups until they are empty."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal as _signal
 
@@ -28,7 +29,10 @@ def classify(sup: Supervised, limits: Limits, backend: str, *, exit_code: int | 
         status = "timeout"
     elif oom_killed or (exit_code not in (0, None) and b"MemoryError" in stderr_tail):
         status = "memory"
-    elif sig in (_signal.SIGXCPU, _signal.SIGKILL) and sup.cpu_seconds >= limits.cpu_seconds - 0.05:
+    elif sig in (_signal.SIGXCPU, _signal.SIGKILL) and max(
+            sup.cpu_seconds, sup.wall_seconds) >= math.ceil(limits.cpu_seconds) - 0.05:
+        # RLIMIT_CPU kills with SIGXCPU/SIGKILL; where the tree's CPU time is unknown, wall
+        # time (never less than CPU time for a single-threaded program) stands in for it.
         status = "timeout"
     elif sig == _signal.SIGXFSZ:
         status = "error"

@@ -17,7 +17,8 @@ class Limits:
     ``cpu_seconds``: CPU time (RLIMIT_CPU, whole seconds, rounded up).
     ``memory_bytes``: memory (per-run cgroup where available, plus an address-space rlimit).
     ``max_processes``: processes and threads (per-run cgroup ``pids.max`` plus RLIMIT_NPROC).
-    ``disk_bytes``: total size of the work directory, and the largest single file.
+    ``disk_bytes``: the most the program may write: the largest single file (RLIMIT_FSIZE), and
+    where the backend has a quota, the total it may add to the work directory.
     ``max_output_bytes``: bytes kept of stdout and of stderr each; more ends the run.
     ``max_open_files``: file descriptors (RLIMIT_NOFILE).
     A bad value raises :class:`InvalidParameterError` naming the field.

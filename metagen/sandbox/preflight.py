@@ -68,7 +68,7 @@ def _max_userns() -> int:
 
 
 def default_executor(*, allow_code_execution: bool | None = None,
-                     backend: str | None = None) -> Executor:
+                     backend: str | None = None, bwrap: str = "bwrap") -> Executor:
     """The executor to use: ``backend`` (or env ``METAGEN_SANDBOX_BACKEND``) when named —
     ``"unsafe-local"`` only this way — else bubblewrap if :func:`preflight` passes.
     Raises :class:`CodeExecutionNotAllowed` without the opt-in and :class:`SandboxUnavailable`
@@ -79,26 +79,28 @@ def default_executor(*, allow_code_execution: bool | None = None,
         raise InvalidParameterError("backend", name, f"must be one of {BACKENDS}")
     if name == "unsafe-local":
         return UnsafeLocalExecutor(allow_code_execution=allow_code_execution)
-    found = _cached_preflight()
+    found = _cached_preflight(bwrap)
     if found.backend is None:
         raise SandboxUnavailable(
             "no sandbox for model-written code works here: " + "; ".join(found.reasons)
             + ". Refusing to run it unsandboxed; name backend='unsafe-local' to accept that.",
             found.reasons)
-    return BubblewrapExecutor(use_cgroup=found.cgroup, allow_code_execution=allow_code_execution)
+    return BubblewrapExecutor(bwrap=bwrap, use_cgroup=found.cgroup,
+                              allow_code_execution=allow_code_execution)
 
 
-_CACHE: list[Preflight] = []
+_CACHE: dict[str, Preflight] = {}
 
 
-def _cached_preflight() -> Preflight:
-    if not _CACHE:
-        _CACHE.append(preflight())
-    return _CACHE[0]
+def _cached_preflight(bwrap: str) -> Preflight:
+    if bwrap not in _CACHE:
+        _CACHE[bwrap] = preflight(bwrap=bwrap)
+    return _CACHE[bwrap]
 
 
 def check_code_execution(allow_code_execution: bool | None = None, *,
-                         backend: str | None = None) -> Executor:
+                         backend: str | None = None, bwrap: str = "bwrap") -> Executor:
     """Call before generating anything: returns the executor that would run the code, or
     raises :class:`CodeExecutionNotAllowed` / :class:`SandboxUnavailable`."""
-    return default_executor(allow_code_execution=allow_code_execution, backend=backend)
+    return default_executor(allow_code_execution=allow_code_execution, backend=backend,
+                            bwrap=bwrap)
