@@ -102,7 +102,9 @@ class BubblewrapExecutor:
             a += ["--file", str(fd), f"/work/{name}"]
         for key, value in _ENV.items():
             a += ["--setenv", key, value]
-        return a + ["--chdir", "/work", "--", self.python, "-I", "-B", "main.py"]
+        # The root (bwrap's own tmpfs holding the mount points) is made read-only last.
+        return a + ["--remount-ro", "/", "--chdir", "/work", "--", self.python, "-I", "-B",
+                    "main.py"]
 
     def run(self, program: str, *, stdin: str | None = None,
             files: Mapping[str, str | bytes] | None = None,
