@@ -127,7 +127,9 @@ class BubblewrapExecutor:
                 except OSError as exc:
                     return _sandbox_error(f"could not create the run's cgroup: {exc}")
             space = limits.memory_bytes * 2 if cg else limits.memory_bytes
-            table = rlimit_table(limits, address_space=space)
+            # RLIMIT_NPROC counts every process of the uid (all runs, and exiting ones not yet
+            # reaped), so it is only a fallback where no per-run pids cgroup exists.
+            table = rlimit_table(limits, address_space=space, nproc=cg is None)
             drop = self.drops_to_nobody
             join = cg.join if cg else None
 
@@ -157,20 +159,24 @@ class BubblewrapExecutor:
                             preexec_fn=preexec, pass_fds=[*fds, status_w])
             os.close(status_w)
             status_w = -1
-            started, reported = _read_status(status_r)
+            reported = _read_status(status_r)
             exit_code, sig = decode_wait_status(sup.wait_status)
             code = exit_code
             if reported is not None and code is not None and code > 128:
                 exit_code, sig = None, code - 128  # bwrap's init reports 128 + signal
+            oom = cg.oom_killed() if cg else False
             detail = ""
-            if not sup.spawn_error and not started and not (sup.timed_out or sup.output_exceeded):
-                detail = "bubblewrap failed before starting the program: " + \
+            # bwrap reports an exit code only for a program that ran; without one (and
+            # without a kill of ours or the kernel's), bwrap itself failed.
+            if not sup.spawn_error and reported is None and not (
+                    sup.timed_out or sup.output_exceeded or oom):
+                detail = "bubblewrap failed before the program ran: " + \
                     sup.stderr.decode("utf-8", "replace")[-500:]
             cpu = cg.cpu_seconds() if cg else None
             if cpu is not None:  # bwrap's own rusage misses the namespace's processes
                 sup.cpu_seconds = max(sup.cpu_seconds, cpu)
             return classify(sup, limits, NAME, exit_code=exit_code, sig=sig,
-                            oom_killed=cg.oom_killed() if cg else False, detail=detail)
+                            oom_killed=oom, detail=detail)
         finally:
             for f in staged_files:
                 f.close()
@@ -181,8 +187,8 @@ class BubblewrapExecutor:
                 cg.close()
 
 
-def _read_status(fd: int) -> tuple[bool, int | None]:
-    """From bwrap's JSON status stream: whether the program started, and its reported exit."""
+def _read_status(fd: int) -> int | None:
+    """The exit code bwrap's JSON status stream reports for the program, if it ran."""
     os.set_blocking(fd, False)
     chunks = []
     try:
@@ -190,18 +196,15 @@ def _read_status(fd: int) -> tuple[bool, int | None]:
             chunks.append(data)
     except BlockingIOError:
         pass
-    text = b"".join(chunks).decode("utf-8", "replace")
-    started, code = False, None
-    for line in text.replace("}{", "}\n{").splitlines():
+    code = None
+    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
         try:
             doc = json.loads(line)
         except ValueError:
             continue
-        if isinstance(doc, dict):
-            started = started or "child-pid" in doc
-            if isinstance(doc.get("exit-code"), int):
-                code = doc["exit-code"]
-    return started, code
+        if isinstance(doc, dict) and isinstance(doc.get("exit-code"), int):
+            code = doc["exit-code"]
+    return code
 
 
 def _sandbox_error(detail: str) -> ExecResult:

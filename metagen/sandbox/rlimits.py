@@ -8,14 +8,16 @@ import resource
 from metagen.sandbox.limits import Limits
 
 
-def rlimit_table(limits: Limits, *, address_space: int) -> list[tuple[int, int]]:
+def rlimit_table(limits: Limits, *, address_space: int,
+                 nproc: bool = True) -> list[tuple[int, int]]:
     """``(resource, value)`` pairs, soft = hard, computed in the parent (the child only calls
-    ``setrlimit``). Hard limits cannot be raised again by an unprivileged program."""
+    ``setrlimit``). Hard limits cannot be raised again by an unprivileged program.
+    ``nproc``: also set RLIMIT_NPROC (which counts all processes of the real uid)."""
     cpu = max(1, math.ceil(limits.cpu_seconds))
-    return [(resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, limits.disk_bytes),
-            (resource.RLIMIT_NOFILE, limits.max_open_files),
-            (resource.RLIMIT_NPROC, limits.max_processes),
-            (resource.RLIMIT_AS, address_space), (resource.RLIMIT_CORE, 0)]
+    table = [(resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, limits.disk_bytes),
+             (resource.RLIMIT_NOFILE, limits.max_open_files),
+             (resource.RLIMIT_AS, address_space), (resource.RLIMIT_CORE, 0)]
+    return table + [(resource.RLIMIT_NPROC, limits.max_processes)] if nproc else table
 
 
 def apply_rlimits(table: list[tuple[int, int]]) -> None:

@@ -79,10 +79,11 @@ def supervise(argv: Sequence[str], *, env: dict[str, str], cwd: str | None,
                 reaped = _try_reap(proc)
                 if reaped is not None:
                     exited_at = now
-            # Once the child is gone, only drain what its descendants wrote meanwhile.
-            if exited_at is not None and now - exited_at > _DRAIN_SECONDS:
+            # Once the child is gone, take only what is already written, then end the run.
+            ready = sel.select(0 if exited_at is not None else min(deadline - now, 0.05))
+            if exited_at is not None and (not ready or now - exited_at > _DRAIN_SECONDS):
                 break
-            for key, _ in sel.select(min(deadline - now, 0.05)):
+            for key, _ in ready:
                 name = key.data
                 fd = key.fileobj.fileno()  # type: ignore[union-attr]
                 if name == "stdin":
