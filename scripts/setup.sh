@@ -9,6 +9,14 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv --system-site-packages .venv
 fi
 VPY=.venv/bin/python
+# bubblewrap is the sandbox for model-written code (metagen.sandbox). Installed quietly when
+# missing and we can (root with apt-get); never fatal: without it the sandbox preflight refuses
+# and its tests skip, naming the install command.
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+        && [ "$(id -u)" = 0 ]; then
+    { apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; } \
+        >/dev/null 2>&1 || echo "setup: could not install bubblewrap (apt-get install -y bubblewrap)" >&2
+fi
 stamp=.venv/.metagen-installed
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
     exit 0
