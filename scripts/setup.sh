@@ -14,8 +14,9 @@ VPY=.venv/bin/python
 # and its tests skip, naming the install command.
 if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
         && [ "$(id -u)" = 0 ]; then
-    { apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; } \
-        >/dev/null 2>&1 || echo "setup: could not install bubblewrap (apt-get install -y bubblewrap)" >&2
+    { apt-get install -y -qq bubblewrap \
+        || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; } >/dev/null 2>&1 \
+        || echo "setup: could not install bubblewrap (apt-get install -y bubblewrap)" >&2
 fi
 stamp=.venv/.metagen-installed
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then

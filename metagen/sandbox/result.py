@@ -22,8 +22,10 @@ class ExecResult:
     """What one run did. ``stdout``/``stderr`` hold at most ``max_output_bytes`` each, decoded
     as UTF-8 with replacement; the ``*_truncated`` flags say whether more was written.
     ``exit_code`` is None when the program died of a signal (then ``signal`` names it) or never
-    started. ``wall_seconds`` is measured by the parent; ``cpu_seconds`` is user + system time
-    of the whole reaped tree. ``detail`` explains a ``sandbox_error`` or a limit."""
+    started (under bubblewrap, whose init reports a signal as ``128 + signal``, an exit code
+    above 128 reads as that signal). ``wall_seconds`` is measured by the parent;
+    ``cpu_seconds`` is user + system time of the run's processes (from the run's cgroup where
+    there is one, else of the reaped tree). ``detail`` explains a ``sandbox_error``."""
 
     status: Status
     exit_code: int | None

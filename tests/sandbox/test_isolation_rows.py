@@ -25,7 +25,8 @@ def _detached_sleeper(tok: str, *, setsid: bool) -> str:
     return (
         "import os, sys\n"
         "if os.fork() == 0:\n"
-        f"    if {setsid}:\n        os.setsid()\n        if os.fork() != 0:\n            os._exit(0)\n"
+        f"    if {setsid}:\n        os.setsid()\n"
+        "        if os.fork() != 0:\n            os._exit(0)\n"
         "    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1000)', "
         f"{tok!r}])\n")
 
