@@ -29,9 +29,9 @@ def test_e1_wall_clock_kills_a_sleeper_without_survivors(executor):
 
 
 def test_e2_cpu_limit_kills_a_busy_loop(executor):
-    res = executor.run("while True: pass", limits=Limits(wall_seconds=10, cpu_seconds=1))
+    res = executor.run("while True: pass", limits=Limits(wall_seconds=30, cpu_seconds=1))
     assert res.status == "timeout"
-    assert res.wall_seconds < 4
+    assert res.wall_seconds < 20  # the CPU limit, not the (generous) wall clock, ended it
 
 
 def test_e3_signal_tricks_and_huge_arithmetic_are_killed(executor):
