@@ -7,7 +7,8 @@ value; ``u(i, j)`` is the fraction of the user's inputs on which they agree.
 **This executes model-written code.** Each distinct program runs once, in a fresh
 ``python -I`` subprocess of its own (new session, stdin closed, stdout/stderr discarded, CPU and
 file-size rlimits, the whole process group killed at the wall-clock timeout). That is NOT a
-sandbox: the code can read and write what this user can. It is therefore refused unless the
+sandbox: the code can read and write what this user can. Pass ``executor=`` (a
+:class:`metagen.sandbox.Executor`, e.g. bubblewrap) to run each program in a sandbox instead. It is therefore refused unless the
 caller opts in with ``allow_code_execution=True`` (RELIABILITY E21), which is checked when the
 utility is constructed — before any model call. Results are compared in this (trusted) process
 as serialised JSON text, so an object whose ``__eq__`` is always true cannot fake agreement
@@ -29,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.sandbox.executor import Executor
+from metagen.sandbox.harness import run_function
+from metagen.sandbox.limits import Limits
 
 _RUNNER = r'''
 import json, sys
@@ -70,12 +74,15 @@ class ExecutionAgreementUtility:
 
     ``inputs`` is a list of argument lists (JSON-serialisable) for the function ``entry_point``.
     ``code`` maps a completion to program text (default :func:`extract_code`). Raises
-    ``InvalidParameterError`` naming ``allow_code_execution`` unless it is True.
+    ``InvalidParameterError`` naming ``allow_code_execution`` unless it is True. ``executor``: a
+    :class:`metagen.sandbox.Executor` to run the programs in (e.g. the one
+    :func:`metagen.sandbox.check_code_execution` returns); None keeps the plain subprocess.
     """
 
     def __init__(self, inputs: Sequence[Sequence[Any]], entry_point: str, *,
                  allow_code_execution: bool = False, timeout: float = 5.0,
-                 code: Callable[[str], str] = extract_code) -> None:
+                 code: Callable[[str], str] = extract_code,
+                 executor: Executor | None = None) -> None:
         if allow_code_execution is not True:
             raise InvalidParameterError(
                 "allow_code_execution", allow_code_execution,
@@ -92,6 +99,7 @@ class ExecutionAgreementUtility:
         self.entry_point = entry_point
         self.timeout = float(timeout)
         self.code = code
+        self.executor = executor
         self.runs = 0  # subprocesses started (for tests and accounting)
 
     def outputs(self, texts: Sequence[str]) -> list[list[str | None]]:
@@ -114,6 +122,11 @@ class ExecutionAgreementUtility:
 
     def _run(self, program: str) -> list[str | None]:
         self.runs += 1
+        if self.executor is not None:
+            limits = Limits(wall_seconds=self.timeout, cpu_seconds=self.timeout)
+            values, _ = run_function(self.executor, program, self.entry_point, self.inputs,
+                                     limits=limits)
+            return values
         failed: list[str | None] = [None] * len(self.inputs)
         nonce = secrets.token_hex(16)
         with tempfile.TemporaryDirectory(prefix="metagen_exec_") as work:

@@ -39,3 +39,18 @@ def test_failures_never_agree():
     syntax = "def f(:\n"
     outs = u.outputs([always_eq, early_exit, sleeper, syntax, ADD])
     assert outs == [[None], [None], [None], [None], ["3"]]
+
+
+def test_programs_can_run_in_a_sandbox_executor():
+    from metagen.sandbox import UnsafeLocalExecutor, preflight, BubblewrapExecutor
+    found = preflight()
+    executors = [UnsafeLocalExecutor(allow_code_execution=True)]
+    if found.backend == "bubblewrap":
+        executors.append(BubblewrapExecutor(use_cgroup=found.cgroup, allow_code_execution=True))
+    always_eq = ("class E:\n    def __eq__(self, o):\n        return True\n"
+                 "def f(a, b):\n    return E()\n")
+    for ex in executors:
+        u = ExecutionAgreementUtility(INPUTS, "f", allow_code_execution=True, timeout=2,
+                                      executor=ex)
+        outs = u.outputs([ADD, HALF, always_eq, "import os\nos._exit(0)\n"])
+        assert outs == [["3", "7", "0"], ["3", "7", None], [None] * 3, [None] * 3], ex.name
