@@ -97,3 +97,66 @@ class SandboxUnavailable(CapabilityError):
     def __init__(self, message: str, reasons: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.reasons = tuple(reasons)
+
+
+class BackendError(MetagenError):
+    """A remote generation backend (an OpenAI-compatible server) failed one request.
+
+    ``outcome`` is the sample outcome it stands for (``invalid_request``, ``rate_limited``,
+    ``timeout``, ``server_error``, ``transport_error``); ``status`` the HTTP status (None when no
+    response came), ``param`` the request parameter the server blamed (if it said), ``message``
+    the server's message, bounded and with the API key redacted.
+    """
+
+    outcome = "server_error"
+
+    def __init__(self, message: str, *, status: int | None = None, param: str | None = None,
+                 cause: BaseException | None = None) -> None:
+        if len(message) > 500:  # bounded error size
+            message = message[:500] + "...(truncated)"
+        shown = f"HTTP {status}: {message}" if status is not None else message
+        super().__init__(shown + (f" (param {param!r})" if param else ""))
+        self.message = message
+        self.status = status
+        self.param = param
+        self.cause = cause
+
+
+class InvalidRequest(BackendError):
+    """The server refused the request (HTTP 4xx other than 408/429); never retried."""
+
+    outcome = "invalid_request"
+
+
+class RateLimited(BackendError):
+    """HTTP 429 after every allowed retry, or with a ``Retry-After`` (``retry_after`` seconds)
+    longer than the client is willing to wait."""
+
+    outcome = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 status: int | None = 429, param: str | None = None,
+                 cause: BaseException | None = None) -> None:
+        super().__init__(message, status=status, param=param, cause=cause)
+        self.retry_after = retry_after
+
+
+class ServerError(BackendError):
+    """HTTP 5xx (or 408) after every allowed retry."""
+
+
+class BackendProtocolError(ServerError):
+    """The server answered with something that is not a valid response (not JSON, an HTML error
+    page, missing or inconsistent fields); ``cause`` is the decode or validation error."""
+
+
+class BackendTimeout(BackendError, TimeoutError):
+    """A request did not finish within its deadline (retries and waits included)."""
+
+    outcome = "timeout"
+
+
+class TransportError(BackendError, ConnectionError):
+    """The connection failed (refused, reset, closed mid-body) after every allowed retry."""
+
+    outcome = "transport_error"

@@ -266,7 +266,10 @@ class Usage:
     """Compute spent by a call or a whole strategy run; ``a + b`` adds field by field.
 
     ``cached_prompt_tokens`` counts prompt tokens served from a prefix cache (a subset of
-    ``prompt_tokens``). FLOPs are estimates: 2 x parameters x tokens plus attention.
+    ``prompt_tokens``). FLOPs are estimates: 2 x parameters x tokens plus attention. FLOPs that a
+    backend cannot know (a remote server whose parameter count was not declared) are NaN, never
+    0; NaN propagates through ``+`` and ``-``, so a total that includes them is unknown too
+    (:attr:`flops_known`).
     """
 
     prompt_tokens: int = 0
@@ -293,6 +296,11 @@ class Usage:
     def flops(self) -> float:
         """Generator plus scorer FLOPs."""
         return self.generator_flops + self.scorer_flops
+
+    @property
+    def flops_known(self) -> bool:
+        """False when some FLOPs in this total were unknown (NaN)."""
+        return not math.isnan(self.flops)
 
     @property
     def prefilled_tokens(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from metagen.errors import InvalidParameterError
+from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.types import Usage
 
 
@@ -39,7 +39,13 @@ class Budget:
         _positive_or_none("max_seconds", self.max_seconds)
 
     def exhausted(self, usage: Usage) -> bool:
-        """True when any limit is reached by ``usage`` (the run's usage so far)."""
+        """True when any limit is reached by ``usage`` (the run's usage so far).
+
+        Raises ``CapabilityError`` for a FLOP limit when the FLOPs are unknown (NaN: a remote
+        backend that declared no parameter count), rather than never stopping."""
+        if self.max_flops is not None and math.isnan(usage.flops):
+            raise CapabilityError("a max_flops budget needs known FLOPs; this generator reports "
+                                  "them as unknown (declare its num_params)")
         return (
             (self.max_generated_tokens is not None
              and usage.generated_tokens >= self.max_generated_tokens)
