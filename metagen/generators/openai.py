@@ -1,0 +1,343 @@
+"""OpenAIGenerator: the Generator protocol over any OpenAI-compatible server (vLLM, SGLang,
+llama.cpp's server, OpenAI itself), on httpx.
+
+**One request per sample.** ``generate(prompts, params)`` sends ``len(prompts) * params.n``
+requests with ``n=1`` rather than one request with ``n``: each sample then has its own outcome
+(``ok``, ``invalid_request``, ``rate_limited``, ``timeout``, ``server_error``,
+``transport_error``, ``cancelled``) and its own retries, so one failed sample costs one sample,
+not the whole group. Sample ``i`` of a seeded request carries the seed ``seed + i`` (sample ``i``
+depends on (seed, i) only, as on the built-in engine). Servers with prefix caching (vLLM, SGLang)
+prefill a shared prompt once anyway.
+
+**Failures are samples, not exceptions.** A sample that still fails after the retry policy
+(:mod:`metagen.generators.openai_retry`) comes back as ``Completion(text="",
+finish_reason="error", stop_reason=<outcome>)`` at its index, which every strategy already drops
+and counts (``Result.failures``; ``min_successful`` raises ``InsufficientSamples``).
+:meth:`OpenAIGenerator.agenerate_samples` returns the typed error of each sample. Only a request
+that can never succeed for any sample -- HTTP 401, 403 or 404 (a wrong key, URL or model) -- is
+raised from ``generate`` (as :class:`~metagen.errors.InvalidRequest`).
+
+**Retried samples.** A retry resends the identical body, seed included: on a server whose seeded
+sampling is deterministic the retried sample is the same sample the failed attempt would have
+been (a retry does not change the distribution or the votes).
+
+**Deadline.** ``timeout`` bounds a whole call -- queueing for a connection slot, every attempt and
+every backoff -- not each attempt: a hanging server fails the call's outstanding samples as
+``timeout`` at ``timeout`` seconds, with their connections closed. ``max_concurrency`` bounds the
+requests in flight across all calls of this generator.
+
+**Usage.** ``prompt_tokens`` counts each prompt once (the largest count the server reported for
+its samples), ``generated_tokens`` the sum of the server's ``completion_tokens``; ``calls`` is 1
+per call. ``generator_flops`` is ``2 * num_params * tokens`` when ``num_params`` was declared, else
+NaN (unknown, never 0); a response without ``usage`` leaves its tokens uncounted, makes the call's
+FLOPs NaN and is counted in :attr:`OpenAIGenerator.missing_usage`.
+
+**Threads and loops.** All I/O runs on a private event loop thread owned by the generator; the
+sync faces block on it, the async faces await it from any loop (cancelling the awaiting task
+cancels the call's outstanding requests). The API key is sent as a bearer header only and is
+redacted from every error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import httpx
+
+from metagen.errors import (
+    BackendError,
+    BackendProtocolError,
+    BackendTimeout,
+    InvalidParameterError,
+    InvalidRequest,
+    TransportError,
+)
+from metagen.generators.base import Capabilities, Prompt, check_prompts
+from metagen.generators.openai_retry import RetryPolicy, http_error, redact
+from metagen.generators.openai_wire import (
+    CHAT,
+    Dialect,
+    Parsed,
+    build_request,
+    check_supported,
+    dialect_from_models,
+    parse_response,
+)
+from metagen.types import Completion, SamplingParams, Usage
+
+log = logging.getLogger("metagen.openai")
+T = TypeVar("T")
+FATAL_STATUS = frozenset({401, 403, 404})
+
+
+@dataclass(slots=True, frozen=True)
+class SampleResult:
+    """The outcome of one sample: ``completion`` (a failed one has ``finish_reason="error"`` and
+    ``stop_reason=outcome``), the typed ``error`` (None when ok) and the ``attempts`` made."""
+
+    index: int
+    outcome: str
+    completion: Completion
+    error: BackendError | None = None
+    attempts: int = 0
+    parsed: Parsed | None = None
+
+
+class _LoopThread:
+    """A private asyncio loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name="metagen-openai-loop")
+        self.thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("a sync OpenAIGenerator method was called from its own loop")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = self.submit(coro)
+        try:
+            return future.result()
+        finally:  # interrupted (KeyboardInterrupt): cancel the call's requests
+            future.cancel()
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+        self.loop.close()
+
+
+class OpenAIGenerator:
+    """Generator over an OpenAI-compatible HTTP server. See the module docstring.
+
+    ``base_url`` is the API root (``http://127.0.0.1:8000/v1``; ``/v1`` is appended when the URL
+    has no path). ``dialect`` (``openai``, ``vllm``, ``sglang``, ``llamacpp``) selects the sampling
+    extensions sent; None probes ``GET /models`` once (its ``owned_by``) and falls back to
+    standard fields only. ``backoff_base`` / ``backoff_cap`` / ``max_retry_after`` tune the retry
+    policy (:class:`~metagen.generators.openai_retry.RetryPolicy`); ``num_params`` (the model's
+    parameter count) makes FLOPs known.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, *,
+                 max_concurrency: int = 16, timeout: float = 60.0, max_retries: int = 3,
+                 backoff_base: float = 0.5, backoff_cap: float = 8.0,
+                 max_retry_after: float = 30.0, connect_timeout: float = 10.0,
+                 num_params: int | None = None, dialect: str | None = None) -> None:
+        if not isinstance(base_url, str) or urlparse(base_url).scheme not in ("http", "https"):
+            raise InvalidParameterError("base_url", base_url, "must be an http(s) URL")
+        if not isinstance(model, str) or not model:
+            raise InvalidParameterError("model", model, "must be a non-empty string")
+        if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) \
+                or max_concurrency < 1:
+            raise InvalidParameterError("max_concurrency", max_concurrency, "must be an int >= 1")
+        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value <= 0:
+                raise InvalidParameterError(name, value, "must be a positive finite number")
+        if num_params is not None and (not isinstance(num_params, int) or num_params <= 0):
+            raise InvalidParameterError("num_params", num_params, "must be a positive int or None")
+        self.policy = RetryPolicy(max_retries, backoff_base, backoff_cap, max_retry_after)
+        self._dialect = None if dialect is None else Dialect(dialect)
+        url = base_url.rstrip("/")
+        self.base_url = url if urlparse(url).path else url + "/v1"
+        self.model = model
+        self.timeout = float(timeout)
+        self.num_params = num_params
+        self.max_concurrency = max_concurrency
+        self.missing_usage = 0
+        self._api_key = api_key
+        self._rng = random.Random()
+        self._usage = Usage()
+        self._lock = threading.Lock()
+        self._loop = _LoopThread()
+        self._sem = asyncio.Semaphore(max_concurrency)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(None, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=max_concurrency,
+                                max_keepalive_connections=max_concurrency),
+            transport=httpx.AsyncHTTPTransport(retries=0))  # the only retry layer is ours
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIGenerator({self.base_url!r}, {self.model!r})"
+
+    # --- protocol faces -------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Top-k logprobs need token ids (vLLM only); seeds are honoured by vLLM, SGLang and
+        llama.cpp (not by OpenAI). Probes the server when the dialect is not known yet."""
+        dialect = self.dialect
+        return Capabilities(logits=False, logprobs=dialect.token_ids, prompt_scoring=False,
+                            prefix_cache=False, constraints=False, seeded=dialect.seeded)
+
+    @property
+    def dialect(self) -> Dialect:
+        """The server's dialect (probed on first use when not given)."""
+        return self._dialect or self._loop.run(self._probe())
+
+    @property
+    def usage(self) -> Usage:
+        """Cumulative usage of every call so far (see the module docstring)."""
+        return self._usage
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams
+                 ) -> list[list[Completion]]:
+        """``len(prompts)`` lists of ``params.n`` completions in sample order; failed samples are
+        error completions (see the module docstring). Raises ``InvalidParameterError`` /
+        ``CapabilityError`` before any generation request, ``InvalidRequest`` on 401/403/404."""
+        return _completions(self._loop.run(self._generate(prompts, params)))
+
+    async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams
+                        ) -> list[list[Completion]]:
+        """:meth:`generate` for asyncio callers; cancelling the awaiting task cancels the
+        call's outstanding requests."""
+        return _completions(await self.agenerate_samples(prompts, params))
+
+    def generate_samples(self, prompts: Sequence[Prompt], params: SamplingParams
+                         ) -> list[list[SampleResult]]:
+        """Like :meth:`generate`, with each sample's outcome, typed error and attempt count."""
+        return self._loop.run(self._generate(prompts, params))
+
+    async def agenerate_samples(self, prompts: Sequence[Prompt], params: SamplingParams
+                                ) -> list[list[SampleResult]]:
+        """:meth:`generate_samples` for asyncio callers."""
+        return await asyncio.wrap_future(self._loop.submit(self._generate(prompts, params)))
+
+    def close(self) -> None:
+        """Close the connections and stop the loop thread; idempotent."""
+        if self._loop.thread.is_alive():
+            self._loop.run(self._client.aclose())
+        self._loop.close()
+
+    def __enter__(self) -> OpenAIGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- on the private loop -----------------------------------------------------------------
+
+    async def _probe(self) -> Dialect:
+        """GET /models once; a server that answers fixes the dialect, one that cannot be reached
+        gives standard fields for this call only."""
+        try:
+            resp = await self._client.get(self.base_url + "/models",
+                                          timeout=min(self.timeout, 10.0))
+            data = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("dialect probe of %s failed (%s); sending standard fields only",
+                        self.base_url, redact(type(exc).__name__, self._api_key))
+            return Dialect("openai")
+        self._dialect = dialect_from_models(data)
+        return self._dialect
+
+    async def _generate(self, prompts: Sequence[Prompt], params: SamplingParams
+                        ) -> list[list[SampleResult]]:
+        start = time.perf_counter()
+        if not isinstance(params, SamplingParams):
+            raise InvalidParameterError("params", params, "must be a SamplingParams")
+        plist = check_prompts(prompts)
+        dialect = self._dialect or await self._probe()
+        check_supported(params, dialect)
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        tasks = [[asyncio.ensure_future(self._sample(p, params, j, dialect, deadline))
+                  for j in range(params.n)] for p in plist]
+        flat = [t for row in tasks for t in row]
+        try:
+            await asyncio.gather(*flat)
+        finally:
+            for t in flat:
+                t.cancel()
+            await asyncio.gather(*flat, return_exceptions=True)
+        rows = [[t.result() for t in row] for row in tasks]
+        self._account(rows, start)
+        for row in rows:
+            for s in row:
+                if isinstance(s.error, InvalidRequest) and s.error.status in FATAL_STATUS:
+                    raise s.error
+        return rows
+
+    async def _sample(self, prompt: Prompt, params: SamplingParams, index: int,
+                      dialect: Dialect, deadline: float) -> SampleResult:
+        path, body = build_request(self.model, prompt, params, index, dialect)
+        want_lp = params.logprobs is not None
+        loop = asyncio.get_running_loop()
+        attempts = 0
+        error: BackendError
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                error = BackendTimeout(f"no response within the call's {self.timeout:g}s deadline")
+                break
+            attempts += 1
+            try:
+                parsed = await asyncio.wait_for(self._attempt(path, body, want_lp), remaining)
+                return SampleResult(index, "ok", parsed.completion, None, attempts, parsed)
+            except BackendError as exc:
+                error = exc
+            except asyncio.TimeoutError:
+                error = BackendTimeout(f"no response within the call's {self.timeout:g}s deadline")
+                break
+            delay = self.policy.delay(error, attempts - 1, self._rng)
+            if delay is None or loop.time() + delay > deadline:
+                break
+            log.warning("%s sample %d attempt %d failed (%s); retrying in %.2fs",
+                        path, index, attempts, error, delay)
+            await asyncio.sleep(delay)
+        log.warning("%s sample %d failed after %d attempt(s): %s", path, index, attempts, error)
+        failed = Completion(text="", finish_reason="error", stop_reason=error.outcome)
+        return SampleResult(index, error.outcome, failed, error, attempts)
+
+    async def _attempt(self, path: str, body: dict[str, Any], want_lp: bool) -> Parsed:
+        """One HTTP request; raises a typed :class:`BackendError`."""
+        async with self._sem:
+            try:
+                resp = await self._client.post(self.base_url + path, json=body)
+            except httpx.HTTPError as exc:
+                message = redact(f"{type(exc).__name__}: {exc}", self._api_key)
+                raise TransportError(message, cause=exc) from None
+        if not 200 <= resp.status_code < 300:
+            raise http_error(resp.status_code, resp.content, resp.headers.get("retry-after"),
+                             self._api_key)
+        try:
+            data = json.loads(resp.content)
+        except ValueError as exc:
+            raise BackendProtocolError(f"response is not JSON: {exc}", status=resp.status_code,
+                                       cause=exc) from None
+        return parse_response(data, path == CHAT, want_lp)
+
+    def _account(self, rows: list[list[SampleResult]], start: float) -> None:
+        prompt_tokens = generated = missing = 0
+        for row in rows:
+            counts = [s.parsed for s in row if s.parsed is not None]
+            prompt_tokens += max((p.prompt_tokens or 0 for p in counts), default=0)
+            generated += sum(p.completion_tokens or 0 for p in counts)
+            missing += sum(p.prompt_tokens is None or p.completion_tokens is None for p in counts)
+        flops = math.nan if self.num_params is None or missing \
+            else 2.0 * self.num_params * (prompt_tokens + generated)
+        call = Usage(prompt_tokens=prompt_tokens, generated_tokens=generated, calls=1,
+                     generator_flops=flops, wall_time=time.perf_counter() - start)
+        with self._lock:
+            self._usage = self._usage + call
+            self.missing_usage += missing
+
+
+def _completions(rows: list[list[SampleResult]]) -> list[list[Completion]]:
+    return [[s.completion for s in row] for row in rows]

@@ -1,0 +1,256 @@
+"""Request mapping and response parsing for OpenAI-compatible servers, as pure functions.
+
+:func:`build_request` turns (prompt, :class:`SamplingParams`, sample index) into a path and a JSON
+body for ONE sample (``n=1``): a string prompt goes to ``/v1/completions``, chat messages to
+``/v1/chat/completions``. Standard OpenAI fields are always sent; the sampling extensions of
+vLLM, SGLang and llama.cpp's server only to a server of that :class:`Dialect`. A field the user
+set (not its default) that the dialect cannot honour raises :class:`CapabilityError` naming it,
+before any request: nothing is dropped silently.
+
+:func:`parse_response` validates one response body and returns a :class:`Completion` plus the
+server's token counts, or raises :class:`BackendProtocolError` (never ``IndexError``/``KeyError``):
+no or several choices, a null or missing text, an unknown ``finish_reason``, logprobs that do not
+cover the tokens. A missing ``usage`` is accepted (the counts are then None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metagen.errors import BackendProtocolError, CapabilityError
+from metagen.generators.base import Prompt
+from metagen.types import SEED_MAX, Completion, FinishReason, SamplingParams
+
+COMPLETIONS = "/completions"
+CHAT = "/chat/completions"
+
+# SamplingParams field -> the server's name, per dialect, beyond the standard OpenAI fields.
+_EXTENSIONS: dict[str, dict[str, str]] = {
+    "openai": {},
+    "vllm": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+             "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
+             "stop_token_ids": "stop_token_ids", "allowed_token_ids": "allowed_token_ids"},
+    "sglang": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+               "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
+               "stop_token_ids": "stop_token_ids"},
+    "llamacpp": {"top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p",
+                 "repetition_penalty": "repeat_penalty", "ignore_eos": "ignore_eos"},
+}
+# Fields every OpenAI-compatible server takes (mapped by hand in build_request).
+_STANDARD = frozenset({"n", "temperature", "top_p", "presence_penalty", "frequency_penalty",
+                       "seed", "stop", "max_tokens", "logprobs", "logit_bias"})
+_DEFAULTS = SamplingParams()
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "eos": "stop", "tool_calls": "stop",
+                                    "function_call": "stop", "length": "length",
+                                    "abort": "abort", "content_filter": "abort"}
+
+
+@dataclass(slots=True, frozen=True)
+class Dialect:
+    """Which server family we talk to: ``openai`` (standard fields only), ``vllm``, ``sglang`` or
+    ``llamacpp``. Only vLLM returns token ids (``return_tokens_as_token_ids``), which top-k
+    logprobs need, since :class:`Completion` keys alternatives by token id."""
+
+    name: str = "openai"
+
+    def __post_init__(self) -> None:
+        if self.name not in _EXTENSIONS:
+            raise ValueError(f"unknown dialect {self.name!r}; known: {sorted(_EXTENSIONS)}")
+
+    @property
+    def token_ids(self) -> bool:
+        return self.name == "vllm"
+
+    @property
+    def seeded(self) -> bool:
+        return self.name != "openai"
+
+
+def dialect_from_models(data: Any) -> Dialect:
+    """The dialect a ``GET /v1/models`` answer reveals (its ``owned_by``); ``openai`` when unsure."""
+    items = data.get("data") if isinstance(data, Mapping) else None
+    owners = {str(m.get("owned_by", "")).lower() for m in items or () if isinstance(m, Mapping)}
+    for name, marks in (("vllm", ("vllm",)), ("sglang", ("sglang",)),
+                        ("llamacpp", ("llamacpp", "llama.cpp", "llama-cpp"))):
+        if any(mark in owner for owner in owners for mark in marks):
+            return Dialect(name)
+    return Dialect("openai")
+
+
+def _is_set(params: SamplingParams, name: str) -> bool:
+    value, default = getattr(params, name), getattr(_DEFAULTS, name)
+    if name == "top_k":
+        return value not in (0, -1)
+    if name in ("bad_words", "stop", "stop_token_ids"):
+        return bool(value)
+    return bool(value != default)
+
+
+def check_supported(params: SamplingParams, dialect: Dialect) -> None:
+    """Raise :class:`CapabilityError` naming every field set in ``params`` that ``dialect``
+    cannot honour (including top-k logprobs without token ids)."""
+    ext = _EXTENSIONS[dialect.name]
+    lacking = [name for name in params.to_dict()
+               if name not in _STANDARD and name not in ext and _is_set(params, name)]
+    if params.logprobs and not dialect.token_ids:
+        lacking.append(f"logprobs={params.logprobs} (top-k alternatives need token ids)")
+    if lacking:
+        raise CapabilityError(f"a {dialect.name!r} server cannot honour {', '.join(lacking)}; "
+                              "unset them or use a backend that supports them")
+
+
+def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int,
+                  dialect: Dialect) -> tuple[str, dict[str, Any]]:
+    """(path, body) of the request for sample ``index`` of ``prompt`` (``n=1``; its seed is
+    ``seed + index``, so sample ``i`` depends on (seed, i) only). Call :func:`check_supported`
+    first."""
+    chat = not isinstance(prompt, str)
+    body: dict[str, Any] = {"model": model, "n": 1, "max_tokens": params.max_tokens,
+                            "temperature": 0.0 if params.is_greedy else params.temperature}
+    if isinstance(prompt, str):
+        body["prompt"] = prompt
+    else:
+        body["messages"] = [dict(m) for m in prompt]
+    if params.top_p != 1.0:
+        body["top_p"] = params.top_p
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(params, name):
+            body[name] = getattr(params, name)
+    if params.seed is not None:
+        body["seed"] = (params.seed + index) % (SEED_MAX + 1)
+    if params.stop:
+        body["stop"] = list(params.stop)
+    if params.logit_bias:
+        body["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}
+    if params.logprobs is not None:
+        if chat:
+            body["logprobs"] = True
+            body["top_logprobs"] = params.logprobs
+        else:
+            body["logprobs"] = params.logprobs
+        if dialect.token_ids:
+            body["return_tokens_as_token_ids"] = True
+    for name, wire in _EXTENSIONS[dialect.name].items():
+        if _is_set(params, name):
+            value = getattr(params, name)
+            body[wire] = list(value) if isinstance(value, tuple) else value
+    if dialect.name == "vllm":
+        body["include_stop_str_in_output"] = False
+    return (CHAT if chat else COMPLETIONS), body
+
+
+@dataclass(slots=True, frozen=True)
+class Parsed:
+    """One validated response: the completion and the server's token counts (None if absent)."""
+
+    completion: Completion
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def _fail(message: str) -> BackendProtocolError:
+    return BackendProtocolError(f"invalid response: {message}")
+
+
+def parse_response(data: Any, chat: bool, want_logprobs: bool) -> Parsed:
+    """Validate one ``n=1`` response body (already JSON-decoded). See the module docstring."""
+    if not isinstance(data, Mapping):
+        raise _fail("not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], Mapping):
+        count = len(choices) if isinstance(choices, list) else "no"
+        raise _fail(f"expected 1 choice (n=1), got {count}")
+    choice = choices[0]
+    if chat:
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, Mapping) else None
+    else:
+        text = choice.get("text")
+    if not isinstance(text, str):
+        raise _fail(f"the completion text is {type(text).__name__}, not a string")
+    raw_finish = choice.get("finish_reason")
+    finish = _FINISH.get(raw_finish) if isinstance(raw_finish, str) else None
+    if finish is None:
+        raise _fail(f"unknown finish_reason {raw_finish!r}")
+    stop_reason = choice.get("stop_reason")
+    token_ids, logprobs, top = _logprobs(choice.get("logprobs"), chat) if want_logprobs \
+        else ((), None, None)
+    prompt_tokens, completion_tokens = _usage(data.get("usage"))
+    if logprobs is not None and completion_tokens is not None \
+            and len(logprobs) != completion_tokens:
+        raise _fail(f"{len(logprobs)} logprobs for {completion_tokens} tokens")
+    completion = Completion(
+        text=text, token_ids=token_ids, logprobs=logprobs,
+        cumulative_logprob=None if logprobs is None else float(sum(logprobs)),
+        finish_reason=finish, top_logprobs=top,
+        stop_reason=stop_reason if isinstance(stop_reason, (str, int)) else None)
+    return Parsed(completion, prompt_tokens, completion_tokens)
+
+
+def _usage(usage: Any) -> tuple[int | None, int | None]:
+    if not isinstance(usage, Mapping):
+        return None, None
+    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    ok = [isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (p, c)]
+    return (p if ok[0] else None), (c if ok[1] else None)
+
+
+def _token_id(token: Any) -> int | None:
+    if isinstance(token, str) and token.startswith("token_id:"):
+        try:
+            return int(token[len("token_id:"):])
+        except ValueError:
+            return None
+    return None
+
+
+def _logprobs(block: Any, chat: bool
+              ) -> tuple[tuple[int, ...], tuple[float, ...], tuple[dict[int, float], ...] | None]:
+    """(token ids, logprobs, top alternatives) from a completions or chat ``logprobs`` block."""
+    if not isinstance(block, Mapping):
+        raise _fail("logprobs were requested but the response has none")
+    tokens: list[Any]
+    values: list[Any]
+    tops: list[Any]
+    if chat:
+        content = block.get("content")
+        if not isinstance(content, list) or not all(isinstance(e, Mapping) for e in content):
+            raise _fail("chat logprobs.content is not a list of objects")
+        tokens = [e.get("token") for e in content]
+        values = [e.get("logprob") for e in content]
+        tops = [{t.get("token"): t.get("logprob") for t in e.get("top_logprobs") or ()
+                 if isinstance(t, Mapping)} for e in content]
+    else:
+        raw: list[Any] = [block.get("tokens"), block.get("token_logprobs"),
+                          block.get("top_logprobs") or []]
+        if not all(isinstance(x, list) for x in raw):
+            raise _fail("completions logprobs lack tokens / token_logprobs lists")
+        tokens, values, tops = raw
+    if len(values) != len(tokens) or (tops and len(tops) != len(tokens)):
+        raise _fail(f"logprobs cover {len(values)} of {len(tokens)} tokens")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise _fail("a token logprob is not a number")
+    ids = [_token_id(t) for t in tokens]
+    token_ids = tuple(i for i in ids if i is not None) if all(i is not None for i in ids) else ()
+    top: tuple[dict[int, float], ...] | None = None
+    if token_ids and tops:
+        top = tuple(_top_by_id(d) for d in tops)
+    return token_ids, tuple(float(v) for v in values), top
+
+
+def _top_by_id(entry: Any) -> dict[int, float]:
+    if not isinstance(entry, Mapping):
+        raise _fail("a top_logprobs entry is not an object")
+    out: dict[int, float] = {}
+    for token, value in entry.items():
+        tid = _token_id(token)
+        if tid is None or not isinstance(value, (int, float)):
+            raise _fail(f"top_logprobs entry {token!r}: {value!r} is not token_id:N -> number")
+        out[tid] = float(value)
+    return out
+
+
+__all__ = ["CHAT", "COMPLETIONS", "Dialect", "Parsed", "build_request", "check_supported",
+           "dialect_from_models", "parse_response"]

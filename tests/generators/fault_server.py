@@ -1,0 +1,255 @@
+"""A fault-injecting OpenAI-compatible HTTP server on loopback, for the OpenAIGenerator tests.
+
+``FaultServer(plan)`` serves ``GET /v1/models``, ``POST /v1/completions`` and
+``POST /v1/chat/completions`` on 127.0.0.1 (a real ``ThreadingHTTPServer`` in a thread, HTTP/1.1
+keep-alive). For every POST it asks ``plan(seen)`` for a :class:`Fault` (``seen.attempt`` is how
+many times this exact body has arrived, 1-based, so "fail the first attempt" is easy) and records
+what it saw: the requests, the peak number in flight, and the client disconnects it noticed
+while holding a request (hang / delay). A well-behaved answer's text is ``respond(body)``
+(default ``"answer <seed % 3>"``), with ``usage`` counted in words.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Fault:
+    """What to do with one request. ``kind``: ``ok`` (after ``delay`` s), ``status`` (``status``
+    with ``headers`` and a JSON or raw ``body``), ``hang`` (until the client goes), ``raw``
+    (status 200 with raw ``body`` bytes), ``json`` (status 200 with ``body`` as JSON), ``reset``
+    (headers and part of a body, then the socket is closed)."""
+
+    kind: str = "ok"
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    delay: float = 0.0
+
+
+@dataclass
+class Seen:
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    attempt: int
+
+
+def default_text(body: dict[str, Any]) -> str:
+    return f"answer {(body.get('seed') or 0) % 3}"
+
+
+def ok_body(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """A well-formed n=1 response to ``body`` with ``text`` (logprobs when asked)."""
+    chat = "messages" in body
+    prompt = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
+    words = text.split()
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    if body.get("logprobs"):
+        toks = [f"token_id:{10 + i}" for i in range(len(words))]
+        if chat:
+            choice["logprobs"] = {"content": [{"token": t, "logprob": -0.5, "top_logprobs": [
+                {"token": t, "logprob": -0.5}]} for t in toks]}
+        else:
+            choice["logprobs"] = {"tokens": toks, "token_logprobs": [-0.5] * len(toks),
+                                  "top_logprobs": [{t: -0.5} for t in toks]}
+    return {"id": "x", "object": "chat.completion" if chat else "text_completion",
+            "created": 0, "model": body.get("model", "m"), "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words),
+                      "total_tokens": len(prompt.split()) + len(words)}}
+
+
+class FaultServer:
+    """See the module docstring. ``start`` / ``stop`` / ``kill`` (drop every connection now) /
+    ``restart`` (same port)."""
+
+    def __init__(self, plan: Callable[[Seen], Fault] | None = None,
+                 respond: Callable[[dict[str, Any]], str] = default_text,
+                 owned_by: str = "vllm") -> None:
+        self.plan = plan or (lambda seen: Fault())
+        self.respond = respond
+        self.owned_by = owned_by
+        self.seen: list[Seen] = []
+        self.in_flight = 0
+        self.peak = 0
+        self.disconnects = 0
+        self.port = 0
+        self._counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._stopping = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def posts(self) -> list[Seen]:
+        with self._lock:
+            return [s for s in self.seen if s.path != "/v1/models"]
+
+    def start(self) -> FaultServer:
+        handler = type("Handler", (_Handler,), {"fault_server": self})
+        httpd = _Server(("127.0.0.1", self.port), handler)
+        self.port = httpd.server_address[1]
+        self._stopping.clear()
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def kill(self) -> None:
+        """Stop accepting and drop every open connection (in-flight requests die mid-way)."""
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    stop = kill
+
+    def restart(self) -> None:
+        self.start()
+
+    # called by the handler
+    def record(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> Seen:
+        with self._lock:
+            key = path + json.dumps(body, sort_keys=True)
+            self._counts[key] += 1
+            seen = Seen(path, body, headers, self._counts[key])
+            self.seen.append(seen)
+            return seen
+
+    def enter(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._conns.add(conn)
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+
+    def leave(self, conn: socket.socket) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def wait_for_client(self, conn: socket.socket, seconds: float) -> bool:
+        """Hold the request up to ``seconds``; True (and counted) if the client disconnected."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not self._stopping.is_set():
+            ready, _, _ = select.select([conn], [], [], 0.02)
+            if ready:
+                try:
+                    gone = conn.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    gone = True
+                if gone:
+                    with self._lock:
+                        self.disconnects += 1
+                    return True
+        return False
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128
+    daemon_threads = True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    fault_server: FaultServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.fault_server._lock:
+            self.fault_server._conns.add(self.connection)
+
+    def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None,
+              ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        srv = self.fault_server
+        srv.record(self.path, {}, dict(self.headers))
+        if self.path.rstrip("/") == "/v1/models":
+            data = {"object": "list", "data": [{"id": "m", "object": "model",
+                                                "owned_by": srv.owned_by}]}
+            self._send(200, json.dumps(data).encode())
+        else:
+            self._send(404, b'{"error": {"message": "not found"}}')
+
+    def do_POST(self) -> None:
+        srv = self.fault_server
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        seen = srv.record(self.path, body, dict(self.headers))
+        srv.enter(self.connection)
+        try:
+            self._serve(srv, srv.plan(seen), body)
+        finally:
+            srv.leave(self.connection)
+
+    def _serve(self, srv: FaultServer, fault: Fault, body: dict[str, Any]) -> None:
+        if fault.kind == "hang":
+            srv.wait_for_client(self.connection, 3600)
+            self.close_connection = True
+            return
+        if fault.delay and srv.wait_for_client(self.connection, fault.delay):
+            self.close_connection = True
+            return
+        if srv._stopping.is_set():
+            return
+        if fault.kind == "ok":
+            self._send(200, json.dumps(ok_body(body, srv.respond(body))).encode())
+        elif fault.kind == "json":
+            self._send(200, json.dumps(fault.body).encode())
+        elif fault.kind == "raw":
+            self._send(fault.status, fault.body, fault.headers, ctype="text/html")
+        elif fault.kind == "status":
+            payload = fault.body if isinstance(fault.body, bytes) else json.dumps(
+                fault.body or {"error": {"message": f"status {fault.status}"}}).encode()
+            self._send(fault.status, payload, fault.headers)
+        elif fault.kind == "reset":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b'{"choices": [')
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        else:
+            raise ValueError(fault.kind)
