@@ -4,7 +4,7 @@ llama.cpp's server, OpenAI itself), on httpx.
 **One request per sample.** ``generate(prompts, params)`` sends ``len(prompts) * params.n``
 requests with ``n=1`` rather than one request with ``n``: each sample then has its own outcome
 (``ok``, ``invalid_request``, ``rate_limited``, ``timeout``, ``server_error``,
-``transport_error``, ``cancelled``) and its own retries, so one failed sample costs one sample,
+``transport_error``) and its own retries, so one failed sample costs one sample,
 not the whole group. Sample ``i`` of a seeded request carries the seed ``seed + i`` (sample ``i``
 depends on (seed, i) only, as on the built-in engine). Servers with prefix caching (vLLM, SGLang)
 prefill a shared prompt once anyway.
@@ -20,6 +20,15 @@ raised from ``generate`` (as :class:`~metagen.errors.InvalidRequest`).
 **Retried samples.** A retry resends the identical body, seed included: on a server whose seeded
 sampling is deterministic the retried sample is the same sample the failed attempt would have
 been (a retry does not change the distribution or the votes).
+
+**Cancellation.** Cancelling a call (the task awaiting ``agenerate``, or an interrupt of
+``generate``) cancels all of its outstanding requests -- their connections are closed, so the
+server sees the disconnect and can stop generating -- and raises ``CancelledError`` /
+the interrupt; no partial result is returned (there is no per-sample ``cancelled`` outcome).
+
+**Logprobs.** ``Completion.logprobs`` holds the server's per-token logprobs; ``token_ids`` and
+``top_logprobs`` (keyed by token id) only from vLLM (``return_tokens_as_token_ids``). Other
+servers give logprobs with empty ``token_ids``, and refuse ``logprobs > 0`` (CapabilityError).
 
 **Deadline.** ``timeout`` bounds a whole call -- queueing for a connection slot, every attempt and
 every backoff -- not each attempt: a hanging server fails the call's outstanding samples as
@@ -48,7 +57,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -78,6 +87,7 @@ from metagen.types import Completion, SamplingParams, Usage
 
 log = logging.getLogger("metagen.openai")
 T = TypeVar("T")
+R = TypeVar("R")
 FATAL_STATUS = frozenset({401, 403, 404})
 
 
@@ -278,6 +288,20 @@ class OpenAIGenerator:
                       dialect: Dialect, deadline: float) -> SampleResult:
         path, body = build_request(self.model, prompt, params, index, dialect)
         want_lp = params.logprobs is not None
+        parsed, error, attempts = await self._retrying(
+            path, body, lambda data: parse_response(data, path == CHAT, want_lp), deadline,
+            f"sample {index}")
+        if error is None and parsed is not None:
+            return SampleResult(index, "ok", parsed.completion, None, attempts, parsed)
+        assert error is not None
+        failed = Completion(text="", finish_reason="error", stop_reason=error.outcome)
+        return SampleResult(index, error.outcome, failed, error, attempts)
+
+    async def _retrying(self, path: str, body: dict[str, Any], parse: Callable[[Any], R],
+                        deadline: float, what: str
+                        ) -> tuple[R | None, BackendError | None, int]:
+        """(parsed, None, attempts) or (None, the last typed error, attempts): the one retry
+        layer, within ``deadline`` (loop time)."""
         loop = asyncio.get_running_loop()
         attempts = 0
         error: BackendError
@@ -288,8 +312,8 @@ class OpenAIGenerator:
                 break
             attempts += 1
             try:
-                parsed = await asyncio.wait_for(self._attempt(path, body, want_lp), remaining)
-                return SampleResult(index, "ok", parsed.completion, None, attempts, parsed)
+                data = await asyncio.wait_for(self._attempt(path, body), remaining)
+                return parse(data), None, attempts
             except BackendError as exc:
                 error = exc
             except asyncio.TimeoutError:
@@ -298,15 +322,14 @@ class OpenAIGenerator:
             delay = self.policy.delay(error, attempts - 1, self._rng)
             if delay is None or loop.time() + delay > deadline:
                 break
-            log.warning("%s sample %d attempt %d failed (%s); retrying in %.2fs",
-                        path, index, attempts, error, delay)
+            log.info("%s %s attempt %d failed (%s); retrying in %.2fs",
+                     path, what, attempts, error, delay)
             await asyncio.sleep(delay)
-        log.warning("%s sample %d failed after %d attempt(s): %s", path, index, attempts, error)
-        failed = Completion(text="", finish_reason="error", stop_reason=error.outcome)
-        return SampleResult(index, error.outcome, failed, error, attempts)
+        log.warning("%s %s failed after %d attempt(s): %s", path, what, attempts, error)
+        return None, error, attempts
 
-    async def _attempt(self, path: str, body: dict[str, Any], want_lp: bool) -> Parsed:
-        """One HTTP request; raises a typed :class:`BackendError`."""
+    async def _attempt(self, path: str, body: dict[str, Any]) -> Any:
+        """One HTTP request; its decoded JSON body, or a typed :class:`BackendError`."""
         async with self._sem:
             try:
                 resp = await self._client.post(self.base_url + path, json=body)
@@ -317,11 +340,10 @@ class OpenAIGenerator:
             raise http_error(resp.status_code, resp.content, resp.headers.get("retry-after"),
                              self._api_key)
         try:
-            data = json.loads(resp.content)
+            return json.loads(resp.content)
         except ValueError as exc:
             raise BackendProtocolError(f"response is not JSON: {exc}", status=resp.status_code,
                                        cause=exc) from None
-        return parse_response(data, path == CHAT, want_lp)
 
     def _account(self, rows: list[list[SampleResult]], start: float) -> None:
         prompt_tokens = generated = missing = 0

