@@ -68,7 +68,9 @@ from metagen.errors import (
     BackendError,
     BackendProtocolError,
     BackendTimeout,
+    CapabilityError,
     InvalidParameterError,
+    InvalidPromptError,
     InvalidRequest,
     TransportError,
 )
@@ -76,12 +78,15 @@ from metagen.generators.base import Capabilities, Prompt, check_prompts
 from metagen.generators.openai_retry import RetryPolicy, http_error, redact
 from metagen.generators.openai_wire import (
     CHAT,
+    COMPLETIONS,
     Dialect,
     Parsed,
     build_request,
+    build_score_request,
     check_supported,
     dialect_from_models,
     parse_response,
+    parse_score,
 )
 from metagen.types import Completion, SamplingParams, Usage
 
@@ -191,10 +196,11 @@ class OpenAIGenerator:
 
     @property
     def capabilities(self) -> Capabilities:
-        """Top-k logprobs need token ids (vLLM only); seeds are honoured by vLLM, SGLang and
+        """Top-k logprobs need token ids, ``score`` prompt-only echo (both vLLM only); seeds are honoured by vLLM, SGLang and
         llama.cpp (not by OpenAI). Probes the server when the dialect is not known yet."""
         dialect = self.dialect
-        return Capabilities(logits=False, logprobs=dialect.token_ids, prompt_scoring=False,
+        return Capabilities(logits=False, logprobs=dialect.token_ids,
+                            prompt_scoring=dialect.name == "vllm",
                             prefix_cache=False, constraints=False, seeded=dialect.seeded)
 
     @property
@@ -229,6 +235,23 @@ class OpenAIGenerator:
                                 ) -> list[list[SampleResult]]:
         """:meth:`generate_samples` for asyncio callers."""
         return await asyncio.wrap_future(self._loop.submit(self._generate(prompts, params)))
+
+    def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
+              ) -> list[list[float]]:
+        """``out[i][j]`` = log p(continuations[i][j] | prompts[i]), summed over the tokens of
+        ``prompt + continuation`` that end after the prompt (a token merging across the boundary
+        is scored); an empty continuation scores 0 without a request. One echo request
+        (``/completions``, ``echo``, ``logprobs=0``, ``max_tokens=0``) per continuation, under
+        the same retry policy and deadline as ``generate``; a continuation that still fails
+        raises its typed error (a failed score is never a score). Needs capability
+        ``prompt_scoring`` (vLLM) and string prompts. Counted as ``scorer_tokens`` /
+        ``scorer_calls`` / ``scorer_flops``."""
+        return self._loop.run(self._score(prompts, continuations))
+
+    async def ascore(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
+                     ) -> list[list[float]]:
+        """:meth:`score` for asyncio callers."""
+        return await asyncio.wrap_future(self._loop.submit(self._score(prompts, continuations)))
 
     def close(self) -> None:
         """Close the connections and stop the loop thread; idempotent."""
@@ -344,6 +367,61 @@ class OpenAIGenerator:
         except ValueError as exc:
             raise BackendProtocolError(f"response is not JSON: {exc}", status=resp.status_code,
                                        cause=exc) from None
+
+    async def _score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
+                     ) -> list[list[float]]:
+        start = time.perf_counter()
+        plist = check_prompts(prompts)
+        if isinstance(continuations, (str, bytes)) or not isinstance(continuations, Sequence) \
+                or len(continuations) != len(plist):
+            raise InvalidParameterError("continuations", continuations,
+                                        f"need one list of strings per prompt ({len(plist)})")
+        texts: list[str] = []
+        for prompt, conts in zip(plist, continuations):
+            if not isinstance(prompt, str):
+                raise InvalidPromptError("prompt", "<chat messages>", "score() over the wire "
+                                         "takes string prompts (render the chat template first)")
+            if isinstance(conts, (str, bytes)) or not isinstance(conts, Sequence) \
+                    or not all(isinstance(c, str) for c in conts):
+                raise InvalidParameterError("continuations", conts,
+                                            "each item must be a list of strings")
+            texts.append(prompt)
+        dialect = self._dialect or await self._probe()
+        if dialect.name != "vllm":
+            raise CapabilityError(f"a {dialect.name!r} server cannot score prompts (needs "
+                                  "prompt-only echo with logprobs: vLLM)")
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        jobs = [[asyncio.ensure_future(self._score_one(p, c, deadline)) if c else None
+                 for c in conts] for p, conts in zip(texts, continuations)]
+        flat = [t for row in jobs for t in row if t is not None]
+        try:
+            await asyncio.gather(*flat)
+        finally:
+            for t in flat:
+                t.cancel()
+            await asyncio.gather(*flat, return_exceptions=True)
+            done = [t.result() for t in flat if t.done() and not t.cancelled()
+                    and t.exception() is None]
+            tokens = sum(n or 0 for _, n in done)
+            unknown = self.num_params is None or any(n is None for _, n in done)
+            flops = math.nan if unknown else 2.0 * float(self.num_params or 0) * tokens
+            call = Usage(scorer_tokens=tokens, scorer_calls=1, scorer_flops=flops,
+                         wall_time=time.perf_counter() - start)
+            with self._lock:
+                self._usage = self._usage + call
+        return [[0.0 if t is None else t.result()[0] for t in row] for row in jobs]
+
+    async def _score_one(self, prompt: str, continuation: str, deadline: float
+                         ) -> tuple[float, int | None]:
+        body = build_score_request(self.model, prompt, continuation)
+        total = len(prompt) + len(continuation)
+        out, error, _ = await self._retrying(
+            COMPLETIONS, body, lambda data: parse_score(data, len(prompt), total), deadline,
+            "score")
+        if error is not None:
+            raise error
+        assert out is not None
+        return out
 
     def _account(self, rows: list[list[SampleResult]], start: float) -> None:
         prompt_tokens = generated = missing = 0

@@ -252,5 +252,47 @@ def _top_by_id(entry: Any) -> dict[int, float]:
     return out
 
 
+def build_score_request(model: str, prompt: str, continuation: str) -> dict[str, Any]:
+    """The ``/completions`` body that scores ``prompt + continuation`` without generating
+    (``echo``, ``logprobs=0``, ``max_tokens=0``: vLLM's prompt-only echo)."""
+    return {"model": model, "prompt": prompt + continuation, "echo": True, "logprobs": 0,
+            "max_tokens": 0, "temperature": 0.0, "n": 1}
+
+
+def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None]:
+    """(log p(continuation | prompt), the server's prompt token count) from an echo response.
+
+    The scored tokens are those that end after character ``boundary`` (the prompt's length) of
+    the ``total``-character text: a token merging across the boundary is scored, as the local
+    backends do. Token spans come from ``text_offset``."""
+    if not isinstance(data, Mapping):
+        raise _fail("not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], Mapping):
+        raise _fail("expected 1 choice for a scoring request")
+    block = choices[0].get("logprobs")
+    if not isinstance(block, Mapping):
+        raise _fail("the echo response has no logprobs")
+    values, offsets = block.get("token_logprobs"), block.get("text_offset")
+    if not isinstance(values, list) or not isinstance(offsets, list) \
+            or len(values) != len(offsets) or not values:
+        raise _fail("echo logprobs need token_logprobs and text_offset of equal length")
+    if not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+        raise _fail("text_offset holds a non-integer")
+    ends = [*offsets[1:], total]
+    total_lp = 0.0
+    for value, start, end in zip(values, offsets, ends):
+        if start >= total:  # a generated token after the echoed text (max_tokens ignored)
+            break
+        if end <= boundary:
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise _fail(f"a scored token has logprob {value!r}")
+        total_lp += float(value)
+    prompt_tokens, _ = _usage(data.get("usage"))
+    return total_lp, prompt_tokens
+
+
 __all__ = ["CHAT", "COMPLETIONS", "Dialect", "Parsed", "build_request", "check_supported",
-           "dialect_from_models", "parse_response"]
+           "build_score_request", "dialect_from_models", "parse_response",
+           "parse_score"]

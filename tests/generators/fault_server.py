@@ -12,6 +12,7 @@ while holding a request (hang / delay). A well-behaved answer's text is ``respon
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
@@ -49,8 +50,29 @@ def default_text(body: dict[str, Any]) -> str:
     return f"answer {(body.get('seed') or 0) % 3}"
 
 
+def echo_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A prompt-only echo answer: tokens are words with their leading spaces, each with logprob
+    ``-0.1 x its letters`` (the first has none), plus one generated token when the request asks
+    for ``max_tokens > 0``."""
+    text = body["prompt"]
+    tokens = [m.group() for m in re.finditer(r"\s*\S+", text)]
+    offsets = [m.start() for m in re.finditer(r"\s*\S+", text)]
+    values: list[float | None] = [None] + [-0.1 * len(t.strip()) for t in tokens[1:]]
+    if body.get("max_tokens"):
+        tokens, offsets, values = tokens + [" gen"], offsets + [len(text)], values + [-9.0]
+    logprobs = {"tokens": tokens, "token_logprobs": values, "text_offset": offsets,
+                "top_logprobs": [None] + [{t: v} for t, v in zip(tokens[1:], values[1:])]}
+    return {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "text": text, "finish_reason": "length",
+                         "logprobs": logprobs}],
+            "usage": {"prompt_tokens": len(tokens), "completion_tokens": 0,
+                      "total_tokens": len(tokens)}}
+
+
 def ok_body(body: dict[str, Any], text: str) -> dict[str, Any]:
     """A well-formed n=1 response to ``body`` with ``text`` (logprobs when asked)."""
+    if body.get("echo"):
+        return echo_body(body)
     chat = "messages" in body
     prompt = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
     words = text.split()

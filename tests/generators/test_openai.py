@@ -443,6 +443,37 @@ def test_c19_server_killed_and_restarted_mid_run(make):
     assert all(s.attempts >= 2 for s in row)  # the first attempts died with the server
 
 
+# --- score ------------------------------------------------------------------------------------
+
+
+def test_score_sums_the_continuation_tokens_via_prompt_only_echo(make):
+    server, gen = make(num_params=10)
+    out = gen.score(["a b", "w x"], [[" c", " dd ee", ""], ["yz"]])
+    # " c" -0.1; " dd ee" -0.2 -0.2; "" 0 without a request; " xyz" merges across the
+    # boundary and is scored
+    assert out == [pytest.approx([-0.1, -0.4, 0.0]), pytest.approx([-0.3])]
+    posts = server.posts
+    assert len(posts) == 3 and all(p.body["echo"] and p.body["max_tokens"] == 0
+                                   and p.body["logprobs"] == 0 for p in posts)
+    assert gen.usage.scorer_calls == 1 and gen.usage.scorer_tokens == 3 + 4 + 2
+    assert gen.usage.scorer_flops == 2 * 10 * 9 and gen.capabilities.prompt_scoring
+    with pytest.raises(BackendProtocolError, match="logprob None"):
+        gen.score(["x"], [["yz"]])  # one token, the text's first: it has no logprob
+
+
+def test_score_ignores_a_generated_tail_and_raises_typed_errors(make):
+    from metagen.generators.openai_wire import parse_score
+    from .fault_server import echo_body
+    data = echo_body({"prompt": "a b c", "max_tokens": 1})
+    assert parse_score(data, 3, 5)[0] == pytest.approx(-0.1)  # " c" only, not " gen"
+    _, gen = make(lambda seen: Fault("status", 503), max_retries=1)
+    with pytest.raises(ServerError):
+        gen.score(["a"], [[" b"]])
+    with pytest.raises(CapabilityError, match="score"):
+        make(dialect="llamacpp")[1].score(["a"], [[" b"]])
+    assert asyncio.run(make()[1].ascore(["a b"], [[" c"]])) == [[pytest.approx(-0.1)]]
+
+
 # --- strategies run unchanged ----------------------------------------------------------------
 
 
