@@ -160,3 +160,10 @@ class TransportError(BackendError, ConnectionError):
     """The connection failed (refused, reset, closed mid-body) after every allowed retry."""
 
     outcome = "transport_error"
+
+
+class TruncatedStream(BackendError):
+    """A streamed response ended (connection closed) before its ``finish_reason`` or its
+    ``[DONE]`` marker: the text received so far is not a complete completion."""
+
+    outcome = "truncated"

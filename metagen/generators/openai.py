@@ -45,6 +45,9 @@ FLOPs NaN and is counted in :attr:`OpenAIGenerator.missing_usage`.
 sync faces block on it, the async faces await it from any loop (cancelling the awaiting task
 cancels the call's outstanding requests). The API key is sent as a bearer header only and is
 redacted from every error message.
+
+**Streaming.** ``stream`` / ``astream`` yield the text deltas of one completion (server-sent
+events); see :meth:`OpenAIGenerator.stream` for which failures are retried.
 """
 
 from __future__ import annotations
@@ -54,10 +57,11 @@ import concurrent.futures
 import json
 import logging
 import math
+import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -76,6 +80,7 @@ from metagen.errors import (
 )
 from metagen.generators.base import Capabilities, Prompt, check_prompts
 from metagen.generators.openai_retry import RetryPolicy, http_error, redact
+from metagen.generators.openai_stream import StreamState, parse_sse_line
 from metagen.generators.openai_wire import (
     CHAT,
     COMPLETIONS,
@@ -94,6 +99,7 @@ log = logging.getLogger("metagen.openai")
 T = TypeVar("T")
 R = TypeVar("R")
 FATAL_STATUS = frozenset({401, 403, 404})
+_END = object()  # the end of a stream's queue
 
 
 @dataclass(slots=True, frozen=True)
@@ -236,6 +242,42 @@ class OpenAIGenerator:
         """:meth:`generate_samples` for asyncio callers."""
         return await asyncio.wrap_future(self._loop.submit(self._generate(prompts, params)))
 
+    def stream(self, prompt: Prompt, params: SamplingParams) -> Iterator[str]:
+        """Text deltas of the single completion of ``prompt`` (``params.n`` must be 1), streamed
+        (server-sent events). A failure before the first delta is retried like any request;
+        after it, it is raised (``TruncatedStream`` for a stream that ends without its finish
+        reason, the typed error of an in-stream error event, ``BackendTimeout`` at the call's
+        deadline). Stopping the iteration early closes the request."""
+        items: queue.Queue[Any] = queue.Queue()
+        future = self._loop.submit(self._stream(prompt, params, items.put))
+        future.add_done_callback(lambda _: items.put(_END))
+        try:
+            while (item := items.get()) is not _END:
+                yield item
+            future.result()
+        finally:
+            future.cancel()
+
+    async def astream(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[str]:
+        """:meth:`stream` for asyncio callers."""
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[Any] = asyncio.Queue()
+
+        def put(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(items.put_nowait, item)
+            except RuntimeError:  # the caller's loop is closed: nobody is listening
+                pass
+
+        future = self._loop.submit(self._stream(prompt, params, put))
+        future.add_done_callback(lambda _: put(_END))
+        try:
+            while (item := await items.get()) is not _END:
+                yield item
+            future.result()
+        finally:
+            future.cancel()
+
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
               ) -> list[list[float]]:
         """``out[i][j]`` = log p(continuations[i][j] | prompts[i]), summed over the tokens of
@@ -367,6 +409,77 @@ class OpenAIGenerator:
         except ValueError as exc:
             raise BackendProtocolError(f"response is not JSON: {exc}", status=resp.status_code,
                                        cause=exc) from None
+
+    async def _stream(self, prompt: Prompt, params: SamplingParams,
+                      put: Callable[[str], None]) -> None:
+        start = time.perf_counter()
+        if not isinstance(params, SamplingParams):
+            raise InvalidParameterError("params", params, "must be a SamplingParams")
+        if params.n != 1:
+            raise InvalidParameterError("n", params.n, "stream() streams one completion; use n=1")
+        [prompt] = check_prompts([prompt])
+        dialect = self._dialect or await self._probe()
+        check_supported(params, dialect)
+        if params.logprobs is not None:
+            raise CapabilityError("stream() does not return logprobs; use generate()")
+        path, body = build_request(self.model, prompt, params, 0, dialect)
+        body.update(stream=True, stream_options={"include_usage": True})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        state = StreamState(chat=path == CHAT)
+        attempts = 0
+        try:
+            while True:
+                attempts += 1
+                try:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise asyncio.TimeoutError
+                    await asyncio.wait_for(self._stream_attempt(path, body, state, put), remaining)
+                    return
+                except asyncio.TimeoutError:
+                    raise BackendTimeout(f"the stream did not finish within the call's "
+                                         f"{self.timeout:g}s deadline") from None
+                except BackendError as error:
+                    delay = None if state.emitted else \
+                        self.policy.delay(error, attempts - 1, self._rng)
+                    if delay is None or loop.time() + delay > deadline:
+                        raise
+                    log.info("%s stream attempt %d failed (%s); retrying in %.2fs",
+                             path, attempts, error, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            self._account_stream(state, start)
+
+    async def _stream_attempt(self, path: str, body: dict[str, Any], state: StreamState,
+                              put: Callable[[str], None]) -> None:
+        async with self._sem:
+            try:
+                async with self._client.stream("POST", self.base_url + path, json=body) as resp:
+                    if not 200 <= resp.status_code < 300:
+                        raise http_error(resp.status_code, await resp.aread(),
+                                         resp.headers.get("retry-after"), self._api_key)
+                    async for line in resp.aiter_lines():
+                        chunk = parse_sse_line(line)
+                        if chunk is not None:
+                            text = state.feed(chunk, self._api_key)
+                            if text:
+                                put(text)
+            except httpx.HTTPError as exc:
+                message = redact(f"{type(exc).__name__}: {exc}", self._api_key)
+                raise TransportError(message, cause=exc) from None
+        state.check_complete()
+
+    def _account_stream(self, state: StreamState, start: float) -> None:
+        known = state.prompt_tokens is not None and state.completion_tokens is not None
+        tokens = (state.prompt_tokens or 0) + (state.completion_tokens or 0)
+        flops = 2.0 * self.num_params * tokens if known and self.num_params else math.nan
+        call = Usage(prompt_tokens=state.prompt_tokens or 0,
+                     generated_tokens=state.completion_tokens or 0, calls=1,
+                     generator_flops=flops, wall_time=time.perf_counter() - start)
+        with self._lock:
+            self._usage = self._usage + call
+            self.missing_usage += not known
 
     async def _score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
                      ) -> list[list[float]]:

@@ -29,7 +29,8 @@ class Fault:
     """What to do with one request. ``kind``: ``ok`` (after ``delay`` s), ``status`` (``status``
     with ``headers`` and a JSON or raw ``body``), ``hang`` (until the client goes), ``raw``
     (status 200 with raw ``body`` bytes), ``json`` (status 200 with ``body`` as JSON), ``reset``
-    (headers and part of a body, then the socket is closed)."""
+    (headers and part of a body, then the socket is closed). Streamed requests also take
+    ``drip``, ``truncate`` and ``stream_error`` (see ``_Handler._sse``)."""
 
     kind: str = "ok"
     status: int = 200
@@ -244,7 +245,53 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             srv.leave(self.connection)
 
+    def _sse(self, srv: FaultServer, fault: Fault, body: dict[str, Any]) -> None:
+        """A streamed answer: one chunk per word, then finish_reason, usage and [DONE];
+        ``drip`` sends a word every ``delay`` s forever, ``truncate`` stops before the finish,
+        ``stream_error`` sends an error chunk after the first word."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        chat = "messages" in body
+        words = [w if i == 0 else " " + w for i, w in enumerate(srv.respond(body).split())]
+
+        def chunk(text: str | None, finish: str | None = None, usage: Any = None) -> None:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["delta"] = {"content": text}
+            else:
+                choice["text"] = text or ""
+            data: dict[str, Any] = {"id": "x", "choices": [] if usage else [choice]}
+            if usage:
+                data["usage"] = usage
+            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        if fault.kind == "drip":
+            while not srv.wait_for_client(self.connection, fault.delay):
+                chunk(" drip")
+            return
+        for i, word in enumerate(words):
+            chunk(word)
+            if fault.kind == "stream_error" and i == 0:
+                self.wfile.write(b'data: {"error": {"message": "engine died", "code": 500}}\n\n')
+                self.wfile.write(b"data: [DONE]\n\n")
+                return
+        if fault.kind == "truncate":
+            return
+        chunk(None, "stop")
+        chunk(None, usage={"prompt_tokens": 1, "completion_tokens": len(words)})
+        self.wfile.write(b"data: [DONE]\n\n")
+
     def _serve(self, srv: FaultServer, fault: Fault, body: dict[str, Any]) -> None:
+        if body.get("stream") and fault.kind in ("ok", "drip", "truncate", "stream_error"):
+            if fault.kind != "drip" and fault.delay and \
+                    srv.wait_for_client(self.connection, fault.delay):
+                return
+            self._sse(srv, fault, body)
+            return
         if fault.kind == "hang":
             srv.wait_for_client(self.connection, 3600)
             self.close_connection = True

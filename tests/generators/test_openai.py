@@ -1,7 +1,6 @@
 """OpenAIGenerator against a fault-injecting OpenAI-compatible server on loopback.
 
-Tests named ``test_cN_*`` are the rows of the remote-backend fault table; streaming rows (C5-C7)
-are not claimed (the generator does not stream).
+Tests named ``test_cN_*`` are the rows of the remote-backend fault table.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from metagen.errors import (  # noqa: E402
     RateLimited,
     ServerError,
     TransportError,
+    TruncatedStream,
 )
 from metagen.generators.openai import OpenAIGenerator  # noqa: E402
 from metagen.generators.openai_retry import RetryPolicy, parse_retry_after  # noqa: E402
@@ -441,6 +441,63 @@ def test_c19_server_killed_and_restarted_mid_run(make):
     thread.join()
     assert [s.outcome for s in row] == ["ok"] * 8
     assert all(s.attempts >= 2 for s in row)  # the first attempts died with the server
+
+
+# --- C5 .. C7: streaming -----------------------------------------------------------------------
+
+
+def test_stream_and_astream_yield_the_deltas_and_count_usage(make):
+    server, gen = make(first_attempts_fail(Fault("status", 503)))
+    assert list(gen.stream("q", P)) == ["answer", " 1"]  # retried before the first delta
+    assert len(server.posts) == 2 and server.posts[1].body["stream"] is True
+    chat = [{"role": "user", "content": "q"}]
+
+    async def collect() -> list[str]:
+        return [d async for d in gen.astream(chat, P.with_(seed=101))]
+
+    assert asyncio.run(collect()) == ["answer", " 2"]
+    assert gen.usage.generated_tokens == 4 and gen.usage.calls == 2
+
+
+def test_c5_slow_drip_stream_is_cut_at_the_deadline(make):
+    server, gen = make(lambda seen: Fault("drip", delay=0.05), timeout=0.5)
+    got: list[str] = []
+    start = time.monotonic()
+    with pytest.raises(BackendTimeout):
+        for delta in gen.stream("q", P):
+            got.append(delta)
+    assert 0.45 <= time.monotonic() - start < 1.5 and len(got) >= 3
+    deadline = time.monotonic() + 2
+    while server.disconnects < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.disconnects == 1 and _pending_tasks(gen) == 0
+
+
+def test_c6_stream_without_finish_or_done_is_truncated(make):
+    _, gen = make(lambda seen: Fault("truncate"))
+    got: list[str] = []
+    with pytest.raises(TruncatedStream, match="finish_reason and \\[DONE\\]"):
+        for delta in gen.stream("q", P):
+            got.append(delta)
+    assert got == ["answer", " 1"]
+
+
+def test_c7_in_stream_error_event_is_raised(make):
+    server, gen = make(lambda seen: Fault("stream_error"))
+    with pytest.raises(ServerError, match="engine died"):
+        list(gen.stream("q", P))
+    assert len(server.posts) == 1  # text was already delivered: not retried
+
+
+def test_c13_stopping_a_stream_early_closes_its_request(make):
+    server, gen = make(lambda seen: Fault("drip", delay=0.02))
+    deltas = gen.stream("q", P)
+    assert next(deltas) == " drip"
+    deltas.close()
+    deadline = time.monotonic() + 2
+    while server.disconnects < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.disconnects == 1 and _pending_tasks(gen) == 0
 
 
 # --- score ------------------------------------------------------------------------------------
