@@ -88,6 +88,7 @@ from metagen.generators.openai_wire import (
     Parsed,
     build_request,
     build_score_request,
+    check_prompt,
     check_supported,
     dialect_from_models,
     parse_response,
@@ -331,6 +332,8 @@ class OpenAIGenerator:
         plist = check_prompts(prompts)
         dialect = self._dialect or await self._probe()
         check_supported(params, dialect)
+        for prompt in plist:
+            check_prompt(prompt, dialect)
         deadline = asyncio.get_running_loop().time() + self.timeout
         tasks = [[asyncio.ensure_future(self._sample(p, params, j, dialect, deadline))
                   for j in range(params.n)] for p in plist]
@@ -420,6 +423,7 @@ class OpenAIGenerator:
         [prompt] = check_prompts([prompt])
         dialect = self._dialect or await self._probe()
         check_supported(params, dialect)
+        check_prompt(prompt, dialect)
         if params.logprobs is not None:
             raise CapabilityError("stream() does not return logprobs; use generate()")
         path, body = build_request(self.model, prompt, params, 0, dialect)

@@ -2,7 +2,8 @@
 
 :func:`build_request` turns (prompt, :class:`SamplingParams`, sample index) into a path and a JSON
 body for ONE sample (``n=1``): a string prompt goes to ``/v1/completions``, chat messages to
-``/v1/chat/completions``. Standard OpenAI fields are always sent; the sampling extensions of
+``/v1/chat/completions`` (a conversation ending with an assistant message is continued:
+``continue_final_message``, as the local backends render it). Standard OpenAI fields are always sent; the sampling extensions of
 vLLM, SGLang and llama.cpp's server only to a server of that :class:`Dialect`. A field the user
 set (not its default) that the dialect cannot honour raises :class:`CapabilityError` naming it,
 before any request: nothing is dropped silently.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metagen.errors import BackendProtocolError, CapabilityError
-from metagen.generators.base import Prompt
+from metagen.generators.base import Prompt, continues_assistant
 from metagen.types import SEED_MAX, Completion, FinishReason, SamplingParams
 
 COMPLETIONS = "/completions"
@@ -101,6 +102,14 @@ def check_supported(params: SamplingParams, dialect: Dialect) -> None:
                               "unset them or use a backend that supports them")
 
 
+def check_prompt(prompt: Prompt, dialect: Dialect) -> None:
+    """Raise :class:`CapabilityError` for a conversation ending with an assistant message (to be
+    continued, not answered) on a server without ``continue_final_message`` (vLLM, SGLang)."""
+    if continues_assistant(prompt) and dialect.name not in ("vllm", "sglang"):
+        raise CapabilityError(f"a {dialect.name!r} server cannot continue a final assistant "
+                              "message (needs continue_final_message: vLLM, SGLang)")
+
+
 def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int,
                   dialect: Dialect) -> tuple[str, dict[str, Any]]:
     """(path, body) of the request for sample ``index`` of ``prompt`` (``n=1``; its seed is
@@ -113,6 +122,8 @@ def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int
         body["prompt"] = prompt
     else:
         body["messages"] = [dict(m) for m in prompt]
+        if continues_assistant(prompt):  # extend the assistant's message, as the local backends
+            body.update(add_generation_prompt=False, continue_final_message=True)
     if params.top_p != 1.0:
         body["top_p"] = params.top_p
     for name in ("presence_penalty", "frequency_penalty"):
@@ -293,6 +304,7 @@ def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None
     return total_lp, prompt_tokens
 
 
-__all__ = ["CHAT", "COMPLETIONS", "Dialect", "Parsed", "build_request", "check_supported",
+__all__ = ["CHAT", "COMPLETIONS", "Dialect", "Parsed", "build_request", "check_prompt",
+           "check_supported",
            "build_score_request", "dialect_from_models", "parse_response",
            "parse_score"]

@@ -120,6 +120,18 @@ def test_unsupported_param_is_a_capability_error_naming_it_before_any_request(ma
     assert gen.capabilities.seeded is False and gen.capabilities.logprobs is False
 
 
+def test_a_final_assistant_message_is_continued_or_refused(make):
+    server, gen = make()
+    convo = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Step 1:"}]
+    gen.generate([convo], P)
+    body = server.posts[0].body
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    server2, gen2 = make(dialect="openai")
+    with pytest.raises(CapabilityError, match="continue a final assistant message"):
+        gen2.generate([convo], P)
+    assert server2.posts == []
+
+
 def test_dialect_probed_from_models_owned_by(make):
     server, gen = make(dialect=None, server_kw={"owned_by": "sglang"})
     gen.generate(["q"], P.with_(top_k=4))
