@@ -82,7 +82,7 @@ def ok_body(body: dict[str, Any], text: str) -> dict[str, Any]:
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
-    if body.get("logprobs"):
+    if body.get("logprobs") is not None and body.get("logprobs") is not False:  # 0 counts
         toks = [f"token_id:{10 + i}" for i in range(len(words))]
         if chat:
             choice["logprobs"] = {"content": [{"token": t, "logprob": -0.5, "top_logprobs": [

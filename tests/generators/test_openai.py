@@ -236,10 +236,15 @@ def test_c3_client_errors_are_not_retried(make, status):
     assert len(server.posts) == 1
 
 
-def _pending_tasks(gen) -> int:
+def _pending_tasks(gen, wait: float = 2.0) -> int:
+    """Tasks left on the generator's loop once a cancelled call has had ``wait`` s to unwind."""
     async def count() -> int:
         return len(asyncio.all_tasks()) - 1
-    return asyncio.run_coroutine_threadsafe(count(), gen._loop.loop).result(2)
+    end = time.monotonic() + wait
+    while (left := asyncio.run_coroutine_threadsafe(count(), gen._loop.loop).result(2)) \
+            and time.monotonic() < end:
+        time.sleep(0.02)
+    return left
 
 
 def test_c4_hang_fails_at_the_call_deadline_without_leaks(make):
@@ -384,7 +389,8 @@ def test_c13_cancelling_the_call_cancels_outstanding_requests(make):
     deadline = time.monotonic() + 2
     while server.disconnects < 4 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert server.disconnects == 4 and _pending_tasks(gen) == 0
+    assert server.disconnects == 4
+    assert _pending_tasks(gen) == 0
 
 
 def test_c14_max_concurrency_bounds_requests_in_flight(make):
@@ -556,3 +562,22 @@ def test_best_of_n_and_self_consistency_run_unchanged(make):
     vote = self_consistency(gen, [{"role": "user", "content": "q"}], n=7, params=params,
                             extract=lambda t: t.split()[-1])
     assert vote.trace["answer"] == "1" and vote.trace["ok"] == 7  # seeds 100..106: 1 wins 3-2-2
+
+
+@pytest.mark.parametrize("name", ["weighted_vote", "mbr", "rejection_sampling"])
+def test_other_parallel_strategies_run_unchanged_and_skip_failed_samples(make, name):
+    import metagen
+    _, gen = make(_failing_seeds({101: Fault("status", 503)}), max_retries=0)
+    params = P.with_(n=6, logprobs=0)
+    last = lambda t: t.split()[-1]  # noqa: E731
+    if name == "weighted_vote":
+        res = metagen.weighted_vote(gen, "q", n=6, params=params, extract=last)
+    elif name == "mbr":
+        res = metagen.mbr(gen, "q", n=6, params=params, utility="answer")
+    else:
+        res = metagen.rejection_sampling(gen, "q", lambda p, t: float(t.endswith("0")),
+                                         batch=3, max_samples=6, params=params.with_(n=1))
+    assert res.best is not None and res.best.finish_reason != "error"
+    if name != "rejection_sampling":  # sample 1 (seed 101) failed, was counted, not voted on
+        assert res.failures == {"server_error": 1} and len(res.candidates) == 5
+    assert not any(c.finish_reason == "error" for c in res.candidates)
