@@ -203,8 +203,9 @@ class OpenAIGenerator:
 
     @property
     def capabilities(self) -> Capabilities:
-        """Top-k logprobs need token ids, ``score`` prompt-only echo (both vLLM only); seeds are honoured by vLLM, SGLang and
-        llama.cpp (not by OpenAI). Probes the server when the dialect is not known yet."""
+        """Top-k logprobs need token ids and ``score`` a prompt-only echo (both vLLM only);
+        seeds are honoured by vLLM, SGLang and llama.cpp (not by OpenAI). Probes the server
+        when the dialect is not known yet."""
         dialect = self.dialect
         return Capabilities(logits=False, logprobs=dialect.token_ids,
                             prompt_scoring=dialect.name == "vllm",

@@ -52,7 +52,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if not isinstance(self.max_retries, int) or isinstance(self.max_retries, bool) \
                 or not 0 <= self.max_retries <= 100:
-            raise InvalidParameterError("max_retries", self.max_retries, "must be an int in [0, 100]")
+            raise InvalidParameterError("max_retries", self.max_retries,
+                                        "must be an int in [0, 100]")
         for name in ("backoff_base", "backoff_cap", "max_retry_after"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
@@ -78,8 +79,10 @@ def is_retryable(error: BackendError) -> bool:
     """Rate limits, 408/5xx and transport errors are retried; protocol errors are not."""
     if isinstance(error, BackendProtocolError):
         return error.status is not None and error.status in RETRYABLE_STATUS
-    return isinstance(error, (RateLimited, TransportError)) or (
-        isinstance(error, ServerError) and (error.status is None or error.status in RETRYABLE_STATUS))
+    if isinstance(error, (RateLimited, TransportError)):
+        return True
+    return isinstance(error, ServerError) and (error.status is None
+                                               or error.status in RETRYABLE_STATUS)
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:

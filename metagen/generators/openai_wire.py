@@ -3,8 +3,9 @@
 :func:`build_request` turns (prompt, :class:`SamplingParams`, sample index) into a path and a JSON
 body for ONE sample (``n=1``): a string prompt goes to ``/v1/completions``, chat messages to
 ``/v1/chat/completions`` (a conversation ending with an assistant message is continued:
-``continue_final_message``, as the local backends render it). Standard OpenAI fields are always sent; the sampling extensions of
-vLLM, SGLang and llama.cpp's server only to a server of that :class:`Dialect`. A field the user
+``continue_final_message``, as the local backends render it). Standard OpenAI fields are always
+sent; the sampling extensions of vLLM, SGLang and llama.cpp's server only to a server of that
+:class:`Dialect`. A field the user
 set (not its default) that the dialect cannot honour raises :class:`CapabilityError` naming it,
 before any request: nothing is dropped silently.
 
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metagen.errors import BackendProtocolError, CapabilityError
+from metagen.errors import BackendProtocolError, CapabilityError, InvalidParameterError
 from metagen.generators.base import Prompt, continues_assistant
 from metagen.types import SEED_MAX, Completion, FinishReason, SamplingParams
 
@@ -58,7 +59,8 @@ class Dialect:
 
     def __post_init__(self) -> None:
         if self.name not in _EXTENSIONS:
-            raise ValueError(f"unknown dialect {self.name!r}; known: {sorted(_EXTENSIONS)}")
+            raise InvalidParameterError("dialect", self.name,
+                                        f"must be one of {sorted(_EXTENSIONS)}")
 
     @property
     def token_ids(self) -> bool:
@@ -70,7 +72,7 @@ class Dialect:
 
 
 def dialect_from_models(data: Any) -> Dialect:
-    """The dialect a ``GET /v1/models`` answer reveals (its ``owned_by``); ``openai`` when unsure."""
+    """The dialect a ``GET /v1/models`` answer reveals (its ``owned_by``); ``openai`` if unsure."""
     items = data.get("data") if isinstance(data, Mapping) else None
     owners = {str(m.get("owned_by", "")).lower() for m in items or () if isinstance(m, Mapping)}
     for name, marks in (("vllm", ("vllm",)), ("sglang", ("sglang",)),

@@ -132,6 +132,18 @@ def test_a_final_assistant_message_is_continued_or_refused(make):
     assert server2.posts == []
 
 
+def test_constructor_rejects_bad_options_without_starting_anything():
+    from metagen.errors import InvalidParameterError
+    threads = threading.active_count()
+    for kw in ({"dialect": "tgi"}, {"max_concurrency": 0}, {"timeout": -1},
+               {"max_retries": -1}, {"num_params": 0}):
+        with pytest.raises(InvalidParameterError):
+            OpenAIGenerator("http://127.0.0.1:9/v1", "m", **kw)
+    with pytest.raises(InvalidParameterError, match="base_url"):
+        OpenAIGenerator("127.0.0.1:9", "m")
+    assert threading.active_count() == threads
+
+
 def test_dialect_probed_from_models_owned_by(make):
     server, gen = make(dialect=None, server_kw={"owned_by": "sglang"})
     gen.generate(["q"], P.with_(top_k=4))
