@@ -1,4 +1,4 @@
-"""metagen.scorers: reward models, process reward models, verifiers, an LM judge, MBR utilities.
+"""metagen.scorers: reward models, process reward models (:func:`load_prm` for the shipped layouts), verifiers, an LM judge, MBR utilities.
 
 Every scorer takes whole batches; a plain Python callable works wherever a reward model does
 (:func:`as_reward`). Model-backed scorers expose a cumulative ``usage``. Heavy imports (torch,
@@ -14,9 +14,12 @@ from metagen.scorers.base import (
 )
 from metagen.scorers.callables import CallableReward, as_reward, check_scores
 from metagen.scorers.execution import ExecutionAgreementUtility
+from metagen.scorers.formatted_prm import FormattedPRM
 from metagen.scorers.hf_reward import HFProcessRewardModel, HFRewardModel, split_steps
 from metagen.scorers.judge import LMJudge
 from metagen.scorers.likelihood import LikelihoodVerifier, confidence, lowest_window_mean
+from metagen.scorers.load_prm import load_prm
+from metagen.scorers.prm_format import PRM_PRESETS, PRMFormat
 from metagen.scorers.usage import UsageMeter, usage_of
 from metagen.scorers.utilities import (
     AnswerMatchUtility,
@@ -35,10 +38,13 @@ __all__ = [
     "ChrFUtility",
     "EmbeddingCosineUtility",
     "ExecutionAgreementUtility",
+    "FormattedPRM",
     "HFProcessRewardModel",
     "HFRewardModel",
     "LMJudge",
     "LikelihoodVerifier",
+    "PRMFormat",
+    "PRM_PRESETS",
     "ProcessRewardModel",
     "RewardModel",
     "RougeUtility",
@@ -49,6 +55,7 @@ __all__ = [
     "as_reward",
     "check_scores",
     "confidence",
+    "load_prm",
     "lowest_window_mean",
     "split_steps",
     "usage_of",

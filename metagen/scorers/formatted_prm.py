@@ -1,0 +1,160 @@
+"""Reward models read in their own declared layout: token-probability PRMs (Math-Shepherd,
+RLHFlow), step-separator PRMs (Qwen2.5-Math-PRM) and generative verifiers (GenRM).
+
+:class:`FormattedPRM` lays each (prompt, steps) out with its :class:`PRMFormat`
+(:mod:`metagen.scorers.prm_render`), runs the backbone once per batch of rows (rows whose prompt
+renders to the same leading tokens share one prompt forward pass, as in
+:class:`~metagen.scorers.HFProcessRewardModel`) and applies the head only at the score
+positions:
+
+- causal-LM kinds (step-tag, chat-turns, generative): the rows of the output embedding for
+  ``good_token`` and ``bad_token``; score = ``softmax([logit_good, logit_bad])[0]``, which is
+  ``p(good) / (p(good) + p(bad))`` under the full next-token distribution. Models whose forward
+  post-processes logits (a soft cap or a logit scale in the config) are refused.
+- separator: the two-label token-classification head; score = ``softmax(head)[1]``.
+
+``score_steps(prompts, steps)`` returns one score per step. For a generative verifier, step k's
+score verifies the response ``"".join(steps[:k + 1])`` (one row per prefix, one batched call).
+``score(prompts, completions)`` splits each completion at ``format.step_delimiter`` and
+aggregates the step scores with ``aggregation`` (a generative verifier scores the whole
+completion once). ``usage``: one ``scorer_calls`` per ``score``/``score_steps`` call,
+``scorer_tokens`` = tokens computed, FLOPs ``2 x parameters x scorer_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
+from metagen.scorers.base import StepAggregation, aggregate_steps, check_same_length
+from metagen.scorers.callables import check_scores
+from metagen.scorers.hf_reward import _HFScorer
+from metagen.scorers.prm_format import PRMFormat
+from metagen.scorers.prm_render import PromptLike, Rendered, render_response, render_steps, \
+    token_positions
+
+_LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+class FormattedPRM(_HFScorer):
+    """A process reward model (and outcome reward via ``score``) read through a
+    :class:`PRMFormat`. Build one with :func:`metagen.scorers.load_prm`.
+
+    ``model`` is a causal LM (head = its output embedding) for the step-tag, chat-turns and
+    generative kinds, a two-label token classifier (head = its ``score``/``classifier``) for
+    separator. Raises :class:`ModelLoadError` naming ``good_token``/``bad_token`` when one is
+    not a single token of the tokenizer.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, format: PRMFormat, head: Any,
+                 batch_size: int = 16, aggregation: StepAggregation = "last") -> None:
+        aggregate_steps([1.0], aggregation)  # validates the mode
+        if not isinstance(format, PRMFormat):
+            raise InvalidParameterError("format", format, "must be a PRMFormat")
+        super().__init__(model, tokenizer, head=head, batch_size=batch_size)
+        self.format = format
+        self.aggregation = aggregation
+        self._pair: list[int] = []
+        if format.kind != "separator":
+            for name in _LOGIT_POSTPROCESSING:
+                if getattr(model.config, name, None) not in (None, 1.0):
+                    raise ModelLoadError(f"{type(model).__name__} post-processes its logits "
+                                         f"({name}); token-probability scoring does not")
+            self._pair = [_token_id(tokenizer, format.good_token, "good_token"),
+                          _token_id(tokenizer, format.bad_token, "bad_token")]
+
+    def score_steps(self, prompts: Sequence[PromptLike], steps: Sequence[Sequence[str]]
+                    ) -> list[list[float]]:
+        check_same_length(prompts, steps, "steps")
+        for chain in steps:
+            if isinstance(chain, str) or not chain:
+                raise InvalidParameterError("steps", chain, "each entry must be a non-empty list "
+                                            "of step strings")
+        if self.format.kind == "generative":
+            rows = [render_response(self.format, self.tokenizer, prompt, "".join(chain[:k + 1]))
+                    for prompt, chain in zip(prompts, steps) for k in range(len(chain))]
+            flat = [v[0] for v in self._score_rendered(rows)]
+            out, at = [], 0
+            for chain in steps:
+                out.append(check_scores(flat[at:at + len(chain)], len(chain), who="FormattedPRM"))
+                at += len(chain)
+            return out
+        rows = [render_steps(self.format, self.tokenizer, prompt, chain)
+                for prompt, chain in zip(prompts, steps)]
+        return [check_scores(v, len(chain), who="FormattedPRM")
+                for v, chain in zip(self._score_rendered(rows), steps)]
+
+    def score(self, prompts: Sequence[PromptLike], completions: Sequence[str]) -> list[float]:
+        check_same_length(prompts, completions, "completions")
+        if self.format.kind == "generative":
+            rows = [render_response(self.format, self.tokenizer, p, c)
+                    for p, c in zip(prompts, completions)]
+            return check_scores([v[0] for v in self._score_rendered(rows)], len(rows),
+                                who="FormattedPRM") if rows else []
+        chains = [[s for s in c.split(self.format.step_delimiter) if s.strip()]
+                  for c in completions]
+        if any(not chain for chain in chains):
+            raise InvalidParameterError("completions", completions,
+                                        "a completion with no non-blank step has no score")
+        return [aggregate_steps(s, self.aggregation) for s in self.score_steps(prompts, chains)]
+
+    def _score_rendered(self, rows: list[Rendered]) -> list[list[float]]:
+        if not rows:
+            return []
+        ids, positions, prefixes = [], [], []
+        for row in rows:
+            enc = self.tokenizer(row.text, add_special_tokens=not row.chat,
+                                 return_offsets_mapping=True)
+            row_ids = list(enc["input_ids"])
+            if self.max_length is not None and len(row_ids) > self.max_length:
+                raise InvalidPromptError("prompts", f"<{len(row_ids)} tokens>",
+                                         f"longer than the scorer's context {self.max_length}")
+            ids.append(row_ids)
+            positions.append(token_positions(enc["offset_mapping"], row.ends, row.read))
+            prefixes.append(self._shared_prefix(row, row_ids))
+        return self._values(ids, positions, prefixes)
+
+    def _shared_prefix(self, row: Rendered, ids: list[int]) -> int:
+        """Token length of ``row.prefix`` when the row's tokens start with its own tokens."""
+        if not row.prefix:
+            return 0
+        key = ("1" if row.chat else "0") + row.prefix
+        cached = self._prompt_ids.get(key)
+        if cached is None:
+            cached = list(self.tokenizer(row.prefix, add_special_tokens=not row.chat)
+                          ["input_ids"])
+            if len(self._prompt_ids) > 4096:
+                self._prompt_ids.clear()
+            self._prompt_ids[key] = cached
+        n = len(cached)
+        return n if n and ids[:n] == cached else 0
+
+    def _head_scores(self, picked: Any, ids: list[int], positions: list[int]) -> list[float]:
+        """(S, H) hidden states -> S scores (see the module docstring)."""
+        import torch
+
+        weight = self.head.weight
+        if not self._pair:  # separator: the two-label classifier
+            logits = self.head(picked.to(weight.dtype)).float()  # (S, L)
+            if logits.shape[-1] != 2:
+                raise ModelLoadError(f"a separator PRM needs a 2-label head, this one has "
+                                     f"{logits.shape[-1]}")
+            return logits.softmax(-1)[:, 1].tolist()
+        bias = self.head.bias[self._pair] if getattr(self.head, "bias", None) is not None \
+            else None
+        logits = torch.nn.functional.linear(picked.to(weight.dtype), weight[self._pair],
+                                            bias).float()  # (S, 2): good, bad
+        return logits.softmax(-1)[:, 0].tolist()
+
+
+def _token_id(tokenizer: Any, token: str, param: str) -> int:
+    """The id of ``token``: a vocabulary entry, or text that encodes to exactly one token."""
+    vocab = tokenizer.get_vocab()
+    if token in vocab:
+        return int(vocab[token])
+    ids = tokenizer(token, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1:
+        return int(ids[0])
+    raise ModelLoadError(f"{param}={token!r} is not a single token of this tokenizer (encodes to "
+                         f"{ids}); declare PRMFormat({param}=...) as one vocabulary token")
