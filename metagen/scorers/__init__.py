@@ -1,4 +1,5 @@
-"""metagen.scorers: reward models, process reward models (:func:`load_prm` for the shipped layouts), verifiers, an LM judge, MBR utilities.
+"""metagen.scorers: reward models, process reward models (:func:`load_prm`), verifiers, an LM
+judge, MBR utilities.
 
 Every scorer takes whole batches; a plain Python callable works wherever a reward model does
 (:func:`as_reward`). Model-backed scorers expose a cumulative ``usage``. Heavy imports (torch,

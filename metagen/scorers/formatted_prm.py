@@ -116,7 +116,9 @@ class FormattedPRM(_HFScorer):
         return self._values(ids, positions, prefixes)
 
     def _shared_prefix(self, row: Rendered, ids: list[int]) -> int:
-        """Token length of ``row.prefix`` when the row's tokens start with its own tokens."""
+        """How many leading tokens the row shares with ``row.prefix`` tokenized alone (the common
+        prefix: a token merged across the prompt's end, such as a trailing space, is left to the
+        row). Rows are grouped by their own leading tokens, so any length is exact."""
         if not row.prefix:
             return 0
         key = ("1" if row.chat else "0") + row.prefix
@@ -127,8 +129,12 @@ class FormattedPRM(_HFScorer):
             if len(self._prompt_ids) > 4096:
                 self._prompt_ids.clear()
             self._prompt_ids[key] = cached
-        n = len(cached)
-        return n if n and ids[:n] == cached else 0
+        n = 0
+        for a, b in zip(ids, cached):
+            if a != b:
+                break
+            n += 1
+        return n
 
     def _head_scores(self, picked: Any, ids: list[int], positions: list[int]) -> list[float]:
         """(S, H) hidden states -> S scores (see the module docstring)."""

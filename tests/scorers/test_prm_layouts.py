@@ -194,13 +194,20 @@ def test_chat_message_prompts_go_through_the_models_chat_template(causal_path):
     assert chat.score_steps([PROMPTS[0]], [STEPS[0]])[0] == pytest.approx(got, abs=TOL)
 
 
-def test_rows_sharing_a_prompt_share_its_forward_pass_and_score_the_same(causal_path):
-    prm = load_prm(causal_path, format="math-shepherd", batch_size=4)
+@pytest.mark.parametrize("fmt", ["math-shepherd", "rlhflow-llama3.1-8b-prm", "qwen2.5-math-prm",
+                                 GENRM])
+def test_rows_sharing_a_prompt_share_its_forward_pass_and_score_the_same(
+        fmt, causal_path, separator_path):
+    path = separator_path if fmt == "qwen2.5-math-prm" else causal_path
+    prm = load_prm(path, format=fmt, batch_size=4)
     chains = [STEPS[1], STEPS[1][:2], ["Step 1: 48\n", "#### 48"]]
     shared = prm.score_steps([PROMPTS[1]] * 3, chains)
+    shared_tokens = prm.usage.scorer_tokens
     single = [prm.score_steps([PROMPTS[1]], [c])[0] for c in chains]
     assert _max_diff(shared, single) <= TOL
     assert prm.usage.scorer_calls == 4
+    # the prompt's tokens are computed once for the three rows, not three times
+    assert shared_tokens < prm.usage.scorer_tokens - shared_tokens
 
 
 def test_score_splits_at_the_declared_delimiter_and_aggregates(causal_path):
