@@ -11,7 +11,8 @@ positions:
   ``good_token`` and ``bad_token``; score = ``softmax([logit_good, logit_bad])[0]``, which is
   ``p(good) / (p(good) + p(bad))`` under the full next-token distribution. Models whose forward
   post-processes logits (a soft cap or a logit scale in the config) are refused.
-- separator: the two-label token-classification head; score = ``softmax(head)[1]``.
+- separator: the two-label head (a token classifier's Linear, or the ``Linear -> ReLU ->
+  Linear`` of Qwen2.5-Math-PRM's ``Qwen2ForProcessRewardModel``); score = ``softmax(head)[1]``.
 
 ``score_steps(prompts, steps)`` returns one score per step. For a generative verifier, step k's
 score verifies the response ``"".join(steps[:k + 1])`` (one row per prefix, one batched call).
@@ -42,8 +43,9 @@ class FormattedPRM(_HFScorer):
     :class:`PRMFormat`. Build one with :func:`metagen.scorers.load_prm`.
 
     ``model`` is a causal LM (head = its output embedding) for the step-tag, chat-turns and
-    generative kinds, a two-label token classifier (head = its ``score``/``classifier``) for
-    separator. Raises :class:`ModelLoadError` naming ``good_token``/``bad_token`` when one is
+    generative kinds; for separator, a two-label token classifier (head = its
+    ``score``/``classifier``) or a bare backbone with the MLP head of a ``*ForProcessRewardModel``
+    checkpoint. Raises :class:`ModelLoadError` naming ``good_token``/``bad_token`` when one is
     not a single token of the tokenizer.
     """
 
@@ -140,13 +142,14 @@ class FormattedPRM(_HFScorer):
         """(S, H) hidden states -> S scores (see the module docstring)."""
         import torch
 
-        weight = self.head.weight
-        if not self._pair:  # separator: the two-label classifier
-            logits = self.head(picked.to(weight.dtype)).float()  # (S, L)
+        if not self._pair:  # separator: the two-label classifier (a Linear or an MLP)
+            dtype = next(self.head.parameters()).dtype
+            logits = self.head(picked.to(dtype)).float()  # (S, L)
             if logits.shape[-1] != 2:
                 raise ModelLoadError(f"a separator PRM needs a 2-label head, this one has "
                                      f"{logits.shape[-1]}")
             return logits.softmax(-1)[:, 1].tolist()
+        weight = self.head.weight
         bias = self.head.bias[self._pair] if getattr(self.head, "bias", None) is not None \
             else None
         logits = torch.nn.functional.linear(picked.to(weight.dtype), weight[self._pair],

@@ -8,7 +8,9 @@
 - ``format="math-shepherd" | "rlhflow-llama3.1-8b-prm" | "qwen2.5-math-prm"`` (a
   :data:`~metagen.scorers.prm_format.PRM_PRESETS` name) or a :class:`PRMFormat`: a
   :class:`~metagen.scorers.formatted_prm.FormattedPRM` over a causal LM (step-tag, chat-turns,
-  generative) or a token classifier (separator).
+  generative), or for separator a ``*ForTokenClassification`` model or a
+  ``*ForProcessRewardModel`` checkpoint (Qwen2.5-Math-PRM as shipped: its backbone loads with
+  ``AutoModel`` and its ``score`` MLP is read from the safetensors, no remote code).
 
 Raises :class:`ModelLoadError` for a missing folder, a slow tokenizer, a head that does not fit
 the format, or an undeclared layout; ``InvalidParameterError`` naming ``format`` for an unknown
@@ -53,14 +55,18 @@ def load_prm(path: str | Path, format: str | PRMFormat | None = None, *, device:
             f"of {', '.join(sorted(PRM_PRESETS))} or PRMFormat(kind='step-tag' | 'chat-turns' | "
             "'generative', good_token=..., bad_token=..., step_tag=..., template=...))")
     token_head = any(a.endswith("ForTokenClassification") for a in archs)
-    if fmt.kind == "separator" and not token_head:
+    prm_head = any(a.endswith("ForProcessRewardModel") for a in archs)
+    if fmt.kind == "separator" and not (token_head or prm_head):
         raise ModelLoadError(f"{path}: format kind 'separator' needs a *ForTokenClassification "
-                             f"model with 2 labels, this folder has {archs}")
-    if fmt.kind != "separator" and classifier:
+                             f"or *ForProcessRewardModel model with 2 labels, this folder has "
+                             f"{archs}")
+    if fmt.kind != "separator" and (classifier or prm_head):
         raise ModelLoadError(f"{path}: format kind {fmt.kind!r} needs a causal LM, this folder "
                              f"has a classification head {archs}; use format=None")
-    model, tokenizer = _load(path, fmt, device, dtype)
-    if fmt.kind == "separator":
+    model, tokenizer = _load(path, fmt, device, dtype, backbone_only=prm_head and not token_head)
+    if prm_head and not token_head:
+        head = _score_mlp(path, model).to(device)
+    elif fmt.kind == "separator":
         head = getattr(model, "score", None) or getattr(model, "classifier", None)
         if head is None or not hasattr(head, "weight"):
             raise ModelLoadError(f"{path}: no linear 'score'/'classifier' head on "
@@ -73,15 +79,16 @@ def load_prm(path: str | Path, format: str | PRMFormat | None = None, *, device:
                         aggregation=aggregation)
 
 
-def _load(path: Path, fmt: PRMFormat, device: str, dtype: Any) -> tuple[Any, Any]:
+def _load(path: Path, fmt: PRMFormat, device: str, dtype: Any, *, backbone_only: bool
+          ) -> tuple[Any, Any]:
     try:
         import transformers as tf
         tokenizer = tf.AutoTokenizer.from_pretrained(path)
         if not getattr(tokenizer, "is_fast", False):
             raise ModelLoadError(f"{path}: reward scorers need a fast tokenizer (offsets)")
         kwargs = {"dtype": dtype} if dtype is not None else {}
-        auto = tf.AutoModelForTokenClassification if fmt.kind == "separator" \
-            else tf.AutoModelForCausalLM
+        auto = tf.AutoModel if backbone_only else tf.AutoModelForTokenClassification \
+            if fmt.kind == "separator" else tf.AutoModelForCausalLM
         model = auto.from_pretrained(path, **kwargs)
     except ModelLoadError:
         raise
@@ -98,3 +105,38 @@ def _has_value_head(path: Path) -> bool:
             if "v_head.summary.weight" in f.keys():
                 return True
     return False
+
+
+def _score_mlp(path: Path, model: Any) -> Any:
+    """The ``score`` head of a ``*ForProcessRewardModel`` checkpoint (Qwen2.5-Math-PRM's custom
+    class, normally loaded with ``trust_remote_code``): ``Linear(H, H) -> ReLU -> Linear(H, 2)``
+    stored as ``score.0.*`` and ``score.2.*``, or a single ``score.weight`` Linear. Read from the
+    safetensors shards, so no remote code runs."""
+    import torch
+    from safetensors import safe_open
+
+    tensors: dict[str, Any] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                if key.startswith("score."):
+                    tensors[key[len("score."):]] = f.get_tensor(key)
+
+    def linear(prefix: str) -> Any:
+        weight = tensors[prefix + "weight"]  # (out, in)
+        bias = tensors.get(prefix + "bias")
+        layer = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            if bias is not None:
+                layer.bias.copy_(bias)
+        return layer
+
+    if "0.weight" in tensors and "2.weight" in tensors:
+        head = torch.nn.Sequential(linear("0."), torch.nn.ReLU(), linear("2."))
+    elif "weight" in tensors:
+        head = torch.nn.Sequential(linear(""))
+    else:
+        raise ModelLoadError(f"{path}: a *ForProcessRewardModel checkpoint without score.* "
+                             "head tensors (expected score.0/score.2 or score.weight)")
+    return head.to(next(model.parameters()).dtype)

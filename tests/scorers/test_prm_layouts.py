@@ -274,3 +274,48 @@ def test_step_beam_search_scripted_with_a_math_shepherd_prm(causal_path):
     # the chosen answer's PRM value is its last step's score, the best among candidates
     chosen = prm.score_steps(["Q: 2+3?\n"], [split_steps(res.text)])[0][-1]
     assert chosen == pytest.approx(max(res.scores), abs=TOL)
+
+
+@pytest.fixture(scope="module")
+def qwen_prm_checkpoint(tmp_path_factory, tokenizer_dir):
+    """A folder shaped like Qwen/Qwen2.5-Math-PRM-7B: architectures Qwen2ForProcessRewardModel,
+    backbone tensors under ``model.``, head ``score = Linear(H, H) -> ReLU -> Linear(H, 2)``."""
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2Model
+    torch.manual_seed(5)
+    cfg = Qwen2Config(vocab_size=520, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      pad_token_id=0, initializer_range=0.2)
+    cfg.architectures = ["Qwen2ForProcessRewardModel"]
+    backbone = Qwen2Model(cfg).eval()
+    head = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    out = tmp_path_factory.mktemp("qwen_prm_ckpt")
+    cfg.save_pretrained(out)
+    tensors = {f"model.{k}": v.contiguous() for k, v in backbone.state_dict().items()}
+    tensors.update({f"score.{k}": v.contiguous() for k, v in head.state_dict().items()})
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out)
+    return out, backbone, head
+
+
+def test_qwen_process_reward_model_checkpoint_reads_its_mlp_head(qwen_prm_checkpoint):
+    path, backbone, head = qwen_prm_checkpoint
+    prm = load_prm(path, format="qwen2.5-math-prm", batch_size=2)
+    got = prm.score_steps(PROMPTS, STEPS)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(path)
+    sep = tok.convert_tokens_to_ids("<extra_0>")
+    system = PRM_PRESETS["qwen2.5-math-prm"].system_prompt
+    want = []
+    for q, steps in zip(PROMPTS, STEPS):
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": q},
+                    {"role": "assistant",
+                     "content": "<extra_0>".join(s.strip() for s in steps) + "<extra_0>"}]
+        text = tok.apply_chat_template(messages, tokenize=False)
+        ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():  # Qwen2ForProcessRewardModel.forward: score(model(ids)[0])
+            probs = head(backbone(input_ids=ids).last_hidden_state).softmax(-1)
+        want.append(probs[0][ids[0] == sep][:, 1].tolist())
+    diff = _max_diff(got, want)
+    print(f"qwen2.5-math-prm (ProcessRewardModel MLP head) max abs diff {diff:.2e}")
+    assert diff <= TOL
