@@ -2,8 +2,8 @@
 RLHFlow), step-separator PRMs (Qwen2.5-Math-PRM) and generative verifiers (GenRM).
 
 :class:`FormattedPRM` lays each (prompt, steps) out with its :class:`PRMFormat`
-(:mod:`metagen.scorers.prm_render`), runs the backbone once per batch of rows (rows whose prompt
-renders to the same leading tokens share one prompt forward pass, as in
+(:mod:`metagen.scorers.prm_render`), runs the backbone once per padded batch of rows (rows
+whose prompt renders to the same leading tokens instead share one prompt forward pass, as in
 :class:`~metagen.scorers.HFProcessRewardModel`) and applies the head only at the score
 positions:
 
@@ -115,6 +115,12 @@ class FormattedPRM(_HFScorer):
             ids.append(row_ids)
             positions.append(token_positions(enc["offset_mapping"], row.ends, row.read))
             prefixes.append(self._shared_prefix(row, row_ids))
+        # a prompt only one row uses gains nothing from a separate prompt pass: such rows go to
+        # the padded batches (one forward per batch of rows)
+        counts: dict[tuple[int, ...], int] = {}
+        for r, p in enumerate(prefixes):
+            counts[tuple(ids[r][:p])] = counts.get(tuple(ids[r][:p]), 0) + 1
+        prefixes = [p if counts[tuple(ids[r][:p])] > 1 else 0 for r, p in enumerate(prefixes)]
         return self._values(ids, positions, prefixes)
 
     def _shared_prefix(self, row: Rendered, ids: list[int]) -> int:
@@ -158,12 +164,18 @@ class FormattedPRM(_HFScorer):
 
 
 def _token_id(tokenizer: Any, token: str, param: str) -> int:
-    """The id of ``token``: a vocabulary entry, or text that encodes to exactly one token."""
+    """The id of ``token`` as the official recipes read it: the tokenizer's own encoding of the
+    text alone (no special tokens), which must be one token once a lone leading word-prefix piece
+    (``"▁"``) is dropped. So Math-Shepherd's ``"+"`` is the word-initial ``"▁+"`` of its Mistral
+    tokenizer (``encode("+ -")[1:]`` in its card) and RLHFlow's is Llama 3's bare ``"+"``
+    (``encode("+")[-1]``). A vocabulary entry that encodes otherwise is taken as is."""
+    ids = list(tokenizer(token, add_special_tokens=False)["input_ids"])
+    if len(ids) == 2 and tokenizer.convert_ids_to_tokens(ids[0]) == "\u2581":
+        ids = ids[1:]
+    if len(ids) == 1:
+        return int(ids[0])
     vocab = tokenizer.get_vocab()
     if token in vocab:
         return int(vocab[token])
-    ids = tokenizer(token, add_special_tokens=False)["input_ids"]
-    if len(ids) == 1:
-        return int(ids[0])
     raise ModelLoadError(f"{param}={token!r} is not a single token of this tokenizer (encodes to "
                          f"{ids}); declare PRMFormat({param}=...) as one vocabulary token")

@@ -45,8 +45,9 @@ class PRMFormat:
       ``{response}``, required there). In chat mode it is the content of the last user turn.
     - ``step_tag``: the tag after each step (``"step-tag"``), preceded by one space.
     - ``separator``: the text after each step (``"separator"``), e.g. ``"<extra_0>"``.
-    - ``good_token`` / ``bad_token``: single vocabulary tokens compared at a scored position
-      (the three causal-LM kinds).
+    - ``good_token`` / ``bad_token``: compared at a scored position (the three causal-LM
+      kinds); each is the text's own single token under the model's tokenizer, as the official
+      recipes encode it (a lone leading ``"▁"`` piece dropped, so ``"+"`` is Mistral's ``"▁+"``).
     - ``step_join``: text between laid-out steps (``"step-tag"``, ``"separator"``).
     - ``step_delimiter``: how ``score(prompts, completions)`` splits a completion into steps.
     - ``chat``: render string prompts through the tokenizer's chat template as a user turn

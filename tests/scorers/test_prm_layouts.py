@@ -85,7 +85,10 @@ def _max_diff(got: list[list[float]], want: list[list[float]]) -> float:
 def test_math_shepherd_step_tag_matches_transformers(causal_path):
     prm = load_prm(causal_path, format="math-shepherd", batch_size=2)
     assert isinstance(prm, FormattedPRM)
+    forwards = []
+    prm.model.base_model.register_forward_hook(lambda *_: forwards.append(1))
     got = prm.score_steps(PROMPTS, STEPS)
+    assert len(forwards) == 2  # three distinct prompts: two padded batches of at most 2 rows
     tok, model = _reference(causal_path)
     # Math-Shepherd's own recipe: f"{question} {output}", steps "... ки" joined by "\n", the
     # softmax over the (+, -) logits at every step-tag token.
@@ -319,3 +322,17 @@ def test_qwen_process_reward_model_checkpoint_reads_its_mlp_head(qwen_prm_checkp
     diff = _max_diff(got, want)
     print(f"qwen2.5-math-prm (ProcessRewardModel MLP head) max abs diff {diff:.2e}")
     assert diff <= TOL
+
+
+def test_good_token_is_the_texts_own_token_word_initial_under_sentencepiece():
+    # Mistral's vocabulary holds both "+" and the word-initial "▁+"; Math-Shepherd's card reads
+    # encode("+ -")[1:], the word-initial pieces, and so does load_prm.
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from metagen.scorers.formatted_prm import _token_id
+    vocab = {"<unk>": 0, "+": 1, "\u2581+": 2, "-": 3, "\u2581-": 4, "\u2581": 5}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    assert (_token_id(tok, "+", "good_token"), _token_id(tok, "-", "bad_token")) == (2, 4)
