@@ -336,3 +336,27 @@ def test_good_token_is_the_texts_own_token_word_initial_under_sentencepiece():
     backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
     assert (_token_id(tok, "+", "good_token"), _token_id(tok, "-", "bad_token")) == (2, 4)
+
+
+def test_chat_turns_and_generative_chat_render_through_the_template(causal_path):
+    from metagen.scorers.prm_render import render_steps
+    tok, model = _reference(causal_path)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q: 7-1?"}]
+    rendered = render_steps(resolve_format("rlhflow-llama3.1-8b-prm"), tok, messages,
+                            ["6\n", "#### 6"])
+    assert rendered.text == tok.apply_chat_template(
+        [messages[0], {"role": "user", "content": "Q: 7-1? 6"},
+         {"role": "assistant", "content": "+"}, {"role": "user", "content": "#### 6"},
+         {"role": "assistant", "content": "+"}], tokenize=False)
+    # a generative verifier in chat mode: the filled template is the user turn
+    fmt = PRMFormat(kind="generative", good_token="Yes", bad_token="No", chat=True,
+                    template="Question: {prompt}\nAnswer: {response}\nIs the answer correct?")
+    got = load_prm(causal_path, format=fmt).score(["Q: 7-1?"], ["#### 6"])[0]
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "Question: Q: 7-1?\nAnswer: #### 6\nIs the answer correct?"}],
+        tokenize=False, add_generation_prompt=True)
+    yes, no = tok.convert_tokens_to_ids(["Yes", "No"])
+    with torch.no_grad():
+        p = model(input_ids=torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+                  ).logits[0, -1].softmax(-1)
+    assert got == pytest.approx((p[yes] / (p[yes] + p[no])).item(), abs=TOL)
