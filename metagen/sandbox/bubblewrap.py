@@ -24,11 +24,10 @@ from metagen.errors import SandboxUnavailable
 from metagen.sandbox.cgroup import CONTROLLERS, RunCgroup, cgroup_writable
 from metagen.sandbox.classify import classify, decode_wait_status
 from metagen.sandbox.limits import Limits
-from metagen.sandbox.optin import require_code_execution_allowed
 from metagen.sandbox.result import ExecResult
 from metagen.sandbox.rlimits import apply_rlimits, rlimit_table
 from metagen.sandbox.supervise import supervise
-from metagen.sandbox.workfiles import checked_files, staged
+from metagen.sandbox.workfiles import checked_run, staged
 
 NAME = "bubblewrap"
 NOBODY = 65534
@@ -110,11 +109,7 @@ class BubblewrapExecutor:
             files: Mapping[str, str | bytes] | None = None,
             limits: Limits = Limits()) -> ExecResult:
         """Run ``program`` as ``/work/main.py``; see :class:`metagen.sandbox.Executor`."""
-        require_code_execution_allowed(self.allow_code_execution)
-        if not isinstance(limits, Limits):
-            from metagen.errors import InvalidParameterError
-            raise InvalidParameterError("limits", limits, "must be a metagen.sandbox.Limits")
-        contents = checked_files(program, files)
+        contents = checked_run(self.allow_code_execution, program, files, limits)
         staged_files: list[IO[bytes]] = []
         cg: RunCgroup | None = None
         status_r, status_w = os.pipe()

@@ -17,14 +17,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from metagen.errors import InvalidParameterError
 from metagen.sandbox.classify import classify, decode_wait_status
 from metagen.sandbox.limits import Limits
-from metagen.sandbox.optin import require_code_execution_allowed
 from metagen.sandbox.result import ExecResult
 from metagen.sandbox.rlimits import apply_rlimits, rlimit_table
 from metagen.sandbox.supervise import supervise
-from metagen.sandbox.workfiles import checked_files
+from metagen.sandbox.workfiles import checked_run
 
 NAME = "unsafe-local"
 
@@ -48,10 +46,7 @@ class UnsafeLocalExecutor:
             files: Mapping[str, str | bytes] | None = None,
             limits: Limits = Limits()) -> ExecResult:
         """Run ``program`` as ``main.py`` in a temporary directory removed afterwards."""
-        require_code_execution_allowed(self.allow_code_execution)
-        if not isinstance(limits, Limits):
-            raise InvalidParameterError("limits", limits, "must be a metagen.sandbox.Limits")
-        contents = checked_files(program, files)
+        contents = checked_run(self.allow_code_execution, program, files, limits)
         work = tempfile.mkdtemp(prefix="metagen_unsafe_")
         try:
             for name, data in contents.items():

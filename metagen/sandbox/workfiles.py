@@ -39,3 +39,16 @@ def staged(content: bytes) -> IO[bytes]:
     f.flush()
     f.seek(0)
     return f
+
+
+def checked_run(allow_code_execution: bool | None, program: str,
+                files: Mapping[str, str | bytes] | None, limits: object) -> dict[str, bytes]:
+    """What every executor checks before running anything: the opt-in to run code, ``limits``
+    a :class:`~metagen.sandbox.limits.Limits`, and the files (:func:`checked_files`)."""
+    from metagen.sandbox.limits import Limits
+    from metagen.sandbox.optin import require_code_execution_allowed
+
+    require_code_execution_allowed(allow_code_execution)
+    if not isinstance(limits, Limits):
+        raise InvalidParameterError("limits", limits, "must be a metagen.sandbox.Limits")
+    return checked_files(program, files)

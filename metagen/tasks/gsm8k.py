@@ -7,13 +7,14 @@ with the same :func:`~metagen.tasks.answer.extract_answer` a model's completion 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from metagen.errors import InvalidParameterError
 from metagen.tasks.answer import answers_match, extract_answer
 from metagen.tasks.answer_key import AnswerKey
+from metagen.tasks.jsonl import read_jsonl
 
 #: GSM8K's answer key: the last ``#### N`` (else last number), compared as numbers. The same
 #: extraction and match voting uses by default, so ``answer_key=GSM8K_ANSWER_KEY`` changes
@@ -34,26 +35,17 @@ class GSM8KProblem:
 def load_gsm8k(path: str | Path, limit: int | None = None) -> list[GSM8KProblem]:
     """Read a GSM8K JSONL file. Raises ``FileNotFoundError`` or ``InvalidParameterError``
     (naming the line) on a malformed record."""
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise InvalidParameterError("limit", limit, "must be a non-negative integer or None")
-    p = Path(path)
-    out: list[GSM8KProblem] = []
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if limit is not None and len(out) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                question, solution = rec["question"], rec["answer"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise InvalidParameterError(f"{p.name}:{lineno}", line[:80], f"bad record ({exc})")
-            answer = extract_answer(solution)
-            if answer is None:
-                raise InvalidParameterError(f"{p.name}:{lineno}", solution[-80:], "no final answer")
-            out.append(GSM8KProblem(f"{p.stem}-{lineno - 1}", question, answer, solution))
-    return out
+    name = Path(path)
+
+    def parse(rec: dict[str, Any], lineno: int) -> GSM8KProblem:
+        question, solution = rec["question"], rec["answer"]
+        answer = extract_answer(solution)
+        if answer is None:
+            raise InvalidParameterError(f"{name.name}:{lineno}", solution[-80:],
+                                        "no final answer")
+        return GSM8KProblem(f"{name.stem}-{lineno - 1}", question, answer, solution)
+
+    return read_jsonl(name, parse, limit)
 
 
 def format_gsm8k_prompt(problem: GSM8KProblem) -> str:

@@ -14,13 +14,14 @@ extraction, math-verify equivalence, grouping by :func:`canonical_answer`;
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from metagen.errors import InvalidParameterError
 from metagen.tasks.answer_key import AnswerKey
 from metagen.tasks.boxed import extract_math_answer
+from metagen.tasks.jsonl import read_jsonl
 from metagen.tasks.math_equiv import MathEquivalence, canonical_answer
 
 
@@ -49,26 +50,16 @@ class MathProblem:
 def load_math500(path: str | Path, limit: int | None = None) -> list[MathProblem]:
     """Read a MATH-500 JSONL file. Raises ``FileNotFoundError``, or ``InvalidParameterError``
     (naming the file and line) on a malformed record."""
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise InvalidParameterError("limit", limit, "must be a non-negative integer or None")
-    p = Path(path)
-    out: list[MathProblem] = []
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if limit is not None and len(out) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                item = MathProblem(str(rec["unique_id"]), rec["problem"], rec["answer"],
-                                   rec["solution"], rec["subject"], int(rec["level"]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise InvalidParameterError(f"{p.name}:{lineno}", line[:80], f"bad record ({exc})")
-            if not isinstance(item.answer, str) or not item.answer.strip():
-                raise InvalidParameterError(f"{p.name}:{lineno}", item.answer, "no gold answer")
-            out.append(item)
-    return out
+    name = Path(path).name
+
+    def parse(rec: dict[str, Any], lineno: int) -> MathProblem:
+        item = MathProblem(str(rec["unique_id"]), rec["problem"], rec["answer"],
+                           rec["solution"], rec["subject"], int(rec["level"]))
+        if not isinstance(item.answer, str) or not item.answer.strip():
+            raise InvalidParameterError(f"{name}:{lineno}", item.answer, "no gold answer")
+        return item
+
+    return read_jsonl(path, parse, limit)
 
 
 def format_math_prompt(problem: MathProblem) -> str:
