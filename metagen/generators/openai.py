@@ -338,13 +338,7 @@ class OpenAIGenerator:
         deadline = asyncio.get_running_loop().time() + self.timeout
         tasks = [[asyncio.ensure_future(self._sample(p, params, j, dialect, deadline))
                   for j in range(params.n)] for p in plist]
-        flat = [t for row in tasks for t in row]
-        try:
-            await asyncio.gather(*flat)
-        finally:
-            for t in flat:
-                t.cancel()
-            await asyncio.gather(*flat, return_exceptions=True)
+        await _all_or_none([t for row in tasks for t in row])
         rows = [[t.result() for t in row] for row in tasks]
         self._account(rows, start)
         for row in rows:
@@ -513,11 +507,8 @@ class OpenAIGenerator:
                  for c in conts] for p, conts in zip(texts, continuations)]
         flat = [t for row in jobs for t in row if t is not None]
         try:
-            await asyncio.gather(*flat)
+            await _all_or_none(flat)
         finally:
-            for t in flat:
-                t.cancel()
-            await asyncio.gather(*flat, return_exceptions=True)
             done = [t.result() for t in flat if t.done() and not t.cancelled()
                     and t.exception() is None]
             tokens = sum(n or 0 for _, n in done)
@@ -555,6 +546,17 @@ class OpenAIGenerator:
         with self._lock:
             self._usage = self._usage + call
             self.missing_usage += missing
+
+
+async def _all_or_none(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait for every task; if one raises (or the wait is cancelled), cancel the others and
+    wait until they have unwound (their requests closed) before re-raising."""
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _completions(rows: list[list[SampleResult]]) -> list[list[Completion]]:
