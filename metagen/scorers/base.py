@@ -84,3 +84,13 @@ def check_same_length(prompts: Sequence[object], others: Sequence[object], name:
     """Raise ``InvalidParameterError`` naming ``name`` unless it has one entry per prompt."""
     if len(prompts) != len(others):
         raise InvalidParameterError(name, len(others), f"must match len(prompts)={len(prompts)}")
+
+
+def check_step_chains(prompts: Sequence[object], steps: Sequence[Sequence[str]]) -> None:
+    """One non-empty list of step strings per prompt; else ``InvalidParameterError`` naming
+    ``steps``."""
+    check_same_length(prompts, steps, "steps")
+    for chain in steps:
+        if isinstance(chain, str) or not chain:
+            raise InvalidParameterError("steps", chain, "each entry must be a non-empty list "
+                                        "of step strings")

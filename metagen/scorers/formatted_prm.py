@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
-from metagen.scorers.base import StepAggregation, aggregate_steps, check_same_length
+from metagen.scorers.base import (
+    StepAggregation, aggregate_steps, check_same_length, check_step_chains)
 from metagen.scorers.callables import check_scores
 from metagen.scorers.hf_reward import _HFScorer
 from metagen.scorers.prm_format import PRMFormat
@@ -68,11 +69,7 @@ class FormattedPRM(_HFScorer):
 
     def score_steps(self, prompts: Sequence[PromptLike], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
-        check_same_length(prompts, steps, "steps")
-        for chain in steps:
-            if isinstance(chain, str) or not chain:
-                raise InvalidParameterError("steps", chain, "each entry must be a non-empty list "
-                                            "of step strings")
+        check_step_chains(prompts, steps)
         if self.format.kind == "generative":
             rows = [render_response(self.format, self.tokenizer, prompt, "".join(chain[:k + 1]))
                     for prompt, chain in zip(prompts, steps) for k in range(len(chain))]

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
-from metagen.scorers.base import StepAggregation, aggregate_steps, check_same_length
+from metagen.scorers.base import (
+    StepAggregation, aggregate_steps, check_same_length, check_step_chains)
 from metagen.scorers.callables import check_scores
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
@@ -235,12 +236,9 @@ class HFProcessRewardModel(_HFScorer):
 
     def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
-        check_same_length(prompts, steps, "steps")
+        check_step_chains(prompts, steps)
         ids, positions, prefixes = [], [], []
         for prompt, chain in zip(prompts, steps):
-            if isinstance(chain, str) or not chain:
-                raise InvalidParameterError("steps", chain, "each entry must be a non-empty list "
-                                            "of step strings")
             enc = self._encode(prompt + "".join(chain))
             ids.append(list(enc["input_ids"]))
             positions.append(_step_positions(prompt, chain, enc))

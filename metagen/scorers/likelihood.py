@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
-from metagen.scorers.base import check_same_length
+from metagen.scorers.base import check_same_length, check_step_chains
 from metagen.scorers.callables import check_scores
 from metagen.scorers.hf_reward import _HFScorer, _on, _step_positions
 
@@ -139,11 +139,7 @@ class LikelihoodVerifier(_HFScorer):
 
     def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
-        check_same_length(prompts, steps, "steps")
-        for chain in steps:
-            if isinstance(chain, str) or not chain:
-                raise InvalidParameterError("steps", chain, "each entry must be a non-empty "
-                                            "list of step strings")
+        check_step_chains(prompts, steps)
         if not prompts:
             return []
         logps, encs, starts = self._token_logprobs(prompts, ["".join(c) for c in steps])

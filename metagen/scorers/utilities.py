@@ -43,28 +43,9 @@ class AnswerMatchUtility:
 
     def matrix(self, hyps: Sequence[str], refs: Sequence[str]) -> list[list[float]]:
         answers = [self.extract(t) for t in list(hyps) + list(refs)]
-        if self.canonical is not None:
-            classes = group_by_canonical(answers, self.match, self.canonical)
-        else:
-            classes = self._classes(answers)
+        classes = group_by_canonical(answers, self.match, self.canonical)
         hc, rc = classes[:len(hyps)], classes[len(hyps):]
         return [[1.0 if a is not None and a == b else 0.0 for b in rc] for a in hc]
-
-    def _classes(self, answers: list[Any]) -> list[int | None]:
-        reps: list[object] = []
-        classes: list[int | None] = []
-        for a in answers:
-            if a is None:
-                classes.append(None)
-                continue
-            for k, rep in enumerate(reps):
-                if self.match(a, rep):
-                    classes.append(k)
-                    break
-            else:
-                reps.append(a)
-                classes.append(len(reps) - 1)
-        return classes
 
 
 class ChrFUtility:

@@ -65,28 +65,9 @@ def argmax_first(values: Sequence[float]) -> int:
 def group_answers(answers: Sequence[Any], match: Callable[[Any, Any], bool],
                   canonical: Callable[[Any], str] | None = None) -> list[int | None]:
     """Equivalence-class id of each answer (ids in order of first appearance); None stays None.
-
-    An answer joins the first earlier class whose representative it ``match``-es. With
-    ``canonical``, answers of one canonical form share a class without ``match`` calls
-    (:func:`metagen.tasks.answer_key.group_by_canonical`).
-    """
-    if canonical is not None:
-        from metagen.tasks.answer_key import group_by_canonical
-        return group_by_canonical(answers, match, canonical)
-    reps: list[Any] = []
-    ids: list[int | None] = []
-    for answer in answers:
-        if answer is None:
-            ids.append(None)
-            continue
-        for k, rep in enumerate(reps):
-            if match(answer, rep):
-                ids.append(k)
-                break
-        else:
-            reps.append(answer)
-            ids.append(len(reps) - 1)
-    return ids
+    See :func:`metagen.tasks.answer_key.group_by_canonical`, which this is."""
+    from metagen.tasks.answer_key import group_by_canonical
+    return group_by_canonical(answers, match, canonical)
 
 
 def flatten(prompts: Sequence[str], groups: Sequence[Sequence[Completion]]

@@ -40,11 +40,12 @@ class AnswerKey:
 
 
 def group_by_canonical(answers: Sequence[Any], match: Callable[[Any, Any], bool],
-                       canonical: Callable[[Any], str]) -> list[int | None]:
+                       canonical: Callable[[Any], str] | None = None) -> list[int | None]:
     """Class id of each answer (ids in order of first appearance; ``None`` stays ``None``).
 
-    Answers with a canonical form already seen join its class; a new form joins the first
-    class whose representative (its first answer) it ``match``-es, else opens a new class.
+    An answer joins the first class whose representative (its first answer) it ``match``-es,
+    else opens a new class. With ``canonical``, answers of a canonical form already seen join
+    its class without ``match`` calls (at most one scan of the representatives per new form).
     """
     by_form: dict[str, int] = {}
     reps: list[Any] = []
@@ -53,14 +54,15 @@ def group_by_canonical(answers: Sequence[Any], match: Callable[[Any, Any], bool]
         if answer is None:
             ids.append(None)
             continue
-        form = canonical(answer)
-        cls = by_form.get(form)
+        form = canonical(answer) if canonical is not None else None
+        cls = by_form.get(form) if form is not None else None
         if cls is None:
             cls = next((k for k, rep in enumerate(reps) if match(answer, rep)), None)
             if cls is None:
                 reps.append(answer)
                 cls = len(reps) - 1
-            by_form[form] = cls
+            if form is not None:
+                by_form[form] = cls
         ids.append(cls)
     return ids
 
