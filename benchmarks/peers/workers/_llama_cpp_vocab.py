@@ -1,4 +1,5 @@
-"""A synthetic sentencepiece vocabulary for the benchmark's tokenizer-less models (stdlib only).
+"""Sentencepiece vocabularies for the GGUF converter (stdlib only): a synthetic one for the
+benchmark's tokenizer-less models, and a model's own Llama BPE ``tokenizer.json`` restated.
 
 ``convert_hf_to_gguf.py`` reads a Llama's vocabulary from ``tokenizer.model`` (a serialized
 sentencepiece ``ModelProto``). The benchmark's random-weight models have none and the workloads
@@ -65,9 +66,44 @@ def pieces(vocab_size: int) -> list[tuple[str, float, int]]:
     return out
 
 
-def model_proto(vocab_size: int) -> bytes:
-    """The serialized ``ModelProto`` of a unigram model with ``vocab_size`` pieces."""
-    ps = pieces(vocab_size)
+def tokenizer_json_pieces(tokenizer: dict) -> list[tuple[str, float, int]]:
+    """``(piece, score, type)`` for every id of a Llama ``tokenizer.json`` (a BPE model with byte
+    fallback, as Hugging Face converts sentencepiece Llama tokenizers), so that llama.cpp's
+    sentencepiece tokenizer splits text as the model's own tokenizer does.
+
+    llama.cpp merges the adjacent pair whose joined piece has the highest score; Hugging Face's
+    BPE applies the merge of lowest rank. Scoring a merged piece ``-rank`` of the first merge
+    that makes it gives both the same order. Pieces no merge makes (single characters) score
+    below every merge; special tokens are control pieces (``<unk>`` unknown), ``<0xXX>`` bytes."""
+    model = tokenizer["model"]
+    if model.get("type") != "BPE" or not model.get("byte_fallback"):
+        raise ValueError("need a BPE tokenizer.json with byte_fallback (a Llama tokenizer)")
+    rank: dict[str, int] = {}
+    for i, merge in enumerate(model["merges"]):
+        left, right = merge.split(" ") if isinstance(merge, str) else merge
+        rank.setdefault(left + right, i)
+    special = {t["content"] for t in tokenizer.get("added_tokens", ()) if t.get("special")}
+    floor = -float(len(model["merges"]) + 1)
+    out: list[tuple[str, float, int]] = []
+    for i, (piece, token_id) in enumerate(sorted(model["vocab"].items(), key=lambda kv: kv[1])):
+        if token_id != i:
+            raise ValueError(f"tokenizer.json vocab ids are not 0..n-1 (missing id {i})")
+        if piece == model.get("unk_token"):
+            out.append((piece, 0.0, UNKNOWN))
+        elif piece in special:
+            out.append((piece, 0.0, CONTROL))
+        elif len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            out.append((piece, 0.0, BYTE))
+        else:
+            out.append((piece, -float(rank[piece]) if piece in rank else floor, NORMAL))
+    return out
+
+
+def model_proto(vocab: int | list[tuple[str, float, int]]) -> bytes:
+    """The serialized ``ModelProto`` of a unigram model with ``vocab`` pieces (a size: the
+    synthetic :func:`pieces`; or a list of ``(piece, score, type)``)."""
+    ps = pieces(vocab) if isinstance(vocab, int) else vocab
+    vocab_size = len(ps)
     body = b"".join(
         _bytes(1, _bytes(1, p.encode()) + _float(2, s) + _int(3, t)) for p, s, t in ps)
     trainer = (_int(3, UNIGRAM) + _int(4, vocab_size) + _int(35, any(t == BYTE for *_, t in ps))
