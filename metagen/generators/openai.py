@@ -1,5 +1,5 @@
 """OpenAIGenerator: the Generator protocol over any OpenAI-compatible server (vLLM, SGLang,
-llama.cpp's server, OpenAI itself), on httpx.
+llama.cpp's and llama-cpp-python's servers, OpenAI itself), on httpx.
 
 **One request per sample.** ``generate(prompts, params)`` sends ``len(prompts) * params.n``
 requests with ``n=1`` rather than one request with ``n``: each sample then has its own outcome
@@ -149,10 +149,11 @@ class OpenAIGenerator:
     """Generator over an OpenAI-compatible HTTP server. See the module docstring.
 
     ``base_url`` is the API root (``http://127.0.0.1:8000/v1``; ``/v1`` is appended when the URL
-    has no path). ``dialect`` (``openai``, ``vllm``, ``sglang``, ``llamacpp``) selects the sampling
-    extensions sent; None probes ``GET /models`` once (its ``owned_by``) and falls back to
-    standard fields only. ``backoff_base`` / ``backoff_cap`` / ``max_retry_after`` tune the retry
-    policy (:class:`~metagen.generators.openai_retry.RetryPolicy`); ``num_params`` (the model's
+    has no path). ``dialect`` (``openai``, ``vllm``, ``sglang``, ``llamacpp``,
+    ``llamacpp-python``) selects the sampling extensions sent; None probes ``GET /models`` once
+    (its ``owned_by``; llama-cpp-python's by the answer's shape) and falls back to standard
+    fields only. ``backoff_base`` / ``backoff_cap`` / ``max_retry_after`` tune the retry policy
+    (:class:`~metagen.generators.openai_retry.RetryPolicy`); ``num_params`` (the model's
     parameter count) makes FLOPs known.
     """
 
@@ -352,8 +353,8 @@ class OpenAIGenerator:
         path, body = build_request(self.model, prompt, params, index, dialect)
         want_lp = params.logprobs is not None
         parsed, error, attempts = await self._retrying(
-            path, body, lambda data: parse_response(data, path == CHAT, want_lp), deadline,
-            f"sample {index}")
+            path, body, lambda data: parse_response(data, path == CHAT, want_lp, params.stop),
+            deadline, f"sample {index}")
         if error is None and parsed is not None:
             return SampleResult(index, "ok", parsed.completion, None, attempts, parsed)
         assert error is not None

@@ -4,20 +4,22 @@
 body for ONE sample (``n=1``): a string prompt goes to ``/v1/completions``, chat messages to
 ``/v1/chat/completions`` (a conversation ending with an assistant message is continued:
 ``continue_final_message``, as the local backends render it). Standard OpenAI fields are always
-sent; the sampling extensions of vLLM, SGLang and llama.cpp's server only to a server of that
-:class:`Dialect`. A field the user
-set (not its default) that the dialect cannot honour raises :class:`CapabilityError` naming it,
-before any request: nothing is dropped silently.
+sent; the sampling extensions of vLLM, SGLang and llama.cpp's servers only to a server of
+that :class:`Dialect` (to llama.cpp's servers also at metagen's defaults, since theirs differ).
+A field the user set (not its default) that the dialect cannot honour raises
+:class:`CapabilityError` naming it, before any request: nothing is dropped silently.
 
 :func:`parse_response` validates one response body and returns a :class:`Completion` plus the
 server's token counts, or raises :class:`BackendProtocolError` (never ``IndexError``/``KeyError``):
 no or several choices, a null or missing text, an unknown ``finish_reason``, logprobs that do not
-cover the tokens. A missing ``usage`` is accepted (the counts are then None).
+cover the tokens. A missing ``usage`` is accepted (the counts are then None). A server that does
+not name the stop string that ended a completion (``stop_reason``; step search needs it) has it
+read from the completion's tokens (:func:`matched_stop`; llama-cpp-python's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,18 @@ _EXTENSIONS: dict[str, dict[str, str]] = {
                "stop_token_ids": "stop_token_ids"},
     "llamacpp": {"top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p",
                  "repetition_penalty": "repeat_penalty", "ignore_eos": "ignore_eos"},
+    # llama-cpp-python's server (``python -m llama_cpp.server``): its request model has no
+    # typical_p / ignore_eos (and silently drops unknown fields), but applies min_tokens.
+    "llamacpp-python": {"top_k": "top_k", "min_p": "min_p",
+                        "repetition_penalty": "repeat_penalty", "min_tokens": "min_tokens"},
 }
+# Fields sent even at metagen's default, because the server's own default differs: llama.cpp's
+# servers sample with top_k=40, top_p=0.95, min_p=0.05 unless told otherwise (and
+# llama-cpp-python's with repeat_penalty=1.1, which changes even greedy text), so leaving them
+# out would sample from another distribution than the one asked for.
+_EXPLICIT: dict[str, frozenset[str]] = {
+    name: frozenset({"top_p", "top_k", "min_p", "repetition_penalty"})
+    for name in ("llamacpp", "llamacpp-python")}
 # Fields every OpenAI-compatible server takes (mapped by hand in build_request).
 _STANDARD = frozenset({"n", "temperature", "top_p", "presence_penalty", "frequency_penalty",
                        "seed", "stop", "max_tokens", "logprobs", "logit_bias"})
@@ -51,8 +64,9 @@ _FINISH: dict[str, FinishReason] = {"stop": "stop", "eos": "stop", "tool_calls":
 
 @dataclass(slots=True, frozen=True)
 class Dialect:
-    """Which server family we talk to: ``openai`` (standard fields only), ``vllm``, ``sglang`` or
-    ``llamacpp``. Only vLLM returns token ids (``return_tokens_as_token_ids``), which top-k
+    """Which server family we talk to: ``openai`` (standard fields only), ``vllm``, ``sglang``,
+    ``llamacpp`` (llama.cpp's own server) or ``llamacpp-python`` (llama-cpp-python's). Only vLLM
+    returns token ids (``return_tokens_as_token_ids``), which top-k
     logprobs need, since :class:`Completion` keys alternatives by token id."""
 
     name: str = "openai"
@@ -70,11 +84,23 @@ class Dialect:
     def seeded(self) -> bool:
         return self.name != "openai"
 
+    @property
+    def stop_from_tokens(self) -> bool:
+        """The server names no matched stop string (no ``stop_reason``) but its completions
+        logprobs list the tokens up to the stop string's end: llama-cpp-python's."""
+        return self.name == "llamacpp-python"
+
 
 def dialect_from_models(data: Any) -> Dialect:
-    """The dialect a ``GET /v1/models`` answer reveals (its ``owned_by``); ``openai`` if unsure."""
+    """The dialect a ``GET /v1/models`` answer reveals (its ``owned_by``); ``openai`` if unsure.
+    llama-cpp-python's server is known by its answer's shape: every model ``owned_by`` ``"me"``
+    with a ``permissions`` list."""
     items = data.get("data") if isinstance(data, Mapping) else None
-    owners = {str(m.get("owned_by", "")).lower() for m in items or () if isinstance(m, Mapping)}
+    models = [m for m in items or () if isinstance(m, Mapping)]
+    owners = {str(m.get("owned_by", "")).lower() for m in models}
+    if models and owners == {"me"} and all(isinstance(m.get("permissions"), list)
+                                           for m in models):
+        return Dialect("llamacpp-python")
     for name, marks in (("vllm", ("vllm",)), ("sglang", ("sglang",)),
                         ("llamacpp", ("llamacpp", "llama.cpp", "llama-cpp"))):
         if any(mark in owner for owner in owners for mark in marks):
@@ -126,7 +152,8 @@ def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int
         body["messages"] = [dict(m) for m in prompt]
         if continues_assistant(prompt):  # extend the assistant's message, as the local backends
             body.update(add_generation_prompt=False, continue_final_message=True)
-    if params.top_p != 1.0:
+    explicit = _EXPLICIT.get(dialect.name, frozenset())
+    if params.top_p != 1.0 or "top_p" in explicit:
         body["top_p"] = params.top_p
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(params, name):
@@ -145,9 +172,13 @@ def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int
             body["logprobs"] = params.logprobs
         if dialect.token_ids:
             body["return_tokens_as_token_ids"] = True
+    elif params.stop and not chat and dialect.stop_from_tokens:
+        body["logprobs"] = 0  # its tokens show which stop string ended the text (matched_stop)
     for name, wire in _EXTENSIONS[dialect.name].items():
-        if _is_set(params, name):
+        if _is_set(params, name) or name in explicit:
             value = getattr(params, name)
+            if name == "top_k":  # 0 and -1 both disable top-k here; llama.cpp takes 0
+                value = max(value, 0)
             body[wire] = list(value) if isinstance(value, tuple) else value
     if dialect.name == "vllm":
         body["include_stop_str_in_output"] = False
@@ -167,8 +198,11 @@ def _fail(message: str) -> BackendProtocolError:
     return BackendProtocolError(f"invalid response: {message}")
 
 
-def parse_response(data: Any, chat: bool, want_logprobs: bool) -> Parsed:
-    """Validate one ``n=1`` response body (already JSON-decoded). See the module docstring."""
+def parse_response(data: Any, chat: bool, want_logprobs: bool,
+                   stops: Sequence[str] = ()) -> Parsed:
+    """Validate one ``n=1`` response body (already JSON-decoded). See the module docstring.
+    ``stops`` (the request's stop strings) name the matched one (``stop_reason``) when the
+    server does not (:func:`matched_stop`)."""
     if not isinstance(data, Mapping):
         raise _fail("not a JSON object")
     choices = data.get("choices")
@@ -188,6 +222,8 @@ def parse_response(data: Any, chat: bool, want_logprobs: bool) -> Parsed:
     if finish is None:
         raise _fail(f"unknown finish_reason {raw_finish!r}")
     stop_reason = choice.get("stop_reason")
+    if finish == "stop" and stop_reason is None and stops and not chat:
+        stop_reason = matched_stop(choice.get("logprobs"), text, stops)
     token_ids, logprobs, top = _logprobs(choice.get("logprobs"), chat) if want_logprobs \
         else ((), None, None)
     prompt_tokens, completion_tokens = _usage(data.get("usage"))
@@ -200,6 +236,21 @@ def parse_response(data: Any, chat: bool, want_logprobs: bool) -> Parsed:
         finish_reason=finish, top_logprobs=top,
         stop_reason=stop_reason if isinstance(stop_reason, (str, int)) else None)
     return Parsed(completion, prompt_tokens, completion_tokens)
+
+
+def matched_stop(block: Any, text: str, stops: Sequence[str]) -> str | None:
+    """The stop string that ended ``text``, read from a completions ``logprobs`` block whose
+    ``tokens`` run past the text to the end of the stop string (llama-cpp-python's); the first
+    of ``stops`` the overhang starts with. None when the tokens end with the text (an
+    end-of-sequence stop) or do not extend it."""
+    tokens = block.get("tokens") if isinstance(block, Mapping) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        return None
+    joined = "".join(tokens)
+    if not joined.startswith(text):
+        return None
+    rest = joined[len(text):]
+    return next((s for s in stops if rest and rest.startswith(s)), None)
 
 
 def _usage(usage: Any) -> tuple[int | None, int | None]:
@@ -308,5 +359,5 @@ def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None
 
 __all__ = ["CHAT", "COMPLETIONS", "Dialect", "Parsed", "build_request", "check_prompt",
            "check_supported",
-           "build_score_request", "dialect_from_models", "parse_response",
+           "build_score_request", "dialect_from_models", "matched_stop", "parse_response",
            "parse_score"]

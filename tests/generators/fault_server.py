@@ -229,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         srv.record(self.path, {}, dict(self.headers))
         if self.path.rstrip("/") == "/v1/models":
             data = {"object": "list", "data": [{"id": "m", "object": "model",
-                                                "owned_by": srv.owned_by}]}
+                                                "owned_by": srv.owned_by, "permissions": []}]}
             self._send(200, json.dumps(data).encode())
         else:
             self._send(404, b'{"error": {"message": "not found"}}')

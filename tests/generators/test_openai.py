@@ -152,6 +152,62 @@ def test_dialect_probed_from_models_owned_by(make):
         server.posts[0].body
 
 
+def test_scripted_llama_cpp_servers_get_metagen_sampling_defaults_sent(make):
+    """llama.cpp's servers sample with top_k=40, top_p=0.95, min_p=0.05 (llama-cpp-python's
+    also repeat_penalty=1.1) when a field is left out: metagen's neutral values are sent. The
+    llama-cpp-python server is probed by its /v1/models answer (owned_by "me", permissions)."""
+    neutral = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+    server, gen = make(dialect=None, server_kw={"owned_by": "me"})
+    gen.generate(["q"], P.with_(top_k=-1))
+    assert gen.dialect.name == "llamacpp-python" and gen.capabilities.seeded
+    assert {k: server.posts[0].body.get(k) for k in neutral} == neutral
+    gen.generate(["q"], P.with_(top_k=5, top_p=0.9, min_p=0.1, repetition_penalty=1.2,
+                                min_tokens=2))
+    assert {k: server.posts[1].body.get(k) for k in [*neutral, "min_tokens"]} == \
+        {"top_p": 0.9, "top_k": 5, "min_p": 0.1, "repeat_penalty": 1.2, "min_tokens": 2}
+    for params, name in ((P.with_(typical_p=0.5), "typical_p"),
+                         (P.with_(ignore_eos=True), "ignore_eos")):  # its server drops them
+        with pytest.raises(CapabilityError, match=name):
+            gen.generate(["q"], params)
+    server2, gen2 = make(dialect="llamacpp")
+    gen2.generate(["q"], P.with_(typical_p=0.5))
+    assert {k: server2.posts[0].body.get(k) for k in [*neutral, "typical_p"]} == \
+        {**neutral, "typical_p": 0.5}
+    assert len(server.posts) == 2
+
+
+def _llama_cpp_python_body(text: str, tokens: list[str]) -> dict[str, Any]:
+    """A llama-cpp-python completions answer: no stop_reason; the logprobs tokens run to the
+    end of the stop string that cut the text (as the real server answers)."""
+    logprobs = {"tokens": tokens, "token_logprobs": [-0.5] * len(tokens),
+                "text_offset": [0] * len(tokens), "top_logprobs": [{t: -0.5} for t in tokens]}
+    return {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "text": text, "finish_reason": "stop",
+                         "logprobs": logprobs}],
+            "usage": {"prompt_tokens": 2, "completion_tokens": len(tokens), "total_tokens": 9}}
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    ([" Lily", " ran", "."], "."),          # cut by "." (the overhang)
+    ([" Lily", " ran", "!\n"], "!"),        # the stop ends inside the last token
+    ([" Lily", " ran"], None),              # the tokens end with the text: end of sequence
+    ([" Lily", " ran", " on"], None),       # an overhang no stop string begins
+    ([" Lucy", " ran", "."], None),         # tokens that do not spell the text
+])
+def test_scripted_stop_string_read_from_the_tokens_when_the_server_names_none(
+        make, tokens, expected):
+    server, gen = make(lambda seen: Fault("json", body=_llama_cpp_python_body(" Lily ran",
+                                                                              tokens)),
+                       dialect="llamacpp-python")
+    params = P.with_(stop=(".", "!"))
+    [[out]] = gen.generate(["q"], params)
+    assert out.text == " Lily ran" and out.finish_reason == "stop"
+    assert out.stop_reason == expected and out.logprobs is None  # logprobs not asked for
+    assert server.posts[0].body["logprobs"] == 0
+    gen.generate(["q"], P)  # no stop strings: no logprobs asked for them
+    assert "logprobs" not in server.posts[1].body
+
+
 def test_importing_metagen_does_not_import_httpx():
     code = "import sys, metagen; assert 'httpx' not in sys.modules; metagen.OpenAIGenerator"
     subprocess.run([sys.executable, "-c", code], check=True)
