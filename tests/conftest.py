@@ -20,3 +20,19 @@ def stories_path() -> Path:
     if not (STORIES / "config.json").exists():
         pytest.skip(f"{STORIES} not found (../shared beside the project root)")
     return STORIES
+
+
+@pytest.fixture
+def default_sandbox(monkeypatch) -> str:
+    """The name of the backend :func:`metagen.sandbox.default_executor` picks here when nothing
+    is named (``METAGEN_SANDBOX_BACKEND`` is cleared); skips where no sandbox works."""
+    from metagen.errors import SandboxUnavailable
+    from metagen.sandbox import check_code_execution
+    from metagen.sandbox.preflight import ENV_BACKEND, INSTALL_HINT
+    monkeypatch.delenv(ENV_BACKEND, raising=False)
+    try:
+        return check_code_execution(True).name
+    except SandboxUnavailable as exc:
+        why = "; ".join(exc.reasons)
+        pytest.skip(f"no working sandbox here: {why}"
+                    + ("" if INSTALL_HINT in why else f" ({INSTALL_HINT})"))

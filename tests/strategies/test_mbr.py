@@ -1,5 +1,5 @@
 """MBR on MockGenerator (scripted): golden selections per utility, the voting equivalence,
-linear-time variants, model weighting, execution agreement."""
+linear-time variants, model weighting, execution agreement (in the default sandbox)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_scripted_callable_utility():
     assert res.text == "ab" and res.scores == pytest.approx([1.0, 4 / 3, 1.0])
 
 
-def test_scripted_execution_agreement_mbr():
+def test_scripted_execution_agreement_mbr(default_sandbox):
     add = "def f(a, b):\n    return a + b\n"
     progs = [add, "def f(a, b):\n    return a * b\n", "def f(x, y):\n    return y + x\n",
              "def f(a, b):\n    return a - b\n"]
