@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from metagen.demo.difficulty import with_difficulty
+from metagen.generators.base import Prompt
+from metagen.scorers.base import text_only
 from metagen.strategies.parallel import failure_reason
 from metagen.strategies.selection import Selector
 from metagen.types import Completion, Usage
@@ -47,8 +49,9 @@ class CachedReward:
         self.table = {(p.prompt, c.text): s for p in problems
                       for c, s in zip(p.samples, getattr(p, field) or ()) if s is not None}
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        return [self.table[(p, c)] for p, c in zip(prompts, completions)]
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
+        return [self.table[(p, c)]
+                for p, c in zip(text_only(prompts, "CachedReward"), completions)]
 
 
 def evaluate_prefixes(problems: Sequence[DemoProblem], selectors: dict[str, Selector],

@@ -140,9 +140,15 @@ def extend_prompt(prompt: Prompt, text: str) -> Prompt:
         return prompt
     if isinstance(prompt, str):
         return prompt + text
-    messages = [dict(m) for m in prompt]
-    if continues_assistant(prompt):
-        messages[-1]["content"] = messages[-1]["content"] + text
+    return with_answer(prompt, text)
+
+
+def with_answer(messages: Sequence[ChatMessage], text: str) -> list[dict[str, str]]:
+    """A copy of ``messages`` with ``text`` as the assistant's answer: appended to a final
+    assistant message, else a new assistant message (even when ``text`` is empty)."""
+    out = [dict(m) for m in messages]
+    if continues_assistant(messages):
+        out[-1]["content"] = out[-1]["content"] + text
     else:
-        messages.append({"role": "assistant", "content": text})
-    return messages
+        out.append({"role": "assistant", "content": text})
+    return out

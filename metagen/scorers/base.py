@@ -7,6 +7,13 @@
 - :class:`Utility` (MBR): ``matrix(hyps, refs) -> list[list[float]]`` with ``out[i][j]`` the
   utility of hypothesis ``i`` against pseudo-reference ``j``.
 
+Prompts are :data:`~metagen.generators.base.Prompt`: a string, or chat messages
+(``[{"role": ..., "content": ...}]``) exactly as the strategy got them -- never a join of the
+messages. A scorer that reads text lays a chat prompt out the way its model was trained (its
+tokenizer's chat template, or its declared format); a scorer that cannot raises
+``InvalidPromptError`` naming ``prompts`` before any work. Plain callables receive the prompt as
+is.
+
 Scorers that run a model also expose ``usage`` (cumulative :class:`~metagen.types.Usage` with
 ``scorer_tokens``, ``scorer_calls`` and ``scorer_flops``) so strategies can account for them.
 A scorer that fails raises; it never returns a made-up score (RELIABILITY section 3).
@@ -18,19 +25,20 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
-from metagen.errors import InvalidParameterError, NumericalError
+from metagen.errors import InvalidParameterError, InvalidPromptError, NumericalError
+from metagen.generators.base import Prompt
 
 StepAggregation = Literal["last", "min", "prod", "mean"]
 
 
 @runtime_checkable
 class RewardModel(Protocol):
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]: ...
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]: ...
 
 
 @runtime_checkable
 class ProcessRewardModel(Protocol):
-    def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
+    def score_steps(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]: ...
 
 
@@ -48,12 +56,14 @@ class AggregatingUtility(Utility, Protocol):
 
 
 # What the strategies accept where a scorer goes: the protocol, or a plain callable.
-RewardLike = RewardModel | Callable[[str, str], float]
-"""A :class:`RewardModel`, or ``fn(prompt, completion) -> float`` called once per pair."""
+RewardLike = RewardModel | Callable[[Prompt, str], float]
+"""A :class:`RewardModel`, or ``fn(prompt, completion) -> float`` called once per pair (the
+prompt as given: a string or the chat messages)."""
 
-ProcessRewardLike = ProcessRewardModel | Callable[[str, list[str]], float | Sequence[float]]
+ProcessRewardLike = ProcessRewardModel | Callable[[Prompt, list[str]], float | Sequence[float]]
 """A :class:`ProcessRewardModel`, or ``fn(prompt, steps) -> scores`` called once per path
-(one score per step, or one number that scores the last step)."""
+(one score per step, or one number that scores the last step; the prompt as given: a string or
+the chat messages)."""
 
 UtilityLike = Utility | Callable[[str, str], float]
 """A :class:`Utility`, or ``u(hyp, ref) -> float`` called once per pair."""
@@ -94,3 +104,14 @@ def check_step_chains(prompts: Sequence[object], steps: Sequence[Sequence[str]])
         if isinstance(chain, str) or not chain:
             raise InvalidParameterError("steps", chain, "each entry must be a non-empty list "
                                         "of step strings")
+
+
+def text_only(prompts: Sequence[Prompt], who: str) -> list[str]:
+    """``prompts`` as strings, for a scorer whose input is a text template; a chat prompt raises
+    ``InvalidPromptError`` naming ``prompts`` (before any work) and saying what to pass."""
+    for prompt in prompts:
+        if not isinstance(prompt, str):
+            raise InvalidPromptError(
+                "prompts", "<chat messages>", f"{who} formats prompts into a text template; pass "
+                "string prompts (e.g. the conversation rendered with the policy's chat template)")
+    return [str(p) for p in prompts]

@@ -5,6 +5,8 @@
 - an object with ``score(prompts, completions) -> list[float]`` is used as is;
 - a callable ``fn(prompt, completion) -> float`` is called once per pair
   (:class:`CallableReward`); pass ``batched=True`` to call ``fn(prompts, completions)`` once.
+  The callable receives each prompt as the strategy got it: a string, or a list of chat
+  messages (render or read them as the callable needs).
 
 :func:`check_scores` is the gate between a scorer and a strategy: the right count of finite real
 numbers, else an error. A failed scorer call is never turned into a score (RELIABILITY section 3).
@@ -17,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from metagen.errors import InvalidParameterError, NumericalError
+from metagen.generators.base import Prompt
 from metagen.scorers.base import RewardLike, RewardModel, check_same_length
 
 
@@ -35,7 +38,8 @@ class CallableReward:
         self.fn = fn
         self.batched = batched
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
+        """Scores of ``fn`` over the pairs; a chat prompt reaches ``fn`` as its messages."""
         check_same_length(prompts, completions, "completions")
         if self.batched:
             out = self.fn(list(prompts), list(completions))

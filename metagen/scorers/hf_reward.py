@@ -12,11 +12,14 @@ ourselves, so padding conventions of the classification classes do not matter. W
 ``num_labels == 1`` the score is ``sigmoid(logit)`` (the testbed's P(correct)); with 2 labels it
 is ``softmax(logits)[1]``; ``transform="none"`` returns raw logits.
 
-Input conventions (the testbed's, RELIABILITY-free): the ORM reads ``prompt + completion``
-concatenated exactly; the PRM reads ``prompt + "".join(steps)`` where every step but possibly the
-last ends with ``"\n"``. Tokenization uses the tokenizer's default special tokens
-(``add_special_tokens=True``); a token that straddles a step boundary (BPE merges) counts for the
-step it starts in.
+Input conventions (the testbed's): the ORM reads ``prompt + completion`` concatenated exactly;
+the PRM reads ``prompt + "".join(steps)`` where every step but possibly the last ends with
+``"\n"``. Tokenization uses the tokenizer's default special tokens (``add_special_tokens=True``);
+a token that straddles a step boundary (BPE merges) counts for the step it starts in. A chat
+prompt (a list of messages) is read as the tokenizer's chat template renders the conversation
+with the completion (the joined steps) as the assistant's turn, end of turn included, without
+added special tokens (the template writes its own); a tokenizer without a chat template raises
+``InvalidPromptError`` naming ``prompts`` (:func:`~metagen.scorers.prm_render.layout`).
 
 Rows that share a prompt share one prompt forward pass (its KV cache is repeated over them), so
 N samples of one prompt cost one prompt plus N continuations. ``usage``: one ``scorer_calls`` per
@@ -32,9 +35,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
+from metagen.generators.base import Prompt
 from metagen.scorers.base import (
     StepAggregation, aggregate_steps, check_same_length, check_step_chains)
 from metagen.scorers.callables import check_scores
+from metagen.scorers.prm_render import Layout, layout
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
 
@@ -83,8 +88,16 @@ class _HFScorer:
         """Cumulative scorer usage (tokens, calls, FLOPs, wall time)."""
         return self._meter.usage
 
-    def _encode(self, text: str) -> Any:
-        enc = self.tokenizer(text, add_special_tokens=self.add_special_tokens,
+    def _layout(self, prompt: Prompt, response: str, open_turn: bool = False) -> Layout:
+        """The text this scorer reads for ``(prompt, response)`` (see the module docstring)."""
+        return layout(self.tokenizer, prompt, response, special=self.add_special_tokens,
+                      open_turn=open_turn)
+
+    def _encode(self, text: str, special: bool | None = None) -> Any:
+        """Tokens, offsets and special-token mask of ``text``; ``special``: add the tokenizer's
+        special tokens (default: the scorer's ``add_special_tokens``)."""
+        special = self.add_special_tokens if special is None else special
+        enc = self.tokenizer(text, add_special_tokens=special,
                              return_offsets_mapping=True, return_special_tokens_mask=True)
         n = len(enc["input_ids"])
         if n == 0:
@@ -178,16 +191,17 @@ class _HFScorer:
         logits = self.head(picked.to(self.head.weight.dtype)).float()  # (S, L)
         return self._to_scores(logits)
 
-    def _prefix_len(self, prompt: str, full_ids: list[int]) -> int:
-        """Token length of the prompt when the full text's tokens start with the prompt's own
-        tokens (no merge across the boundary), else 0 (no sharing for that row)."""
-        cached = self._prompt_ids.get(prompt)
+    def _prefix_len(self, prompt: str, full_ids: list[int], special: bool | None = None) -> int:
+        """Token length of the prompt text when the full text's tokens start with the prompt's
+        own tokens (no merge across the boundary), else 0 (no sharing for that row)."""
+        special = self.add_special_tokens if special is None else special
+        key = ("s" if special else "n") + prompt
+        cached = self._prompt_ids.get(key)
         if cached is None:
-            cached = list(self.tokenizer(prompt, add_special_tokens=self.add_special_tokens)
-                          ["input_ids"])
+            cached = list(self.tokenizer(prompt, add_special_tokens=special)["input_ids"])
             if len(self._prompt_ids) > 4096:
                 self._prompt_ids.clear()
-            self._prompt_ids[prompt] = cached
+            self._prompt_ids[key] = cached
         n = len(cached)
         return n if n and full_ids[:n] == cached else 0
 
@@ -204,18 +218,21 @@ class _HFScorer:
 
 
 class HFRewardModel(_HFScorer):
-    """Outcome reward model: ``score(prompts, completions)`` reads ``prompt + completion``."""
+    """Outcome reward model: ``score(prompts, completions)`` reads ``prompt + completion`` (a
+    chat prompt: the conversation with the completion as the assistant's turn), scored at its
+    last token."""
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         check_same_length(prompts, completions, "completions")
         if not prompts:
             return []
         ids, positions, prefixes = [], [], []
         for prompt, completion in zip(prompts, completions):
-            enc = self._encode(prompt + completion)
+            lay = self._layout(prompt, completion)
+            enc = self._encode(lay.text, lay.special)
             ids.append(list(enc["input_ids"]))
             positions.append([len(enc["input_ids"]) - 1])
-            prefixes.append(self._prefix_len(prompt, ids[-1]))
+            prefixes.append(self._prefix_len(lay.prefix, ids[-1], lay.special))
         values = self._values(ids, positions, prefixes)
         return check_scores([v[0] for v in values], len(prompts), who="HFRewardModel")
 
@@ -234,20 +251,21 @@ class HFProcessRewardModel(_HFScorer):
         super().__init__(model, tokenizer, **kwargs)
         self.aggregation = aggregation
 
-    def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
+    def score_steps(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
         check_step_chains(prompts, steps)
         ids, positions, prefixes = [], [], []
         for prompt, chain in zip(prompts, steps):
-            enc = self._encode(prompt + "".join(chain))
+            lay = self._layout(prompt, "".join(chain))
+            enc = self._encode(lay.text, lay.special)
             ids.append(list(enc["input_ids"]))
-            positions.append(_step_positions(prompt, chain, enc))
-            prefixes.append(self._prefix_len(prompt, ids[-1]))
+            positions.append(_step_positions(lay.step_ends(chain), enc))
+            prefixes.append(self._prefix_len(lay.prefix, ids[-1], lay.special))
         values = self._values(ids, positions, prefixes)
         return [check_scores(v, len(chain), who="HFProcessRewardModel")
                 for v, chain in zip(values, steps)]
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         steps = [split_steps(c) for c in completions]
         if any(not s for s in steps):
             raise InvalidParameterError("completions", "''", "an empty completion has no steps")
@@ -265,15 +283,15 @@ def split_steps(text: str) -> list[str]:
     return lines
 
 
-def _step_positions(prompt: str, steps: Sequence[str], enc: Any) -> list[int]:
-    """Token index of the last token of each step (the last token starting before its end)."""
+def _step_positions(ends: Sequence[int], enc: Any) -> list[int]:
+    """Token index of the last token of each step, whose end is the character offset ``ends[k]``
+    of the encoded text (the last non-special token starting before it)."""
     starts = [start for (start, _), special in zip(enc["offset_mapping"],
                                                    enc["special_tokens_mask"])
               if not special]
     index = [i for i, special in enumerate(enc["special_tokens_mask"]) if not special]
-    positions, end, t = [], len(prompt), 0
-    for step in steps:
-        end += len(step)
+    positions, t = [], 0
+    for end in ends:
         while t + 1 < len(starts) and starts[t + 1] < end:
             t += 1
         positions.append(index[t])

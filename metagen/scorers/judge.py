@@ -3,7 +3,9 @@
 Zhang et al. 2024, "Generative Verifiers: Reward Modeling as Next-Token Prediction": the score of
 a solution is the judge model's probability of answering "Yes" to "Is the answer correct?".
 The judge needs a :class:`~metagen.generators.base.ScoringGenerator` (capability
-``prompt_scoring``); one ``score()`` call scores the whole batch.
+``prompt_scoring``); one ``score()`` call scores the whole batch. Its template is text, so
+chat prompts are refused (``InvalidPromptError`` naming ``prompts``): give the judge string
+prompts, e.g. the conversation rendered with the policy's chat template.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import ScoringGenerator, require
-from metagen.scorers.base import check_same_length
+from metagen.generators.base import Prompt, ScoringGenerator, require
+from metagen.scorers.base import check_same_length, text_only
 from metagen.scorers.callables import check_scores
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
@@ -48,12 +50,13 @@ class LMJudge:
     def usage(self) -> Usage:
         return self._meter.usage
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         check_same_length(prompts, completions, "completions")
         if not prompts:
             return []
+        text_prompts = text_only(prompts, "LMJudge")
         judge_prompts = [self.template.format(prompt=p, completion=c)
-                         for p, c in zip(prompts, completions)]
+                         for p, c in zip(text_prompts, completions)]
         options = [self.yes, self.no] if self.normalize else [self.yes]
         before = self.generator.usage
         with self._meter.timed():

@@ -16,6 +16,8 @@ through the scorer protocols, from any causal LM folder (usually the generator's
   the last token of step ``i``) with the same ``agg`` — the confidence that the prefix is still on
   track, non-increasing in ``i`` for ``min``; the last step's score equals ``score``.
 
+A chat prompt (a list of messages) is read as a generator continues it: the chat template of the
+conversation with the completion as the assistant's turn, left open (``continue_final_message``).
 Scores lie in (0, 1], so they can weight votes. Compute: one forward pass over prompt and
 completion per row (rows with the same prompt share the prompt's pass), counted in ``usage`` as
 ``2 x parameters x tokens``. Scores are read with the model's tokenizer; a token that straddles
@@ -30,9 +32,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
+from metagen.generators.base import Prompt
 from metagen.scorers.base import check_same_length, check_step_chains
 from metagen.scorers.callables import check_scores
 from metagen.scorers.hf_reward import _HFScorer, _on, _step_positions
+from metagen.scorers.prm_render import Layout
 
 Confidence = Literal["min", "mean", "window"]
 
@@ -107,45 +111,49 @@ class LikelihoodVerifier(_HFScorer):
         targets = torch.tensor([ids[q + 1] for q in positions], device=logits.device)  # (S,)
         return logits.log_softmax(-1).gather(1, targets[:, None])[:, 0].tolist()
 
-    def _token_logprobs(self, prompts: Sequence[str], texts: Sequence[str]
-                        ) -> tuple[list[list[float]], list[Any], list[int]]:
-        """Per row: the completion tokens' log-probs, the encoding of ``prompt + text`` and the
-        index of the completion's first token."""
-        ids, positions, prefixes, encs, starts = [], [], [], [], []
+    def _token_logprobs(self, prompts: Sequence[Prompt], texts: Sequence[str]
+                        ) -> tuple[list[list[float]], list[Any], list[int], list[Layout]]:
+        """Per row: the completion tokens' log-probs, the encoding of the text read (``prompt +
+        text``, or the open chat turn), the index of the completion's first token and the
+        layout."""
+        ids, positions, prefixes, encs, starts, lays = [], [], [], [], [], []
         for prompt, text in zip(prompts, texts):
             if not text:
                 raise InvalidPromptError("completions", "''", "an empty completion has no "
                                          "tokens to score")
-            enc = self._encode(prompt + text)
+            lay = self._layout(prompt, text, open_turn=True)
+            enc = self._encode(lay.text, lay.special)
             row = list(enc["input_ids"])
             start = next((i for i, ((a, _), special) in enumerate(
                 zip(enc["offset_mapping"], enc["special_tokens_mask"]))
-                if not special and a >= len(prompt)), len(row))
+                if not special and a >= lay.start), len(row))
             start = min(max(start, 1), len(row) - 1)  # a straddling token counts for the text
             ids.append(row)
             positions.append(list(range(start - 1, len(row) - 1)))
-            prefixes.append(min(self._prefix_len(prompt, row), start))
+            prefixes.append(min(self._prefix_len(lay.prefix, row, lay.special), start))
             encs.append(enc)
             starts.append(start)
-        return self._values(ids, positions, prefixes), encs, starts
+            lays.append(lay)
+        return self._values(ids, positions, prefixes), encs, starts, lays
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         check_same_length(prompts, completions, "completions")
         if not prompts:
             return []
-        logps, _, _ = self._token_logprobs(prompts, completions)
+        logps, _, _, _ = self._token_logprobs(prompts, completions)
         return check_scores([confidence(lp, self.aggregation, self.window) for lp in logps],
                             len(prompts), who="LikelihoodVerifier")
 
-    def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
+    def score_steps(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
         check_step_chains(prompts, steps)
         if not prompts:
             return []
-        logps, encs, starts = self._token_logprobs(prompts, ["".join(c) for c in steps])
+        logps, encs, starts, lays = self._token_logprobs(prompts, ["".join(c) for c in steps])
         out = []
-        for prompt, chain, lp, enc, start in zip(prompts, steps, logps, encs, starts):
-            ends = [max(1, pos - start + 1) for pos in _step_positions(prompt, chain, enc)]
+        for chain, lp, enc, start, lay in zip(steps, logps, encs, starts, lays):
+            ends = [max(1, pos - start + 1)
+                    for pos in _step_positions(lay.step_ends(chain), enc)]
             out.append(check_scores([confidence(lp[:e], self.aggregation, self.window)
                                      for e in ends], len(chain), who="LikelihoodVerifier"))
         return out

@@ -6,6 +6,11 @@ before the response (so rows with one prompt can share its forward pass). Chat-m
 and string prompts of a chat format, go through the tokenizer's own chat template
 (``apply_chat_template``), never a join of the messages.
 
+:func:`layout` is the plain layout of the reward models without a declared format
+(:class:`~metagen.scorers.HFRewardModel`, :class:`~metagen.scorers.HFProcessRewardModel`, the
+likelihood verifier): ``prompt + response`` for a string prompt; for chat messages the
+tokenizer's chat template with the response as the assistant's turn.
+
 :func:`token_positions` maps the character offsets to token indices:
 
 - ``read="at"``: the token holding the character just before the offset (the tag's or the
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from metagen.errors import InvalidPromptError, ModelLoadError
+from metagen.generators.base import with_answer
 from metagen.scorers.prm_format import PRMFormat
 
 Message = Mapping[str, str]
@@ -45,6 +51,83 @@ class Rendered:
     prefix: str
     chat: bool
     read: ReadAt
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a response sits in the text a scorer reads: ``text``, the response's offset
+    ``start`` in it, ``special`` (whether the tokenizer adds its special tokens; a chat template
+    writes its own), and which part of the response ``text`` holds: from its ``lead``-th
+    character, ``kept`` characters (a chat template may trim the response's whitespace)."""
+
+    text: str
+    start: int
+    special: bool
+    lead: int
+    kept: int
+
+    @property
+    def prefix(self) -> str:
+        """The text before the response (the same for every response of one prompt)."""
+        return self.text[:self.start]
+
+    def at(self, offset: int) -> int:
+        """The offset in ``text`` of the response's character offset ``offset`` (clamped to
+        the part ``text`` holds)."""
+        return self.start + min(max(offset - self.lead, 0), self.kept)
+
+    def step_ends(self, steps: Sequence[str]) -> list[int]:
+        """The offsets in ``text`` where each of ``steps`` (the response, in order) ends."""
+        ends, end = [], 0
+        for step in steps:
+            end += len(step)
+            ends.append(self.at(end))
+        return ends
+
+
+def layout(tokenizer: Any, prompt: PromptLike, response: str, *, special: bool,
+           open_turn: bool = False) -> Layout:
+    """The text a reward model without a declared format reads for ``(prompt, response)``.
+
+    A string prompt: ``prompt + response`` (``special`` tells whether the tokenizer adds its
+    special tokens). Chat messages: ``apply_chat_template`` of the conversation with
+    ``response`` as the assistant's turn (appended to a final assistant message), closed with
+    the template's end of turn -- what a reward model trained on chat data reads -- or, with
+    ``open_turn``, left open as a generator continues it (``continue_final_message``).
+
+    Raises ``InvalidPromptError`` naming ``prompts`` when the tokenizer has no chat template,
+    or when its template changes the response beyond trimming surrounding whitespace.
+    """
+    if isinstance(prompt, str):
+        return Layout(prompt + response, len(prompt), special, 0, len(response))
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidPromptError(
+            "prompts", "<chat messages>", "this scorer's tokenizer has no chat template; pass "
+            "string prompts laid out the way its model was trained")
+    text = _conversation(tokenizer, prompt, response, open_turn)
+    marked = _conversation(tokenizer, prompt, _SENTINEL, open_turn)
+    cut = marked.find(_SENTINEL)
+    if cut >= 0 and text.startswith(marked[:cut]):
+        lead = len(response) - len(response.lstrip())
+        for skip, kept in ((0, response), (0, response.rstrip()), (lead, response.strip())):
+            if text.startswith(kept, cut):
+                return Layout(text, cut, False, skip, len(kept))
+    raise InvalidPromptError(
+        "prompts", "<chat messages>", "the scorer's chat template changes the response text, so "
+        "its scores cannot be placed; pass string prompts laid out the way its model was trained")
+
+
+def _conversation(tokenizer: Any, prompt: Sequence[Message], response: str,
+                  open_turn: bool) -> str:
+    messages = with_answer(prompt, response)
+    if open_turn:
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=False,
+                                             continue_final_message=True)
+    else:
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=False)
+    return str(text)
 
 
 def fill(template: str, prompt: str, response: str = "") -> str:

@@ -4,7 +4,10 @@
 answer extracted from a completion matches the reference answer of its prompt, else 0.0. A
 completion with no extractable answer scores 0.0 (that is a wrong answer, not a failed call).
 Answer extraction and comparison default to :mod:`metagen.tasks.answer` (GSM8K conventions:
-the last ``#### N``, else the last number) and are injectable.
+the last ``#### N``, else the last number) and are injectable. Chat prompts are accepted with a
+single reference or a callable reference (which receives the messages); a mapping reference is
+keyed by prompt strings, so it refuses chat prompts with ``InvalidPromptError`` naming
+``prompts``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from metagen.errors import InvalidParameterError
+from metagen.errors import InvalidParameterError, InvalidPromptError
+from metagen.generators.base import Prompt
 from metagen.scorers.base import check_same_length
 
 Extract = Callable[[str], "str | None"]
@@ -34,8 +38,10 @@ def default_match() -> Match:
 class AnswerMatch:
     """1.0 if ``extract(completion)`` matches the prompt's reference answer, else 0.0.
 
-    ``reference`` is one answer for every prompt, a mapping prompt -> answer, or a callable
-    prompt -> answer. A prompt without a reference raises ``KeyError`` (never a guessed score).
+    ``reference`` is one answer for every prompt, a mapping prompt -> answer (string prompts
+    only), or a callable prompt -> answer (it gets a chat prompt's messages as they are). A
+    prompt without a reference raises ``KeyError`` (never a guessed score); a chat prompt with
+    a mapping reference raises ``InvalidPromptError`` naming ``prompts``.
     """
 
     __slots__ = ("reference", "extract", "match")
@@ -48,8 +54,13 @@ class AnswerMatch:
         self.extract = extract or default_extract()
         self.match = match or default_match()
 
-    def _reference_for(self, prompt: str) -> Any:
+    def _reference_for(self, prompt: Prompt) -> Any:
         if isinstance(self.reference, Mapping):
+            if not isinstance(prompt, str):
+                raise InvalidPromptError(
+                    "prompts", "<chat messages>", "AnswerMatch's reference mapping is keyed by "
+                    "string prompts; give a callable reference (it receives the messages) or "
+                    "one reference answer")
             if prompt not in self.reference:
                 raise KeyError(f"no reference answer for prompt {prompt[:80]!r}")
             return self.reference[prompt]
@@ -57,7 +68,7 @@ class AnswerMatch:
             return self.reference(prompt)
         return self.reference
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         check_same_length(prompts, completions, "completions")
         out = []
         for prompt, text in zip(prompts, completions):

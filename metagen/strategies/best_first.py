@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int
@@ -43,7 +43,7 @@ def priority(node: SearchNode, heuristic: Heuristic, depth_weight: float) -> flo
     return value + depth_weight * node.depth if heuristic == "depth" else value
 
 
-def best_first(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+def best_first(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewardLike, *,
                branching: int = 4,
                max_expansions: int = 16, n_solutions: int = 1, expansions_per_step: int = 1,
                heuristic: Heuristic = "value", depth_weight: float = 0.1, max_depth: int = 16,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int, run_beams
@@ -23,7 +23,7 @@ from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.types import Result, SamplingParams
 
 
-def dvts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+def dvts(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewardLike, *,
          subtrees: int = 4, branching: int = 4, max_depth: int = 16,
          params: SamplingParams | None = None,
          steps: StepDefinition = DEFAULT_STEPS, aggregation: StepAggregation = "last",

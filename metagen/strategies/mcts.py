@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation, aggregate_steps
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import positive_int
@@ -109,11 +109,11 @@ def backup(node: SearchNode, value: float) -> None:
         cur = cur.parent
 
 
-def mcts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike | None, *,
+def mcts(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewardLike | None, *,
          iterations: int = 16,
          branching: int = 4, c: float = 1.0, selection: Selection = "uct",
          evaluation: Evaluation = "prm", mix: float = 0.5,
-         reward: Callable[[str, str], float] | None = None, rollout_max_tokens: int = 256,
+         reward: Callable[[Prompt, str], float] | None = None, rollout_max_tokens: int = 256,
          final: FinalChoice = "visits", complete: bool = True, parallel: int = 1,
          max_depth: int = 16,
          params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
@@ -180,7 +180,7 @@ def mcts(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike | 
 
 
 def _evaluate(search: StepSearch, nodes: list[SearchNode], evaluation: Evaluation, mix: float,
-              reward: Callable[[str, str], float] | None, max_tokens: int) -> bool:
+              reward: Callable[[Prompt, str], float] | None, max_tokens: int) -> bool:
     """Set each node's ``score`` to its evaluation; False when the budget stopped a rollout."""
     if evaluation in ("prm", "mixed"):
         search.score(nodes)
@@ -250,7 +250,7 @@ def _final(tree: SearchTree, cands: list[SearchNode], final: FinalChoice,
 
 
 def _complete(search: StepSearch, final: FinalChoice, max_tokens: int,
-              reward: Callable[[str, str], float] | None) -> None:
+              reward: Callable[[Prompt, str], float] | None) -> None:
     """Roll out the chosen path of every tree without a finished solution (one call)."""
     ends = [descend(t.root, final) for t in search.trees if not t.terminal_leaves()]
     outs = search.rollout(ends, search.params, max_tokens) if ends else None

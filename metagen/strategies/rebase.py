@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int
@@ -47,7 +47,7 @@ def allocate(rewards: Sequence[float], budget: int, temperature: float) -> list[
     return out
 
 
-def rebase(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+def rebase(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewardLike, *,
            width: int = 16, temperature: float = 0.2, max_depth: int = 16,
            params: SamplingParams | None = None,
            steps: StepDefinition = DEFAULT_STEPS, aggregation: StepAggregation = "last",

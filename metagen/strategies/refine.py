@@ -17,6 +17,11 @@ generate call per round for all prompts' attempts (and, for self-refine, one for
 The answer is the successful attempt, else the highest-scored one (ties: the earlier), else the
 last. ``Result.trace["chain"]`` lists every attempt with its feedback, score and tokens;
 ``trace["stop_reason"]`` says why the chain ended.
+
+Prompts are strings or chat messages. A text prompt's next attempt is asked with a text
+template; a chat prompt's as a conversation (the attempt as the assistant's turn, the feedback
+as the user's next turn, then a new assistant turn), see :mod:`metagen.strategies.refine_prompts`.
+``feedback`` and ``score`` receive the original prompt as given.
 """
 
 from __future__ import annotations
@@ -26,19 +31,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.refine_prompts import (  # noqa: F401 (the templates are re-exported)
+    CRITIQUE_TEMPLATE,
+    CRITIQUE_TURN,
+    FEEDBACK_TEMPLATE,
+    FEEDBACK_TURN,
+    REFINE_TEMPLATE,
+    REFINE_TURN,
+    check_turn,
+    critique_prompt,
+    feedback_prompt,
+    refine_prompt,
+)
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import StepSearch, split_usage
 from metagen.types import Completion, Result, SamplingParams
-
-FEEDBACK_TEMPLATE = ("{prompt}{attempt}\n\nFeedback on the attempt above:\n{feedback}\n\n"
-                     "Revised attempt:\n")
-CRITIQUE_TEMPLATE = ("{prompt}{attempt}\n\nReview the attempt above step by step. If it is "
-                     "correct, say NO ISSUES. Otherwise point out the mistake.\nReview:")
-REFINE_TEMPLATE = ("{prompt}{attempt}\n\nReview:{feedback}\n\nUsing the review, write an "
-                   "improved attempt.\nImproved attempt:\n")
-
 
 @dataclass(slots=True, frozen=True)
 class Feedback:
@@ -50,17 +59,18 @@ class Feedback:
     score: float | None = None
 
 
-FeedbackFn = Callable[[str, str], Feedback]
+FeedbackFn = Callable[[Prompt, str], Feedback]
+"""``feedback(prompt, attempt)``: the prompt as given (a string or chat messages)."""
 
 
 @dataclass(slots=True)
 class Chain:
     """One prompt's refinement chain."""
 
-    prompt: str
+    prompt: Prompt
     attempts: list[dict[str, Any]] = field(default_factory=list)
     completions: list[Completion] = field(default_factory=list)
-    next_prompt: str = ""
+    next_prompt: Prompt = ""
     best_score: float | None = None
     stale: int = 0
     stop_reason: str | None = None
@@ -70,11 +80,11 @@ class Chain:
 class RefineRun(StepSearch):
     """Budget, usage and batched generation of a refinement run (no step scorer)."""
 
-    def __init__(self, name: str, generator: Generator, prompts: Sequence[str],
+    def __init__(self, name: str, generator: Generator, prompts: Sequence[Prompt],
                  params: SamplingParams | None, budget: Budget) -> None:
         super().__init__(name, generator, prompts, None, params=params, budget=budget)
 
-    def generate_one(self, prefixes: list[str], params: SamplingParams | None = None
+    def generate_one(self, prefixes: list[Prompt], params: SamplingParams | None = None
                      ) -> list[Completion] | None:
         """One completion per prefix, in one call; ``None`` when the budget forbids it."""
         p = params or self.params
@@ -175,16 +185,20 @@ def _check_common(max_attempts: int, patience: int, template: str, *keys: str) -
             raise InvalidParameterError("template", template, f"must contain {{{key}}}")
 
 
-def refine_with_feedback(generator: Generator, prompts: Sequence[str], feedback: FeedbackFn, *,
+def refine_with_feedback(generator: Generator, prompts: Sequence[Prompt], feedback: FeedbackFn, *,
                          max_attempts: int = 4, patience: int = 1,
-                         template: str = FEEDBACK_TEMPLATE, params: SamplingParams | None = None,
+                         template: str = FEEDBACK_TEMPLATE, feedback_turn: str = FEEDBACK_TURN,
+                         params: SamplingParams | None = None,
                          budget: Budget = UNLIMITED) -> list[Result]:
     """Refinement with external feedback over a list of prompts; one Result per prompt.
 
-    ``template`` gets ``{prompt}``, ``{attempt}`` (the last attempt) and ``{feedback}`` (its
-    message). ``feedback`` is called once per attempt; a raising feedback source propagates.
+    A text prompt's next attempt is asked with ``template`` (``{prompt}``, ``{attempt}``: the
+    last attempt, ``{feedback}``: its message); a chat prompt's with the conversation
+    ``messages + [assistant: attempt, user: feedback_turn]`` (``{feedback}`` in it).
+    ``feedback`` is called once per attempt; a raising feedback source propagates.
     """
     _check_common(max_attempts, patience, template, "prompt", "attempt", "feedback")
+    check_turn("feedback_turn", feedback_turn, "feedback")
     if not callable(feedback):
         raise InvalidParameterError("feedback", feedback, "must be callable(prompt, attempt)")
     run = RefineRun("refine_with_feedback", generator, prompts, params, budget)
@@ -207,15 +221,16 @@ def refine_with_feedback(generator: Generator, prompts: Sequence[str], feedback:
                 raise InvalidParameterError("feedback", fb, "must return a Feedback")
             _record(run, i, ch, c, fb, patience, max_attempts)
             if fb is not None:
-                ch.next_prompt = template.format(prompt=ch.prompt, attempt=c.text,
-                                                 feedback=fb.message)
+                ch.next_prompt = feedback_prompt(ch.prompt, c.text, fb.message, template,
+                                                 feedback_turn)
     return _results(run, chains, {"max_attempts": max_attempts, "patience": patience})
 
 
-def self_refine(generator: Generator, prompts: Sequence[str], *, max_attempts: int = 4,
-                stop_phrase: str = "NO ISSUES", score: Callable[[str, str], float] | None = None,
+def self_refine(generator: Generator, prompts: Sequence[Prompt], *, max_attempts: int = 4,
+                stop_phrase: str = "NO ISSUES", score: Callable[[Prompt, str], float] | None = None,
                 patience: int = 1, critique_template: str = CRITIQUE_TEMPLATE,
-                refine_template: str = REFINE_TEMPLATE, params: SamplingParams | None = None,
+                refine_template: str = REFINE_TEMPLATE, critique_turn: str = CRITIQUE_TURN,
+                refine_turn: str = REFINE_TURN, params: SamplingParams | None = None,
                 critique_params: SamplingParams | None = None,
                 budget: Budget = UNLIMITED) -> list[Result]:
     """Self-Refine over a list of prompts; one Result per prompt.
@@ -224,10 +239,14 @@ def self_refine(generator: Generator, prompts: Sequence[str], *, max_attempts: i
     (``critique_template`` with ``{prompt}``, ``{attempt}``); success when the critique contains
     ``stop_phrase``. The next attempt's prompt is ``refine_template`` with ``{prompt}``,
     ``{attempt}`` and ``{feedback}`` (the critique). ``score(prompt, attempt)`` (optional) gives
-    the progress measure.
+    the progress measure. A chat prompt is continued as a conversation instead: the critique
+    is asked with ``messages + [assistant: attempt, user: critique_turn]`` and the next attempt
+    with ``... + [assistant: critique, user: refine_turn]``.
     """
     _check_common(max_attempts, patience, critique_template, "prompt", "attempt")
     _check_common(max_attempts, patience, refine_template, "prompt", "attempt", "feedback")
+    check_turn("critique_turn", critique_turn)
+    check_turn("refine_turn", refine_turn)
     if not isinstance(stop_phrase, str) or not stop_phrase:
         raise InvalidParameterError("stop_phrase", stop_phrase, "must be a non-empty string")
     run = RefineRun("self_refine", generator, prompts, params, budget)
@@ -245,8 +264,8 @@ def self_refine(generator: Generator, prompts: Sequence[str], *, max_attempts: i
         live_outs = [(i, c) for i, c in zip(live, outs) if chains[i].stop_reason is None]
         live, outs = [i for i, _ in live_outs], [c for _, c in live_outs]
         good = [(i, c) for i, c in zip(live, outs) if c.finish_reason != "error"]
-        crit_prompts = [critique_template.format(prompt=chains[i].prompt, attempt=c.text)
-                        for i, c in good]
+        crit_prompts = [critique_prompt(chains[i].prompt, c.text, critique_template,
+                                        critique_turn) for i, c in good]
         crits = run.generate_one(crit_prompts, critique_params) if good else []
         if crits is None:
             crits = []  # the budget stopped the critiques: record attempts without feedback
@@ -267,8 +286,8 @@ def self_refine(generator: Generator, prompts: Sequence[str], *, max_attempts: i
             _record(run, i, ch, c, fb, patience, max_attempts,
                     extra={"feedback_tokens": len(cr.token_ids)})
             ch.tokens += len(cr.token_ids)
-            ch.next_prompt = refine_template.format(prompt=ch.prompt, attempt=c.text,
-                                                    feedback=cr.text)
+            ch.next_prompt = refine_prompt(ch.prompt, c.text, cr.text, refine_template,
+                                           critique_turn, refine_turn)
         if run.stopped_by_budget:
             break
     return _results(run, chains, {"max_attempts": max_attempts, "patience": patience,

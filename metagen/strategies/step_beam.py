@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation, aggregate_steps
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
@@ -131,7 +131,7 @@ def _lookahead(search: StepSearch, nodes: list[SearchNode], depth: int) -> bool:
     return True
 
 
-def step_beam_search(generator: Generator, prompts: Sequence[str], prm: ProcessRewardLike, *,
+def step_beam_search(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewardLike, *,
                      width: int = 4,
                      branching: int = 4, max_depth: int = 16, lookahead: int = 0,
                      params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike
 from metagen.strategies.best_first import best_first
 from metagen.strategies.dvts import dvts
@@ -70,7 +70,7 @@ def step_search_options(name: str, n: int) -> dict[str, int]:
     return STEP_SEARCHES[name][1](n)
 
 
-def run_step_search(name: str, generator: Generator, prompts: Sequence[str],
+def run_step_search(name: str, generator: Generator, prompts: Sequence[Prompt],
                     prm: ProcessRewardLike, n: int,
                     **options: Any) -> list[Result]:
     """Run step search ``name`` at scale ``n`` over ``prompts`` (one Result per prompt).

@@ -4,8 +4,11 @@ usage accounting and the final :class:`~metagen.types.Result` per prompt.
 Contracts (DESIGN "Data flow"):
 
 - :meth:`StepSearch.expand` makes **one** ``generator.generate`` call for all branches of all
-  prompts in a search step. The prompt of a branch is ``prompt + steps so far`` as text, so the
-  backend's prefix cache serves the shared part. When branches ask for different numbers of
+  prompts in a search step. The prompt of a branch is the prompt extended by its steps so far
+  (:meth:`SearchTree.prompt_for`): ``prompt + steps`` for a text prompt; for a chat prompt the
+  steps are the assistant's partial answer, which the backend continues (chat template with
+  ``continue_final_message``, no end-of-turn), so the rendered text is again "prompt + steps"
+  and the backend's prefix cache serves the shared part. When branches ask for different numbers of
   children, the call sends each branch's prefix once per child with ``n=1``; with a fixed
   ``seed`` that would give identical children (sample ``i`` is a function of the seed and ``i``),
   so seeded runs instead make one call per distinct child count (documented exception).
@@ -14,6 +17,8 @@ Contracts (DESIGN "Data flow"):
   ``j`` the seed ``derive_seed(seed, j)`` (call 0 keeps the seed): successive search steps do not
   repeat the same draws. Within one call, children with the same index of different branches
   still share draws; use ``seed=None`` where that correlation matters (e.g. DVTS at scale).
+- Scorers receive the original prompt (a string, or the chat messages as given) and the list of
+  steps, never a rendering of them, so each reward model lays them out in its own format.
 - Branches of different prompts are never compared with each other: every selection happens
   inside one :class:`SearchTree`.
 - Before each call the budget is asked: when it is exhausted, or the remaining generated-token
@@ -40,8 +45,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from metagen.errors import InvalidParameterError, InvalidPromptError, MetagenError
-from metagen.generators.base import Generator
+from metagen.errors import InvalidParameterError, MetagenError
+from metagen.generators.base import Generator, Prompt, check_prompts
 from metagen.scorers.base import (
     ProcessRewardLike,
     ProcessRewardModel,
@@ -59,7 +64,7 @@ from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.types import Completion, FinishReason, Result, SamplingParams, Usage
 
-StepScorerFn = Callable[[list[str], list[list[str]]], list[list[float]]]
+StepScorerFn = Callable[[list[Prompt], list[list[str]]], list[list[float]]]
 
 
 def derive_seed(seed: int, call: int) -> int:
@@ -72,11 +77,12 @@ def as_step_scorer(prm: ProcessRewardLike) -> StepScorerFn:
 
     Accepts an object with ``score_steps(prompts, steps)`` (the ProcessRewardModel protocol) or a
     plain callable ``f(prompt, steps) -> list[float] | float`` (a float scores the last step).
+    Prompts are passed as the search got them: a string, or a list of chat messages.
     """
     if hasattr(prm, "score_steps"):
         return prm.score_steps
     if callable(prm):
-        def batched(prompts: list[str], steps: list[list[str]]) -> list[list[float]]:
+        def batched(prompts: list[Prompt], steps: list[list[str]]) -> list[list[float]]:
             out = []
             for p, s in zip(prompts, steps):
                 value = prm(p, s)
@@ -87,17 +93,6 @@ def as_step_scorer(prm: ProcessRewardLike) -> StepScorerFn:
     raise InvalidParameterError("prm", prm, "must have score_steps(prompts, steps) or be callable")
 
 
-def check_text_prompts(prompts: object) -> list[str]:
-    """Step search continues prompts as text, so prompts must be non-empty strings."""
-    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
-        raise InvalidPromptError("prompts", prompts, "must be a non-empty list of strings")
-    for p in prompts:
-        if not isinstance(p, str) or not p:
-            raise InvalidPromptError("prompt", p, "step-level search needs non-empty string "
-                                     "prompts (render chat messages to text first)")
-    return list(prompts)
-
-
 def _usage_of(obj: object) -> Usage | None:
     usage = getattr(obj, "usage", None)
     return usage if isinstance(usage, Usage) else None
@@ -106,14 +101,14 @@ def _usage_of(obj: object) -> Usage | None:
 class StepSearch:
     """State of one step-level search over a batch of prompts (one :class:`SearchTree` each)."""
 
-    def __init__(self, name: str, generator: Generator, prompts: Sequence[str],
+    def __init__(self, name: str, generator: Generator, prompts: Sequence[Prompt],
                  prm: ProcessRewardLike | None, *,
                  params: SamplingParams | None = None, steps: StepDefinition = DEFAULT_STEPS,
                  aggregation: StepAggregation = "last", budget: Budget = UNLIMITED,
                  max_depth: int = 16) -> None:
         self.name = name
         self.generator = generator
-        self.trees = [SearchTree(p, i) for i, p in enumerate(check_text_prompts(prompts))]
+        self.trees = [SearchTree(p, i) for i, p in enumerate(check_prompts(prompts))]
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
             raise InvalidParameterError("max_depth", max_depth, "must be a positive integer")
         if not isinstance(steps, StepDefinition):
@@ -161,7 +156,7 @@ class StepSearch:
         return cap if cap >= 1 else None
 
     # ----------------------------------------------------------------- generation
-    def _generate(self, prefixes: list[str], ks: list[int], params: SamplingParams
+    def _generate(self, prefixes: list[Prompt], ks: list[int], params: SamplingParams
                   ) -> list[list[Completion]] | None:
         """k_i completions for prefix i, in as few calls as the contract allows."""
         total = sum(ks)
@@ -209,8 +204,9 @@ class StepSearch:
             raise MetagenError(f"generator returned {[len(c) for c in out]} completions for "
                                f"{prompts} prompts with n={n}")
 
-    def prefix(self, node: SearchNode) -> str:
-        return self.trees[node.tree].prompt + node.text()
+    def prefix(self, node: SearchNode, extra: Sequence[str] = ()) -> Prompt:
+        """The prompt that continues ``node`` (see :meth:`SearchTree.prompt_for`)."""
+        return self.trees[node.tree].prompt_for(node, extra)
 
     def expand(self, requests: Sequence[tuple[SearchNode, int]],
                params: SamplingParams | None = None, tags: Sequence[int] | None = None
@@ -280,7 +276,7 @@ class StepSearch:
         """
         if not items:
             return []
-        prefixes = [self.prefix(n) + "".join(extra) for n, extra in items]
+        prefixes = [self.prefix(n, extra) for n, extra in items]
         groups = self._generate(prefixes, [1] * len(items), self.steps.params(params, n=1))
         if groups is None:
             return None

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from metagen.errors import InvalidParameterError, MetagenError
-from metagen.generators.base import Generator, ScoringGenerator, require
-from metagen.scorers.base import ProcessRewardLike, StepAggregation
+from metagen.generators.base import Generator, Prompt, ScoringGenerator, require
+from metagen.scorers.base import ProcessRewardLike, StepAggregation, text_only
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.step_beam import Select, positive_int, rank_key, run_beams
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
@@ -61,9 +61,12 @@ class LMStepValue:
     def usage(self) -> Usage:
         return self._usage
 
-    def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]
+    def score_steps(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
-        judged = [self.template.format(prompt=p, steps="".join(s)) for p, s in zip(prompts, steps)]
+        """One value per path; a chat prompt raises ``InvalidPromptError`` naming ``prompts``
+        (the value template is text)."""
+        judged = [self.template.format(prompt=p, steps="".join(s))
+                  for p, s in zip(text_only(prompts, "LMStepValue"), steps)]
         before = getattr(self.generator, "usage", None)
         rows = self.generator.score(judged, [[self.yes, self.no]] * len(judged))
         after = getattr(self.generator, "usage", None)
@@ -79,7 +82,7 @@ class LMStepValue:
         return out
 
 
-def tree_of_thoughts(generator: Generator, prompts: Sequence[str], value: ProcessRewardLike, *,
+def tree_of_thoughts(generator: Generator, prompts: Sequence[Prompt], value: ProcessRewardLike, *,
                      mode: Literal["bfs", "dfs"] = "bfs", branching: int = 4, breadth: int = 2,
                      threshold: float | None = None, max_expansions: int = 32,
                      n_solutions: int = 1, max_depth: int = 16,

@@ -5,13 +5,19 @@ process-reward value of the path ending at it, MCTS statistics, and the tokens s
 :class:`SearchTree` owns the nodes of one prompt and hands out ids in creation order, so a trace
 shows the order in which the search grew the tree. ``to_dict`` is JSON-serialisable (plain
 numbers, strings, lists), for reports that draw the tree.
+
+The tree is the one place that builds the prompt of a node's next step
+(:meth:`SearchTree.prompt_for`): the root prompt extended by the steps so far, so a text prompt
+is continued as text and a chat prompt as the assistant's partial answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from metagen.generators.base import Prompt, extend_prompt
 
 
 @dataclass(slots=True, eq=False)
@@ -104,11 +110,22 @@ class SearchTree:
 
     __slots__ = ("prompt", "index", "root", "_next_id")
 
-    def __init__(self, prompt: str, index: int = 0) -> None:
+    def __init__(self, prompt: Prompt, index: int = 0) -> None:
         self.prompt = prompt
         self.index = index
         self.root = SearchNode(id=0, tree=index)
         self._next_id = 1
+
+    def prompt_for(self, node: SearchNode, extra: Sequence[str] = ()) -> Prompt:
+        """The prompt that continues ``node``'s partial solution (then the ``extra`` steps).
+
+        A text prompt gets the steps appended; a chat prompt gets them as the assistant's partial
+        answer (appended to a final assistant message, else as a new one), which generators
+        continue without an end-of-turn: through the chat template locally, through
+        ``continue_final_message`` on servers. The root with no ``extra`` is the prompt itself
+        (a chat model starts a new assistant turn). The prompt is never mutated.
+        """
+        return extend_prompt(self.prompt, node.text() + "".join(extra))
 
     def add(self, parent: SearchNode, step: str, **fields: Any) -> SearchNode:
         """A new child of ``parent`` (appended last); ``fields`` set the node's attributes."""

@@ -7,7 +7,8 @@ injected source (``feedback(prompt, attempt) -> Feedback``; its ``score``, or 1/
 ok when it has none, is the node's value). Every later round shares ``width`` refinement children
 among the previous round's attempts by a softmax of their values at ``temperature``
 (:func:`~metagen.strategies.rebase.allocate`); a child's prompt is ``template`` with the parent
-attempt and its feedback (as in :func:`~metagen.strategies.refine.refine_with_feedback`).
+attempt and its feedback, or for a chat prompt the conversation ``messages + [assistant:
+attempt, user: feedback_turn]`` (as in :func:`~metagen.strategies.refine.refine_with_feedback`).
 
 A prompt stops on **success** (an attempt with ``ok``), on **no progress** (the best value has
 not improved for ``patience`` rounds, or a round produced only attempts already in the tree), at
@@ -24,20 +25,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.base import Generator
+from metagen.generators.base import Generator, Prompt
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.rebase import allocate
 from metagen.strategies.refine import FEEDBACK_TEMPLATE, Feedback, FeedbackFn, RefineRun
+from metagen.strategies.refine_prompts import FEEDBACK_TURN, check_turn, feedback_prompt
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import split_usage
 from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.types import Completion, Result, SamplingParams
 
 
-def treefinement(generator: Generator, prompts: Sequence[str], feedback: FeedbackFn, *,
+def treefinement(generator: Generator, prompts: Sequence[Prompt], feedback: FeedbackFn, *,
                  width: int = 4, max_depth: int = 4, temperature: float = 0.5,
                  patience: int = 2, template: str = FEEDBACK_TEMPLATE,
-                 params: SamplingParams | None = None,
+                 feedback_turn: str = FEEDBACK_TURN, params: SamplingParams | None = None,
                  budget: Budget = UNLIMITED) -> list[Result]:
     """Treefinement over a list of prompts; one Result per prompt (see module doc)."""
     positive_int("width", width)
@@ -49,6 +51,7 @@ def treefinement(generator: Generator, prompts: Sequence[str], feedback: Feedbac
     for key in ("prompt", "attempt", "feedback"):
         if "{" + key + "}" not in template:
             raise InvalidParameterError("template", template, f"must contain {{{key}}}")
+    check_turn("feedback_turn", feedback_turn, "feedback")
     if not callable(feedback):
         raise InvalidParameterError("feedback", feedback, "must be callable(prompt, attempt)")
     run = RefineRun("treefinement", generator, prompts, params, budget)
@@ -71,7 +74,7 @@ def treefinement(generator: Generator, prompts: Sequence[str], feedback: Feedbac
                     requests.append((n, k))
         if not requests:
             break
-        prefixes = [_prompt_for(trees[n.tree], n, template) for n, _ in requests]
+        prefixes = [_prompt_for(trees[n.tree], n, template, feedback_turn) for n, _ in requests]
         groups = run._generate(prefixes, [k for _, k in requests], run.params.with_(n=1))
         if groups is None:
             break
@@ -90,11 +93,10 @@ def treefinement(generator: Generator, prompts: Sequence[str], feedback: Feedbac
                     {"width": width, "temperature": temperature, "patience": patience})
 
 
-def _prompt_for(tree: SearchTree, node: SearchNode, template: str) -> str:
+def _prompt_for(tree: SearchTree, node: SearchNode, template: str, turn: str) -> Prompt:
     if node.parent is None:
         return tree.prompt
-    return template.format(prompt=tree.prompt, attempt=node.step,
-                           feedback=node.info.get("feedback", ""))
+    return feedback_prompt(tree.prompt, node.step, node.info.get("feedback", ""), template, turn)
 
 
 def _attempt(run: RefineRun, tree: SearchTree, parent: SearchNode, c: Completion,

@@ -127,8 +127,9 @@ def test_bad_options_fail_before_any_call():
         with pytest.raises(InvalidParameterError) as err:
             step_beam_search(gen, ["Q:\n"], ScriptedPRM({}), **kwargs)
         assert err.value.param == param
-    with pytest.raises(InvalidPromptError):
-        step_beam_search(gen, [[{"role": "user", "content": "x"}]], ScriptedPRM({}))
+    for bad in ("Q:\n", [""], [[{"role": "user"}]]):  # chat prompts are fine, malformed not
+        with pytest.raises(InvalidPromptError):
+            step_beam_search(gen, bad, ScriptedPRM({}))
     assert gen.calls == []
 
 
