@@ -3,8 +3,9 @@
 A step ends at a stop string (default: a newline) or where a user callable says it ends. Search
 asks the backend for one step at a time with ``stop=step.stop``; backends exclude the stop string
 from the completion text, so :meth:`StepDefinition.close` puts it back, and the next generate
-prompt is ``prompt + steps so far`` as plain text, which a prefix cache (the engine's radix cache,
-or a server's) turns into a short prefill.
+prompt is the prompt extended by the steps so far (``prompt + steps`` for text; for chat
+messages the assistant's partial answer, continued through the chat template), which a prefix
+cache (the engine's radix cache, or a server's) turns into a short prefill.
 
 A step *ends the solution* (makes a terminal node) when the completion ended for any reason other
 than a step stop (EOS, a stop token id, one of the caller's own stop strings, ``max_tokens``), or

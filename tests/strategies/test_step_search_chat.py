@@ -138,6 +138,30 @@ def test_chat_search_continues_the_assistant_answer_and_equals_the_text_search(
     assert chat.usage.generated_tokens == text.usage.generated_tokens > 0
 
 
+def test_a_given_assistant_prefix_is_continued_with_the_steps(chat_gen, rendered):
+    start = [{"role": "user", "content": "Tell a story."},
+             {"role": "assistant", "content": "Once upon a time"}]
+    seen: list[Any] = []
+
+    def prm(prompt: Any, steps: list[str]) -> list[float]:
+        seen.append(prompt)
+        return _sentence_value(prompt, steps)
+
+    [chat] = SEARCHES["step_beam_search"](chat_gen, [start], prm)
+    tok = chat_gen.tokenizer
+    partials = _texts(chat.trace["tree"])
+    for prompt, got in rendered:
+        so_far = prompt[-1]["content"][len("Once upon a time"):]
+        assert len(prompt) == 2 and prompt[0] == start[0] and so_far in partials
+        assert got == tok.apply_chat_template(
+            [start[0], {"role": "assistant", "content": "Once upon a time" + so_far}],
+            tokenize=False, continue_final_message=True)
+    assert seen and all(p == start for p in seen)
+    text_prompt = rendered[0][1][len(tok.bos_token):]
+    [text] = SEARCHES["step_beam_search"](chat_gen, [text_prompt], _sentence_value)
+    assert chat.trace["tree"] == text.trace["tree"]
+
+
 # --------------------------------------------------------------- a declared-format PRM
 from tests.scorers.test_prm_layouts import causal_path, tokenizer_dir  # noqa: E402,F401
 
