@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metagen.demo.difficulty import with_difficulty
+from metagen.generators.base import Prompt
 from metagen.scorers import aggregate_steps, check_scores, split_steps, usage_of
 from metagen.scorers.base import StepAggregation
 from metagen.types import SamplingParams, Usage
@@ -44,7 +45,7 @@ class PRMOutcome:
     def usage(self) -> Usage:
         return usage_of(self.prm)
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         chains = [split_steps(c) or [c] for c in completions]
         per_step = self.prm.score_steps(list(prompts), chains)
         if len(per_step) != len(chains):

@@ -27,7 +27,7 @@ class BestOfN:
     def usage(self) -> Usage:
         return scorers_usage(self.reward)
 
-    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+    def select(self, prompts: Sequence[Prompt], groups: Sequence[Sequence[Completion]]
                ) -> list[Selection]:
         flat_p, flat_c, starts = flatten(prompts, groups)
         scores = check_scores(self.reward.score(flat_p, flat_c), len(flat_c),

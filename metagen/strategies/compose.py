@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Capabilities, Generator, Prompt, check_prompts
-from metagen.strategies.parallel import check_counts, failure_reason, prompt_text
+from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.strategies.selection import Selector
 from metagen.types import Completion, SamplingParams, Usage
 
@@ -72,7 +72,7 @@ class StrategyGenerator:
                 out[i].append(Completion(text="", finish_reason="error",
                                          stop_reason="insufficient_samples"))
         if groups:
-            chosen = self.selector.select([prompt_text(prompts[i]) for i, _ in where], groups)
+            chosen = self.selector.select([prompts[i] for i, _ in where], groups)
             for (i, k), group, sel in zip(where, groups, chosen):
                 out[i][k] = group[sel.index]
         spent = (self.generator.usage - gen_before) + (self.selector.usage - sel_before)

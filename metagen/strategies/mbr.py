@@ -174,7 +174,7 @@ class MBR:
     def usage(self) -> Usage:
         return scorers_usage(self.utility)
 
-    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+    def select(self, prompts: Sequence[Prompt], groups: Sequence[Sequence[Completion]]
                ) -> list[Selection]:
         return [self._one(group) for group in groups]
 

@@ -46,10 +46,6 @@ def as_prompt_list(prompt: Prompt | Sequence[Prompt]) -> tuple[list[Prompt], boo
     return check_prompts(prompt), False
 
 
-def prompt_text(prompt: Prompt) -> str:
-    """The text scorers see: a string as is; chat messages' contents joined by newlines."""
-    return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
-
 
 def failure_reason(completion: Completion) -> str | None:
     """None for a successful sample, else its failure reason."""
@@ -115,7 +111,7 @@ def _select_and_wrap(prompts: list[Prompt], single: bool, outs: list[list[Comple
             short.append(i)
     live = [i for i in range(len(prompts)) if i not in short]
     score_before = selector.usage
-    selections = selector.select([prompt_text(prompts[i]) for i in live],
+    selections = selector.select([prompts[i] for i in live],
                                  [[c for _, c in oks[i]] for i in live]) if live else []
     total = gen_usage + (selector.usage - score_before)
     total = _with_wall(total, time.perf_counter() - start)

@@ -29,7 +29,6 @@ from metagen.strategies.parallel import (
     as_prompt_list,
     check_counts,
     failure_reason,
-    prompt_text,
 )
 from metagen.strategies.selection import argmax_first, scorers_usage
 from metagen.types import SEED_MAX, Completion, Result, SamplingParams, Usage
@@ -131,7 +130,7 @@ def _score_round(check: RewardModel, active: list[int], outs: list[list[Completi
                 failures[i][reason] += 1
     if not pairs:
         return
-    got = check_scores(check.score([prompt_text(prompts[i]) for i, _ in pairs],
+    got = check_scores(check.score([prompts[i] for i, _ in pairs],
                                    [c.text for _, c in pairs]), len(pairs), who="verifier")
     for (i, c), s in zip(pairs, got):
         cands[i].append(c)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from metagen.generators.base import Prompt
 from metagen.scorers.usage import usage_of
 from metagen.types import Completion, Usage
 
@@ -35,7 +36,7 @@ class Selector(Protocol):
 
     name: str
 
-    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+    def select(self, prompts: Sequence[Prompt], groups: Sequence[Sequence[Completion]]
                ) -> list[Selection]: ...
 
     @property
@@ -70,10 +71,10 @@ def group_answers(answers: Sequence[Any], match: Callable[[Any, Any], bool],
     return group_by_canonical(answers, match, canonical)
 
 
-def flatten(prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
-            ) -> tuple[list[str], list[str], list[int]]:
+def flatten(prompts: Sequence[Prompt], groups: Sequence[Sequence[Completion]]
+            ) -> tuple[list[Prompt], list[str], list[int]]:
     """Pairs (prompt, text) of every candidate of every group, plus each group's start offset."""
-    flat_p: list[str] = []
+    flat_p: list[Prompt] = []
     flat_c: list[str] = []
     starts: list[int] = []
     for prompt, group in zip(prompts, groups):

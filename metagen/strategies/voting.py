@@ -85,7 +85,7 @@ class SelfConsistency(_Voter):
     def usage(self) -> Usage:
         return Usage()
 
-    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+    def select(self, prompts: Sequence[Prompt], groups: Sequence[Sequence[Completion]]
                ) -> list[Selection]:
         out = []
         for group in groups:
@@ -126,7 +126,7 @@ class WeightedVote(_Voter):
     def usage(self) -> Usage:
         return scorers_usage(self.reward)
 
-    def _weights(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+    def _weights(self, prompts: Sequence[Prompt], groups: Sequence[Sequence[Completion]]
                  ) -> list[float]:
         flat_p, flat_c, _ = flatten(prompts, groups)
         if self.reward is not None:
@@ -140,7 +140,7 @@ class WeightedVote(_Voter):
                                             "weights (use a probability, e.g. sigmoid(logit))")
         return weights
 
-    def select(self, prompts: Sequence[str], groups: Sequence[Sequence[Completion]]
+    def select(self, prompts: Sequence[Prompt], groups: Sequence[Sequence[Completion]]
                ) -> list[Selection]:
         weights = self._weights(prompts, groups)
         out, start = [], 0
