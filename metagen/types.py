@@ -237,7 +237,9 @@ class Completion:
     ``logprobs[i]`` is the log-probability of ``token_ids[i]`` under the model's own distribution
     (before sampling transforms); ``top_logprobs[i]`` maps the k most likely token ids at step i to
     their log-probabilities when ``SamplingParams.logprobs`` was set. ``stop_reason`` is the stop
-    string or token id that ended the completion, if any.
+    string or token id that ended the completion, if any. ``generated_tokens`` is the server's
+    count for a completion whose token ids are unknown (a remote backend that does not return
+    them); :attr:`num_tokens` is what strategies count.
     """
 
     text: str
@@ -247,6 +249,17 @@ class Completion:
     finish_reason: FinishReason = "length"
     top_logprobs: tuple[dict[int, float], ...] | None = None
     stop_reason: str | int | None = None
+    generated_tokens: int | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Generated tokens: ``len(token_ids)`` when known, else the server's count, else the
+        number of logprobs, else 0."""
+        if self.token_ids:
+            return len(self.token_ids)
+        if self.generated_tokens is not None:
+            return self.generated_tokens
+        return len(self.logprobs) if self.logprobs is not None else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -256,6 +269,7 @@ class Completion:
             "cumulative_logprob": self.cumulative_logprob,
             "finish_reason": self.finish_reason,
             "stop_reason": self.stop_reason,
+            "num_tokens": self.num_tokens,
             "top_logprobs": None if self.top_logprobs is None else [
                 {str(k): v for k, v in d.items()} for d in self.top_logprobs],
         }

@@ -69,10 +69,10 @@ def evaluate_prefixes(problems: Sequence[DemoProblem], selectors: dict[str, Sele
     """
     scorers = {name: scoring for name in uses_orm} | dict(scored_by or {})
     n_max = max(len(p.samples) for p in problems)
-    total_tokens = sum(len(c.token_ids) for p in problems for c in p.samples) or 1
+    total_tokens = sum(c.num_tokens for p in problems for c in p.samples) or 1
     rows = []
     for n in ns:
-        prefix_tokens = sum(len(c.token_ids) for p in problems for c in p.samples[:n])
+        prefix_tokens = sum(c.num_tokens for p in problems for c in p.samples[:n])
         share = prefix_tokens / total_tokens
         groups = [[c for c in p.samples[:n] if failure_reason(c) is None] for p in problems]
         live = [i for i, g in enumerate(groups) if g]

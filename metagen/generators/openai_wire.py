@@ -234,7 +234,8 @@ def parse_response(data: Any, chat: bool, want_logprobs: bool,
         text=text, token_ids=token_ids, logprobs=logprobs,
         cumulative_logprob=None if logprobs is None else float(sum(logprobs)),
         finish_reason=finish, top_logprobs=top,
-        stop_reason=stop_reason if isinstance(stop_reason, (str, int)) else None)
+        stop_reason=stop_reason if isinstance(stop_reason, (str, int)) else None,
+        generated_tokens=None if token_ids else completion_tokens)
     return Parsed(completion, prompt_tokens, completion_tokens)
 
 

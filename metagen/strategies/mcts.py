@@ -260,14 +260,14 @@ def _complete(search: StepSearch, final: FinalChoice, max_tokens: int,
     for end, out in zip(ends, outs):
         if out is None:
             continue
-        end.extra_tokens -= len(out.token_ids)  # the tokens belong to the new chain
+        end.extra_tokens -= out.num_tokens  # the tokens belong to the new chain
         tree = search.trees[end.tree]
         node = end
         for j, part in enumerate(search.steps.split(out.text) or [out.text]):
             node = tree.add(node, part, finish_reason=out.finish_reason)
             node.info["completion"] = True
             if j == 0:
-                node.tokens, node.token_ids = len(out.token_ids), tuple(out.token_ids)
+                node.tokens, node.token_ids = out.num_tokens, tuple(out.token_ids)
                 node.logprob = out.cumulative_logprob
         node.terminal = True
         chain_ends.append(node)

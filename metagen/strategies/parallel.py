@@ -115,7 +115,7 @@ def _select_and_wrap(prompts: list[Prompt], single: bool, outs: list[list[Comple
                                  [[c for _, c in oks[i]] for i in live]) if live else []
     total = gen_usage + (selector.usage - score_before)
     total = _with_wall(total, time.perf_counter() - start)
-    weights = [sum(len(c.token_ids) for c in row) for row in outs]
+    weights = [sum(c.num_tokens for c in row) for row in outs]
     shares = [total] if single else apportion(total, weights)
     results = []
     chosen = dict(zip(live, selections))

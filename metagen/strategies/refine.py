@@ -103,10 +103,10 @@ class RefineRun(StepSearch):
 
 def _record_cut(chain: Chain, c: Completion) -> None:
     chain.attempts.append({"attempt": len(chain.attempts), "text": c.text,
-                           "tokens": len(c.token_ids), "finish_reason": c.finish_reason,
+                           "tokens": c.num_tokens, "finish_reason": c.finish_reason,
                            "budget_cut": True})
     chain.completions.append(c)
-    chain.tokens += len(c.token_ids)
+    chain.tokens += c.num_tokens
     chain.stop_reason = "budget"
 
 
@@ -114,8 +114,8 @@ def _record(run: RefineRun, i: int, chain: Chain, c: Completion, fb: Feedback | 
             patience: int, max_attempts: int, extra: dict[str, Any] | None = None) -> None:
     """Add an attempt to a chain and decide whether the chain stops."""
     entry: dict[str, Any] = {"attempt": len(chain.attempts), "text": c.text,
-                             "tokens": len(c.token_ids), "finish_reason": c.finish_reason}
-    chain.tokens += len(c.token_ids)
+                             "tokens": c.num_tokens, "finish_reason": c.finish_reason}
+    chain.tokens += c.num_tokens
     if fb is None:  # a failed sample: counted, retried with the same prompt
         run.failures[i]["generation_error"] += 1
         entry["error"] = True
@@ -140,10 +140,10 @@ def _record(run: RefineRun, i: int, chain: Chain, c: Completion, fb: Feedback | 
 def _record_unreviewed(chain: Chain, c: Completion, max_attempts: int) -> None:
     """Keep an attempt that got no critique (budget, failed critique) as a candidate."""
     chain.attempts.append({"attempt": len(chain.attempts), "text": c.text,
-                           "tokens": len(c.token_ids), "finish_reason": c.finish_reason,
+                           "tokens": c.num_tokens, "finish_reason": c.finish_reason,
                            "feedback": None})
     chain.completions.append(c)
-    chain.tokens += len(c.token_ids)
+    chain.tokens += c.num_tokens
     if len(chain.attempts) >= max_attempts:
         chain.stop_reason = "max_attempts"
 
@@ -284,8 +284,8 @@ def self_refine(generator: Generator, prompts: Sequence[Prompt], *, max_attempts
             fb = Feedback(ok=stop_phrase in cr.text, message=cr.text,
                           score=None if score is None else float(score(ch.prompt, c.text)))
             _record(run, i, ch, c, fb, patience, max_attempts,
-                    extra={"feedback_tokens": len(cr.token_ids)})
-            ch.tokens += len(cr.token_ids)
+                    extra={"feedback_tokens": cr.num_tokens})
+            ch.tokens += cr.num_tokens
             ch.next_prompt = refine_prompt(ch.prompt, c.text, cr.text, refine_template,
                                            critique_turn, refine_turn)
         if run.stopped_by_budget:

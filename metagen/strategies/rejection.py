@@ -89,7 +89,7 @@ def rejection_sampling(generator: Generator, prompt: Prompt | Sequence[Prompt],
     total = gen_usage + (scorers_usage(check) - score_before)
     total = Usage(**{**total.to_dict(), "wall_time": time.perf_counter() - start})
     shares = [total] if single else apportion(
-        total, [sum(len(c.token_ids) for c in row) for row in cands])
+        total, [sum(c.num_tokens for c in row) for row in cands])
     results = []
     for i in range(k):
         index = accepted[i] if accepted[i] is not None else (

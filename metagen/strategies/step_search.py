@@ -252,7 +252,7 @@ class StepSearch:
         step, final = self.steps.close(c)
         at_limit = node.depth + 1 >= self.max_depth
         kid = self.trees[node.tree].add(
-            node, step, terminal=final or at_limit, tokens=len(c.token_ids),
+            node, step, terminal=final or at_limit, tokens=c.num_tokens,
             token_ids=tuple(c.token_ids), logprob=c.cumulative_logprob,
             finish_reason=c.finish_reason, group=group)
         if at_limit and not final:
@@ -263,7 +263,7 @@ class StepSearch:
     def _note_cut(self, info: dict[str, Any], c: Completion) -> None:
         """A sample cut short by the budget's token cap stops the search after this step."""
         if self._budget_cap is not None and c.finish_reason == "length" \
-                and len(c.token_ids) >= self._budget_cap:
+                and c.num_tokens >= self._budget_cap:
             info["budget_cut"] = True
             self.stopped_by_budget = True
 
@@ -289,7 +289,7 @@ class StepSearch:
                 continue
             step, final = self.steps.close(c)
             self._note_cut({}, c)
-            out.append((step, final, len(c.token_ids)))
+            out.append((step, final, c.num_tokens))
         return out
 
     def rollout(self, nodes: Sequence[SearchNode], params: SamplingParams, max_tokens: int
@@ -304,7 +304,7 @@ class StepSearch:
         out: list[Completion | None] = []
         for node, comps in zip(nodes, groups):
             c = comps[0]
-            node.extra_tokens += len(c.token_ids)
+            node.extra_tokens += c.num_tokens
             if c.finish_reason == "error":
                 self.failures[node.tree]["generation_error"] += 1
                 out.append(None)

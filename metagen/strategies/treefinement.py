@@ -105,7 +105,7 @@ def _attempt(run: RefineRun, tree: SearchTree, parent: SearchNode, c: Completion
     if c.finish_reason == "error":
         run.failures[tree.index]["generation_error"] += 1
         return None
-    kid = tree.add(parent, c.text, tokens=len(c.token_ids), token_ids=tuple(c.token_ids),
+    kid = tree.add(parent, c.text, tokens=c.num_tokens, token_ids=tuple(c.token_ids),
                    logprob=c.cumulative_logprob, finish_reason=c.finish_reason)
     completions[(tree.index, kid.id)] = c
     if run.cut_by_budget(c):

@@ -174,10 +174,10 @@ def keep_top_weights(weights: Sequence[float], fraction: float) -> list[float]:
 
 
 def _normalised_prob(c: Completion) -> float:
-    if c.cumulative_logprob is None or not c.token_ids:
+    if c.cumulative_logprob is None or not c.num_tokens:
         raise CapabilityError("weighted_vote with reward='logprob' needs completions with "
-                              "cumulative_logprob and token_ids (a backend with logprobs)")
-    return math.exp(c.cumulative_logprob / len(c.token_ids))
+                              "cumulative_logprob and tokens (a backend with logprobs)")
+    return math.exp(c.cumulative_logprob / c.num_tokens)
 
 
 def _vote_trace(answers: list[Any], classes: list[int | None], winner: int | None,

@@ -10,7 +10,7 @@ from metagen._version import __version__
 from metagen.cli import main
 from metagen.cli.generate import available_backends
 
-COMPLETION_KEYS = {"text", "token_ids", "logprobs", "cumulative_logprob", "finish_reason",
+COMPLETION_KEYS = {"text", "token_ids", "logprobs", "cumulative_logprob", "finish_reason", "num_tokens",
                    "stop_reason", "top_logprobs"}
 
 
