@@ -53,33 +53,29 @@ events); see :meth:`OpenAIGenerator.stream` for which failures are retried.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import json
 import logging
 import math
 import queue
-import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
 
 from metagen.errors import (
     BackendError,
-    BackendProtocolError,
     BackendTimeout,
     CapabilityError,
     InvalidParameterError,
     InvalidPromptError,
     InvalidRequest,
-    TransportError,
 )
 from metagen.generators.base import Capabilities, Prompt, check_prompts
-from metagen.generators.openai_retry import RetryPolicy, http_error, redact
+from metagen.generators.http_client import HTTPClient, all_or_none, check_http_options
+from metagen.generators.openai_retry import RetryPolicy, redact
 from metagen.generators.openai_stream import StreamState, parse_sse_line
 from metagen.generators.openai_wire import (
     CHAT,
@@ -97,8 +93,6 @@ from metagen.generators.openai_wire import (
 from metagen.types import Completion, SamplingParams, Usage
 
 log = logging.getLogger("metagen.openai")
-T = TypeVar("T")
-R = TypeVar("R")
 FATAL_STATUS = frozenset({401, 403, 404})
 _END = object()  # the end of a stream's queue
 
@@ -114,35 +108,6 @@ class SampleResult:
     error: BackendError | None = None
     attempts: int = 0
     parsed: Parsed | None = None
-
-
-class _LoopThread:
-    """A private asyncio loop running forever in a daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
-                                       name="metagen-openai-loop")
-        self.thread.start()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        if threading.current_thread() is self.thread:
-            coro.close()
-            raise RuntimeError("a sync OpenAIGenerator method was called from its own loop")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        future = self.submit(coro)
-        try:
-            return future.result()
-        finally:  # interrupted (KeyboardInterrupt): cancel the call's requests
-            future.cancel()
-
-    def close(self) -> None:
-        if self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join()
-        self.loop.close()
 
 
 class OpenAIGenerator:
@@ -162,17 +127,9 @@ class OpenAIGenerator:
                  backoff_base: float = 0.5, backoff_cap: float = 8.0,
                  max_retry_after: float = 30.0, connect_timeout: float = 10.0,
                  num_params: int | None = None, dialect: str | None = None) -> None:
-        if not isinstance(base_url, str) or urlparse(base_url).scheme not in ("http", "https"):
-            raise InvalidParameterError("base_url", base_url, "must be an http(s) URL")
+        check_http_options(base_url, max_concurrency, timeout, connect_timeout)
         if not isinstance(model, str) or not model:
             raise InvalidParameterError("model", model, "must be a non-empty string")
-        if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) \
-                or max_concurrency < 1:
-            raise InvalidParameterError("max_concurrency", max_concurrency, "must be an int >= 1")
-        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value <= 0:
-                raise InvalidParameterError(name, value, "must be a positive finite number")
         if num_params is not None and (not isinstance(num_params, int) or num_params <= 0):
             raise InvalidParameterError("num_params", num_params, "must be a positive int or None")
         self.policy = RetryPolicy(max_retries, backoff_base, backoff_cap, max_retry_after)
@@ -185,17 +142,12 @@ class OpenAIGenerator:
         self.max_concurrency = max_concurrency
         self.missing_usage = 0
         self._api_key = api_key
-        self._rng = random.Random()
         self._usage = Usage()
         self._lock = threading.Lock()
-        self._loop = _LoopThread()
-        self._sem = asyncio.Semaphore(max_concurrency)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_concurrency,
-                                max_keepalive_connections=max_concurrency),
-            transport=httpx.AsyncHTTPTransport(retries=0))  # the only retry layer is ours
+        self._http = HTTPClient(self.base_url, api_key, policy=self.policy,
+                                max_concurrency=max_concurrency, timeout=timeout,
+                                connect_timeout=connect_timeout, name="metagen.openai")
+        self._loop = self._http.loop
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIGenerator({self.base_url!r}, {self.model!r})"
@@ -300,9 +252,7 @@ class OpenAIGenerator:
 
     def close(self) -> None:
         """Close the connections and stop the loop thread; idempotent."""
-        if self._loop.thread.is_alive():
-            self._loop.run(self._client.aclose())
-        self._loop.close()
+        self._http.close()
 
     def __enter__(self) -> OpenAIGenerator:
         return self
@@ -316,9 +266,7 @@ class OpenAIGenerator:
         """GET /models once; a server that answers fixes the dialect, one that cannot be reached
         gives standard fields for this call only."""
         try:
-            resp = await self._client.get(self.base_url + "/models",
-                                          timeout=min(self.timeout, 10.0))
-            data = resp.json() if resp.status_code == 200 else None
+            data = await self._http.get_json("/models", min(self.timeout, 10.0))
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("dialect probe of %s failed (%s); sending standard fields only",
                         self.base_url, redact(type(exc).__name__, self._api_key))
@@ -336,10 +284,10 @@ class OpenAIGenerator:
         check_supported(params, dialect)
         for prompt in plist:
             check_prompt(prompt, dialect)
-        deadline = asyncio.get_running_loop().time() + self.timeout
+        deadline = self._http.deadline()
         tasks = [[asyncio.ensure_future(self._sample(p, params, j, dialect, deadline))
                   for j in range(params.n)] for p in plist]
-        await _all_or_none([t for row in tasks for t in row])
+        await all_or_none([t for row in tasks for t in row])
         rows = [[t.result() for t in row] for row in tasks]
         self._account(rows, start)
         for row in rows:
@@ -352,7 +300,7 @@ class OpenAIGenerator:
                       dialect: Dialect, deadline: float) -> SampleResult:
         path, body = build_request(self.model, prompt, params, index, dialect)
         want_lp = params.logprobs is not None
-        parsed, error, attempts = await self._retrying(
+        parsed, error, attempts = await self._http.retrying(
             path, body, lambda data: parse_response(data, path == CHAT, want_lp, params.stop),
             deadline, f"sample {index}")
         if error is None and parsed is not None:
@@ -360,54 +308,6 @@ class OpenAIGenerator:
         assert error is not None
         failed = Completion(text="", finish_reason="error", stop_reason=error.outcome)
         return SampleResult(index, error.outcome, failed, error, attempts)
-
-    async def _retrying(self, path: str, body: dict[str, Any], parse: Callable[[Any], R],
-                        deadline: float, what: str
-                        ) -> tuple[R | None, BackendError | None, int]:
-        """(parsed, None, attempts) or (None, the last typed error, attempts): the one retry
-        layer, within ``deadline`` (loop time)."""
-        loop = asyncio.get_running_loop()
-        attempts = 0
-        error: BackendError
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                error = BackendTimeout(f"no response within the call's {self.timeout:g}s deadline")
-                break
-            attempts += 1
-            try:
-                data = await asyncio.wait_for(self._attempt(path, body), remaining)
-                return parse(data), None, attempts
-            except BackendError as exc:
-                error = exc
-            except asyncio.TimeoutError:
-                error = BackendTimeout(f"no response within the call's {self.timeout:g}s deadline")
-                break
-            delay = self.policy.delay(error, attempts - 1, self._rng)
-            if delay is None or loop.time() + delay > deadline:
-                break
-            log.info("%s %s attempt %d failed (%s); retrying in %.2fs",
-                     path, what, attempts, error, delay)
-            await asyncio.sleep(delay)
-        log.warning("%s %s failed after %d attempt(s): %s", path, what, attempts, error)
-        return None, error, attempts
-
-    async def _attempt(self, path: str, body: dict[str, Any]) -> Any:
-        """One HTTP request; its decoded JSON body, or a typed :class:`BackendError`."""
-        async with self._sem:
-            try:
-                resp = await self._client.post(self.base_url + path, json=body)
-            except httpx.HTTPError as exc:
-                message = redact(f"{type(exc).__name__}: {exc}", self._api_key)
-                raise TransportError(message, cause=exc) from None
-        if not 200 <= resp.status_code < 300:
-            raise http_error(resp.status_code, resp.content, resp.headers.get("retry-after"),
-                             self._api_key)
-        try:
-            return json.loads(resp.content)
-        except ValueError as exc:
-            raise BackendProtocolError(f"response is not JSON: {exc}", status=resp.status_code,
-                                       cause=exc) from None
 
     async def _stream(self, prompt: Prompt, params: SamplingParams,
                       put: Callable[[str], None]) -> None:
@@ -425,7 +325,7 @@ class OpenAIGenerator:
         path, body = build_request(self.model, prompt, params, 0, dialect)
         body.update(stream=True, stream_options={"include_usage": True})
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        deadline = self._http.deadline()
         state = StreamState(chat=path == CHAT)
         attempts = 0
         try:
@@ -442,7 +342,7 @@ class OpenAIGenerator:
                                          f"{self.timeout:g}s deadline") from None
                 except BackendError as error:
                     delay = None if state.emitted else \
-                        self.policy.delay(error, attempts - 1, self._rng)
+                        self.policy.delay(error, attempts - 1, self._http.rng)
                     if delay is None or loop.time() + delay > deadline:
                         raise
                     log.info("%s stream attempt %d failed (%s); retrying in %.2fs",
@@ -453,21 +353,13 @@ class OpenAIGenerator:
 
     async def _stream_attempt(self, path: str, body: dict[str, Any], state: StreamState,
                               put: Callable[[str], None]) -> None:
-        async with self._sem:
-            try:
-                async with self._client.stream("POST", self.base_url + path, json=body) as resp:
-                    if not 200 <= resp.status_code < 300:
-                        raise http_error(resp.status_code, await resp.aread(),
-                                         resp.headers.get("retry-after"), self._api_key)
-                    async for line in resp.aiter_lines():
-                        chunk = parse_sse_line(line)
-                        if chunk is not None:
-                            text = state.feed(chunk, self._api_key)
-                            if text:
-                                put(text)
-            except httpx.HTTPError as exc:
-                message = redact(f"{type(exc).__name__}: {exc}", self._api_key)
-                raise TransportError(message, cause=exc) from None
+        async with self._http.stream_lines(path, body) as lines:
+            async for line in lines:
+                chunk = parse_sse_line(line)
+                if chunk is not None:
+                    text = state.feed(chunk, self._api_key)
+                    if text:
+                        put(text)
         state.check_complete()
 
     def _account_stream(self, state: StreamState, start: float) -> None:
@@ -503,12 +395,12 @@ class OpenAIGenerator:
         if dialect.name != "vllm":
             raise CapabilityError(f"a {dialect.name!r} server cannot score prompts (needs "
                                   "prompt-only echo with logprobs: vLLM)")
-        deadline = asyncio.get_running_loop().time() + self.timeout
+        deadline = self._http.deadline()
         jobs = [[asyncio.ensure_future(self._score_one(p, c, deadline)) if c else None
                  for c in conts] for p, conts in zip(texts, continuations)]
         flat = [t for row in jobs for t in row if t is not None]
         try:
-            await _all_or_none(flat)
+            await all_or_none(flat)
         finally:
             done = [t.result() for t in flat if t.done() and not t.cancelled()
                     and t.exception() is None]
@@ -525,13 +417,9 @@ class OpenAIGenerator:
                          ) -> tuple[float, int | None]:
         body = build_score_request(self.model, prompt, continuation)
         total = len(prompt) + len(continuation)
-        out, error, _ = await self._retrying(
-            COMPLETIONS, body, lambda data: parse_score(data, len(prompt), total), deadline,
-            "score")
-        if error is not None:
-            raise error
-        assert out is not None
-        return out
+        return await self._http.post_json(
+            COMPLETIONS, body, lambda data: parse_score(data, len(prompt), total),
+            deadline=deadline, what="score")
 
     def _account(self, rows: list[list[SampleResult]], start: float) -> None:
         prompt_tokens = generated = missing = 0
@@ -547,17 +435,6 @@ class OpenAIGenerator:
         with self._lock:
             self._usage = self._usage + call
             self.missing_usage += missing
-
-
-async def _all_or_none(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Wait for every task; if one raises (or the wait is cancelled), cancel the others and
-    wait until they have unwound (their requests closed) before re-raising."""
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _completions(rows: list[list[SampleResult]]) -> list[list[Completion]]:
