@@ -34,7 +34,7 @@ from metagen.scorers.callables import check_scores
 from metagen.scorers.hf_reward import _HFScorer
 from metagen.scorers.prm_format import PRMFormat
 from metagen.scorers.prm_render import PromptLike, Rendered, render_response, render_steps, \
-    token_positions
+    tokenize_rendered
 
 _LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -103,14 +103,12 @@ class FormattedPRM(_HFScorer):
             return []
         ids, positions, prefixes = [], [], []
         for row in rows:
-            enc = self.tokenizer(row.text, add_special_tokens=not row.chat,
-                                 return_offsets_mapping=True)
-            row_ids = list(enc["input_ids"])
+            row_ids, row_positions = tokenize_rendered(self.tokenizer, row)
             if self.max_length is not None and len(row_ids) > self.max_length:
                 raise InvalidPromptError("prompts", f"<{len(row_ids)} tokens>",
                                          f"longer than the scorer's context {self.max_length}")
             ids.append(row_ids)
-            positions.append(token_positions(enc["offset_mapping"], row.ends, row.read))
+            positions.append(row_positions)
             prefixes.append(self._shared_prefix(row, row_ids))
         # a prompt only one row uses gains nothing from a separate prompt pass: such rows go to
         # the padded batches (one forward per batch of rows)

@@ -222,6 +222,13 @@ def render_response(fmt: PRMFormat, tokenizer: Any, prompt: PromptLike,
     return Rendered(text, [len(text)], prefix, chat, "at")
 
 
+def tokenize_rendered(tokenizer: Any, row: Rendered) -> tuple[list[int], list[int]]:
+    """(token ids, score token indices) of a rendered row under the reward model's own fast
+    tokenizer: special tokens are added unless the chat template already wrote them."""
+    enc = tokenizer(row.text, add_special_tokens=not row.chat, return_offsets_mapping=True)
+    return list(enc["input_ids"]), token_positions(enc["offset_mapping"], row.ends, row.read)
+
+
 def token_positions(offsets: Sequence[tuple[int, int]], ends: Sequence[int],
                     read: ReadAt) -> list[int]:
     """Token indices of the score offsets ``ends`` (see the module docstring for ``read``).
