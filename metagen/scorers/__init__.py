@@ -1,9 +1,10 @@
-"""metagen.scorers: reward models, process reward models (:func:`load_prm`), verifiers, an LM
-judge, MBR utilities.
+"""metagen.scorers: reward models, process reward models (:func:`load_prm`), remote reward models
+(:class:`RemoteRewardModel`, :class:`RemoteProcessRewardModel`: vLLM ``/pooling`` and
+``/classify`` or a plain JSON contract), verifiers, an LM judge, MBR utilities.
 
 Every scorer takes whole batches; a plain Python callable works wherever a reward model does
 (:func:`as_reward`). Model-backed scorers expose a cumulative ``usage``. Heavy imports (torch,
-transformers, sacrebleu, rouge-score) happen only when a scorer is constructed.
+transformers, sacrebleu, rouge-score, httpx) happen only when a scorer is constructed.
 """
 
 from metagen.scorers.base import (
@@ -21,6 +22,8 @@ from metagen.scorers.judge import LMJudge
 from metagen.scorers.likelihood import LikelihoodVerifier, confidence, lowest_window_mean
 from metagen.scorers.load_prm import load_prm
 from metagen.scorers.prm_format import PRM_PRESETS, PRMFormat
+from metagen.scorers.remote_prm import RemoteProcessRewardModel
+from metagen.scorers.remote_reward import RemoteRewardModel
 from metagen.scorers.usage import UsageMeter, usage_of
 from metagen.scorers.utilities import (
     AnswerMatchUtility,
@@ -47,6 +50,8 @@ __all__ = [
     "PRMFormat",
     "PRM_PRESETS",
     "ProcessRewardModel",
+    "RemoteProcessRewardModel",
+    "RemoteRewardModel",
     "RewardModel",
     "RougeUtility",
     "StepAggregation",

@@ -6,7 +6,9 @@ keep-alive). For every POST it asks ``plan(seen)`` for a :class:`Fault` (``seen.
 many times this exact body has arrived, 1-based, so "fail the first attempt" is easy) and records
 what it saw: the requests, the peak number in flight, and the client disconnects it noticed
 while holding a request (hang / delay). A well-behaved answer's text is ``respond(body)``
-(default ``"answer <seed % 3>"``), with ``usage`` counted in words.
+(default ``"answer <seed % 3>"``), with ``usage`` counted in words; a POST to a path in
+``routes`` (e.g. ``/pooling``, ``/classify``, ``/score`` of a reward server) is answered with
+``routes[path](body)`` instead.
 """
 
 from __future__ import annotations
@@ -102,9 +104,11 @@ class FaultServer:
 
     def __init__(self, plan: Callable[[Seen], Fault] | None = None,
                  respond: Callable[[dict[str, Any]], str] = default_text,
-                 owned_by: str = "vllm") -> None:
+                 owned_by: str = "vllm",
+                 routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None) -> None:
         self.plan = plan or (lambda seen: Fault())
         self.respond = respond
+        self.routes = dict(routes or {})
         self.owned_by = owned_by
         self.seen: list[Seen] = []
         self.in_flight = 0
@@ -121,6 +125,10 @@ class FaultServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def posts(self) -> list[Seen]:
@@ -302,7 +310,9 @@ class _Handler(BaseHTTPRequestHandler):
         if srv._stopping.is_set():
             return
         if fault.kind == "ok":
-            self._send(200, json.dumps(ok_body(body, srv.respond(body))).encode())
+            route = srv.routes.get(self.path)
+            reply = route(body) if route is not None else ok_body(body, srv.respond(body))
+            self._send(200, json.dumps(reply).encode())
         elif fault.kind == "json":
             self._send(200, json.dumps(fault.body).encode())
         elif fault.kind == "raw":
