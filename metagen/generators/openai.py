@@ -33,7 +33,8 @@ servers give logprobs with empty ``token_ids``, and refuse ``logprobs > 0`` (Cap
 **Deadline.** ``timeout`` bounds a whole call -- queueing for a connection slot, every attempt and
 every backoff -- not each attempt: a hanging server fails the call's outstanding samples as
 ``timeout`` at ``timeout`` seconds, with their connections closed. ``max_concurrency`` bounds the
-requests in flight across all calls of this generator.
+requests in flight across all calls of this generator. The request loop is the shared
+:class:`~metagen.generators.http_client.HTTPClient` (the remote reward models use it too).
 
 **Usage.** ``prompt_tokens`` counts each prompt once (the largest count the server reported for
 its samples), ``generated_tokens`` the sum of the server's ``completion_tokens``; ``calls`` is 1

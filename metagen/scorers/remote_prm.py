@@ -73,7 +73,7 @@ class RemoteProcessRewardModel(RemoteScorer):
             raise CapabilityError("/classify returns one value per sequence, a process reward "
                                   "needs one per step: use api='pooling' (a token classifier) "
                                   "or api='json'")
-        self.tokenizer = None
+        self.tokenizer: Any = None
         if api == "pooling":
             if self.format is not None and self.format.kind != "separator":
                 raise CapabilityError(
@@ -121,7 +121,7 @@ class RemoteProcessRewardModel(RemoteScorer):
         if not isinstance(prompt, str):
             raise InvalidPromptError("prompts", prompt, "format=None reads prompt + steps as "
                                      "text: give a string prompt or a PRMFormat")
-        enc = self.tokenizer(prompt + "".join(chain), add_special_tokens=True,  # type: ignore
+        enc = self.tokenizer(prompt + "".join(chain), add_special_tokens=True,
                              return_offsets_mapping=True, return_special_tokens_mask=True)
         return list(enc["input_ids"]), _step_positions(prompt, chain, enc)
 
