@@ -20,9 +20,10 @@ import asyncio
 import math
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
-from metagen.errors import BackendError, InvalidParameterError, RateLimited
+from metagen.errors import BackendError, InvalidParameterError, ModelLoadError, RateLimited
 from metagen.scorers.remote_wire import APIS, PATHS, Api, reply_tokens
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
@@ -139,3 +140,22 @@ class RemoteScorer:
 def chunks(items: Sequence[T], size: int) -> list[list[T]]:
     """``items`` in consecutive lists of at most ``size``."""
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def load_tokenizer(tokenizer: Any, why: str) -> Any:
+    """The reward model's own fast tokenizer (offsets are needed): loaded from a folder, or the
+    given one; ``InvalidParameterError`` naming ``tokenizer`` when None (``why`` says what it
+    is for), ``ModelLoadError`` when it cannot be loaded or is not fast."""
+    if tokenizer is None:
+        raise InvalidParameterError("tokenizer", None, f"the reward model's own tokenizer (its "
+                                    f"folder or a loaded fast tokenizer) is needed {why}")
+    if isinstance(tokenizer, (str, Path)):
+        try:
+            from transformers import AutoTokenizer
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"{tokenizer}: cannot load the reward model's tokenizer: "
+                                 f"{exc}") from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError("the reward model's tokenizer must be a fast tokenizer (offsets)")
+    return tokenizer

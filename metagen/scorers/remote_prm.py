@@ -11,8 +11,9 @@ typed :class:`~metagen.errors.BackendError` naming the model; it is never a step
   (``vllm serve <prm> --runner pooling``: Qwen2.5-Math-PRM's ``*ForProcessRewardModel``, any
   ``*ForTokenClassification``), whose ``data[i].data`` has one output vector per token of the
   input. The text is laid out exactly as the local PRM reads it -- ``format=None``: ``prompt +
-  "".join(steps)``, read at each step's last token (as
-  :class:`~metagen.scorers.HFProcessRewardModel`); a ``"separator"`` :class:`PRMFormat`:
+  "".join(steps)`` (a chat prompt: its chat template with the steps as the assistant's turn),
+  read at each step's last token (as :class:`~metagen.scorers.HFProcessRewardModel`); a
+  ``"separator"`` :class:`PRMFormat`:
   rendered by :func:`~metagen.scorers.prm_render.render_steps`, read at each separator (as
   :class:`~metagen.scorers.FormattedPRM`). The step positions are found on the client: vLLM's
   ``/tokenize`` gives no character offsets, so the client tokenizes with the reward model's
@@ -35,16 +36,15 @@ or lines when there is no format) and aggregates its step scores with ``aggregat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from metagen.errors import CapabilityError, InvalidParameterError, InvalidPromptError, \
-    ModelLoadError
+from metagen.errors import CapabilityError, InvalidParameterError
+from metagen.generators.base import Prompt
 from metagen.scorers.base import StepAggregation, aggregate_steps, check_step_chains
 from metagen.scorers.hf_reward import _step_positions, split_steps
 from metagen.scorers.prm_format import PRMFormat, resolve_format
-from metagen.scorers.prm_render import PromptLike, render_steps, tokenize_rendered
-from metagen.scorers.remote_base import RemoteScorer, chunks
+from metagen.scorers.prm_render import layout, render_steps, tokenize_rendered
+from metagen.scorers.remote_base import RemoteScorer, chunks, load_tokenizer
 from metagen.scorers.remote_wire import (
     Api, Label, json_prompt, parse_json_steps, parse_token_pooled, resolve_label)
 
@@ -79,10 +79,11 @@ class RemoteProcessRewardModel(RemoteScorer):
                 raise CapabilityError(
                     f"a {self.format.kind!r} PRM reads next-token probabilities, which vLLM's "
                     "/pooling of a classifier does not return; serve it behind api='json'")
-            self.tokenizer = _load_tokenizer(tokenizer)
+            self.tokenizer = load_tokenizer(tokenizer, "for api='pooling' (token ids and step "
+                                            "positions)")
         super().__init__(base_url, model, api=api, api_key=api_key, **options)
 
-    def score_steps(self, prompts: Sequence[PromptLike], steps: Sequence[Sequence[str]]
+    def score_steps(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
                     ) -> list[list[float]]:
         """One score per step of each (prompt, steps) pair; raises the typed error of a failed
         request (never a made-up score)."""
@@ -103,7 +104,7 @@ class RemoteProcessRewardModel(RemoteScorer):
             data, [pos for _, pos in parts[k]], [len(ids) for ids, _ in parts[k]],
             self.positive))
 
-    def score(self, prompts: Sequence[PromptLike], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         """Step scores of each completion aggregated with ``aggregation``."""
         delimiter = None if self.format is None else self.format.step_delimiter
         chains = [split_steps(c) if delimiter is None
@@ -113,32 +114,12 @@ class RemoteProcessRewardModel(RemoteScorer):
                                         "a completion with no non-blank step has no score")
         return [aggregate_steps(s, self.aggregation) for s in self.score_steps(prompts, chains)]
 
-    def _encode(self, prompt: PromptLike, chain: Sequence[str]) -> tuple[list[int], list[int]]:
+    def _encode(self, prompt: Prompt, chain: Sequence[str]) -> tuple[list[int], list[int]]:
         """(token ids, step score positions) of one row, laid out as the local PRM reads it."""
         if self.format is not None:
             return tokenize_rendered(self.tokenizer,
                                      render_steps(self.format, self.tokenizer, prompt, chain))
-        if not isinstance(prompt, str):
-            raise InvalidPromptError("prompts", prompt, "format=None reads prompt + steps as "
-                                     "text: give a string prompt or a PRMFormat")
-        enc = self.tokenizer(prompt + "".join(chain), add_special_tokens=True,
+        lay = layout(self.tokenizer, prompt, "".join(chain), special=True)
+        enc = self.tokenizer(lay.text, add_special_tokens=lay.special,
                              return_offsets_mapping=True, return_special_tokens_mask=True)
-        return list(enc["input_ids"]), _step_positions(prompt, chain, enc)
-
-
-def _load_tokenizer(tokenizer: Any) -> Any:
-    """A fast tokenizer from a folder, or the given one (offsets are needed)."""
-    if tokenizer is None:
-        raise InvalidParameterError("tokenizer", None, "api='pooling' needs the reward model's "
-                                    "own tokenizer (its folder or a loaded fast tokenizer) to "
-                                    "send token ids and find the step positions")
-    if isinstance(tokenizer, (str, Path)):
-        try:
-            from transformers import AutoTokenizer
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{tokenizer}: cannot load the reward model's tokenizer: "
-                                 f"{exc}") from exc
-    if not getattr(tokenizer, "is_fast", False):
-        raise ModelLoadError("the reward model's tokenizer must be a fast tokenizer (offsets)")
-    return tokenizer
+        return list(enc["input_ids"]), _step_positions(lay.step_ends(chain), enc)

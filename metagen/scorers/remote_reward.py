@@ -10,6 +10,13 @@ metagen's plain JSON contract), under the same retry layer and failure semantics
   output vector, activation applied (``vllm serve <rm> --runner pooling``).
 - ``"classify"``: vLLM ``POST /classify`` with the same ``input``; the score is
   ``data[i].probs[positive_label]``.
+
+  With ``tokenizer`` (the reward model's own: its folder or a loaded fast tokenizer) the input
+  is laid out and tokenized on the client exactly as :class:`~metagen.scorers.HFRewardModel`
+  reads it -- a chat prompt through the tokenizer's chat template with the completion as the
+  assistant's turn -- and sent as token ids (``input: list[list[int]]``, which recent vLLM
+  takes on both endpoints). Without one, chat prompts are refused (``InvalidPromptError``
+  naming ``prompts``) for these two apis.
 - ``"json"``: ``POST /score`` with ``{"model", "prompts", "completions"}`` ->
   ``{"scores": [float, ...]}`` (prompts may be chat message lists here); the server computes
   the reward however it likes, one finite float per pair, higher is better.
@@ -31,12 +38,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from metagen.scorers.base import check_same_length
-from metagen.scorers.prm_render import PromptLike
-from metagen.scorers.remote_base import RemoteScorer, chunks
+from metagen.generators.base import Prompt
+from metagen.scorers.base import check_same_length, text_only
+from metagen.scorers.prm_render import layout
+from metagen.scorers.remote_base import RemoteScorer, chunks, load_tokenizer
 from metagen.scorers.remote_wire import (
-    Api, Label, json_prompt, parse_classified, parse_json_scores, parse_pooled, resolve_label,
-    text_prompt)
+    Api, Label, json_prompt, parse_classified, parse_json_scores, parse_pooled, resolve_label)
 
 
 class RemoteRewardModel(RemoteScorer):
@@ -52,12 +59,14 @@ class RemoteRewardModel(RemoteScorer):
 
     def __init__(self, base_url: str, model: str, *, api: Api = "pooling",
                  api_key: str | None = None, positive_label: Label = None,
-                 labels: Sequence[str] | None = None, **options: Any) -> None:
+                 labels: Sequence[str] | None = None, tokenizer: Any = None,
+                 **options: Any) -> None:
         self.positive = resolve_label(positive_label, labels)
         self.labels = None if labels is None else list(labels)
+        self.tokenizer: Any = None if tokenizer is None else load_tokenizer(tokenizer, "")
         super().__init__(base_url, model, api=api, api_key=api_key, **options)
 
-    def score(self, prompts: Sequence[PromptLike], completions: Sequence[str]) -> list[float]:
+    def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> list[float]:
         """One reward per (prompt, completion), in order; raises the typed error of a failed
         request (see the module docstring)."""
         check_same_length(prompts, completions, "completions")
@@ -70,11 +79,20 @@ class RemoteRewardModel(RemoteScorer):
                       for part in chunks(pairs, self.batch_size)]
             sizes = [len(b["prompts"]) for b in bodies]
             return self._call(bodies, lambda k, data: parse_json_scores(data, sizes[k]))
-        texts = [text_prompt(p) + c for p, c in pairs]
+        if self.tokenizer is not None:
+            inputs: list[Any] = [self._token_ids(p, c) for p, c in pairs]
+        else:
+            texts = text_only(prompts, "RemoteRewardModel (no tokenizer=)")
+            inputs = [p + c for p, c in zip(texts, completions)]
         bodies = [{"model": self.model, "input": part}
-                  for part in chunks(texts, self.batch_size)]
+                  for part in chunks(inputs, self.batch_size)]
         sizes = [len(b["input"]) for b in bodies]
         if self.api == "classify":
             return self._call(bodies, lambda k, data: parse_classified(
                 data, sizes[k], self.positive, self.labels))
         return self._call(bodies, lambda k, data: parse_pooled(data, sizes[k], self.positive))
+
+    def _token_ids(self, prompt: Prompt, completion: str) -> list[int]:
+        """The tokens :class:`~metagen.scorers.HFRewardModel` reads for the pair."""
+        lay = layout(self.tokenizer, prompt, completion, special=True)
+        return list(self.tokenizer(lay.text, add_special_tokens=lay.special)["input_ids"])

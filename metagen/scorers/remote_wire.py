@@ -30,7 +30,7 @@ from typing import Any, Literal
 from metagen.errors import (
     BackendProtocolError, InvalidParameterError, InvalidPromptError, NumericalError)
 from metagen.scorers.callables import check_scores
-from metagen.scorers.prm_render import PromptLike
+from metagen.generators.base import Prompt
 
 Api = Literal["pooling", "classify", "json"]
 APIS: tuple[Api, ...] = ("pooling", "classify", "json")
@@ -179,15 +179,7 @@ def parse_json_steps(data: Any, lengths: Sequence[int]) -> list[list[float]]:
             in enumerate(zip(rows, lengths))]
 
 
-def text_prompt(prompt: PromptLike) -> str:
-    """A string prompt for the vLLM text inputs (chat messages are refused)."""
-    if not isinstance(prompt, str):
-        raise InvalidPromptError("prompts", prompt, "vLLM /pooling and /classify read the "
-                                 "prompt as text: render chat prompts first, or use api='json'")
-    return prompt
-
-
-def json_prompt(prompt: PromptLike) -> Any:
+def json_prompt(prompt: Prompt) -> Any:
     """A prompt for the plain contract: a string as is, chat messages as plain dicts."""
     if isinstance(prompt, str):
         return prompt

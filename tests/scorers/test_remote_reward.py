@@ -227,6 +227,37 @@ def test_pooling_separator_prm_matches_formatted_prm(serve, remote, separator_pa
     assert diff <= TOL
 
 
+def test_chat_prompts_with_the_models_tokenizer_match_the_local_scorers(serve, remote, orm_path,
+                                                                       prm_path):
+    from transformers import AutoTokenizer
+
+    from tests.scorers.test_chat_prompts import COMPLETIONS as CHAT_COMPLETIONS
+    from tests.scorers.test_chat_prompts import MESSAGES, TEMPLATE
+    from tests.scorers.test_chat_prompts import STEPS as CHAT_STEPS
+
+    def templated(path):
+        tok = AutoTokenizer.from_pretrained(path)
+        tok.chat_template = TEMPLATE
+        return tok
+
+    orm_shapes, prm_shapes = VLLMShapes(orm_path, False), VLLMShapes(prm_path, True)
+    server = serve({"/pooling": orm_shapes.pooling})
+    prm_server = serve({"/pooling": prm_shapes.pooling})
+    rm = remote(RemoteRewardModel, server.root, tokenizer=templated(orm_path))
+    prm = remote(RemoteProcessRewardModel, prm_server.root, api="pooling",
+                 tokenizer=templated(prm_path))
+    local_rm = HFRewardModel.from_pretrained(orm_path)
+    local_rm.tokenizer.chat_template = TEMPLATE
+    local_prm = HFProcessRewardModel.from_pretrained(prm_path)
+    local_prm.tokenizer.chat_template = TEMPLATE
+    prompts = [MESSAGES, MESSAGES, PROMPTS[0]]
+    got = rm.score(prompts, CHAT_COMPLETIONS + [COMPLETIONS[0]])
+    assert _diff(got, local_rm.score(prompts, CHAT_COMPLETIONS + [COMPLETIONS[0]])) <= TOL
+    steps = CHAT_STEPS + [STEPS[0]]
+    assert _diff2(prm.score_steps(prompts, steps), local_prm.score_steps(prompts, steps)) <= TOL
+    assert all(isinstance(x, list) for x in server.posts[0].body["input"])  # token ids sent
+
+
 def test_json_contract_orm_and_prm_match_the_local_scorers(serve, remote, orm2_local,
                                                            prm_path):
     local_prm = HFProcessRewardModel.from_pretrained(prm_path)
