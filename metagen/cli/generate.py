@@ -1,4 +1,6 @@
-"""``metagen generate MODEL PROMPT``: sample completions from a model folder.
+"""``metagen generate MODEL PROMPT``: sample completions from a model folder; or
+``metagen generate --base-url URL --model NAME PROMPT``: from the model NAME that an
+OpenAI-compatible server at URL serves (backend ``openai``; see :mod:`metagen.cli.remote`).
 
 Every decoding option of :class:`~metagen.types.SamplingParams` has a flag named after its field
 (``--top-p`` is ``top_p``; ``--logit-bias``, ``--bad-words`` and ``--stop-token-ids`` repeat).
@@ -15,8 +17,14 @@ JSON object::
                       "stop_reason", "top_logprobs"}, ...],
      "usage": {...Usage.to_dict()}}
 
-A completion that failed (``finish_reason`` "error", e.g. its logits turned NaN) is reported on
-stderr as ``error: completion I failed (REASON)`` and the exit status is 1.
+FLOPs that are unknown (a server whose parameter count is not known) are ``null`` there.
+
+A completion that failed (``finish_reason`` "error", e.g. its logits turned NaN, or one sample of
+several that a server failed) is reported on stderr as ``error: completion I failed (REASON)`` and
+the exit status is 1. On a server, a flag the server cannot honour is the generator's
+``CapabilityError`` naming it, before any completion is requested; a call whose every sample
+failed (server down, an HTTP error, a model name the server does not serve: 404) is one line
+naming the URL and exit status 2.
 """
 
 from __future__ import annotations
@@ -25,14 +33,31 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import math
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
 
-from metagen.errors import InvalidParameterError, NumericalError, UnsupportedArchitectureError
-from metagen.types import Completion, SamplingParams
+from metagen.cli.flags import float_flag as _float
+from metagen.cli.flags import int_flag as _int
+from metagen.cli.remote import (
+    naming_url,
+    open_remote,
+    pop_remote,
+    quiet_remote_logs,
+    raise_if_all_failed,
+    refuse_local_only,
+    remote_options,
+)
+from metagen.errors import (
+    CapabilityError,
+    InvalidParameterError,
+    NumericalError,
+    UnsupportedArchitectureError,
+)
+from metagen.types import Completion, SamplingParams, Usage
 
 # backend name -> (module, class); each class has from_pretrained(path, **options).
 # "auto" tries them in this order and takes the first that implements the model's architecture.
@@ -40,6 +65,7 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "local": ("metagen.generators.local", "LocalGenerator"),
     "hf": ("metagen.generators.hf", "HFGenerator"),
 }
+REMOTE_BACKEND = "openai"  # --base-url URL --model NAME: an OpenAI-compatible server
 
 _FLOAT_FLAGS = ("temperature", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
                 "mirostat_tau", "mirostat_eta", "repetition_penalty", "presence_penalty",
@@ -86,26 +112,6 @@ def load_generator(backend: str, model: str, **options: Any) -> tuple[str, Any]:
             click.echo(f"note: backend {name} cannot load this model ({exc}); "
                        f"using {candidates[i + 1]}", err=True)
     raise AssertionError("unreachable")
-
-
-def _int(name: str, text: str | None) -> int | None:
-    """A flag's integer value; a malformed one is an ``InvalidParameterError`` naming it."""
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise InvalidParameterError(name, text, "must be an integer") from None
-
-
-def _float(name: str, text: str | None) -> float | None:
-    """A flag's number value; a malformed one is an ``InvalidParameterError`` naming it."""
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise InvalidParameterError(name, text, "must be a number") from None
 
 
 def _logit_bias(entries: Sequence[str]) -> dict[int, float] | None:
@@ -204,16 +210,21 @@ def _print_text(prompt: str, completions: Sequence[Completion]) -> None:
 
 def _stream(gen: Any, prompt: str, params: SamplingParams) -> bool:
     """Print the prompt, then the completion's text as it is generated; whether it failed
-    (numerical error, reported on stderr like a failed completion)."""
-    click.echo(prompt, nl=False)
+    (numerical error, reported on stderr like a failed completion). The prompt is printed with
+    the first delta, so a stream that fails before it (a server that cannot be reached) prints
+    nothing on stdout."""
+    shown = False
     try:
         for delta in gen.stream(prompt, params):
+            if not shown:
+                click.echo(prompt, nl=False)
+                shown = True
             click.echo(delta, nl=False)
     except NumericalError:
-        click.echo("")
+        click.echo(prompt if not shown else "")
         click.echo("error: completion 0 failed (numerical_error)", err=True)
         return True
-    click.echo("")
+    click.echo(prompt if not shown else "")
     return False
 
 
@@ -229,7 +240,10 @@ _SEARCH_FLAGS = [
     click.option("--length-penalty", type=str, metavar="FLOAT", default=None,
                  help="Beam score = logprob / length ** this (default 1.0)."),
     click.option("--speculative-model", default=None, metavar="PATH",
-                 help="Speculative decoding with this draft model (same vocabulary)."),
+                 help="Speculative decoding with this draft model folder (same vocabulary). "
+                 "Local models only: the draft runs inside the built-in engine, so it cannot "
+                 "be combined with --base-url (a server's speculation is set where it is "
+                 "launched)."),
     click.option("--num-speculative-tokens", type=str, metavar="INT", default=None,
                  help="Draft tokens per step (default 4)."),
     click.option("--prompt-lookup", type=str, metavar="INT", default=None,
@@ -277,11 +291,11 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("model")
-@click.argument("prompt")
+@click.argument("args", nargs=-1, metavar="[MODEL] PROMPT")
 @click.option("--backend", default="auto", show_default=True,
-              help="local (the built-in engine), hf (transformers: any architecture), or auto "
-              "(local when it implements the architecture, else hf).")
+              help="local (the built-in engine), hf (transformers: any architecture), auto "
+              "(local when it implements the architecture, else hf), or openai (implied by "
+              "--base-url).")
 @click.option("--n", "n", type=str, metavar="INT", default=1, show_default=True,
               help="Completions to sample.")
 @click.option("--temperature", type=str, metavar="FLOAT", default=1.0, show_default=True,
@@ -325,15 +339,23 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
 @click.option("--stream", is_flag=True, help="Print the text as it is generated (one "
               "completion, not with --json).")
 @_search_flags
+@remote_options
 @click.pass_context
-def generate(ctx: click.Context, model: str, prompt: str, backend: str, device: str | None,
+def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: str | None,
              dtype: str | None, as_json: bool, stream: bool, **flags: Any) -> None:
-    """Generate completions of PROMPT with the model in folder MODEL."""
+    """Generate completions of PROMPT with the model in folder MODEL, or with --base-url URL
+    --model NAME (and no MODEL) on an OpenAI-compatible server."""
+    remote = pop_remote(flags)
+    model, prompt = _arguments(args, remote)
     search = {name: flags.pop(name) for name in _SEARCH_NAMES}
     params = sampling_params(flags)
     beam = _beam_params(search)
     spec = _speculative_options(search)
-    if any(v is not None for v in spec.values()):
+    if remote:
+        backend = _check_remote(backend, beam, dict(device=device, dtype=dtype, **spec))
+    elif backend == REMOTE_BACKEND:
+        raise InvalidParameterError("backend", backend, "needs --base-url URL and --model NAME")
+    elif any(v is not None for v in spec.values()):
         if backend == "hf":
             name = next(k for k, v in spec.items() if v is not None)
             raise InvalidParameterError(name, search[name], "speculative decoding runs on the "
@@ -344,8 +366,52 @@ def generate(ctx: click.Context, model: str, prompt: str, backend: str, device: 
             raise InvalidParameterError("stream", True, "beam search returns its hypotheses "
                                         "at the end; drop --stream or --num-beams")
         _check_stream(backend, params, as_json)
-    with _quiet_loading():
-        backend, gen = load_generator(backend, model, device=device, dtype=dtype, **spec)
+    with contextlib.ExitStack() as stack:
+        if remote:
+            stack.enter_context(quiet_remote_logs())
+            stack.enter_context(naming_url(remote["base_url"]))
+            gen = stack.enter_context(contextlib.closing(open_remote(remote)))
+        else:
+            with _quiet_loading():
+                backend, gen = load_generator(backend, model, device=device, dtype=dtype, **spec)
+        failed = _run(gen, backend, model, prompt, params, beam, as_json, stream, remote)
+    if failed:
+        ctx.exit(1)
+
+
+def _arguments(args: tuple[str, ...], remote: dict[str, Any]) -> tuple[str, str]:
+    """``(model, prompt)`` of the positional arguments: ``MODEL PROMPT`` for a model folder,
+    ``PROMPT`` alone with ``--base-url`` (the model is ``--model``). Anything else is a usage
+    error that says which form to use."""
+    if remote:
+        if len(args) != 1:
+            raise click.UsageError(f"with --base-url give only PROMPT (the served model is "
+                                   f"--model {remote['model']}); got {len(args)} arguments")
+        return remote["model"], args[0]
+    if len(args) != 2:
+        raise click.UsageError(f"give MODEL PROMPT (a model folder and the prompt), or "
+                               f"--base-url URL --model NAME PROMPT; got {len(args)} arguments")
+    return args[0], args[1]
+
+
+def _check_remote(backend: str, beam: Any, local_only: dict[str, Any]) -> str:
+    """The backend of a ``--base-url`` run (``openai``), after refusing what a server cannot do:
+    another ``--backend``, ``--num-beams`` (``CapabilityError``), and the local-only flags."""
+    if backend not in ("auto", REMOTE_BACKEND):
+        raise InvalidParameterError("backend", backend, "--base-url runs on the openai backend; "
+                                    "drop --backend or --base-url")
+    if beam is not None:
+        raise CapabilityError(f"num_beams={beam.num_beams}: beam search needs the model's "
+                              "logits, which an OpenAI-compatible server does not expose; use a "
+                              "local model (MODEL) for --num-beams")
+    refuse_local_only(local_only, "applies to a local model; a server chooses its own device, "
+                      "dtype and speculative decoding where it is launched")
+    return REMOTE_BACKEND
+
+
+def _run(gen: Any, backend: str, model: str, prompt: str, params: SamplingParams, beam: Any,
+         as_json: bool, stream: bool, remote: dict[str, Any]) -> bool:
+    """Generate and print (see the module docstring); whether a completion failed."""
     extra: dict[str, Any] = {}
     if beam is not None:
         from metagen.generators.beam import BeamSearchGenerator
@@ -356,18 +422,26 @@ def generate(ctx: click.Context, model: str, prompt: str, backend: str, device: 
         extra["beam"] = gen.beam_params(params).to_dict()
     if stream:
         _check_can_stream(backend, gen)
-        failed = _stream(gen, prompt, params)
+        return _stream(gen, prompt, params)
+    if remote:
+        samples = gen.generate_samples([prompt], params)[0]
+        raise_if_all_failed(samples)
+        completions = [s.completion for s in samples]
     else:
         completions = gen.generate([prompt], params)[0]
-        if as_json:
-            click.echo(json.dumps({
-                "model": model, "backend": backend, "prompt": prompt,
-                "params": params.to_dict(), **extra,
-                "completions": [c.to_dict() for c in completions],
-                "usage": gen.usage.to_dict(),
-            }, ensure_ascii=False))
-        else:
-            _print_text(prompt, completions)
-        failed = _report_failures(completions)
-    if failed:
-        ctx.exit(1)
+    if as_json:
+        click.echo(json.dumps({
+            "model": model, "backend": backend, "prompt": prompt,
+            "params": params.to_dict(), **extra,
+            "completions": [c.to_dict() for c in completions],
+            "usage": json_usage(gen.usage),
+        }, ensure_ascii=False))
+    else:
+        _print_text(prompt, completions)
+    return _report_failures(completions)
+
+
+def json_usage(usage: Usage) -> dict[str, Any]:
+    """``usage.to_dict()`` with unknown (NaN) FLOPs as None: strict JSON has no NaN."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v
+            for k, v in usage.to_dict().items()}

@@ -1,0 +1,27 @@
+"""Parsers of the CLI's number flags: a malformed value is an ``InvalidParameterError`` naming the
+parameter (printed as one line by ``metagen.cli.main``), never click's own usage error, so a flag
+and the Python parameter it feeds fail alike."""
+
+from __future__ import annotations
+
+from metagen.errors import InvalidParameterError
+
+
+def int_flag(name: str, text: str | None) -> int | None:
+    """A flag's integer value; a malformed one is an ``InvalidParameterError`` naming it."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidParameterError(name, text, "must be an integer") from None
+
+
+def float_flag(name: str, text: str | None) -> float | None:
+    """A flag's number value; a malformed one is an ``InvalidParameterError`` naming it."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidParameterError(name, text, "must be a number") from None
