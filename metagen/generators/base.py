@@ -29,6 +29,8 @@ class Capabilities:
     prefix_cache: bool = False    # shared prompt prefixes are not recomputed across calls
     constraints: bool = False     # constrained decoding (allowed ids, grammars)
     seeded: bool = True           # per-request seeds give reproducible samples
+    flops: bool = True            # ``usage`` FLOPs are known (False: NaN, e.g. a remote server
+    #                               whose parameter count was not declared)
 
     def missing(self, *names: str) -> list[str]:
         known = {f.name for f in fields(self)}

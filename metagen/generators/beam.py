@@ -45,7 +45,8 @@ class BeamSearchGenerator:
     def capabilities(self) -> Capabilities:
         inner = self.generator.capabilities
         return Capabilities(logits=False, logprobs=False, prompt_scoring=False,
-                            prefix_cache=inner.prefix_cache, constraints=False, seeded=True)
+                            prefix_cache=inner.prefix_cache, constraints=False, seeded=True,
+                            flops=inner.flops)
 
     @property
     def usage(self) -> Usage:

@@ -158,12 +158,13 @@ class OpenAIGenerator:
     @property
     def capabilities(self) -> Capabilities:
         """Top-k logprobs need token ids and ``score`` a prompt-only echo (both vLLM only);
-        seeds are honoured by vLLM, SGLang and llama.cpp (not by OpenAI). Probes the server
-        when the dialect is not known yet."""
+        seeds are honoured by vLLM, SGLang and llama.cpp (not by OpenAI); FLOPs are known only
+        with a declared ``num_params``. Probes the server when the dialect is not known yet."""
         dialect = self.dialect
         return Capabilities(logits=False, logprobs=dialect.token_ids,
                             prompt_scoring=dialect.name == "vllm",
-                            prefix_cache=False, constraints=False, seeded=dialect.seeded)
+                            prefix_cache=False, constraints=False, seeded=dialect.seeded,
+                            flops=self.num_params is not None)
 
     @property
     def dialect(self) -> Dialect:

@@ -3,7 +3,9 @@
 A :class:`Budget` caps generated tokens, FLOPs (generator + scorer), backend calls or wall-clock
 seconds. Strategies ask ``budget.exhausted(usage)`` before each new generate call and
 ``budget.remaining_tokens(usage)`` to size the next call so the token cap is never exceeded;
-a run that stops this way returns ``Result(stopped_by_budget=True)``.
+a run that stops this way returns ``Result(stopped_by_budget=True)``. Before their first call
+they ask ``budget.check_generator(generator)``: a FLOP limit on a generator whose FLOPs are
+unknown (capability ``flops`` False) is a ``CapabilityError`` before any request.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from metagen.errors import CapabilityError, InvalidParameterError
+from metagen.generators.base import Capabilities
 from metagen.types import Usage
 
 
@@ -53,6 +56,19 @@ class Budget:
             or (self.max_calls is not None and usage.calls >= self.max_calls)
             or (self.max_seconds is not None and usage.wall_time >= self.max_seconds)
         )
+
+    def check_generator(self, generator: object) -> None:
+        """Raise ``CapabilityError`` before any call when this budget limits FLOPs and
+        ``generator`` declares its FLOPs unknown (capability ``flops`` False: a remote server
+        without ``num_params``); a FLOP limit it could never apply is refused up front rather
+        than after the first call. Reads ``capabilities`` only when ``max_flops`` is set."""
+        if self.max_flops is None:
+            return
+        caps = getattr(generator, "capabilities", None)
+        if isinstance(caps, Capabilities) and not caps.flops:
+            raise CapabilityError(f"a max_flops budget needs known FLOPs; "
+                                  f"{type(generator).__name__} reports them as unknown "
+                                  "(declare its num_params)")
 
     def remaining_tokens(self, usage: Usage) -> int | None:
         """Generated tokens still allowed (``None`` when uncapped)."""

@@ -46,7 +46,7 @@ class StrategyGenerator:
     def capabilities(self) -> Capabilities:
         inner = self.generator.capabilities
         return Capabilities(logprobs=inner.logprobs, prefix_cache=inner.prefix_cache,
-                            seeded=inner.seeded)
+                            seeded=inner.seeded, flops=inner.flops)
 
     @property
     def usage(self) -> Usage:

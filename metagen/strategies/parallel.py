@@ -81,6 +81,8 @@ def run_parallel(generator: Generator, prompt: Prompt | Sequence[Prompt], select
         raise InvalidParameterError("n", n, "must be a positive integer")
     if not isinstance(min_successful, int) or not 1 <= min_successful:
         raise InvalidParameterError("min_successful", min_successful, "must be an int >= 1")
+    if budget is not None:
+        budget.check_generator(generator)
     n_run = cap_n(n, params.max_tokens, len(prompts), budget)
     capped = n_run < n
     if n_run == 0:

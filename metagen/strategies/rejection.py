@@ -59,6 +59,8 @@ def rejection_sampling(generator: Generator, prompt: Prompt | Sequence[Prompt],
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InvalidParameterError(name, value, "must be a positive integer")
     check = _as_verifier(verifier)
+    if budget is not None:
+        budget.check_generator(generator)
     k = len(prompts)
     cands: list[list[Completion]] = [[] for _ in range(k)]
     scores: list[list[float]] = [[] for _ in range(k)]

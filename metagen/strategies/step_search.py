@@ -115,6 +115,7 @@ class StepSearch:
             raise InvalidParameterError("steps", steps, "must be a StepDefinition")
         if not isinstance(budget, Budget):
             raise InvalidParameterError("budget", budget, "must be a Budget")
+        budget.check_generator(generator)
         aggregate_steps([1.0], aggregation)  # validates the mode before any model call
         self.prm = prm
         self._score_fn = as_step_scorer(prm) if prm is not None else None
