@@ -437,3 +437,21 @@ def test_a_flops_budget_applies_once_num_params_is_declared(make) -> None:
                                      steps=STEPS, budget=Budget(max_flops=per_call))
     assert res.stopped_by_budget and res.usage.calls == 1 and len(run.generation_posts()) == 4
     assert res.usage.generator_flops == per_call
+
+
+def test_batched_results_share_the_servers_tokens_and_keep_flops_unknown(make, prm) -> None:
+    """Over two prompts each Result's usage is unknown FLOPs (NaN, never a 0 share) and the
+    shares of generated tokens add up to what the server reported."""
+    q2 = "Q: and 2 + 5?\n"
+    for search in ("best_of_n", "step_beam_search"):
+        run = make()
+        if search == "best_of_n":
+            results = metagen.best_of_n(run.gen, [Q, q2], n=3, reward=lambda p, t: 1.0,
+                                        params=PARAMS)
+        else:
+            results = metagen.step_beam_search(run.gen, [Q, q2], prm, width=1, branching=2,
+                                               params=PARAMS, steps=STEPS)
+        assert isinstance(results, list) and len(results) == 2
+        assert sum(r.usage.generated_tokens for r in results) == run.policy.generated_tokens()
+        assert all(math.isnan(r.usage.generator_flops) for r in results)
+        assert all(not r.usage.flops_known for r in results)
