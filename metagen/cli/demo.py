@@ -1,7 +1,12 @@
 """``metagen demo``: test-time compute scaling on the testbed (greedy, best-of-N with the ORM,
 self-consistency, weighted voting, MBR, and best-of-N / weighted voting by the policy's own
 confidence, at N = 1..32), with a table, a PNG plot and JSON.
-``--full`` adds best-of-N with the PRM and every PRM step search (slower)."""
+``--full`` adds best-of-N with the PRM and every PRM step search (slower).
+
+``--base-url URL --model NAME`` samples from the testbed policy served by an OpenAI-compatible
+server (e.g. ``vllm serve <the testbed policy folder>``) instead of loading it; the ORM, the PRM
+and the confidence verifier stay local testbed models (``--prm`` names one of those, not a
+path or a server: remote reward models are not supported here)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import time
 
 import click
 
+from metagen.cli.remote import open_remote, pop_remote, quiet_remote_logs, remote_options
 from metagen.errors import InvalidParameterError
 
 DEFAULT_PROBLEMS = 100  # sized for ~3 minutes on 2 CPU cores with the engine
@@ -51,10 +57,14 @@ def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
 @click.option("--prm", "prm_kind", type=click.Choice(["likelihood", "trained"]),
               default="likelihood", show_default=True,
               help="Process reward of --full / --step-search: the step confidence of the "
-              "testbed's verifier (the ORM model, LikelihoodVerifier) or the trained testbed PRM.")
-def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns: str,
-         temperature: float, max_tokens: int, seed: int, mbr_utility: str, full: bool,
-         step_search: str, step_ns: str, confidence: bool, prm_kind: str) -> None:
+              "testbed's verifier (the ORM model, LikelihoodVerifier) or the trained testbed PRM "
+              "(always local, also with --base-url).")
+@remote_options
+@click.pass_context
+def demo(ctx: click.Context, json_path: str | None, plot_path: str, problems: int, backend: str,
+         ns: str, temperature: float, max_tokens: int, seed: int, mbr_utility: str, full: bool,
+         step_search: str, step_ns: str, confidence: bool, prm_kind: str,
+         **flags: object) -> None:
     """Compare parallel meta-generators at N = 1..32 on held-out testbed problems.
 
     With --full (or --step-search) the testbed PRM also ranks the same samples
@@ -74,6 +84,10 @@ def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns:
     from metagen.demo.prm import FULL_STEP_SEARCHES, LEGACY_NAMES
     from metagen.demo.report import results_table, write_json, write_plot
 
+    remote = pop_remote(flags)
+    if remote and ctx.get_parameter_source("backend") == click.core.ParameterSource.COMMANDLINE:
+        raise InvalidParameterError("backend", backend, "--base-url samples from the server; "
+                                    "drop --backend or --base-url")
     searches = FULL_STEP_SEARCHES if full else tuple(dict.fromkeys(
         LEGACY_NAMES.get(x.strip(), x.strip()) for x in step_search.split(",") if x.strip()))
     config = DemoConfig(problems=problems, ns=_parse_ns(ns), temperature=temperature,
@@ -101,7 +115,12 @@ def demo(json_path: str | None, plot_path: str, problems: int, backend: str, ns:
                 tasks[name] = progress.add_task(labels.get(name, name), total=total)
             progress.update(tasks[name], completed=done, total=total)
 
-        report = run_demo(config, on_stage=on_stage)
+        if remote:
+            with quiet_remote_logs(), open_remote(remote) as policy:
+                report = run_demo(config, generator=policy, on_stage=on_stage)
+            report["info"]["backend"] = "openai"
+        else:
+            report = run_demo(config, on_stage=on_stage)
     elapsed = time.perf_counter() - start
     info = report["info"]
     title = (f"{report['problems']} held-out testbed problems, backend "

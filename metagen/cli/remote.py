@@ -28,8 +28,8 @@ ENV_API_KEY = "OPENAI_API_KEY"
 
 REMOTE_OPTIONS = [
     click.option("--base-url", default=None, metavar="URL",
-                 help="Run on an OpenAI-compatible server at URL (e.g. http://127.0.0.1:8000/v1) "
-                 "instead of a model folder; needs --model."),
+                 help="Run the policy model on an OpenAI-compatible server at URL (e.g. "
+                 "http://127.0.0.1:8000/v1) instead of loading it locally; needs --model."),
     click.option("--model", "served_model", default=None, metavar="NAME",
                  help="The model the --base-url server serves (its /v1/models id)."),
     click.option("--api-key", default=None, envvar=ENV_API_KEY, show_envvar=True,
