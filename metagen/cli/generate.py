@@ -204,7 +204,7 @@ def _print_text(prompt: str, completions: Sequence[Completion]) -> None:
             continue
         if len(completions) > 1:
             click.echo(f"--- completion {i} ({comp.finish_reason}, "
-                       f"{len(comp.token_ids)} tokens)")
+                       f"{comp.num_tokens} tokens)")
         click.echo(prompt + comp.text)
 
 

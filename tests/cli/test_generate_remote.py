@@ -46,6 +46,9 @@ def test_scripted_generate_maps_every_flag_onto_the_requests(capsys, server) -> 
     assert code == 0 and err == "", err
     texts = [line for line in out.splitlines() if not line.startswith("---")]
     assert texts == ["Q:answer 1", "Q:answer 2", "Q:answer 0"]  # seeds 10, 11, 12
+    # each header counts the server's completion_tokens (2 words), not the absent token ids
+    heads = [line for line in out.splitlines() if line.startswith("---")]
+    assert heads == [f"--- completion {i} (stop, 2 tokens)" for i in range(3)]
     posts = server.posts
     assert [p.path for p in posts] == ["/v1/completions"] * 3
     assert sorted(p.body["seed"] for p in posts) == [10, 11, 12]
