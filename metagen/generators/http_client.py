@@ -139,12 +139,13 @@ class HTTPClient:
         assert parsed is not None
         return parsed
 
-    async def retrying(self, path: str, body: dict[str, Any], parse: Callable[[Any], R],
+    async def retrying(self, path: str, body: dict[str, Any] | None, parse: Callable[[Any], R],
                        deadline: float, what: str
                        ) -> tuple[R | None, BackendError | None, int]:
         """(parsed, None, attempts) or (None, the last typed error, attempts): the one retry
-        layer, within ``deadline`` (loop time). A ``BackendError`` raised by ``parse`` (an
-        invalid reply) is an attempt's error like any other (and is not retried)."""
+        layer, within ``deadline`` (loop time), for a ``POST`` of ``body`` (a ``GET`` when it
+        is None). A ``BackendError`` raised by ``parse`` (an invalid reply) is an attempt's
+        error like any other (and is not retried)."""
         loop = asyncio.get_running_loop()
         attempts = 0
         error: BackendError
@@ -171,11 +172,13 @@ class HTTPClient:
         self.log.warning("%s %s failed after %d attempt(s): %s", path, what, attempts, error)
         return None, error, attempts
 
-    async def attempt(self, path: str, body: dict[str, Any]) -> Any:
-        """One HTTP request; its decoded JSON body, or a typed :class:`BackendError`."""
+    async def attempt(self, path: str, body: dict[str, Any] | None) -> Any:
+        """One HTTP request (``POST body``, or ``GET`` when None); its decoded JSON body, or a
+        typed :class:`BackendError`."""
         async with self.sem:
             try:
-                resp = await self.client.post(self.base_url + path, json=body)
+                resp = await (self.client.get(self.base_url + path) if body is None else
+                              self.client.post(self.base_url + path, json=body))
             except httpx.HTTPError as exc:
                 raise self.transport_error(exc) from None
         if not 200 <= resp.status_code < 300:
@@ -186,13 +189,6 @@ class HTTPClient:
         except ValueError as exc:
             raise BackendProtocolError(f"response is not JSON: {exc}", status=resp.status_code,
                                        cause=exc) from None
-
-    async def get_json(self, path: str, timeout: float) -> Any:
-        """``GET base_url + path`` once (no retries): the decoded body of a 200, else None.
-        Raises ``httpx.HTTPError`` / ``ValueError`` (the caller decides what a probe failure
-        means)."""
-        resp = await self.client.get(self.base_url + path, timeout=timeout)
-        return resp.json() if resp.status_code == 200 else None
 
     @asynccontextmanager
     async def stream_lines(self, path: str, body: dict[str, Any]) -> AsyncIterator[

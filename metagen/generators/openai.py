@@ -64,8 +64,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
-
 from metagen.errors import (
     BackendError,
     BackendTimeout,
@@ -76,7 +74,7 @@ from metagen.errors import (
 )
 from metagen.generators.base import Capabilities, Prompt, check_prompts
 from metagen.generators.http_client import HTTPClient, all_or_none, check_http_options
-from metagen.generators.openai_retry import RetryPolicy, redact
+from metagen.generators.openai_retry import RetryPolicy, is_retryable
 from metagen.generators.openai_stream import StreamState, parse_sse_line
 from metagen.generators.openai_wire import (
     CHAT,
@@ -265,14 +263,18 @@ class OpenAIGenerator:
     # --- on the private loop -----------------------------------------------------------------
 
     async def _probe(self) -> Dialect:
-        """GET /models once; a server that answers fixes the dialect, one that cannot be reached
-        gives standard fields for this call only."""
-        try:
-            data = await self._http.get_json("/models", min(self.timeout, 10.0))
-        except (httpx.HTTPError, ValueError) as exc:
-            log.warning("dialect probe of %s failed (%s); sending standard fields only",
-                        self.base_url, redact(type(exc).__name__, self._api_key))
-            return Dialect("openai")
+        """``GET /models`` under the retry policy, once per generator: the answer fixes the
+        dialect. A server that answers without a usable model list (a 4xx, a body that is not
+        JSON) is taken as plain ``openai``; one that cannot be reached (refused, reset, 5xx, the
+        deadline) raises that typed error -- never a silent switch to standard fields, which on
+        a llama.cpp server would mean its own sampling defaults."""
+        data, error, _ = await self._http.retrying("/models", None, lambda d: d,
+                                                   self._http.deadline(), "dialect probe")
+        if error is not None and (is_retryable(error) or isinstance(error, BackendTimeout)):
+            raise error
+        if error is not None:
+            log.warning("dialect probe of %s: %s; sending standard fields only",
+                        self.base_url, error)
         self._dialect = dialect_from_models(data)
         return self._dialect
 

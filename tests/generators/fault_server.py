@@ -105,11 +105,13 @@ class FaultServer:
     def __init__(self, plan: Callable[[Seen], Fault] | None = None,
                  respond: Callable[[dict[str, Any]], str] = default_text,
                  owned_by: str = "vllm",
-                 routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None) -> None:
+                 routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
+                 models_status: list[int] | None = None) -> None:
         self.plan = plan or (lambda seen: Fault())
         self.respond = respond
         self.routes = dict(routes or {})
         self.owned_by = owned_by
+        self.models_status = list(models_status or [])  # GET /v1/models answers, then 200s
         self.seen: list[Seen] = []
         self.in_flight = 0
         self.peak = 0
@@ -235,7 +237,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         srv = self.fault_server
         srv.record(self.path, {}, dict(self.headers))
-        if self.path.rstrip("/") == "/v1/models":
+        status = srv.models_status.pop(0) if srv.models_status else 200
+        if self.path.rstrip("/") == "/v1/models" and status != 200:
+            self._send(status, b'{"error": {"message": "scripted"}}')
+        elif self.path.rstrip("/") == "/v1/models":
             data = {"object": "list", "data": [{"id": "m", "object": "model",
                                                 "owned_by": srv.owned_by, "permissions": []}]}
             self._send(200, json.dumps(data).encode())

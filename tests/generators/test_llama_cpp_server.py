@@ -214,14 +214,15 @@ def test_best_of_n_picks_the_highest_reward_and_counts_the_servers_tokens(gen):
 
 
 def test_weighted_vote_and_the_servers_sampled_logprobs(gen, local):
-    """weighted_vote with a reward (its default weight, exp(mean logprob), needs token ids,
-    which this server does not return: a CapabilityError). The sampled candidates' logprobs
-    equal the built-in engine's score of the same text where the server's tokens are the
-    tokenizer's own split of it (a sampled non-canonical split has another probability)."""
+    """weighted_vote by its default weight, exp(mean logprob) over the server's logprobs (it
+    returns no token ids), and with a reward. The sampled candidates' logprobs equal the
+    built-in engine's score of the same text where the server's tokens are the tokenizer's own
+    split of it (a sampled non-canonical split has another probability)."""
     params = SamplingParams(temperature=1.0, seed=5, max_tokens=8, logprobs=0)
     first = lambda t: (t.split() or [""])[0]  # noqa: E731
-    with pytest.raises(CapabilityError, match="token_ids"):
-        weighted_vote(gen, "Once upon a time", n=2, params=params, extract=first)
+    by_prob = weighted_vote(gen, "Once upon a time", n=2, params=params, extract=first)
+    assert by_prob.trace["weights"] == pytest.approx(
+        [math.exp(sum(c.logprobs) / len(c.logprobs)) for c in by_prob.candidates])
     reward = lambda p, t: 1.0 + t.count(" ")  # noqa: E731
     res = weighted_vote(gen, "Once upon a time", n=6, params=params, extract=first,
                         reward=reward)

@@ -152,6 +152,23 @@ def test_dialect_probed_from_models_owned_by(make):
         server.posts[0].body
 
 
+def test_dialect_probe_is_retried_and_a_server_without_models_is_plain_openai(make):
+    server, gen = make(dialect=None, server_kw={"owned_by": "sglang", "models_status": [503]})
+    gen.generate(["q"], P)
+    assert gen.dialect.name == "sglang"  # the 503 was retried, not taken as "unknown server"
+    server, gen = make(dialect=None, server_kw={"owned_by": "sglang", "models_status": [404]})
+    gen.generate(["q"], P)
+    assert gen.dialect.name == "openai"  # answered, without a model list: standard fields
+
+
+def test_dialect_probe_of_an_unreachable_server_raises_instead_of_guessing(make):
+    server, gen = make(dialect=None, max_retries=1)
+    server.stop()
+    with pytest.raises(TransportError):
+        gen.generate(["q"], P.with_(top_k=4))  # not a CapabilityError for top_k on "openai"
+    assert gen._dialect is None  # nothing cached: the next call probes again
+
+
 def test_scripted_llama_cpp_servers_get_metagen_sampling_defaults_sent(make):
     """llama.cpp's servers sample with top_k=40, top_p=0.95, min_p=0.05 (llama-cpp-python's
     also repeat_penalty=1.1) when a field is left out: metagen's neutral values are sent. The
