@@ -1,6 +1,6 @@
 """Sandbox throughput: runs per second of a trivial program (``print(1)``) through plain
 ``subprocess.run``, the ``unsafe-local`` backend and the ``bubblewrap`` backend, side by side in
-one run at each parallelism (threads submitting runs); then RELIABILITY row E20: the same correct
+one run at each parallelism (threads submitting runs); then row E20: the same correct
 solution passes N/N times through ``run_tests`` at parallelism = ``os.cpu_count()``.
 
     python -m benchmarks.sandbox_throughput [--quick] [--runs N] [--parallel 1,2]

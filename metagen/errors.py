@@ -18,7 +18,7 @@ class InvalidParameterError(MetagenError, ValueError):
 
     def __init__(self, param: str, value: Any, reason: str) -> None:
         shown = repr(value)
-        if len(shown) > 200:  # bounded error size (RELIABILITY V25)
+        if len(shown) > 200:  # bounded error size (V25)
             shown = shown[:200] + "...(truncated)"
         super().__init__(f"invalid {param}={shown}: {reason}")
         self.param = param
@@ -31,7 +31,7 @@ class InvalidPromptError(InvalidParameterError):
 
 
 class NumericalError(MetagenError, ArithmeticError):
-    """Logits or scores contained NaN or infinity for one sequence (RELIABILITY V22)."""
+    """Logits or scores contained NaN or infinity for one sequence (V22)."""
 
     def __init__(self, message: str, row: int | None = None) -> None:
         super().__init__(message)
@@ -71,7 +71,7 @@ class DeviceUnavailableError(InvalidParameterError, ModelLoadError):
 
 
 class InsufficientSamples(MetagenError):
-    """Fewer samples succeeded than a strategy's ``min_successful`` (RELIABILITY C11/C12).
+    """Fewer samples succeeded than a strategy's ``min_successful`` (C11/C12).
 
     ``partial`` carries whatever did succeed; ``failures`` maps a reason to its count.
     """

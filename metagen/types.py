@@ -2,7 +2,7 @@
 
 All are slotted dataclasses. :class:`SamplingParams` validates itself on construction and raises
 :class:`~metagen.errors.InvalidParameterError` (a ``ValueError``) naming the field and the value
-for every case of RELIABILITY.md section 2 that concerns its fields. Checks that need the model
+for every bad-input case that concerns its fields. Checks that need the model
 (token ids against the vocabulary, prompt + max_tokens against the context) are made by the backend
 when a request arrives.
 """
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from metagen.errors import InvalidParameterError
 
-# Caps that bound the work one request may ask for (RELIABILITY V7, V9, V11, V13, V25).
+# Caps that bound the work one request may ask for (V7, V9, V11, V13, V25).
 MAX_N = 1024
 MAX_TOKENS_CAP = 1_000_000
 MAX_WORK_TOKENS = 16_000_000  # n * max_tokens
@@ -77,7 +77,7 @@ class SamplingParams:
     Semantics (the same on every backend):
 
     - ``temperature`` 0 (or below 1e-5) is greedy decoding; ``n > 1`` with greedy is rejected,
-      since N identical samples would be counted as N votes (RELIABILITY V8).
+      since N identical samples would be counted as N votes (V8).
     - ``top_k`` 0 or -1 disables top-k; values above the vocabulary are clamped to it.
     - ``top_p``, ``typical_p`` in (0, 1]; 1 disables. ``min_p`` in [0, 1]; 0 disables.
     - ``epsilon_cutoff`` in [0, 1), ``eta_cutoff`` in [0, 1); 0 disables.
@@ -127,7 +127,7 @@ class SamplingParams:
         if self.n > 1 and self.is_greedy:
             raise InvalidParameterError(
                 "n", self.n, "n > 1 with temperature 0 gives n identical samples; "
-                "set temperature > 0 (RELIABILITY V8)")
+                "set temperature > 0")
         _check_int("top_k", self.top_k, -1, 2**62)
         put(self, "top_p", _check_real("top_p", self.top_p, 0.0, 1.0, lo_open=True))
         put(self, "min_p", _check_real("min_p", self.min_p, 0.0, 1.0))

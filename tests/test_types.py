@@ -1,4 +1,4 @@
-"""SamplingParams validation (RELIABILITY.md section 2) and Usage arithmetic."""
+"""SamplingParams validation (bad sampling input, rows V1-V25) and Usage arithmetic."""
 
 from __future__ import annotations
 

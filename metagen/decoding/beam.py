@@ -35,7 +35,7 @@ EarlyStopping = Union[bool, Literal["never"]]
 
 @dataclass(slots=True, frozen=True)
 class BeamParams:
-    """Beam search configuration, validated on construction (RELIABILITY V18).
+    """Beam search configuration, validated on construction (V18).
 
     ``early_stopping``: True stops as soon as ``num_beams`` hypotheses are finished; False stops
     when the best running beam, scored at the current length, cannot beat the worst finished one;

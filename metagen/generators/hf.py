@@ -8,7 +8,7 @@ same thing here as on the built-in engine: a seeded sample depends only on (seed
 never on the batch around it. The checkpoint's own ``generation_config`` (a default temperature,
 repetition penalty, ...) is ignored on purpose; only its end tokens are kept.
 
-Requests are validated against the model before any work (RELIABILITY V14-V17): token ids in
+Requests are validated against the model before any work (V14-V17): token ids in
 ``logit_bias`` / ``allowed_token_ids`` / ``stop_token_ids`` must be below the vocabulary size, and
 prompt + ``max_tokens`` must fit the context (``InvalidPromptError`` names both numbers).
 
@@ -124,7 +124,7 @@ class HFGenerator:
     prompts x n is split; seeded results do not depend on the split). ``logits_hook(logits (A, V),
     seqs) -> logits`` runs on the raw logits before metagen's processors (capability ``logits``).
     A completion whose logits turn NaN/inf ends with ``finish_reason="error"`` and
-    ``stop_reason="numerical_error"``; the other completions are unaffected (RELIABILITY V22).
+    ``stop_reason="numerical_error"``; the other completions are unaffected (V22).
 
     Construction puts ``model`` in eval mode and replaces its ``generation_config`` by a neutral
     one that keeps only the BOS/EOS/PAD ids. Not thread-safe: one call at a time.

@@ -17,7 +17,7 @@ A row finishes, checked in this order after each token:
   tokens exist; the string may span token boundaries), ``stop_reason`` = the string; the text is
   cut before it;
 - ``"length"`` at ``max_tokens`` tokens;
-- ``"error"`` when its logits hold NaN/+inf (RELIABILITY V22): the row stops, the others go on.
+- ``"error"`` when its logits hold NaN/+inf (V22): the row stops, the others go on.
 
 Finished rows keep being computed by ``transformers`` (their tokens are ignored) until every row is
 done, so the tracker never touches their state again.

@@ -16,7 +16,7 @@ earliest ``stop`` string ends the text before the stop (finish ``"stop"``, ``sto
 string, which is not included). A scripted :class:`~metagen.types.Completion` is returned as is.
 Chat prompts are rendered as ``"role: content"`` lines joined by newlines (the script sees that).
 
-Faults (RELIABILITY section 3): ``fault(prompt, sample_index, call_index)`` returns ``None`` for a
+Faults: ``fault(prompt, sample_index, call_index)`` returns ``None`` for a
 good sample, a reason string for a failed sample -- returned in place as
 ``Completion(text="", finish_reason="error", stop_reason=reason)`` -- or an exception instance,
 which ``generate`` raises (the whole call fails, e.g. a transport error). Calls that raise are

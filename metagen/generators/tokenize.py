@@ -5,7 +5,7 @@ Conventions (the same for every backend that uses these helpers):
 
 - A string prompt is tokenized with the tokenizer's special tokens (e.g. BOS); a chat prompt is
   rendered with the chat template, which writes its own special tokens, so none are added again.
-  A prompt that yields no token besides special ones is rejected (RELIABILITY V16); a
+  A prompt that yields no token besides special ones is rejected (V16); a
   whitespace-only string is a real prompt when the tokenizer gives it tokens.
 - The text of a continuation is ``decode(context + output) - decode(context)`` with ``context``
   the last few prompt tokens, so word-initial spaces (SentencePiece ``▁``) and byte-fallback

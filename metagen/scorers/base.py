@@ -16,7 +16,7 @@ is.
 
 Scorers that run a model also expose ``usage`` (cumulative :class:`~metagen.types.Usage` with
 ``scorer_tokens``, ``scorer_calls`` and ``scorer_flops``) so strategies can account for them.
-A scorer that fails raises; it never returns a made-up score (RELIABILITY section 3).
+A scorer that fails raises; it never returns a made-up score.
 """
 
 from __future__ import annotations

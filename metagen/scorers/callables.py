@@ -9,7 +9,7 @@
   messages (render or read them as the callable needs).
 
 :func:`check_scores` is the gate between a scorer and a strategy: the right count of finite real
-numbers, else an error. A failed scorer call is never turned into a score (RELIABILITY section 3).
+numbers, else an error. A failed scorer call is never turned into a score.
 """
 
 from __future__ import annotations

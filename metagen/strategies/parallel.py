@@ -3,7 +3,7 @@
 :func:`run_parallel` makes exactly ONE ``generator.generate`` call for all prompts' samples, drops
 failed samples (``finish_reason == "error"``; the reason is the completion's ``stop_reason``),
 hands the successful ones to a :class:`~metagen.strategies.selection.Selector`, and builds one
-:class:`~metagen.types.Result` per prompt with the run's compute (RELIABILITY section 3):
+:class:`~metagen.types.Result` per prompt with the run's compute:
 
 - only successful samples are scored or voted on; ``Result.failures`` maps reason -> count and
   ``trace`` has ``requested`` / ``ok`` / ``failed``;

@@ -1,7 +1,7 @@
 """The machinery every step-level search shares: batched expansion, batched scoring, budgets,
 usage accounting and the final :class:`~metagen.types.Result` per prompt.
 
-Contracts (DESIGN "Data flow"):
+Contracts:
 
 - :meth:`StepSearch.expand` makes **one** ``generator.generate`` call for all branches of all
   prompts in a search step. The prompt of a branch is the prompt extended by its steps so far

@@ -45,7 +45,7 @@ def chi2_ok(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, float]:
     {"num_beams": 4, "max_tokens": 4, "diversity_penalty": -1.0},
 ])
 def test_invalid_beam_params_rejected(kwargs: dict) -> None:
-    """RELIABILITY V18: num_beams 0, num_beams < num_return_sequences, width > cap."""
+    """V18: num_beams 0, num_beams < num_return_sequences, width > cap."""
     with pytest.raises(InvalidParameterError):
         BeamParams(**kwargs)
 

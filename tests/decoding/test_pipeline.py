@@ -227,7 +227,7 @@ def test_shape_mismatch_is_rejected():
 
 
 def test_tiny_temperatures_give_valid_tokens_reliability_v3():
-    # RELIABILITY V3: 1e-8 is greedy (< 1e-5); 1e-4 and 0.009 are sampled but so peaked that the
+    # V3: 1e-8 is greedy (< 1e-5); 1e-4 and 0.009 are sampled but so peaked that the
     # argmax wins (next-best token has probability < exp(-gap / T) ~ 0 for these logits)
     logits = torch.tensor([[3.0, 2.5, -1.0, 0.0] + [-2.0] * 12]) * 10
     for t in (1e-8, 1e-4, 0.009):

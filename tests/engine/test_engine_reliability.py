@@ -1,4 +1,4 @@
-"""Bad requests fail alone (RELIABILITY V9, V14-V17, V22, V24); memory pressure never crashes."""
+"""Bad requests fail alone (V9, V14-V17, V22, V24); memory pressure never crashes."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_closing_a_stream_early_aborts_its_request(stories_engine_factory):
     gen = LocalGenerator(stories_engine_factory(prefix_cache=False))
     it = gen.stream("Once upon a time", SamplingParams(temperature=0.0, max_tokens=50))
     assert next(it)
-    it.close()  # the client went away (RELIABILITY S9)
+    it.close()  # the client went away (S9)
     # the loop runs the abort before this call (submissions are applied in order)
     assert gen.loop.call(lambda e: (e.has_unfinished(), len(e.requests), e.blocks.num_free)) \
         == (False, 0, gen.engine.blocks.num_blocks)

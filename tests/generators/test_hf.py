@@ -142,7 +142,7 @@ def test_score_matches_generation_logprobs(stories_gen) -> None:
 
 
 def test_numerical_error_fails_only_its_row(stories_path) -> None:
-    """Scripted fault (a logits hook that writes NaN into one prompt's rows), RELIABILITY V22."""
+    """Scripted fault (a logits hook that writes NaN into one prompt's rows), V22."""
     plain = HFGenerator.from_pretrained(stories_path)
     bad_prompt = plain.tokenizer("The cat")["input_ids"]
 
@@ -237,7 +237,7 @@ def test_sampling_params_reach_the_decoder(stories_gen) -> None:
 
 
 def test_tiny_temperatures_never_give_garbage(stories_gen) -> None:
-    """RELIABILITY V3: 1e-8 is greedy; 1e-4 and 0.009 sample from a near-one-hot distribution."""
+    """V3: 1e-8 is greedy; 1e-4 and 0.009 sample from a near-one-hot distribution."""
     greedy = stories_gen.generate(["Once upon a time"], SamplingParams(temperature=0,
                                                                        max_tokens=16))[0][0]
     for t in (1e-8, 1e-4, 0.009):
@@ -248,7 +248,7 @@ def test_tiny_temperatures_never_give_garbage(stories_gen) -> None:
 
 
 def test_huge_top_k_is_clamped_and_a_bad_request_leaves_it_working(stories_gen) -> None:
-    """RELIABILITY V5 (top_k 10**9 == disabled) and S11-style survival after a rejection."""
+    """V5 (top_k 10**9 == disabled) and S11-style survival after a rejection."""
     base = SamplingParams(temperature=1.0, seed=11, max_tokens=12)
     off = stories_gen.generate(["The cat"], base)[0][0]
     with pytest.raises(InvalidParameterError):
