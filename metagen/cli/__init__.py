@@ -21,6 +21,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "testbed": ("metagen.cli.testbed", "testbed"),
     "demo": ("metagen.cli.demo", "demo"),
     "bench": ("metagen.cli.bench", "bench"),
+    "serve": ("metagen.cli.serve", "serve"),
 }
 
 

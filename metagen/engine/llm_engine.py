@@ -456,12 +456,13 @@ class LLMEngine:
             out.computed_tokens, out.flops = req.computed_tokens, req.flops
             out.generated_tokens = req.generated_tokens
             return out
-        scores = None
+        scores = token_scores = None
         if req.seqs[0].score_from is not None:
-            scores = [float(sum(s.score_logprobs)) for s in req.seqs]
+            token_scores = [list(s.score_logprobs) for s in req.seqs]
+            scores = [float(sum(t)) for t in token_scores]
         return RequestOutput(req.request_id, req.prompt_ids, [s.completion() for s in req.seqs],
                              [s.error for s in req.seqs], req.num_cached_tokens, scores,
-                             req.computed_tokens, req.generated_tokens, req.flops)
+                             req.computed_tokens, req.generated_tokens, req.flops, token_scores)
 
     def check_integrity(self) -> None:
         """Block refcounts equal the references held by live sequences plus the cache."""

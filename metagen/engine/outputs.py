@@ -24,6 +24,8 @@ class RequestOutput:
     computed_tokens: int = 0  # this request's compute, as EngineStats counts the engine's
     generated_tokens: int = 0
     flops: float = 0.0
+    # scoring requests: per sequence, log p(token t | tokens before t) for each scored t
+    token_scores: list[list[float]] | None = None
 
     @property
     def error(self) -> Exception | None:

@@ -184,6 +184,34 @@ class LocalGenerator:
                 yield delta.text
         self._account(handle.outputs or [], start)
 
+    def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
+                stream: bool = False) -> RequestHandle:
+        """Submit one request per prompt (token ids, e.g. from ``encode_prompt``) from the
+        running asyncio event loop, after validating each against the model (raises before any
+        work); the handle is bound to that loop. With ``stream=True`` it yields the deltas of
+        every sample (``StreamDelta.index``), then its outputs. The caller owns the handle:
+        leaving its iteration early or cancelling the awaiting task aborts its requests. Nothing
+        is added to :attr:`usage` (the caller counts from ``handle.outputs``). For servers that
+        need per-sample events; :meth:`agenerate` / :meth:`astream` are the simple faces."""
+        ids = [list(p) for p in prompt_ids]
+        for p in ids:
+            self.engine.validate(p, params)
+        return self.loop.submit(_adder(ids, params), stream=stream, aio=True)
+
+    async def aprompt_logprobs(self, prompt_ids: Sequence[int]) -> list[float]:
+        """``out[t - 1]`` = log p(prompt_ids[t] | prompt_ids[:t]) for ``t >= 1`` (one prefill of
+        the prompt, from the asyncio loop; cancelling aborts it). Raises ``InvalidPromptError``
+        for ids the model cannot run, ``NumericalError`` for a non-finite logprob."""
+        ids, _ = self.engine.validate(list(prompt_ids), SamplingParams(max_tokens=1))
+        if len(ids) < 2:
+            return []
+        handle = self.loop.submit(lambda engine: [engine.add_scoring_request(ids, 1)], aio=True)
+        [out] = await handle.aresult()
+        if out.error is not None:
+            raise out.error
+        assert out.token_scores is not None
+        return out.token_scores[0]
+
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
               ) -> list[list[float]]:
         """``out[i][j]`` = log p(continuations[i][j] | prompts[i]) summed over its tokens.

@@ -26,11 +26,18 @@ CONTEXT_TOKENS = 8  # prompt tokens decoded before a continuation to get its lea
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     """Token ids of one prompt (see the module docstring). Raises ``InvalidPromptError``."""
-    text = render_prompt(tokenizer, prompt)
-    ids = list(tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"])
+    return encode_text(tokenizer, render_prompt(tokenizer, prompt),
+                       add_special_tokens=isinstance(prompt, str))
+
+
+def encode_text(tokenizer: Any, text: str, *, add_special_tokens: bool,
+                param: str = "prompt") -> list[int]:
+    """Token ids of an already rendered prompt text; ``InvalidPromptError`` naming ``param``
+    when it yields no token besides special ones."""
+    ids = list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
     special = set(tokenizer.all_special_ids)
     if not any(t not in special for t in ids):
-        raise InvalidPromptError("prompt", text, "tokenizes to no tokens besides special tokens")
+        raise InvalidPromptError(param, text, "tokenizes to no tokens besides special tokens")
     return ids
 
 

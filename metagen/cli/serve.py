@@ -1,0 +1,65 @@
+"""``metagen serve MODEL``: an OpenAI-compatible server over the built-in engine.
+
+Binds ``127.0.0.1`` unless ``--host`` says otherwise. ``--api-key KEY`` (or the environment
+variable ``METAGEN_API_KEY``, which keeps the key out of the process list) makes every route but
+``/health`` require ``Authorization: Bearer KEY``; the key is never printed or logged. Engine
+options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``) go to
+:class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
+folder is a one-line error and exit status 2. SIGTERM / Ctrl-C stop accepting connections and
+let in-flight requests finish for up to ``--shutdown-timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+@click.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind (0.0.0.0 exposes the server to the network).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--api-key", envvar="METAGEN_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' on every route but /health.")
+@click.option("--served-model-name", default=None,
+              help="The model id clients send (default: the folder's name).")
+@click.option("--max-concurrent", default=256, show_default=True, type=int,
+              help="Generation requests in flight; one more is answered 429.")
+@click.option("--max-body-bytes", default=4 * 1024 * 1024, show_default=True, type=int)
+@click.option("--num-blocks", default=None, type=int, help="KV cache blocks (engine option).")
+@click.option("--max-num-seqs", default=None, type=int, help="Running batch size (engine).")
+@click.option("--dtype", default=None, help="Model dtype (engine option).")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
+@click.option("--shutdown-timeout", default=30, show_default=True, type=int,
+              help="Seconds in-flight requests get to finish on SIGTERM.")
+def serve(model: Path, host: str, port: int, api_key: str | None,
+          served_model_name: str | None, max_concurrent: int, max_body_bytes: int,
+          num_blocks: int | None, max_num_seqs: int | None, dtype: str | None,
+          device: str | None, shutdown_timeout: int) -> None:
+    """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
+    from metagen.server import LocalBackend, ServerConfig, create_app
+
+    config = ServerConfig(model_name=served_model_name or model.resolve().name, api_key=api_key,
+                          max_concurrent=max_concurrent, max_body_bytes=max_body_bytes)
+    options: dict[str, Any] = {k: v for k, v in (("num_blocks", num_blocks),
+                                                 ("max_num_seqs", max_num_seqs),
+                                                 ("dtype", dtype), ("device", device))
+                               if v is not None}
+    from metagen.generators.local import LocalGenerator
+
+    generator = LocalGenerator.from_pretrained(model, **options)
+    app = create_app(LocalBackend(generator), config)
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO)
+    click.echo(f"serving {config.model_name!r} on http://{host}:{port}/v1"
+               + (" (API key required)" if api_key else ""), err=True)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info",
+                    timeout_graceful_shutdown=shutdown_timeout, server_header=False)
+    finally:
+        generator.close()

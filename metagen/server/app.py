@@ -1,0 +1,173 @@
+"""``create_app``: the OpenAI-compatible HTTP server over a :class:`Backend`.
+
+Routes: ``GET /health`` (200, or 503 once the engine has stopped; the only route without the API
+key), ``GET /metrics`` (Prometheus text), ``GET /v1/models``, ``POST /v1/completions``,
+``POST /v1/chat/completions`` (``stream: true`` for server-sent events). No docs or OpenAPI
+routes. Every error is an OpenAI-style body (:mod:`metagen.server.errors`): a bad field is a 400
+naming it, never a 422 or 500.
+
+Concurrency and failure are per request: all requests share the engine's steps through its loop;
+a client that disconnects (streaming or not) has its requests aborted and their KV blocks freed;
+a bad request fails alone. ``/v1/models`` reports ``owned_by: "metagen (vllm-compatible)"``: the
+server speaks vLLM's extensions (``return_tokens_as_token_ids``, echo with prompt logprobs,
+``continue_final_message``), so clients that detect vLLM (metagen's ``OpenAIGenerator``) use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.types import Receive
+
+from metagen.errors import EngineDeadError, InvalidParameterError
+from metagen.generators.tokenize import decode_ids
+from metagen.server.backend import Backend
+from metagen.server.body import parse_body, read_capped
+from metagen.server.config import ServerConfig
+from metagen.server.errors import ApiError, api_error, bad_request, error_response
+from metagen.server.guard import Guard, ServerState
+from metagen.server.requests import (
+    GenerationRequest,
+    chat_request,
+    check_model,
+    completion_request,
+)
+from metagen.server.responses import chat_response, check_outputs, completion_response
+from metagen.server.streaming import sse_events
+
+OWNED_BY = "metagen (vllm-compatible)"
+
+
+def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
+    """The ASGI app serving ``backend`` under ``config`` (see the module docstring)."""
+    app = FastAPI(title="metagen", docs_url=None, redoc_url=None, openapi_url=None)
+    state = ServerState(config)
+    app.state.server = state
+    app.add_middleware(Guard, state=state)
+    _handlers(app)
+    created = int(time.time())
+    routes = _Routes(backend, state)
+
+    @app.get("/health")
+    async def health() -> Response:
+        if not backend.alive:
+            return error_response(ApiError(503, "the engine has stopped", code="engine_dead"))
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        try:
+            snapshot = await backend.snapshot()
+        except (EngineDeadError, TimeoutError):
+            snapshot = None
+        return PlainTextResponse(state.metrics.render(snapshot, state.in_flight),
+                                 media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": config.model_name, "object": "model", "created": created,
+             "owned_by": OWNED_BY, "max_model_len": backend.max_model_len}]})
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await routes.generate(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await routes.generate(request, chat=True)
+
+    return app
+
+
+def _handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: Exception) -> Response:
+        return error_response(api_error(exc))
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return error_response(ApiError(exc.status_code, str(exc.detail)[:200]))
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        return error_response(bad_request(None, "invalid request"))
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+
+
+class _Routes:
+    """The two generation routes."""
+
+    def __init__(self, backend: Backend, state: ServerState) -> None:
+        self.backend, self.state = backend, state
+
+    async def generate(self, request: Request, chat: bool) -> Response:
+        cfg = self.state.config
+        body = parse_body(await read_capped(request.stream(), cfg.max_body_bytes),
+                          cfg.max_json_depth)
+        check_model(body, cfg.model_name)
+        tok = self.backend.tokenizer
+        req = (chat_request(body, tok, self.backend.max_model_len, cfg.max_messages) if chat
+               else completion_request(body, tok, cfg.max_prompts))
+        self._validate(req)
+        if req.stream:
+            handle = self.backend.asubmit(req.prompts, req.params, stream=True)
+            return StreamingResponse(sse_events(req, handle, cfg.model_name),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        work = asyncio.ensure_future(self._complete(req))
+        gone = asyncio.ensure_future(_disconnected(request.receive))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, gone):
+                if not task.done():
+                    task.cancel()  # a departed client's requests are aborted here
+                    with contextlib.suppress(BaseException):
+                        await task
+        if not work.done() or work.cancelled():
+            return Response(status_code=499)  # nobody is listening
+        return JSONResponse(work.result())
+
+    def _validate(self, req: GenerationRequest) -> None:
+        """Every prompt against the model, before any work; token-id prompts get their text."""
+        for p, ids in enumerate(req.prompts):
+            try:
+                self.backend.validate(ids, req.params)
+            except InvalidParameterError as exc:
+                raise api_error(exc) from None
+            if not req.prompt_texts[p]:
+                req.prompt_texts[p] = decode_ids(self.backend.tokenizer, ids)
+
+    async def _complete(self, req: GenerationRequest) -> dict[str, Any]:
+        prompt_lps = None
+        if req.prompt_logprobs:
+            prompt_lps = await asyncio.gather(*(self.backend.aprompt_logprobs(ids)
+                                                for ids in req.prompts))
+        outs = None
+        if req.generate:
+            outs = await self.backend.asubmit(req.prompts, req.params).aresult()
+            check_outputs(outs)
+        self.state.metrics.add_tokens(sum(len(p) for p in req.prompts),
+                                      sum(len(c.token_ids) for o in outs or () for c in o.outputs))
+        tok, model = self.backend.tokenizer, self.state.config.model_name
+        if req.chat:
+            assert outs is not None
+            return chat_response(req, outs, tok, model)
+        return completion_response(req, outs, prompt_lps, tok, model)
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone (the body was already read)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,96 @@
+"""What the server needs from a model, as a Protocol, and its adapter over LocalGenerator.
+
+The server never steps an engine itself: it submits requests to the engine loop through
+:class:`Backend` and waits on the handles, so concurrent HTTP requests share engine steps, and a
+request whose client goes away is aborted by cancelling its handle (its blocks are freed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from metagen.engine.llm_engine import LLMEngine
+from metagen.engine.loop import RequestHandle
+from metagen.generators.local import LocalGenerator
+from metagen.types import SamplingParams
+
+SNAPSHOT_TIMEOUT_S = 5.0
+
+
+@dataclass(slots=True, frozen=True)
+class EngineSnapshot:
+    """The engine's state between two steps (for ``/metrics``)."""
+
+    running: int
+    waiting: int
+    blocks_free: int
+    blocks_total: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+
+
+class Backend(Protocol):
+    """A model served over HTTP (see the module docstring)."""
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
+                stream: bool = False) -> RequestHandle: ...
+
+    def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        """Raise ``InvalidParameterError`` for a request the model cannot serve."""
+
+    async def aprompt_logprobs(self, prompt_ids: Sequence[int]) -> list[float]: ...
+
+    async def snapshot(self) -> EngineSnapshot: ...
+
+
+class LocalBackend:
+    """:class:`Backend` over a :class:`LocalGenerator` (the built-in engine)."""
+
+    def __init__(self, generator: LocalGenerator) -> None:
+        self.generator = generator
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.generator.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.generator.engine.max_model_len
+
+    @property
+    def alive(self) -> bool:
+        return self.generator.loop.alive
+
+    def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
+                stream: bool = False) -> RequestHandle:
+        return self.generator.asubmit(prompt_ids, params, stream=stream)
+
+    def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        self.generator.engine.validate(list(prompt_ids), params)  # reads no engine state
+
+    async def aprompt_logprobs(self, prompt_ids: Sequence[int]) -> list[float]:
+        return await self.generator.aprompt_logprobs(prompt_ids)
+
+    async def snapshot(self) -> EngineSnapshot:
+        """Read in the loop's thread, between steps (raises ``EngineDeadError`` once it died)."""
+        return await asyncio.to_thread(self.generator.loop.call, _snapshot, SNAPSHOT_TIMEOUT_S)
+
+
+def _snapshot(engine: LLMEngine) -> EngineSnapshot:
+    return EngineSnapshot(running=len(engine.scheduler.running),
+                          waiting=len(engine.scheduler.waiting),
+                          blocks_free=engine.blocks.num_free, blocks_total=engine.blocks.num_blocks,
+                          prompt_tokens=engine.stats.prompt_tokens,
+                          cached_prompt_tokens=engine.stats.cached_prompt_tokens)

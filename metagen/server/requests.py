@@ -1,0 +1,291 @@
+"""Request bodies of ``/v1/completions`` and ``/v1/chat/completions`` -> :class:`GenerationRequest`.
+
+Field policy (V21): a field this server does not know is a 400 naming it (``best_of``, ``suffix``,
+typos), never silently ignored; ``null`` means "not given". Sampling fields are the OpenAI ones
+plus vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
+``ignore_eos``, ``stop_token_ids``, ``allowed_token_ids``, ``include_stop_str_in_output``,
+``return_tokens_as_token_ids``, ``echo`` / ``prompt_logprobs``, ``add_generation_prompt`` /
+``continue_final_message``) and metagen's own :class:`SamplingParams` fields by name. Values go
+to :class:`SamplingParams` unconverted, so a bad one (a string for a number, ``top_p`` 1.5, ``n``
+0) is the same typed error as in Python, answered as a 400 naming the field as the client spelt
+it.
+
+Defaults: ``max_tokens`` 16 for completions (OpenAI's), for chat what the context leaves after
+the longest prompt. ``max_tokens`` 0 is allowed only with ``echo`` (prompt scoring: no
+generation, as vLLM's). Top alternatives are returned for generated tokens only: ``echo`` with
+``logprobs`` > 0 and ``prompt_logprobs`` > 0 are refused; so are ``logprobs`` with ``stream``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metagen.errors import InvalidParameterError
+from metagen.generators.tokenize import decode_ids, encode_text
+from metagen.server.errors import ApiError, bad_request
+from metagen.types import MAX_LOGPROBS, MAX_TOKENS_CAP, SamplingParams
+
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+# SamplingParams fields taken from the body under their own names
+_DIRECT = ("n", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff",
+           "eta_cutoff", "mirostat_tau", "mirostat_eta", "repetition_penalty",
+           "presence_penalty", "frequency_penalty", "no_repeat_ngram_size", "allowed_token_ids",
+           "bad_words", "min_tokens", "stop", "stop_token_ids", "ignore_eos", "seed")
+_COMMON = frozenset(_DIRECT) | {"model", "max_tokens", "logit_bias", "stream", "stream_options",
+                                "user", "include_stop_str_in_output",
+                                "return_tokens_as_token_ids", "logprobs"}
+COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "prompt_logprobs"}
+CHAT_FIELDS = _COMMON | {"messages", "top_logprobs", "max_completion_tokens",
+                         "add_generation_prompt", "continue_final_message"}
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@dataclass(slots=True, frozen=True)
+class GenerationRequest:
+    """One validated request: ``prompts`` (token ids) with the text each reads as, the sampling
+    parameters shared by all, and how to answer (stream, echo, token naming)."""
+
+    chat: bool
+    prompts: list[list[int]]
+    prompt_texts: list[str]
+    params: SamplingParams
+    generate: bool = True  # False: echo with max_tokens 0 (the prompt's logprobs only)
+    stream: bool = False
+    include_usage: bool = False
+    echo: bool = False
+    prompt_logprobs: bool = False
+    tokens_as_ids: bool = False
+    include_stop: bool = False
+
+
+def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise bad_request(name, f"{name} must be true or false, got {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def _check_fields(body: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    unknown = sorted(k for k in body if k not in known)
+    if unknown:
+        listed = ", ".join(repr(k[:40]) for k in unknown[:10])
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        raise bad_request(unknown[0][:80], f"unknown field(s) {listed}{more}; this server "
+                          "refuses fields it would otherwise ignore", code="unknown_field")
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def check_model(body: Mapping[str, Any], served: str) -> None:
+    model = body.get("model")
+    if model is None:
+        raise bad_request("model", "model is required")
+    if model != served:
+        raise ApiError(404, f"the model {_shown(model)} does not exist; this server serves "
+                       f"{served!r}", param="model", code="model_not_found")
+
+
+def _logit_bias(value: Any) -> dict[int, Any]:
+    if not isinstance(value, dict):
+        raise bad_request("logit_bias", "logit_bias must map token ids to biases")
+    out: dict[int, Any] = {}
+    for key, bias in value.items():
+        try:
+            out[int(key)] = bias
+        except ValueError:
+            raise bad_request("logit_bias", f"logit_bias key {_shown(key)} is not a token "
+                              "id") from None
+    return out
+
+
+def sampling_params(body: Mapping[str, Any], max_tokens: int, logprobs: int | None,
+                    renamed: Mapping[str, str]) -> SamplingParams:
+    """``SamplingParams`` from the body's fields; a refusal is a 400 naming the field as the
+    client spelt it (``renamed`` maps SamplingParams names to wire names)."""
+    kwargs: dict[str, Any] = {k: body[k] for k in _DIRECT if k in body}
+    if "logit_bias" in body:
+        kwargs["logit_bias"] = _logit_bias(body["logit_bias"])
+    try:
+        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kwargs)
+    except InvalidParameterError as exc:
+        raise bad_request(renamed.get(exc.param, exc.param), str(exc)) from None
+    except (TypeError, ValueError) as exc:  # a value of a type no check expected
+        raise bad_request(None, f"invalid sampling parameters: {str(exc)[:200]}") from None
+
+
+def _max_tokens(body: Mapping[str, Any], name: str, default: int) -> int:
+    value = body.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise bad_request(name, f"{name} must be an integer, got {_shown(value)}")
+    return value
+
+
+def _stream_options(body: Mapping[str, Any], stream: bool) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not stream:
+        raise bad_request("stream_options", "stream_options is only allowed with stream: true")
+    if not isinstance(options, dict) or set(options) - {"include_usage",
+                                                         "continuous_usage_stats"}:
+        raise bad_request("stream_options", "stream_options must be {\"include_usage\": bool}")
+    return _flag(options, "include_usage", False)
+
+
+def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
+                       ) -> GenerationRequest:
+    """A ``/v1/completions`` body (``model`` already checked)."""
+    body = _check_fields(body, COMPLETION_FIELDS)
+    prompts, texts = _prompts(body.get("prompt"), tokenizer, max_prompts)
+    echo = _flag(body, "echo", False)
+    stream = _flag(body, "stream", False)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool)
+                                 or not 0 <= logprobs <= MAX_LOGPROBS):
+        raise bad_request("logprobs", f"logprobs must be an integer in [0, {MAX_LOGPROBS}], "
+                          f"got {_shown(logprobs)}")
+    if echo and logprobs:
+        raise bad_request("logprobs", "with echo, logprobs must be 0: top alternatives are "
+                          "returned for generated tokens only")
+    prompt_lp = body.get("prompt_logprobs")
+    if prompt_lp is not None and (not isinstance(prompt_lp, int) or isinstance(prompt_lp, bool)
+                                  or prompt_lp != 0):
+        raise bad_request("prompt_logprobs", "prompt_logprobs must be 0 (the prompt tokens' own "
+                          "logprobs; alternatives are not supported)")
+    if stream and (logprobs is not None or prompt_lp is not None):
+        raise bad_request("logprobs", "logprobs are not supported with stream: true")
+    max_tokens = _max_tokens(body, "max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
+    generate = not (echo and max_tokens == 0)
+    params = sampling_params(body, max_tokens if generate else 1, logprobs, {})
+    return GenerationRequest(
+        chat=False, prompts=prompts, prompt_texts=texts, params=params, generate=generate,
+        stream=stream, include_usage=_stream_options(body, stream), echo=echo,
+        prompt_logprobs=prompt_lp is not None or (echo and logprobs is not None),
+        tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
+        include_stop=_flag(body, "include_stop_str_in_output", False))
+
+
+def _is_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                           for t in value)
+
+
+def _prompts(prompt: Any, tokenizer: Any, max_prompts: int) -> tuple[list[list[int]], list[str]]:
+    """(token ids, text) of each prompt: a string, a list of strings, a list of token ids or a
+    list of such lists."""
+    if prompt is None:
+        raise bad_request("prompt", "prompt is required")
+    if isinstance(prompt, str) or (_is_ids(prompt) and prompt):
+        items: list[Any] = [prompt]
+    elif isinstance(prompt, list) and prompt:
+        items = prompt
+    else:
+        raise bad_request("prompt", "prompt must be a non-empty string, list of strings, list "
+                          "of token ids or list of token-id lists")
+    if len(items) > max_prompts:
+        raise bad_request("prompt", f"at most {max_prompts} prompts per request, got "
+                          f"{len(items)}")
+    ids: list[list[int]] = []
+    texts: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            try:
+                ids.append(encode_text(tokenizer, item, add_special_tokens=True))
+            except InvalidParameterError as exc:
+                raise bad_request("prompt", str(exc)) from None
+            texts.append(item)
+        elif _is_ids(item) and item:
+            ids.append(list(item))  # checked against the vocabulary by the engine
+            texts.append("")  # filled once the ids are known to be valid
+        else:
+            raise bad_request("prompt", f"prompt item {_shown(item)} is not a non-empty string "
+                              "or a non-empty list of token ids")
+    return ids, texts
+
+
+def ids_text(tokenizer: Any, ids: list[int]) -> str:
+    """The text a token-id prompt reads as (special tokens skipped)."""
+    return decode_ids(tokenizer, ids)
+
+
+def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
+                 max_messages: int) -> GenerationRequest:
+    """A ``/v1/chat/completions`` body (``model`` already checked)."""
+    body = _check_fields(body, CHAT_FIELDS)
+    messages = _messages(body.get("messages"), max_messages)
+    add_prompt = _flag(body, "add_generation_prompt", True)
+    cont = _flag(body, "continue_final_message", False)
+    if cont and add_prompt:
+        raise bad_request("continue_final_message", "continue_final_message and "
+                          "add_generation_prompt cannot both be true")
+    if cont and messages[-1]["role"] != "assistant":
+        raise bad_request("continue_final_message", "continue_final_message needs a final "
+                          "assistant message to continue")
+    text = render_chat(tokenizer, messages, add_prompt, cont)
+    try:
+        ids = encode_text(tokenizer, text, add_special_tokens=False, param="messages")
+    except InvalidParameterError as exc:
+        raise bad_request("messages", str(exc)) from None
+    stream = _flag(body, "stream", False)
+    want = _flag(body, "logprobs", False)
+    top = body.get("top_logprobs")
+    if top is not None and not want:
+        raise bad_request("top_logprobs", "top_logprobs needs logprobs: true")
+    if want and stream:
+        raise bad_request("logprobs", "logprobs are not supported with stream: true")
+    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    left = max(1, min(max_model_len - len(ids), MAX_TOKENS_CAP))
+    max_tokens = _max_tokens(body, name, left)
+    params = sampling_params(body, max_tokens, (0 if top is None else top) if want else None,
+                             {"logprobs": "top_logprobs", "max_tokens": name})
+    return GenerationRequest(
+        chat=True, prompts=[ids], prompt_texts=[text], params=params, stream=stream,
+        include_usage=_stream_options(body, stream),
+        tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
+        include_stop=_flag(body, "include_stop_str_in_output", False))
+
+
+def _messages(value: Any, max_messages: int) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise bad_request("messages", "messages must be a non-empty list")
+    if len(value) > max_messages:
+        raise bad_request("messages", f"at most {max_messages} messages, got {len(value)}")
+    out: list[dict[str, str]] = []
+    for i, message in enumerate(value):
+        if not isinstance(message, dict) or set(message) - {"role", "content", "name"}:
+            raise bad_request("messages", f"messages[{i}] must be an object with role and "
+                              "content (and optionally name)")
+        role, content = message.get("role"), message.get("content")
+        if role not in _ROLES:
+            raise bad_request("messages", f"messages[{i}].role must be one of {sorted(_ROLES)}")
+        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+            if not all(isinstance(p, dict) and p.get("type") == "text"
+                       and isinstance(p.get("text"), str) for p in content):
+                raise bad_request("messages", f"messages[{i}].content parts must be "
+                                  "{\"type\": \"text\", \"text\": str} (text only)")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise bad_request("messages", f"messages[{i}].content must be a string")
+        out.append({"role": role, "content": content})
+    return out
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool,
+                continue_final_message: bool) -> str:
+    """The conversation through the tokenizer's chat template (400 when it has none)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise bad_request("messages", "this model's tokenizer has no chat template; use "
+                          "/v1/completions with a text prompt")
+    try:
+        return str(tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message))
+    except Exception as exc:  # noqa: BLE001 -- a template error is the conversation's fault
+        raise bad_request("messages", f"the chat template cannot render these messages: "
+                          f"{str(exc)[:200]}") from None

@@ -1,0 +1,96 @@
+"""Non-streamed response bodies of ``/v1/completions`` and ``/v1/chat/completions``.
+
+Choices are numbered prompt by prompt: choice ``p * n + i`` is sample ``i`` of prompt ``p``.
+``usage`` counts each prompt once (its ``n`` samples share one prefill), every generated token,
+and ``prompt_tokens_details.cached_tokens`` served from the prefix cache.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from metagen.engine.outputs import RequestOutput
+from metagen.server.errors import api_error
+from metagen.server.logprobs import chat_block, completion_block, join_blocks
+from metagen.server.requests import GenerationRequest
+from metagen.types import Completion
+
+
+def new_id(chat: bool) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+
+
+def check_outputs(outs: Sequence[RequestOutput]) -> None:
+    """Raise the first sample failure (e.g. non-finite logits) as the request's error."""
+    for out in outs:
+        if out.error is not None:
+            raise api_error(out.error)
+
+
+def usage(req: GenerationRequest, outs: Sequence[RequestOutput] | None) -> dict[str, Any]:
+    prompt = sum(len(p) for p in req.prompts)
+    generated = sum(len(c.token_ids) for o in outs or () for c in o.outputs)
+    cached = sum(o.num_cached_tokens for o in outs or ())
+    return {"prompt_tokens": prompt, "completion_tokens": generated,
+            "total_tokens": prompt + generated,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def output_text(req: GenerationRequest, c: Completion) -> str:
+    """The completion's text, with its stop string when ``include_stop_str_in_output``."""
+    if req.include_stop and c.finish_reason == "stop" and isinstance(c.stop_reason, str):
+        return c.text + c.stop_reason
+    return c.text
+
+
+def completion_response(req: GenerationRequest, outs: Sequence[RequestOutput] | None,
+                        prompt_lps: Sequence[Sequence[float]] | None, tokenizer: Any,
+                        model: str) -> dict[str, Any]:
+    """The ``text_completion`` object. ``outs`` is None for an echo-only request;
+    ``prompt_lps[p]`` are the logprobs of prompt ``p``'s tokens after the first (with echo)."""
+    choices: list[dict[str, Any]] = []
+    n = req.params.n
+    for p, ids in enumerate(req.prompts):
+        samples = outs[p].outputs if outs is not None else [None] * n
+        for i, c in enumerate(samples):
+            echo_block = None
+            if prompt_lps is not None:
+                echo_block = completion_block(tokenizer, [], ids, [None, *prompt_lps[p]], None,
+                                              req.tokens_as_ids)
+            text = req.prompt_texts[p] if req.echo else ""
+            block = echo_block
+            if c is not None:
+                gen_text = output_text(req, c)
+                if req.params.logprobs is not None:
+                    gen_block = completion_block(
+                        tokenizer, ids, c.token_ids, c.logprobs or (), c.top_logprobs
+                        if req.params.logprobs else None, req.tokens_as_ids, len(text))
+                    block = gen_block if echo_block is None else join_blocks(echo_block,
+                                                                             gen_block)
+                text += gen_text
+            choices.append({"index": p * n + i, "text": text, "logprobs": block,
+                            "finish_reason": "length" if c is None else c.finish_reason,
+                            "stop_reason": None if c is None else c.stop_reason})
+    return {"id": new_id(False), "object": "text_completion", "created": int(time.time()),
+            "model": model, "choices": choices, "usage": usage(req, outs)}
+
+
+def chat_response(req: GenerationRequest, outs: Sequence[RequestOutput], tokenizer: Any,
+                  model: str) -> dict[str, Any]:
+    """The ``chat.completion`` object (one conversation, ``n`` choices)."""
+    choices = []
+    for i, c in enumerate(outs[0].outputs):
+        block = None
+        if req.params.logprobs is not None:
+            block = chat_block(tokenizer, req.prompts[0], c.token_ids, c.logprobs or (),
+                               c.top_logprobs if req.params.logprobs else None,
+                               req.tokens_as_ids)
+        choices.append({"index": i, "message": {"role": "assistant",
+                                                "content": output_text(req, c)},
+                        "logprobs": block, "finish_reason": c.finish_reason,
+                        "stop_reason": c.stop_reason})
+    return {"id": new_id(True), "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": choices, "usage": usage(req, outs)}

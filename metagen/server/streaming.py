@@ -1,0 +1,97 @@
+"""Server-sent events of a streamed completion or chat completion.
+
+Text deltas go out as the engine produces them (a stop string is never partly sent: the engine's
+deltas hold back what could be its start). Each choice's ``finish_reason`` comes in a final chunk
+once every choice has finished, then the ``usage`` chunk when ``stream_options.include_usage``,
+then ``data: [DONE]``. A failure after the stream started (a sample's logits turned non-finite,
+an engine fault) is an ``{"error": ...}`` event, then ``data: [DONE]``: the openai SDK raises it.
+Leaving the iteration early (the client went away) aborts the requests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from metagen.engine.loop import RequestHandle
+from metagen.server.errors import api_error, error_event
+from metagen.server.requests import GenerationRequest
+from metagen.server.responses import check_outputs, new_id, output_text, usage
+
+DONE = "data: [DONE]\n\n"
+
+
+class _Chunks:
+    """Chunk bodies of one stream."""
+
+    def __init__(self, req: GenerationRequest, model: str) -> None:
+        self.req, self.model = req, model
+        self.id, self.created = new_id(req.chat), int(time.time())
+        self.object = "chat.completion.chunk" if req.chat else "text_completion"
+
+    def event(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
+        body: dict[str, Any] = {"id": self.id, "object": self.object, "created": self.created,
+                                "model": self.model, "choices": choices}
+        if usage is not None:
+            body["usage"] = usage
+        return f"data: {json.dumps(body, allow_nan=False)}\n\n"
+
+    def choice(self, index: int, text: str | None, finish: str | None = None,
+               stop_reason: Any = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": finish}
+        if self.req.chat:
+            out["delta"] = {} if text is None else {"content": text}
+        else:
+            out["text"] = text or ""
+        if finish is not None:
+            out["stop_reason"] = stop_reason
+        return out
+
+
+async def sse_events(req: GenerationRequest, handle: RequestHandle, model: str
+                     ) -> AsyncIterator[str]:
+    """The events of ``req`` running under ``handle`` (see the module docstring)."""
+    chunks = _Chunks(req, model)
+    n = req.params.n
+    try:
+        try:
+            async for event in _body(req, handle, chunks, n):
+                yield event
+        except Exception as exc:  # noqa: BLE001 -- reported to the client as an error event
+            yield error_event(api_error(exc))
+        yield DONE
+    finally:
+        handle.cancel()  # a no-op once the requests finished
+
+
+async def _body(req: GenerationRequest, handle: RequestHandle, chunks: _Chunks, n: int
+                ) -> AsyncIterator[str]:
+    if req.chat:
+        yield chunks.event([{"index": i, "delta": {"role": "assistant", "content": ""},
+                             "logprobs": None, "finish_reason": None} for i in range(n)])
+    if req.echo:
+        yield chunks.event([chunks.choice(p * n + i, req.prompt_texts[p])
+                            for p in range(len(req.prompts)) for i in range(n)])
+    prompt_of: dict[str, int] = {}
+    async for delta in handle.adeltas():
+        if delta.error is not None:
+            raise delta.error
+        if not delta.text:
+            continue
+        if not prompt_of:
+            prompt_of = {rid: p for p, rid in enumerate(handle.request_ids)}
+        yield chunks.event([chunks.choice(prompt_of[delta.request_id] * n + delta.index,
+                                          delta.text)])
+    outs = handle.outputs or []
+    check_outputs(outs)
+    finals = []
+    for p, out in enumerate(outs):
+        for i, c in enumerate(out.outputs):
+            tail = output_text(req, c)[len(c.text):]  # the stop string, when asked for
+            finals.append(chunks.choice(p * n + i, tail if tail or not req.chat else None,
+                                        c.finish_reason, c.stop_reason))
+    yield chunks.event(finals)
+    if req.include_usage:
+        yield chunks.event([], usage(req, outs))

@@ -1,0 +1,106 @@
+"""Fixtures: stories260K with a small chat template, and a real uvicorn server on a free
+loopback port, started in a thread by the fixture and stopped by it."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
+            "{% if not (loop.last and continue_final_message) %}</s>\n{% endif %}{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+API_KEY = "test-key-123"
+MODEL = "stories"
+
+
+@pytest.fixture(scope="session")
+def chat_model_dir(tmp_path_factory, stories_path) -> Path:
+    """stories260K with a chat template added to its tokenizer."""
+    from transformers import AutoTokenizer
+    out = tmp_path_factory.mktemp("stories_chat")
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copy(stories_path / name, out / name)
+    tok = AutoTokenizer.from_pretrained(stories_path)
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(out)
+    return out
+
+
+@dataclass
+class RunningServer:
+    """A server on loopback: its base URL, the generator it serves, the uvicorn server."""
+
+    url: str
+    port: int
+    generator: Any
+    server: Any
+    app: Any
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+
+def start_server(generator: Any, **config: Any) -> RunningServer:
+    import uvicorn
+
+    from metagen.server import LocalBackend, ServerConfig, create_app
+    app = create_app(LocalBackend(generator), ServerConfig(model_name=MODEL, **config))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           timeout_graceful_shutdown=5))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    server._metagen_thread = thread
+    return RunningServer(f"http://127.0.0.1:{port}", port, generator, server, app)
+
+
+def stop_server(running: RunningServer) -> None:
+    running.server.should_exit = True
+    running.server._metagen_thread.join(30)
+
+
+@pytest.fixture(scope="session")
+def served_gen(chat_model_dir):
+    from metagen.generators.local import LocalGenerator
+    gen = LocalGenerator.from_pretrained(chat_model_dir)
+    yield gen
+    gen.close()
+
+
+@pytest.fixture(scope="session")
+def ref_gen(chat_model_dir):
+    """A second engine on the same model: the library reference the server must equal."""
+    from metagen.generators.local import LocalGenerator
+    gen = LocalGenerator.from_pretrained(chat_model_dir)
+    yield gen
+    gen.close()
+
+
+@pytest.fixture(scope="session")
+def server(served_gen) -> Iterator[RunningServer]:
+    """The shared server (API key ``API_KEY``)."""
+    running = start_server(served_gen, api_key=API_KEY)
+    yield running
+    stop_server(running)
+
+
+@pytest.fixture
+def http(server):
+    """An httpx client with the key."""
+    import httpx
+    with httpx.Client(base_url=server.url, timeout=60,
+                      headers={"Authorization": f"Bearer {API_KEY}"}) as client:
+        yield client
