@@ -22,6 +22,8 @@ class ServerConfig:
       ``Retry-After`` at once (admission control counts requests, not connections).
     - ``max_prompts``: prompts in one ``/v1/completions`` request.
     - ``max_messages``: messages in one chat request.
+    - ``max_headers`` / ``max_header_bytes``: more request headers, or more bytes in them, get
+      431.
     """
 
     model_name: str
@@ -31,6 +33,8 @@ class ServerConfig:
     max_concurrent: int = 256
     max_prompts: int = 256
     max_messages: int = 1024
+    max_headers: int = 100
+    max_header_bytes: int = 16 * 1024
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -40,7 +44,7 @@ class ServerConfig:
             raise InvalidParameterError("api_key", "<redacted>",
                                         "must be a non-empty ASCII string (or None)")
         for name in ("max_body_bytes", "max_json_depth", "max_concurrent", "max_prompts",
-                     "max_messages"):
+                     "max_messages", "max_headers", "max_header_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidParameterError(name, value, "must be an integer >= 1")

@@ -1,7 +1,9 @@
 """The ASGI middleware in front of every route: authentication, body-size and admission limits,
 metrics, and a last-resort 500 that says nothing about the internals.
 
-Order per request, before any byte of the body is read: (1) with an API key, every path but
+Order per request, before any byte of the body is read: (0) more headers or header bytes than
+the caps is a 431 (the HTTP parser bounds a head only while it arrives in pieces; one sent in a
+single chunk is checked here). (1) With an API key, every path but
 ``/health`` -- unknown paths included -- needs ``Authorization: Bearer KEY``, compared in
 constant time (``hmac.compare_digest``) and never logged; otherwise 401. (2) A ``Content-Length``
 over the cap is a 413 (a body without one is counted as it is read, see
@@ -93,6 +95,12 @@ class Guard:
 
     def _refusal(self, scope: Scope) -> ApiError | None:
         headers = scope.get("headers") or []
+        cfg = self.state.config
+        size = sum(len(k) + len(v) for k, v in headers)
+        if len(headers) > cfg.max_headers or size > cfg.max_header_bytes:
+            return ApiError(431, f"request headers too large (at most {cfg.max_headers} "
+                            f"headers and {cfg.max_header_bytes} bytes)",
+                            code="headers_too_large", headers={"Connection": "close"})
         if self._expected is not None and scope["path"] not in PUBLIC_PATHS:
             given = next((v for k, v in headers if k == b"authorization"), b"")
             if not hmac.compare_digest(given, self._expected):
@@ -103,6 +111,6 @@ class Guard:
         if length is not None:
             if not length.isdigit():
                 return ApiError(400, "invalid Content-Length header", code="invalid_header")
-            if len(length) > 18 or int(length) > self.state.config.max_body_bytes:
-                return too_large(self.state.config.max_body_bytes)
+            if len(length) > 18 or int(length) > cfg.max_body_bytes:
+                return too_large(cfg.max_body_bytes)
         return None
