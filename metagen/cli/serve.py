@@ -6,7 +6,8 @@ variable ``METAGEN_API_KEY``, which keeps the key out of the process list) makes
 options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``) go to
 :class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
 folder is a one-line error and exit status 2. SIGTERM / Ctrl-C stop accepting connections and
-let in-flight requests finish for up to ``--shutdown-timeout`` seconds.
+let in-flight requests finish for up to ``--shutdown-timeout`` seconds. A connection whose
+request headers take more than 10 seconds to arrive is closed (slowloris).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
           device: str | None, shutdown_timeout: int) -> None:
     """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
     from metagen.server import LocalBackend, ServerConfig, create_app
+    from metagen.server.protocol import head_timeout_protocol
 
     config = ServerConfig(model_name=served_model_name or model.resolve().name, api_key=api_key,
                           max_concurrent=max_concurrent, max_body_bytes=max_body_bytes)
@@ -59,7 +61,7 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
     click.echo(f"serving {config.model_name!r} on http://{host}:{port}/v1"
                + (" (API key required)" if api_key else ""), err=True)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info",
+        uvicorn.run(app, host=host, port=port, log_level="info", http=head_timeout_protocol(),
                     timeout_graceful_shutdown=shutdown_timeout, server_header=False)
     finally:
         generator.close()

@@ -39,7 +39,7 @@ from metagen.server.requests import (
     check_model,
     completion_request,
 )
-from metagen.server.responses import chat_response, check_outputs, completion_response
+from metagen.server.responses import chat_response, check_outputs, completion_response, usage
 from metagen.server.streaming import sse_events
 
 OWNED_BY = "metagen (vllm-compatible)"
@@ -120,7 +120,8 @@ class _Routes:
         self._validate(req)
         if req.stream:
             handle = self.backend.asubmit(req.prompts, req.params, stream=True)
-            return StreamingResponse(sse_events(req, handle, cfg.model_name),
+            return StreamingResponse(sse_events(req, handle, cfg.model_name,
+                                                self.state.metrics.add_tokens),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         work = asyncio.ensure_future(self._complete(req))
@@ -156,8 +157,8 @@ class _Routes:
         if req.generate:
             outs = await self.backend.asubmit(req.prompts, req.params).aresult()
             check_outputs(outs)
-        self.state.metrics.add_tokens(sum(len(p) for p in req.prompts),
-                                      sum(len(c.token_ids) for o in outs or () for c in o.outputs))
+        counts = usage(req, outs)
+        self.state.metrics.add_tokens(counts["prompt_tokens"], counts["completion_tokens"])
         tok, model = self.backend.tokenizer, self.state.config.model_name
         if req.chat:
             assert outs is not None

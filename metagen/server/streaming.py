@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from metagen.engine.loop import RequestHandle
@@ -50,14 +50,18 @@ class _Chunks:
         return out
 
 
-async def sse_events(req: GenerationRequest, handle: RequestHandle, model: str
-                     ) -> AsyncIterator[str]:
-    """The events of ``req`` running under ``handle`` (see the module docstring)."""
+TokenCounter = Callable[[int, int], None]  # (prompt tokens, generated tokens) of a request
+
+
+async def sse_events(req: GenerationRequest, handle: RequestHandle, model: str,
+                     count: TokenCounter | None = None) -> AsyncIterator[str]:
+    """The events of ``req`` running under ``handle`` (see the module docstring); ``count``
+    gets the request's token counts once it finished."""
     chunks = _Chunks(req, model)
     n = req.params.n
     try:
         try:
-            async for event in _body(req, handle, chunks, n):
+            async for event in _body(req, handle, chunks, n, count):
                 yield event
         except Exception as exc:  # noqa: BLE001 -- reported to the client as an error event
             yield error_event(api_error(exc))
@@ -66,8 +70,8 @@ async def sse_events(req: GenerationRequest, handle: RequestHandle, model: str
         handle.cancel()  # a no-op once the requests finished
 
 
-async def _body(req: GenerationRequest, handle: RequestHandle, chunks: _Chunks, n: int
-                ) -> AsyncIterator[str]:
+async def _body(req: GenerationRequest, handle: RequestHandle, chunks: _Chunks, n: int,
+                count: TokenCounter | None) -> AsyncIterator[str]:
     if req.chat:
         yield chunks.event([{"index": i, "delta": {"role": "assistant", "content": ""},
                              "logprobs": None, "finish_reason": None} for i in range(n)])
@@ -86,6 +90,9 @@ async def _body(req: GenerationRequest, handle: RequestHandle, chunks: _Chunks, 
                                           delta.text)])
     outs = handle.outputs or []
     check_outputs(outs)
+    if count is not None:
+        counts = usage(req, outs)
+        count(counts["prompt_tokens"], counts["completion_tokens"])
     finals = []
     for p, out in enumerate(outs):
         for i, c in enumerate(out.outputs):

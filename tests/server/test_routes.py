@@ -150,13 +150,24 @@ def test_include_stop_str_in_output(http):
     assert with_stop["text"] == plain["text"] + "."
 
 
-def test_metrics_count_requests_tokens_and_the_engine(http):
-    http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 4,
-                                       "temperature": 0})
+def _metrics(http) -> dict[str, str]:
     text = http.get("/metrics").text
-    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
-    assert int(lines['metagen_requests_total{route="/v1/completions",status="200"}']) >= 1
-    assert int(lines["metagen_generation_tokens_total"]) >= 4
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+
+
+def test_metrics_count_requests_tokens_and_the_engine(http):
+    before = _metrics(http)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0,
+            "ignore_eos": True}
+    http.post("/v1/completions", json=body)
+    http.post("/v1/completions", json=body | {"stream": True})
+    lines = _metrics(http)
+    assert int(lines['metagen_requests_total{route="/v1/completions",status="200"}']) >= 2
+    assert int(lines["metagen_generation_tokens_total"]) == \
+        int(before["metagen_generation_tokens_total"]) + 8
+    assert int(lines["metagen_prompt_tokens_total"]) == \
+        int(before["metagen_prompt_tokens_total"]) + 2 * 5
     assert int(lines["metagen_kv_blocks_free"]) + int(lines["metagen_kv_blocks_used"]) > 0
-    assert 0.0 <= float(lines["metagen_prefix_cache_hit_rate"]) <= 1.0
-    assert int(lines['metagen_request_latency_seconds_count{route="/v1/completions"}']) >= 1
+    assert int(lines["metagen_num_requests_running"]) == 0
+    assert 0.0 < float(lines["metagen_prefix_cache_hit_rate"]) <= 1.0  # the prompt repeats
+    assert int(lines['metagen_request_latency_seconds_count{route="/v1/completions"}']) >= 2

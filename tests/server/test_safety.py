@@ -215,6 +215,30 @@ def test_s4_header_flood_is_refused_and_the_server_stays_healthy(server, headers
     assert httpx.get(server.url + "/health", timeout=10).status_code == 200
 
 
+def test_s5_slowloris_connection_is_closed_after_the_head_timeout(served_gen):
+    running = start_server(served_gen, head_timeout=0.5)
+    try:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=10) as sock:
+            closed = False
+            for byte in b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100:
+                try:
+                    sock.sendall(bytes([byte]))
+                    time.sleep(0.05)
+                except OSError:
+                    closed = True
+                    break
+            if not closed:
+                sock.settimeout(5)
+                assert sock.recv(1024) == b""  # closed by the server, nothing answered
+        # a keep-alive connection: each request head gets the deadline anew
+        with httpx.Client(base_url=running.url, timeout=10) as client:
+            for _ in range(3):
+                assert client.get("/health").status_code == 200
+                time.sleep(0.2)
+    finally:
+        stop_server(running)
+
+
 # -- S8: admission control -------------------------------------------------------------------------
 
 def test_s8_over_the_concurrency_limit_is_429_with_retry_after(small_server, served_gen, faulty):
