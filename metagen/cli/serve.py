@@ -5,7 +5,9 @@ variable ``METAGEN_API_KEY``, which keeps the key out of the process list) makes
 ``/health`` require ``Authorization: Bearer KEY``; the key is never printed or logged. Engine
 options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``) go to
 :class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
-folder is a one-line error and exit status 2. SIGTERM / Ctrl-C stop accepting connections and
+folder is a one-line error and exit status 2. ``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
+(``{"metagen": {"strategy": "best_of_n", "reward": NAME}}``, see
+:mod:`metagen.server.strategy`). SIGTERM / Ctrl-C stop accepting connections and
 let in-flight requests finish for up to ``--shutdown-timeout`` seconds. A connection whose
 request headers take more than 10 seconds to arrive is closed (slowloris).
 """
@@ -35,15 +37,18 @@ import click
 @click.option("--max-num-seqs", default=None, type=int, help="Running batch size (engine).")
 @click.option("--dtype", default=None, help="Model dtype (engine option).")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
+@click.option("--orm", "orms", multiple=True, metavar="NAME=PATH",
+              help="An outcome reward model strategy requests can name (repeatable).")
 @click.option("--shutdown-timeout", default=30, show_default=True, type=int,
               help="Seconds in-flight requests get to finish on SIGTERM.")
 def serve(model: Path, host: str, port: int, api_key: str | None,
           served_model_name: str | None, max_concurrent: int, max_body_bytes: int,
           num_blocks: int | None, max_num_seqs: int | None, dtype: str | None,
-          device: str | None, shutdown_timeout: int) -> None:
+          device: str | None, orms: tuple[str, ...], shutdown_timeout: int) -> None:
     """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
     from metagen.server import LocalBackend, ServerConfig, create_app
     from metagen.server.protocol import head_timeout_protocol
+    from metagen.server.rewards import load_orm, parse_named_paths
 
     config = ServerConfig(model_name=served_model_name or model.resolve().name, api_key=api_key,
                           max_concurrent=max_concurrent, max_body_bytes=max_body_bytes)
@@ -51,10 +56,12 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
                                                  ("max_num_seqs", max_num_seqs),
                                                  ("dtype", dtype), ("device", device))
                                if v is not None}
+    orm_paths = parse_named_paths(orms, "--orm")
     from metagen.generators.local import LocalGenerator
 
+    rewards = {name: load_orm(path) for name, path in orm_paths.items()}
     generator = LocalGenerator.from_pretrained(model, **options)
-    app = create_app(LocalBackend(generator), config)
+    app = create_app(LocalBackend(generator), config, rewards)
     import uvicorn
 
     logging.basicConfig(level=logging.INFO)

@@ -11,6 +11,7 @@ a client that disconnects (streaming or not) has its requests aborted and their 
 a bad request fails alone. ``/v1/models`` reports ``owned_by: "metagen (vllm-compatible)"``: the
 server speaks vLLM's extensions (``return_tokens_as_token_ids``, echo with prompt logprobs,
 ``continue_final_message``), so clients that detect vLLM (metagen's ``OpenAIGenerator``) use them.
+A ``metagen`` object in a body runs a strategy (:mod:`metagen.server.strategy`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -27,7 +29,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.types import Receive
 
 from metagen.errors import EngineDeadError, InvalidParameterError
+from metagen.generators.base import Prompt, render_prompt
 from metagen.generators.tokenize import decode_ids
+from metagen.scorers.base import RewardModel
 from metagen.server.backend import Backend
 from metagen.server.body import parse_body, read_capped
 from metagen.server.config import ServerConfig
@@ -40,20 +44,23 @@ from metagen.server.requests import (
     completion_request,
 )
 from metagen.server.responses import chat_response, check_outputs, completion_response, usage
+from metagen.server.strategy import StrategyRunner, parse_strategy, strategy_response
 from metagen.server.streaming import sse_events
 
 OWNED_BY = "metagen (vllm-compatible)"
 
 
-def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
-    """The ASGI app serving ``backend`` under ``config`` (see the module docstring)."""
+def create_app(backend: Backend, config: ServerConfig,
+               rewards: Mapping[str, RewardModel] | None = None) -> FastAPI:
+    """The ASGI app serving ``backend`` under ``config`` (see the module docstring);
+    ``rewards`` are the reward models strategy requests may name."""
     app = FastAPI(title="metagen", docs_url=None, redoc_url=None, openapi_url=None)
     state = ServerState(config)
     app.state.server = state
     app.add_middleware(Guard, state=state)
     _handlers(app)
     created = int(time.time())
-    routes = _Routes(backend, state)
+    routes = _Routes(backend, state, StrategyRunner(backend.generator, rewards or {}))
 
     @app.get("/health")
     async def health() -> Response:
@@ -106,8 +113,9 @@ def _handlers(app: FastAPI) -> None:
 class _Routes:
     """The two generation routes."""
 
-    def __init__(self, backend: Backend, state: ServerState) -> None:
-        self.backend, self.state = backend, state
+    def __init__(self, backend: Backend, state: ServerState, strategies: StrategyRunner
+                 ) -> None:
+        self.backend, self.state, self.strategies = backend, state, strategies
 
     async def generate(self, request: Request, chat: bool) -> Response:
         cfg = self.state.config
@@ -118,6 +126,8 @@ class _Routes:
         req = (chat_request(body, tok, self.backend.max_model_len, cfg.max_messages) if chat
                else completion_request(body, tok, cfg.max_prompts))
         self._validate(req)
+        if "metagen" in body and body["metagen"] is not None:
+            return await self._strategy(req, body)
         if req.stream:
             handle = self.backend.asubmit(req.prompts, req.params, stream=True)
             return StreamingResponse(sse_events(req, handle, cfg.model_name,
@@ -147,6 +157,32 @@ class _Routes:
                 raise api_error(exc) from None
             if not req.prompt_texts[p]:
                 req.prompt_texts[p] = decode_ids(self.backend.tokenizer, ids)
+
+    async def _strategy(self, req: GenerationRequest, body: Mapping[str, Any]) -> Response:
+        sreq = parse_strategy(body["metagen"], self.strategies.rewards)
+        if req.params.n != 1:
+            raise bad_request("n", "with metagen, n must be 1: the strategy's samples are "
+                              "metagen.n")
+        if req.stream or req.echo:
+            raise bad_request("stream" if req.stream else "echo", "strategy requests are "
+                              "answered whole (no stream, no echo)")
+        prompt: Prompt
+        if req.chat:
+            assert req.messages is not None
+            prompt = req.messages
+            if render_prompt(self.backend.tokenizer, prompt) != req.prompt_texts[0]:
+                raise bad_request("add_generation_prompt", "strategy requests answer a "
+                                  "conversation (add_generation_prompt) or continue its final "
+                                  "assistant message (continue_final_message), as the library")
+        else:
+            if not isinstance(body.get("prompt"), str):
+                raise bad_request("prompt", "a strategy request takes one text prompt")
+            prompt = req.prompt_texts[0]
+        result = await self.strategies.run(sreq, prompt, req.params)
+        u = result.usage
+        self.state.metrics.add_tokens(u.prompt_tokens, u.generated_tokens)
+        return JSONResponse(strategy_response(req, sreq, result, self.backend.tokenizer,
+                                              self.state.config.model_name))
 
     async def _complete(self, req: GenerationRequest) -> dict[str, Any]:
         prompt_lps = None

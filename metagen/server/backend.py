@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.loop import RequestHandle
+from metagen.generators.base import Generator
 from metagen.generators.local import LocalGenerator
 from metagen.types import SamplingParams
 
@@ -42,6 +43,10 @@ class Backend(Protocol):
     def max_model_len(self) -> int: ...
 
     @property
+    def generator(self) -> Generator:
+        """The model as a Generator, for strategies (they call ``generate``)."""
+
+    @property
     def alive(self) -> bool: ...
 
     def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
@@ -59,7 +64,11 @@ class LocalBackend:
     """:class:`Backend` over a :class:`LocalGenerator` (the built-in engine)."""
 
     def __init__(self, generator: LocalGenerator) -> None:
-        self.generator = generator
+        self._generator = generator
+
+    @property
+    def generator(self) -> LocalGenerator:
+        return self._generator
 
     @property
     def tokenizer(self) -> Any:

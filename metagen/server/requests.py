@@ -5,7 +5,8 @@ typos), never silently ignored; ``null`` means "not given". Sampling fields are 
 plus vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``ignore_eos``, ``stop_token_ids``, ``allowed_token_ids``, ``include_stop_str_in_output``,
 ``return_tokens_as_token_ids``, ``echo`` / ``prompt_logprobs``, ``add_generation_prompt`` /
-``continue_final_message``) and metagen's own :class:`SamplingParams` fields by name. Values go
+``continue_final_message``), ``metagen`` (a strategy, :mod:`metagen.server.strategy`) and
+metagen's own :class:`SamplingParams` fields by name. Values go
 to :class:`SamplingParams` unconverted, so a bad one (a string for a number, ``top_p`` 1.5, ``n``
 0) is the same typed error as in Python, answered as a 400 naming the field as the client spelt
 it.
@@ -35,7 +36,7 @@ _DIRECT = ("n", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_
            "bad_words", "min_tokens", "stop", "stop_token_ids", "ignore_eos", "seed")
 _COMMON = frozenset(_DIRECT) | {"model", "max_tokens", "logit_bias", "stream", "stream_options",
                                 "user", "include_stop_str_in_output",
-                                "return_tokens_as_token_ids", "logprobs"}
+                                "return_tokens_as_token_ids", "logprobs", "metagen"}
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "prompt_logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "top_logprobs", "max_completion_tokens",
                          "add_generation_prompt", "continue_final_message"}
@@ -58,6 +59,7 @@ class GenerationRequest:
     prompt_logprobs: bool = False
     tokens_as_ids: bool = False
     include_stop: bool = False
+    messages: list[dict[str, str]] | None = None  # a chat request's conversation
 
 
 def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
@@ -248,7 +250,7 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
         chat=True, prompts=[ids], prompt_texts=[text], params=params, stream=stream,
         include_usage=_stream_options(body, stream),
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
-        include_stop=_flag(body, "include_stop_str_in_output", False))
+        include_stop=_flag(body, "include_stop_str_in_output", False), messages=messages)
 
 
 def _messages(value: Any, max_messages: int) -> list[dict[str, str]]:
