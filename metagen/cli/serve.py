@@ -5,11 +5,13 @@ variable ``METAGEN_API_KEY``, which keeps the key out of the process list) makes
 ``/health`` require ``Authorization: Bearer KEY``; the key is never printed or logged. Engine
 options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``) go to
 :class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
-folder is a one-line error and exit status 2. ``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
-(``{"metagen": {"strategy": "best_of_n", "reward": NAME}}``, see
-:mod:`metagen.server.strategy`). SIGTERM / Ctrl-C stop accepting connections and
-let in-flight requests finish for up to ``--shutdown-timeout`` seconds. A connection whose
-request headers take more than 10 seconds to arrive is closed (slowloris).
+folder is a one-line error and exit status 2.
+
+``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
+(``{"metagen": {"strategy": "best_of_n", "reward": NAME}}``, see :mod:`metagen.server.strategy`).
+SIGTERM / Ctrl-C stop accepting connections and let in-flight requests finish for up to
+``--shutdown-timeout`` seconds. A connection whose request headers take more than 10 seconds to
+arrive is closed (slowloris).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ MAX_MESSAGE_CHARS = 1000  # error bodies stay far below 64 KB whatever the input
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           405: "invalid_request_error", 413: "invalid_request_error",
-          429: "rate_limit_error", 431: "invalid_request_error", 500: "internal_error", 503: "service_unavailable"}
+          429: "rate_limit_error", 431: "invalid_request_error", 500: "internal_error",
+          503: "service_unavailable"}
 
 
 class ApiError(Exception):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.generators.tokenize import decode_ids, encode_text
+from metagen.generators.tokenize import encode_text
 from metagen.server.errors import ApiError, bad_request
 from metagen.types import MAX_LOGPROBS, MAX_TOKENS_CAP, SamplingParams
 
@@ -209,11 +209,6 @@ def _prompts(prompt: Any, tokenizer: Any, max_prompts: int) -> tuple[list[list[i
             raise bad_request("prompt", f"prompt item {_shown(item)} is not a non-empty string "
                               "or a non-empty list of token ids")
     return ids, texts
-
-
-def ids_text(tokenizer: Any, ids: list[int]) -> str:
-    """The text a token-id prompt reads as (special tokens skipped)."""
-    return decode_ids(tokenizer, ids)
 
 
 def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,

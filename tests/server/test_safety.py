@@ -267,7 +267,7 @@ def test_s8_over_the_concurrency_limit_is_429_with_retry_after(small_server, ser
     _wait_idle(served_gen)
 
 
-# -- S9: clients that go away ------------------------------------------------------------------------
+# -- S9: clients that go away ----------------------------------------------------------------
 
 def test_s9_disconnects_abort_the_requests_and_free_their_blocks(server, served_gen, http,
                                                                  faulty):
