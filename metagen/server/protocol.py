@@ -1,4 +1,4 @@
-"""uvicorn's h11 protocol with a deadline on every request head (RELIABILITY S5, slowloris).
+"""uvicorn's h11 protocol with a deadline on every request head (S5: slowloris).
 
 uvicorn times out idle keep-alive connections, but not a request whose headers trickle in a byte
 at a time: such a connection is held forever. :func:`head_timeout_protocol` returns a protocol

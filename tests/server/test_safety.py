@@ -1,5 +1,5 @@
-"""The server under hostile or failing conditions (RELIABILITY section 5, and V22/V24 over
-HTTP), against a real uvicorn server on loopback."""
+"""The server under hostile or failing conditions (rows S1-S15, and V22/V24 over HTTP), against
+a real uvicorn server on loopback."""
 
 from __future__ import annotations
 
