@@ -47,7 +47,7 @@ class UnsafeLocalExecutor:
             limits: Limits = Limits()) -> ExecResult:
         """Run ``program`` as ``main.py`` in a temporary directory removed afterwards."""
         contents = checked_run(self.allow_code_execution, program, files, limits)
-        work = tempfile.mkdtemp(prefix="metagen_unsafe_")
+        work = tempfile.mkdtemp(prefix=f"metagen_unsafe_{os.getpid()}_")
         try:
             for name, data in contents.items():
                 path = Path(work, name)

@@ -61,13 +61,14 @@ def _leftover_cgroups() -> list[Path]:
     for controller in CONTROLLERS + OPTIONAL:
         base = own_cgroup_dir(controller)
         if base is not None:
-            found += list(base.glob("metagen-sandbox-*"))
+            found += list(base.glob(f"metagen-sandbox-{os.getpid()}-*"))  # ours only:
+            # other processes on this machine may be running sandboxes right now
     return found
 
 
 def _unsafe_workdirs() -> set[str]:
     import tempfile
-    return {p.name for p in Path(tempfile.gettempdir()).glob("metagen_unsafe_*")}
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"metagen_unsafe_{os.getpid()}_*")}
 
 
 def test_e19_two_hundred_runs_leave_nothing_behind(executor):
