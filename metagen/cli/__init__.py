@@ -22,6 +22,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("metagen.cli.demo", "demo"),
     "bench": ("metagen.cli.bench", "bench"),
     "serve": ("metagen.cli.serve", "serve"),
+    "eval": ("metagen.cli.eval", "eval_command"),
 }
 
 

@@ -1,0 +1,144 @@
+"""``metagen eval TASK``: run a strategy over a task at every N, resumably, into ``--out DIR``.
+
+``--model PATH`` loads a local model folder; ``--base-url URL --model NAME`` samples from an
+OpenAI-compatible server. The output folder is checked and its run key compared before any
+model is loaded; a rerun of the same command resumes (done items are skipped), a changed setting
+is refused unless ``--force-resume``. Exit status: 0 complete, 1 some items failed, 2 a usage
+or load error, 128 + signal when SIGINT / SIGTERM stopped it (``results.json`` then says
+``partial``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from metagen.cli.flags import float_flag, int_flag
+from metagen.cli.remote import open_remote, pop_remote, quiet_remote_logs, remote_options
+from metagen.errors import InvalidParameterError
+
+T = TypeVar("T")
+
+
+def parse_ns(text: str) -> tuple[int, ...]:
+    """``"1,4,16"`` -> (1, 4, 16); a malformed list names ``n``."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InvalidParameterError("n", text, "must be comma-separated integers") from None
+
+
+def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` entries; a value is read as JSON (numbers, true, null, lists) when it
+    parses, else kept as a string. A malformed entry names ``strategy_arg``."""
+    out: dict[str, Any] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise InvalidParameterError("strategy_arg", entry, "must be key=value")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+@click.command("eval")
+@click.argument("task")
+@click.option("--strategy", required=True, help="self_consistency, best_of_n or weighted_vote.")
+@click.option("--n", "ns", default="1,4,16", show_default=True,
+              help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
+@click.option("--reward", default=None, metavar="PATH",
+              help="Reward model folder (best_of_n, weighted_vote).")
+@click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE",
+              help="Passed to the strategy's selector (repeatable).")
+@click.option("--data", default=None, metavar="PATH", help="The task's JSONL file (gsm8k, math500).")
+@click.option("--limit", default=None, metavar="K", help="At most K items.")
+@click.option("--seed", default="0", show_default=True)
+@click.option("--temperature", default="0.8", show_default=True)
+@click.option("--top-p", default="1.0", show_default=True)
+@click.option("--max-tokens", default="256", show_default=True)
+@click.option("--backend", default="auto", show_default=True,
+              help="Local backend: auto, local (the engine) or hf.")
+@click.option("--out", required=True, metavar="DIR", help="Run folder (store and results.json).")
+@click.option("--force-resume", is_flag=True, default=False,
+              help="Reuse a folder whose run was made with other settings.")
+@remote_options
+@click.pass_context
+def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: str | None,
+                 strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
+                 temperature: str, top_p: str, max_tokens: str, backend: str, out: str,
+                 force_resume: bool, **flags: Any) -> None:
+    """Evaluate STRATEGY on TASK (gsm8k, math500, testbed) at every N of --n."""
+    from metagen.eval import EvalConfig, get_task, run_eval
+    from metagen.types import SamplingParams
+
+    local_path = None
+    if flags["base_url"] is None:
+        local_path, flags["served_model"] = flags["served_model"], None
+        if local_path is None:
+            raise InvalidParameterError("model", None, "give --model PATH (a model folder) or "
+                                        "--base-url URL --model NAME")
+    remote = pop_remote(flags)
+    model = ({"path": str(Path(local_path).resolve()), "backend": backend} if local_path
+             else {"base_url": remote["base_url"], "model": remote["model"], "revision": None})
+    config = EvalConfig(
+        task=task, model=model, strategy=strategy, ns=parse_ns(ns),
+        sampling=SamplingParams(temperature=_given(float_flag("temperature", temperature)),
+                                top_p=_given(float_flag("top_p", top_p)),
+                                max_tokens=_given(int_flag("max_tokens", max_tokens))),
+        seed=_given(int_flag("seed", seed)), strategy_args=parse_strategy_args(strategy_arg),
+        reward=str(Path(reward).resolve()) if reward else None, data=data,
+        limit=int_flag("limit", limit))
+
+    def load_generator() -> Any:
+        if remote:
+            return open_remote(remote)
+        from metagen.cli.generate import load_generator as load
+        return load(backend, str(local_path))[1]
+
+    def load_reward() -> Any:
+        from metagen.eval.reward import load_reward as load
+        return load(reward) if reward else None
+
+    bar: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:  # shown only once there is work: an early error stays one line
+            bar = click.progressbar(length=total, label="items", file=sys.stderr,
+                                    show_eta=True, show_pos=True)
+        bar.update(1)
+
+    try:
+        with quiet_remote_logs():
+            report, code = run_eval(config, get_task(task), out, load_generator=load_generator,
+                                    load_reward=load_reward if reward else None,
+                                    force_resume=force_resume, progress=progress)
+    finally:
+        if bar is not None:
+            bar.render_finish()
+    _print_summary(report)
+    ctx.exit(code)
+
+
+def _given(value: T | None) -> T:
+    """A flag with a default is never None."""
+    if value is None:
+        raise AssertionError("a flag with a default was None")
+    return value
+
+
+def _print_summary(report: dict[str, Any]) -> None:
+    acc = report["accounting"]
+    for row in report["results"]:
+        click.echo(f"{row['strategy']:>18} N={row['n']:<4} {row['metric']:<9} "
+                   f"{row['mean']:.4f} ± {row['stderr']:.4f}  ({row['items']} items)")
+    click.echo(f"status {report['status']}: {acc['n_items_total']} items = {acc['done']} done "
+               f"+ {acc['failed']} failed + {acc['skipped']} skipped")
+    if report["failures_by_reason"]:
+        reasons = ", ".join(f"{k}: {v}" for k, v in report["failures_by_reason"].items())
+        click.echo(f"failed samples by reason (retried, never stored): {reasons}")

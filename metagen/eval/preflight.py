@@ -1,0 +1,36 @@
+"""Checks of the output folder made before any model is loaded (L9)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from metagen.errors import InvalidParameterError
+
+MIN_FREE_BYTES = 64 << 20  # the store and results.json of a long run; refused below this
+
+
+def check_output_dir(path: str | Path, min_free_bytes: int = MIN_FREE_BYTES) -> Path:
+    """Create ``path`` if needed and prove it is usable: a file can be created, written, fsynced
+    and removed in it, and at least ``min_free_bytes`` are free. Raises
+    ``InvalidParameterError`` naming ``out`` with the reason (one line), before any work."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".metagen-probe-", dir=folder)
+        try:
+            os.write(fd, b"x" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise InvalidParameterError("out", str(folder),
+                                    f"is not a writable folder ({exc.strerror or exc})") from None
+    free = shutil.disk_usage(folder).free
+    if free < min_free_bytes:
+        raise InvalidParameterError("out", str(folder), f"has {free >> 20} MiB free; at least "
+                                    f"{min_free_bytes >> 20} MiB are needed")
+    return folder

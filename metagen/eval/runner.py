@@ -1,0 +1,224 @@
+"""The resumable runner: one strategy over one task's items, sampled once at the largest N.
+
+For each item not yet done: ONE ``generate`` call for ``max(ns)`` samples with the item's seed
+(:func:`~metagen.eval.seeds.item_seed`; sample j is then a pure function of (run seed, item id,
+j)), failed or empty samples logged by reason and retried (``attempts`` per session, and again on
+resume), the reward model (when the strategy needs one) scoring every sample once, the
+per-N metrics (:mod:`metagen.eval.metrics`), all stored in one transaction. The output folder is
+checked and the run key claimed before any model is loaded. ``results.json`` is rewritten
+atomically at the end, with status ``complete`` or ``partial`` (a signal or an error stopped
+the run). Items are keyed by id, never by position or worker (L6).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metagen.errors import BackendError, InvalidParameterError
+from metagen.eval.atomic import write_json_atomic
+from metagen.eval.interrupt import RunInterrupted, raising_on_signals
+from metagen.eval.metrics import item_results, summarize
+from metagen.eval.preflight import check_output_dir
+from metagen.eval.provenance import hardware, versions
+from metagen.eval.runkey import run_key
+from metagen.eval.seeds import item_seed, sample_seed
+from metagen.eval.selectors import SUBSAMPLED, StoredReward, make_selector
+from metagen.eval.store import RunStore, StoredSample
+from metagen.eval.tasks import EvalItem, TaskSpec
+from metagen.strategies.parallel import check_counts, failure_reason
+from metagen.types import Completion, SamplingParams
+
+STORE_NAME = "run.sqlite"
+RESULTS_NAME = "results.json"
+REWARD = "reward"  # the scorer name of the reward model's scores in the store
+Progress = Callable[[int, int], None]  # (items finished this session, items to do)
+
+
+@dataclass(slots=True, frozen=True)
+class EvalConfig:
+    """One evaluation. ``model`` describes the policy for the run key and provenance (a local
+    path, or a server's ``base_url`` / ``model`` / ``revision``); ``sampling`` holds every
+    sampling parameter but ``n`` and ``seed`` (the runner sets those). Validated on
+    construction."""
+
+    task: str
+    model: Mapping[str, Any]
+    strategy: str
+    ns: tuple[int, ...] = (1, 4, 16)
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.8))
+    seed: int = 0
+    strategy_args: Mapping[str, Any] = field(default_factory=dict)
+    reward: str | None = None
+    data: str | None = None
+    limit: int | None = None
+    max_subsets: int = 32
+    attempts: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.ns or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
+                              for n in self.ns) or list(self.ns) != sorted(set(self.ns)):
+            raise InvalidParameterError("n", self.ns, "must be increasing positive integers")
+        if self.strategy not in SUBSAMPLED:
+            raise InvalidParameterError("strategy", self.strategy,
+                                        f"must be one of {', '.join(SUBSAMPLED)} in this version")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise InvalidParameterError("seed", self.seed, "must be a non-negative integer")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise InvalidParameterError("limit", self.limit, "must be a positive integer")
+        if not isinstance(self.attempts, int) or self.attempts < 1:
+            raise InvalidParameterError("attempts", self.attempts, "must be >= 1")
+        self.sampling.with_(n=max(self.ns), seed=0)  # n_max must be servable (validates)
+
+    def key_fields(self, task: TaskSpec) -> dict[str, Any]:
+        """Everything that changes the outputs (the run key's input); ``limit`` is not in it:
+        items are keyed by id, so a larger limit extends a run."""
+        from metagen._version import __version__
+
+        sampling = {k: v for k, v in self.sampling.to_dict().items() if k not in ("n", "seed")}
+        return {"task": task.name, "data_sha256": task.data_fingerprint(self.data),
+                "prompt_template": task.template_fingerprint(), "system_prompt": None,
+                "model": dict(self.model), "sampling": sampling, "n_max": max(self.ns),
+                "ns": list(self.ns), "seed": self.seed, "strategy": self.strategy,
+                "strategy_args": dict(self.strategy_args), "reward": self.reward,
+                "max_subsets": self.max_subsets, "metagen_version": __version__,
+                "executor_limits": dict(task.executor_limits)}
+
+
+def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
+             load_generator: Callable[[], Any], load_reward: Callable[[], Any] | None = None,
+             force_resume: bool = False, progress: Progress | None = None
+             ) -> tuple[dict[str, Any], int]:
+    """Run (or resume) ``config`` into folder ``out``; returns (the results.json object, exit
+    status: 0 complete, 1 items failed, 130/143 interrupted by SIGINT/SIGTERM).
+
+    Before any model is loaded: the folder is checked (writable, space), the items are read and
+    the store's run key compared (a different key raises ``InvalidParameterError`` naming
+    ``run_key`` unless ``force_resume``). ``load_generator()`` / ``load_reward()`` are called only
+    when an item remains to be done."""
+    folder = check_output_dir(out)
+    items = task.items(config.data, config.limit)
+    fields = config.key_fields(task)
+    key = run_key(fields)
+    started = time.time()
+    with RunStore(folder / STORE_NAME) as store:
+        store.claim(key, fields, force=force_resume)
+        store.begin_session(key, started)
+        done = store.done_items()
+        todo = [it for it in items if it.id not in done]
+        failed: list[str] = []
+        status, code = "partial", 1
+        try:
+            with raising_on_signals():
+                if todo:
+                    generator = load_generator()
+                    needs_reward = SUBSAMPLED[config.strategy]
+                    reward = load_reward() if needs_reward and load_reward else None
+                    if needs_reward and reward is None:
+                        raise InvalidParameterError("reward", None,
+                                                    f"{config.strategy} needs --reward PATH")
+                    for i, item in enumerate(todo):
+                        if not _run_item(config, task, item, generator, reward, store):
+                            failed.append(item.id)
+                        if progress:
+                            progress(i + 1, len(todo))
+                status, code = "complete", (1 if failed else 0)
+        except RunInterrupted as exc:
+            code = 128 + exc.signum
+        finally:
+            ended = time.time()
+            store.end_session(ended, status)
+            report = _report(config, fields, key, store, items, failed, status,
+                             started, ended, len(items) - len(todo))
+            write_json_atomic(folder / RESULTS_NAME, report)
+    return report, code
+
+
+def _run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any,
+              reward: Any, store: RunStore) -> bool:
+    """Sample, score and evaluate one item, retrying failed samples up to ``config.attempts``
+    times; True when the item is done (all its results stored)."""
+    n_max, seed = max(config.ns), item_seed(config.seed, item.id)
+    have = store.samples(item.id)
+    for _ in range(config.attempts):
+        if len(have) == n_max:
+            break
+        new, failures = _sample(config, task, item, generator, seed, set(have))
+        store.save_item(item.id, new, failures)
+        have.update({s.index: s for s in new})
+    if len(have) < n_max:
+        return False
+    samples = [have[j] for j in range(n_max)]
+    scores = store.scores(item.id, REWARD)
+    stored_reward = None
+    if reward is not None:
+        if len(scores) < n_max:
+            values = reward.score([item.prompt] * n_max, [s.completion.text for s in samples])
+            scores = {j: float(v) for j, v in enumerate(values)}
+        stored_reward = StoredReward([s.completion.text for s in samples],
+                                    [scores[j] for j in range(n_max)])
+    selector = make_selector(config.strategy, task.answer_key, stored_reward,
+                             config.strategy_args)
+    results = item_results(item.id, item.prompt, samples, config.ns,
+                           {config.strategy: selector}, run_seed=config.seed,
+                           max_subsets=config.max_subsets)
+    store.save_item(item.id, (), (), {REWARD: scores} if reward is not None else None,
+                    results, done=True, difficulty=item.difficulty)
+    return True
+
+
+def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, seed: int,
+            have: set[int]) -> tuple[list[StoredSample], list[tuple[int | None, str]]]:
+    """One generate call for the item's ``n_max`` samples; the new successful ones (indices not
+    in ``have``), graded, and (index, reason) of each failed or empty one. A backend error on the
+    whole call fails every missing sample with the error's type as reason."""
+    n_max = max(config.ns)
+    missing = [j for j in range(n_max) if j not in have]
+    try:
+        row = check_counts(generator.generate([item.prompt], config.sampling.with_(
+            n=n_max, seed=seed)), 1, n_max, type(generator).__name__)[0]
+    except BackendError as exc:
+        return [], [(j, type(exc).__name__) for j in missing]
+    new: list[StoredSample] = []
+    failures: list[tuple[int | None, str]] = []
+    for j in missing:
+        reason = _failure(row[j])
+        if reason is not None:
+            failures.append((j, reason))
+        else:
+            new.append(StoredSample(j, sample_seed(config.seed, item.id, j), row[j],
+                                    bool(task.grade(row[j].text, item.problem))))
+    return new, failures
+
+
+def _failure(c: Completion) -> str | None:
+    reason = failure_reason(c)
+    if reason is None and c.text == "":
+        return "empty"
+    return reason
+
+
+def _report(config: EvalConfig, fields: Mapping[str, Any], key: str, store: RunStore,
+            items: Sequence[EvalItem], failed: Sequence[str], status: str, started: float,
+            ended: float, resumed: int) -> dict[str, Any]:
+    """The results.json object (L13, L14): only the ``times`` section differs between an
+    interrupted-and-resumed run and an uninterrupted one."""
+    ids = {it.id for it in items}
+    done = len(store.done_items() & ids)
+    return {
+        "status": status, "run_key": key, "config": {**fields, "limit": config.limit},
+        "provenance": {"versions": versions(), "hardware": hardware(), "model": dict(config.model),
+                       "seeds": {"run": config.seed, "per_sample": "sha256(run seed, item id, "
+                                 "sample index); one generate call per item, seeded"},
+                       "executor": dict(fields["executor_limits"]) or None},
+        "accounting": {"n_items_total": len(items), "done": done, "failed": len(failed),
+                       "skipped": len(items) - done - len(failed)},
+        "failures_by_reason": store.failure_counts(), "failed_items": sorted(failed),
+        "generated_tokens": store.token_count(),
+        "results": summarize([r for r in store.results() if r[0] in ids]),
+        "times": {"started_at": store.first_started_at(), "session_started_at": started,
+                  "ended_at": ended, "sessions": store.sessions(), "resumed_items": resumed},
+    }

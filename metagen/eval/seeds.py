@@ -1,0 +1,33 @@
+"""Per-item and per-sample seeds: pure functions of (run seed, item id[, sample index]).
+
+A sample's seed never depends on batch size, order or concurrency (L8, L11): the runner asks the
+generator for ``n`` samples of one item with ``SamplingParams(seed=item_seed(run_seed, item_id))``,
+and a seeded generator makes sample ``j`` a pure function of (that seed, ``j``);
+:func:`sample_seed` names that pair as one number for the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from metagen.types import SEED_MAX
+
+
+def _digest(*parts: object) -> int:
+    text = "\x1f".join(str(p) for p in parts).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") % SEED_MAX
+
+
+def item_seed(run_seed: int, item_id: str) -> int:
+    """The seed of one item's sampling call, in [0, 2**63 - 1)."""
+    return _digest("item", run_seed, item_id)
+
+
+def sample_seed(run_seed: int, item_id: str, sample_index: int) -> int:
+    """A number naming sample ``sample_index`` of ``item_id`` (stored with the sample)."""
+    return _digest("sample", run_seed, item_id, sample_index)
+
+
+def subset_seed(run_seed: int, item_id: str, k: int) -> int:
+    """The seed of the random size-``k`` subsets of one item's samples."""
+    return _digest("subsets", run_seed, item_id, k)

@@ -1,0 +1,150 @@
+"""The tasks ``metagen eval`` runs: one :class:`TaskSpec` entry per benchmark.
+
+A task knows its data (a JSONL file given by path, or the testbed's seeded generator), its
+prompt, its grader and the answer key voting uses. Nothing is downloaded. Adding a task (e.g.
+HumanEval, MBPP) is one entry in :data:`TASKS`; a task that executes model-written code also sets
+``executor_limits`` so they join the run key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metagen.errors import InvalidParameterError
+from metagen.tasks.answer_key import AnswerKey
+
+
+@dataclass(slots=True, frozen=True)
+class EvalItem:
+    """One item as the runner sees it: a stable ``id`` (the store's key), the prompt text, the
+    task's own problem object (handed back to the grader) and an optional difficulty label."""
+
+    id: str
+    prompt: str
+    problem: Any
+    difficulty: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class TaskSpec:
+    """How to load, prompt and grade one benchmark.
+
+    ``load(path, limit)`` returns the task's problems (``path`` None only when ``needs_data`` is
+    False); ``format_prompt(problem)`` the prompt; ``grade(text, problem)`` whether a completion
+    is right; ``item_id(problem)`` a stable id; ``data_fingerprint(path)`` a hash of the data the
+    items come from (for the run key)."""
+
+    name: str
+    load: Callable[[Path | None, int | None], Sequence[Any]]
+    format_prompt: Callable[[Any], str]
+    grade: Callable[[str, Any], bool]
+    answer_key: AnswerKey | None
+    needs_data: bool = True
+    item_id: Callable[[Any], str] = lambda p: str(p.uid)
+    difficulty: Callable[[Any], str | None] = lambda p: None
+    executor_limits: dict[str, Any] = field(default_factory=dict)
+
+    def items(self, path: str | Path | None, limit: int | None) -> list[EvalItem]:
+        """The task's items (at most ``limit``). Raises ``InvalidParameterError`` naming
+        ``data`` when the task needs a file and none is given, and on duplicate item ids."""
+        problems = self.load(self._data_path(path), limit)
+        items = [EvalItem(self.item_id(p), self.format_prompt(p), p, self.difficulty(p))
+                 for p in problems]
+        ids = [i.id for i in items]
+        if len(set(ids)) != len(ids):
+            raise InvalidParameterError("data", str(path), f"task {self.name}: item ids repeat")
+        return items
+
+    def data_fingerprint(self, path: str | Path | None) -> str:
+        """sha256 of the data file, or of the loader's source for generated data."""
+        from metagen.eval.runkey import file_sha256
+
+        data = self._data_path(path)
+        if data is not None:
+            return file_sha256(data)
+        return source_fingerprint(self.load)
+
+    def template_fingerprint(self) -> str:
+        """sha256 of the prompt formatter's source: a changed template is a new run key."""
+        return source_fingerprint(self.format_prompt)
+
+    def _data_path(self, path: str | Path | None) -> Path | None:
+        if not self.needs_data:
+            if path is not None:
+                raise InvalidParameterError("data", str(path),
+                                            f"task {self.name} generates its own items")
+            return None
+        if path is None:
+            raise InvalidParameterError("data", None, f"task {self.name} needs --data PATH "
+                                        "(its JSONL file; nothing is downloaded)")
+        data = Path(path)
+        if not data.is_file():
+            raise InvalidParameterError("data", str(data), "is not a file")
+        return data
+
+
+def source_fingerprint(fn: Callable[..., Any]) -> str:
+    """sha256 of a function's source (its qualified name when the source is unavailable)."""
+    target = inspect.unwrap(fn)
+    try:
+        text = inspect.getsource(target)
+    except (OSError, TypeError):
+        text = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _gsm8k() -> TaskSpec:
+    from metagen.tasks.gsm8k import GSM8K_ANSWER_KEY, format_gsm8k_prompt, grade_gsm8k, load_gsm8k
+    return TaskSpec("gsm8k", lambda path, limit: load_gsm8k(_some(path), limit),
+                    format_gsm8k_prompt, grade_gsm8k, GSM8K_ANSWER_KEY)
+
+
+def _math500() -> TaskSpec:
+    from metagen.tasks.math500 import MATH_ANSWER_KEY, format_math_prompt, grade_math, load_math500
+    return TaskSpec("math500", lambda path, limit: load_math500(_some(path), limit),
+                    format_math_prompt, grade_math, MATH_ANSWER_KEY,
+                    difficulty=lambda p: f"level {p.level}")
+
+
+TESTBED_POOL = 100_000  # the testbed's held-out split; --limit K takes its first K problems
+
+
+def load_testbed(path: Path | None, limit: int | None) -> list[Any]:
+    """The first ``limit`` (default 100) problems of the testbed's held-out ``test`` split,
+    seed 0 (a prefix of the same sequence for every limit)."""
+    from metagen import testbed
+    return testbed.make_problems("test", min(limit if limit is not None else 100, TESTBED_POOL),
+                                 0)
+
+
+def _testbed() -> TaskSpec:
+    from metagen import testbed
+    from metagen.tasks.gsm8k import GSM8K_ANSWER_KEY
+    return TaskSpec("testbed", load_testbed, testbed.format_prompt,
+                    lambda text, p: testbed.grade(text, p.answer), GSM8K_ANSWER_KEY,
+                    needs_data=False, difficulty=lambda p: f"d{p.difficulty}")
+
+
+def _some(path: Path | None) -> Path:
+    assert path is not None  # TaskSpec.items checked it
+    return path
+
+
+#: name -> factory of the task (imported on use, so listing tasks loads no data module)
+TASKS: dict[str, Callable[[], TaskSpec]] = {
+    "gsm8k": _gsm8k,
+    "math500": _math500,
+    "testbed": _testbed,
+}
+
+
+def get_task(name: str) -> TaskSpec:
+    """The task named ``name``; ``InvalidParameterError`` naming ``task`` lists the known ones."""
+    if name not in TASKS:
+        raise InvalidParameterError("task", name, f"must be one of {', '.join(sorted(TASKS))}")
+    return TASKS[name]()
