@@ -12,9 +12,9 @@ from metagen.errors import InvalidParameterError
 MIN_FREE_BYTES = 64 << 20  # the store and results.json of a long run; refused below this
 
 
-def check_output_dir(path: str | Path, min_free_bytes: int = MIN_FREE_BYTES) -> Path:
+def check_output_dir(path: str | Path, min_free_bytes: int | None = None) -> Path:
     """Create ``path`` if needed and prove it is usable: a file can be created, written, fsynced
-    and removed in it, and at least ``min_free_bytes`` are free. Raises
+    and removed in it, and at least ``min_free_bytes`` (default :data:`MIN_FREE_BYTES`) are free. Raises
     ``InvalidParameterError`` naming ``out`` with the reason (one line), before any work."""
     folder = Path(path)
     try:
@@ -29,8 +29,9 @@ def check_output_dir(path: str | Path, min_free_bytes: int = MIN_FREE_BYTES) -> 
     except OSError as exc:
         raise InvalidParameterError("out", str(folder),
                                     f"is not a writable folder ({exc.strerror or exc})") from None
+    need = MIN_FREE_BYTES if min_free_bytes is None else min_free_bytes
     free = shutil.disk_usage(folder).free
-    if free < min_free_bytes:
+    if free < need:
         raise InvalidParameterError("out", str(folder), f"has {free >> 20} MiB free; at least "
-                                    f"{min_free_bytes >> 20} MiB are needed")
+                                    f"{need >> 20} MiB are needed")
     return folder

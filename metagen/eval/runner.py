@@ -6,8 +6,8 @@ j)), failed or empty samples logged by reason and retried (``attempts`` per sess
 resume), the reward model (when the strategy needs one) scoring every sample once, the
 per-N metrics (:mod:`metagen.eval.metrics`), all stored in one transaction. The output folder is
 checked and the run key claimed before any model is loaded. ``results.json`` is rewritten
-atomically at the end, with status ``complete`` or ``partial`` (a signal or an error stopped
-the run). Items are keyed by id, never by position or worker (L6).
+atomically at the end, with status ``complete`` (every item done) or ``partial`` (items failed
+and will be retried by a rerun, or a signal or an error stopped the run). Items are keyed by id, never by position or worker (L6).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from metagen.eval.seeds import item_seed, sample_seed
 from metagen.eval.selectors import SUBSAMPLED, StoredReward, make_selector
 from metagen.eval.store import RunStore, StoredSample
 from metagen.eval.tasks import EvalItem, TaskSpec
+from metagen.scorers.callables import as_reward, check_scores
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import Completion, SamplingParams
 
@@ -99,6 +100,8 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     the store's run key compared (a different key raises ``InvalidParameterError`` naming
     ``run_key`` unless ``force_resume``). ``load_generator()`` / ``load_reward()`` are called only
     when an item remains to be done."""
+    if SUBSAMPLED[config.strategy] and load_reward is None:
+        raise InvalidParameterError("reward", None, f"{config.strategy} needs --reward PATH")
     folder = check_output_dir(out)
     items = task.items(config.data, config.limit)
     fields = config.key_fields(task)
@@ -116,16 +119,13 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
                 if todo:
                     generator = load_generator()
                     needs_reward = SUBSAMPLED[config.strategy]
-                    reward = load_reward() if needs_reward and load_reward else None
-                    if needs_reward and reward is None:
-                        raise InvalidParameterError("reward", None,
-                                                    f"{config.strategy} needs --reward PATH")
+                    reward = as_reward(load_reward()) if needs_reward and load_reward else None
                     for i, item in enumerate(todo):
                         if not _run_item(config, task, item, generator, reward, store):
                             failed.append(item.id)
                         if progress:
                             progress(i + 1, len(todo))
-                status, code = "complete", (1 if failed else 0)
+                status, code = ("partial", 1) if failed else ("complete", 0)
         except RunInterrupted as exc:
             code = 128 + exc.signum
         finally:
@@ -156,7 +156,9 @@ def _run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any
     stored_reward = None
     if reward is not None:
         if len(scores) < n_max:
-            values = reward.score([item.prompt] * n_max, [s.completion.text for s in samples])
+            values = check_scores(reward.score([item.prompt] * n_max,
+                                               [s.completion.text for s in samples]),
+                                  n_max, who=type(reward).__name__)
             scores = {j: float(v) for j, v in enumerate(values)}
         stored_reward = StoredReward([s.completion.text for s in samples],
                                     [scores[j] for j in range(n_max)])

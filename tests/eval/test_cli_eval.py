@@ -1,0 +1,138 @@
+"""``metagen eval`` end to end on the testbed policy: SIGKILL at random points and rerun gives
+the uninterrupted results (L1); SIGTERM writes a partial status and exits non-zero, a rerun
+completes (L2); a changed setting is refused (L5); an unusable folder is one line, before any
+model load (L9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from metagen.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = ROOT / "metagen" / "testbed" / "models" / "policy"
+ARGS = ["eval", "testbed", "--model", str(POLICY), "--strategy", "self_consistency",
+        "--n", "1,4", "--limit", "8", "--seed", "3", "--max-tokens", "96"]
+
+
+def _cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "metagen", *ARGS, "--out", str(out), *extra]
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(_cmd(out, *extra), capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+
+
+def _comparable(out: Path) -> dict:
+    report = json.loads((out / "results.json").read_text())
+    report.pop("times")
+    return report
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("eval") / "baseline"
+    done = _run(out)
+    assert done.returncode == 0, done.stderr
+    report = _comparable(out)
+    assert report["status"] == "complete" and report["accounting"]["done"] == 8
+    return report
+
+
+def _items_done(out: Path) -> int:
+    if not (out / "run.sqlite").exists():
+        return -1
+    db = sqlite3.connect(f"file:{out / 'run.sqlite'}?mode=ro", uri=True)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM items").fetchone()[0])
+    except sqlite3.OperationalError:  # the schema is being created
+        return -1
+    finally:
+        db.close()
+
+
+def _kill_after(out: Path, items: int, delay: float) -> int:
+    """Start the command, SIGKILL it ``delay`` s after ``items`` items are stored (or after
+    it exits); returns the items stored when it was killed."""
+    proc = subprocess.Popen(_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=ROOT)
+    while proc.poll() is None and _items_done(out) < items:
+        time.sleep(0.02)
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return _items_done(out)
+
+
+def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_path, baseline):
+    """Three kills at random points of progress (after a random number of stored items plus
+    a random delay), each followed by a rerun of the same command."""
+    out, rng = tmp_path / "killed", random.Random(1234)
+    targets = sorted(rng.sample(range(0, 8), 3))
+    for target in targets:
+        _kill_after(out, target, rng.uniform(0.0, 0.3))
+        if (out / "results.json").exists():  # whatever is there is whole JSON (L10)
+            json.loads((out / "results.json").read_text())
+    done = _run(out)
+    assert done.returncode == 0, done.stderr
+    assert _comparable(out) == baseline
+    db = sqlite3.connect(out / "run.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 8 * 4  # no duplicates
+    assert db.execute("SELECT COUNT(*) FROM items").fetchone()[0] == 8
+
+
+def test_sigterm_writes_partial_and_exits_non_zero_and_a_rerun_completes(tmp_path, baseline):
+    out = tmp_path / "term"
+    proc = subprocess.Popen(_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    deadline = time.monotonic() + 120  # wait until the store exists: the run is under way
+    while not (out / "run.sqlite").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    report = json.loads((out / "results.json").read_text())
+    assert report["status"] == "partial"
+    acc = report["accounting"]
+    assert acc["n_items_total"] == acc["done"] + acc["failed"] + acc["skipped"] == 8
+    assert acc["skipped"] > 0
+    done = _run(out)
+    assert done.returncode == 0, done.stderr
+    assert _comparable(out) == baseline
+
+
+def test_a_changed_temperature_or_seed_is_refused_without_force_resume(tmp_path, baseline,
+                                                                       capsys):
+    out = tmp_path / "run"
+    assert main([*ARGS, "--limit", "1", "--out", str(out)]) == 0
+    for change in (["--temperature", "0.7"], ["--seed", "4"]):
+        args = [*ARGS, "--limit", "1", "--out", str(out), *change]
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert "run_key" in err and "--force-resume" in err and len(err.splitlines()) == 1
+    assert main([*ARGS, "--limit", "1", "--out", str(out), "--seed", "4",
+                 "--force-resume"]) == 0
+
+
+def test_an_unwritable_output_folder_is_one_line_before_any_model_load(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    for out in (tmp_path / "file" / "run", Path("/sys/metagen-eval-test")):
+        args = ["eval", "testbed", "--model", str(tmp_path / "no-such-model"), "--strategy",
+                "self_consistency", "--out", str(out)]
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "out" in err and "not a writable folder" in err
+        assert len(err.splitlines()) == 1 and "no-such-model" not in err
