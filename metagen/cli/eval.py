@@ -55,7 +55,8 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
               help="Reward model folder (best_of_n, weighted_vote).")
 @click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE",
               help="Passed to the strategy's selector (repeatable).")
-@click.option("--data", default=None, metavar="PATH", help="The task's JSONL file (gsm8k, math500).")
+@click.option("--data", default=None, metavar="PATH",
+              help="The task's JSONL file (gsm8k, math500).")
 @click.option("--limit", default=None, metavar="K", help="At most K items.")
 @click.option("--seed", default="0", show_default=True)
 @click.option("--temperature", default="0.8", show_default=True)

@@ -14,8 +14,8 @@ MIN_FREE_BYTES = 64 << 20  # the store and results.json of a long run; refused b
 
 def check_output_dir(path: str | Path, min_free_bytes: int | None = None) -> Path:
     """Create ``path`` if needed and prove it is usable: a file can be created, written, fsynced
-    and removed in it, and at least ``min_free_bytes`` (default :data:`MIN_FREE_BYTES`) are free. Raises
-    ``InvalidParameterError`` naming ``out`` with the reason (one line), before any work."""
+    and removed in it, and at least ``min_free_bytes`` (default :data:`MIN_FREE_BYTES`) are
+    free. Raises ``InvalidParameterError`` naming ``out`` with the reason (one line)."""
     folder = Path(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,8 @@ resume), the reward model (when the strategy needs one) scoring every sample onc
 per-N metrics (:mod:`metagen.eval.metrics`), all stored in one transaction. The output folder is
 checked and the run key claimed before any model is loaded. ``results.json`` is rewritten
 atomically at the end, with status ``complete`` (every item done) or ``partial`` (items failed
-and will be retried by a rerun, or a signal or an error stopped the run). Items are keyed by id, never by position or worker (L6).
+and will be retried by a rerun, or a signal or an error stopped the run). Items are keyed by
+id, never by position or worker (L6).
 """
 
 from __future__ import annotations
