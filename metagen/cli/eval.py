@@ -48,11 +48,16 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 
 @click.command("eval")
 @click.argument("task")
-@click.option("--strategy", required=True, help="self_consistency, best_of_n or weighted_vote.")
+@click.option("--strategy", required=True,
+              help="self_consistency, best_of_n, weighted_vote (sampled once at the largest N) "
+              "or a PRM step search run at each N: step_beam_search, dvts, best_first, mcts, "
+              "rebase.")
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
 @click.option("--reward", default=None, metavar="PATH",
               help="Reward model folder (best_of_n, weighted_vote).")
+@click.option("--prm", default=None, metavar="PATH",
+              help="Process reward model folder (the step searches).")
 @click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE",
               help="Passed to the strategy's selector (repeatable).")
 @click.option("--data", default=None, metavar="PATH",
@@ -70,6 +75,7 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @remote_options
 @click.pass_context
 def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: str | None,
+                 prm: str | None,
                  strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
                  temperature: str, top_p: str, max_tokens: str, backend: str, out: str,
                  force_resume: bool, **flags: Any) -> None:
@@ -92,7 +98,8 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                                 top_p=_given(float_flag("top_p", top_p)),
                                 max_tokens=_given(int_flag("max_tokens", max_tokens))),
         seed=_given(int_flag("seed", seed)), strategy_args=parse_strategy_args(strategy_arg),
-        reward=str(Path(reward).resolve()) if reward else None, data=data,
+        reward=str(Path(reward).resolve()) if reward else None,
+        prm=str(Path(prm).resolve()) if prm else None, data=data,
         limit=int_flag("limit", limit))
 
     def load_generator() -> Any:
@@ -104,6 +111,10 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
     def load_reward() -> Any:
         from metagen.eval.reward import load_reward as load
         return load(reward) if reward else None
+
+    def load_prm() -> Any:
+        from metagen.scorers.load_prm import load_prm as load
+        return load(str(prm))
 
     bar: Any = None
 
@@ -118,6 +129,7 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         with quiet_remote_logs():
             report, code = run_eval(config, get_task(task), out, load_generator=load_generator,
                                     load_reward=load_reward if reward else None,
+                                    load_prm=load_prm if prm else None,
                                     force_resume=force_resume, progress=progress)
     finally:
         if bar is not None:

@@ -20,6 +20,8 @@ def load_reward(path: str | Path) -> Any:
     config = folder / "config.json"
     if not config.is_file():
         raise ModelLoadError(f"{folder}: not a Hugging Face model folder (no config.json)")
+    from metagen.scorers.load_prm import _has_value_head  # the PRM loader's own check
+
     archs = json.loads(config.read_text()).get("architectures") or []
     if any(a.endswith("Classification") for a in archs) or _has_value_head(folder):
         from metagen.scorers import HFRewardModel
@@ -27,14 +29,3 @@ def load_reward(path: str | Path) -> Any:
     from metagen.scorers import LikelihoodVerifier
     return LikelihoodVerifier.from_pretrained(folder, batch_size=64)
 
-
-def _has_value_head(folder: Path) -> bool:
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        return False
-    for f in folder.glob("*.safetensors"):
-        with safe_open(str(f), "np") as fh:
-            if "v_head.summary.weight" in fh.keys():
-                return True
-    return False

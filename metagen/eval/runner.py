@@ -4,8 +4,9 @@ For each item not yet done: ONE ``generate`` call for ``max(ns)`` samples with t
 (:func:`~metagen.eval.seeds.item_seed`; sample j is then a pure function of (run seed, item id,
 j)), failed or empty samples logged by reason and retried (``attempts`` per session, and again on
 resume), the reward model (when the strategy needs one) scoring every sample once, the
-per-N metrics (:mod:`metagen.eval.metrics`), all stored in one transaction. The output folder is
-checked and the run key claimed before any model is loaded. ``results.json`` is rewritten
+per-N metrics (:mod:`metagen.eval.metrics`), all stored in one transaction. The step searches
+(:data:`~metagen.eval.direct.DIRECT`) run at each N instead, each its own seeded run. The
+output folder is checked and the run key claimed before any model is loaded. ``results.json`` is rewritten
 atomically at the end, with status ``complete`` (every item done) or ``partial`` (items failed
 and will be retried by a rerun, or a signal or an error stopped the run). Items are keyed by
 id, never by position or worker (L6).
@@ -21,6 +22,7 @@ from typing import Any
 
 from metagen.errors import BackendError, InvalidParameterError
 from metagen.eval.atomic import write_json_atomic
+from metagen.eval.direct import DIRECT, direct_item
 from metagen.eval.interrupt import RunInterrupted, raising_on_signals
 from metagen.eval.metrics import item_results, summarize
 from metagen.eval.preflight import check_output_dir
@@ -55,6 +57,7 @@ class EvalConfig:
     seed: int = 0
     strategy_args: Mapping[str, Any] = field(default_factory=dict)
     reward: str | None = None
+    prm: str | None = None
     data: str | None = None
     limit: int | None = None
     max_subsets: int = 32
@@ -64,9 +67,9 @@ class EvalConfig:
         if not self.ns or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
                               for n in self.ns) or list(self.ns) != sorted(set(self.ns)):
             raise InvalidParameterError("n", self.ns, "must be increasing positive integers")
-        if self.strategy not in SUBSAMPLED:
-            raise InvalidParameterError("strategy", self.strategy,
-                                        f"must be one of {', '.join(SUBSAMPLED)} in this version")
+        if self.strategy not in SUBSAMPLED and self.strategy not in DIRECT:
+            raise InvalidParameterError("strategy", self.strategy, "must be one of "
+                                        f"{', '.join([*SUBSAMPLED, *DIRECT])} in this version")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise InvalidParameterError("seed", self.seed, "must be a non-negative integer")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
@@ -86,23 +89,27 @@ class EvalConfig:
                 "model": dict(self.model), "sampling": sampling, "n_max": max(self.ns),
                 "ns": list(self.ns), "seed": self.seed, "strategy": self.strategy,
                 "strategy_args": dict(self.strategy_args), "reward": self.reward,
+                "prm": self.prm,
                 "max_subsets": self.max_subsets, "metagen_version": __version__,
                 "executor_limits": dict(task.executor_limits)}
 
 
 def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
              load_generator: Callable[[], Any], load_reward: Callable[[], Any] | None = None,
-             force_resume: bool = False, progress: Progress | None = None
-             ) -> tuple[dict[str, Any], int]:
+             load_prm: Callable[[], Any] | None = None, force_resume: bool = False,
+             progress: Progress | None = None) -> tuple[dict[str, Any], int]:
     """Run (or resume) ``config`` into folder ``out``; returns (the results.json object, exit
     status: 0 complete, 1 items failed, 130/143 interrupted by SIGINT/SIGTERM).
 
     Before any model is loaded: the folder is checked (writable, space), the items are read and
     the store's run key compared (a different key raises ``InvalidParameterError`` naming
-    ``run_key`` unless ``force_resume``). ``load_generator()`` / ``load_reward()`` are called only
-    when an item remains to be done."""
-    if SUBSAMPLED[config.strategy] and load_reward is None:
+    ``run_key`` unless ``force_resume``). ``load_generator()`` and the scorer the strategy needs
+    (``load_reward()`` for best_of_n / weighted_vote, ``load_prm()`` for the step searches of
+    :data:`~metagen.eval.direct.DIRECT`) are called only when an item remains to be done."""
+    if SUBSAMPLED.get(config.strategy) and load_reward is None:
         raise InvalidParameterError("reward", None, f"{config.strategy} needs --reward PATH")
+    if config.strategy in DIRECT and load_prm is None:
+        raise InvalidParameterError("prm", None, f"{config.strategy} needs --prm PATH")
     folder = check_output_dir(out)
     items = task.items(config.data, config.limit)
     fields = config.key_fields(task)
@@ -119,10 +126,12 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
             with raising_on_signals():
                 if todo:
                     generator = load_generator()
-                    needs_reward = SUBSAMPLED[config.strategy]
-                    reward = as_reward(load_reward()) if needs_reward and load_reward else None
+                    needs_reward = SUBSAMPLED.get(config.strategy, False)
+                    scorer = (as_reward(load_reward()) if needs_reward and load_reward else
+                              load_prm() if config.strategy in DIRECT and load_prm else None)
+                    run_item = _run_direct if config.strategy in DIRECT else _run_item
                     for i, item in enumerate(todo):
-                        if not _run_item(config, task, item, generator, reward, store):
+                        if not run_item(config, task, item, generator, scorer, store):
                             failed.append(item.id)
                         if progress:
                             progress(i + 1, len(todo))
@@ -171,6 +180,21 @@ def _run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any
     store.save_item(item.id, (), (), {REWARD: scores} if reward is not None else None,
                     results, done=True, difficulty=item.difficulty)
     return True
+
+
+def _run_direct(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any,
+                prm: Any, store: RunStore) -> bool:
+    """Run a :data:`~metagen.eval.direct.DIRECT` strategy at every N on one item, up to
+    ``config.attempts`` times; True when its results are stored."""
+    for _ in range(config.attempts):
+        results, failures = direct_item(config.strategy, task, item, generator, prm,
+                                        config.sampling, config.ns, config.seed,
+                                        config.strategy_args)
+        store.save_item(item.id, (), failures, None, results, done=not failures,
+                        difficulty=item.difficulty)
+        if not failures:
+            return True
+    return False
 
 
 def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, seed: int,

@@ -31,3 +31,8 @@ def sample_seed(run_seed: int, item_id: str, sample_index: int) -> int:
 def subset_seed(run_seed: int, item_id: str, k: int) -> int:
     """The seed of the random size-``k`` subsets of one item's samples."""
     return _digest("subsets", run_seed, item_id, k)
+
+
+def direct_seed(run_seed: int, item_id: str, n: int) -> int:
+    """The seed of a strategy run directly at budget ``n`` on one item (no subsampling)."""
+    return _digest("direct", run_seed, item_id, n)
