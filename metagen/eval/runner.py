@@ -6,10 +6,10 @@ j)), failed or empty samples logged by reason and retried (``attempts`` per sess
 resume), the reward model (when the strategy needs one) scoring every sample once, the
 per-N metrics (:mod:`metagen.eval.metrics`), all stored in one transaction. The step searches
 (:data:`~metagen.eval.direct.DIRECT`) run at each N instead, each its own seeded run. The
-output folder is checked and the run key claimed before any model is loaded. ``results.json`` is rewritten
-atomically at the end, with status ``complete`` (every item done) or ``partial`` (items failed
-and will be retried by a rerun, or a signal or an error stopped the run). Items are keyed by
-id, never by position or worker (L6).
+output folder is checked and the run key claimed before any model is loaded. ``results.json``
+is rewritten atomically at the end, with status ``complete`` (every item done) or ``partial``
+(items failed and will be retried by a rerun, or a signal or an error stopped the run). Items
+are keyed by id, never by position or worker (L6).
 """
 
 from __future__ import annotations
