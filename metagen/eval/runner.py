@@ -28,7 +28,7 @@ from metagen.eval.metrics import item_results, summarize
 from metagen.eval.preflight import check_output_dir
 from metagen.eval.provenance import hardware, versions
 from metagen.eval.runkey import run_key
-from metagen.eval.seeds import item_seed, sample_seed
+from metagen.eval.seeds import item_seed
 from metagen.eval.selectors import SUBSAMPLED, StoredReward, make_selector
 from metagen.eval.store import RunStore, StoredSample
 from metagen.eval.tasks import EvalItem, TaskSpec
@@ -126,6 +126,7 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
             with raising_on_signals():
                 if todo:
                     generator = load_generator()
+                    store.note_backend(type(generator).__name__)
                     needs_reward = SUBSAMPLED.get(config.strategy, False)
                     scorer = (as_reward(load_reward()) if needs_reward and load_reward else
                               load_prm() if config.strategy in DIRECT and load_prm else None)
@@ -216,7 +217,7 @@ def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, 
         if reason is not None:
             failures.append((j, reason))
         else:
-            new.append(StoredSample(j, sample_seed(config.seed, item.id, j), row[j],
+            new.append(StoredSample(j, seed, row[j],
                                     bool(task.grade(row[j].text, item.problem))))
     return new, failures
 
@@ -238,8 +239,10 @@ def _report(config: EvalConfig, fields: Mapping[str, Any], key: str, store: RunS
     return {
         "status": status, "run_key": key, "config": {**fields, "limit": config.limit},
         "provenance": {"versions": versions(), "hardware": hardware(), "model": dict(config.model),
-                       "seeds": {"run": config.seed, "per_sample": "sha256(run seed, item id, "
-                                 "sample index); one generate call per item, seeded"},
+                       "backends": store.backends(),
+                       "seeds": {"run": config.seed, "per_item": "sha256(run seed, item id); "
+                                 "sample j = sample j of one generate call with that seed",
+                                 "direct": "sha256(run seed, item id, N) per N"},
                        "executor": dict(fields["executor_limits"]) or None},
         "accounting": {"n_items_total": len(items), "done": done, "failed": len(failed),
                        "skipped": len(items) - done - len(failed)},

@@ -1,9 +1,10 @@
-"""Per-item and per-sample seeds: pure functions of (run seed, item id[, sample index]).
+"""A run's seeds: pure functions of (run seed, item id[, N or subset size]).
 
 A sample's seed never depends on batch size, order or concurrency (L8, L11): the runner asks the
 generator for ``n`` samples of one item with ``SamplingParams(seed=item_seed(run_seed, item_id))``,
-and a seeded generator makes sample ``j`` a pure function of (that seed, ``j``);
-:func:`sample_seed` names that pair as one number for the store.
+and a seeded generator makes sample ``j`` a pure function of (that seed, ``j``). The store keeps
+(item seed, sample index) with each sample: ``generate([prompt], SamplingParams(n > j,
+seed=item_seed))`` reproduces sample ``j`` on a seeded backend.
 """
 
 from __future__ import annotations
@@ -21,11 +22,6 @@ def _digest(*parts: object) -> int:
 def item_seed(run_seed: int, item_id: str) -> int:
     """The seed of one item's sampling call, in [0, 2**63 - 1)."""
     return _digest("item", run_seed, item_id)
-
-
-def sample_seed(run_seed: int, item_id: str, sample_index: int) -> int:
-    """A number naming sample ``sample_index`` of ``item_id`` (stored with the sample)."""
-    return _digest("sample", run_seed, item_id, sample_index)
 
 
 def subset_seed(run_seed: int, item_id: str, k: int) -> int:

@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS failures (id INTEGER PRIMARY KEY AUTOINCREMENT, sessi
 
 @dataclass(slots=True, frozen=True)
 class StoredSample:
-    """One successful sample as stored: its index, seed, completion and grade."""
+    """One successful sample as stored: its index, the seed of the generate call that drew it
+    (sample ``index`` of that call), the completion and its grade."""
 
     index: int
     seed: int
@@ -110,6 +111,17 @@ class RunStore:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('run_key', ?)", (key,))
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('key_fields', ?)",
                             (json.dumps(fields, sort_keys=True),))
+
+    def note_backend(self, name: str) -> None:
+        """Record that a session generated with backend ``name`` (kept once, in order)."""
+        names = self.backends()
+        if name not in names:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('backends', ?)",
+                            (json.dumps([*names, name]),))
+
+    def backends(self) -> list[str]:
+        """The backends sessions of this run generated with, first first."""
+        return list(json.loads(self._meta("backends") or "[]"))
 
     def _meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()

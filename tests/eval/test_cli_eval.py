@@ -41,13 +41,40 @@ def _comparable(out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory) -> dict:
+def baseline_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval") / "baseline"
     done = _run(out)
     assert done.returncode == 0, done.stderr
-    report = _comparable(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def baseline(baseline_dir) -> dict:
+    report = _comparable(baseline_dir)
     assert report["status"] == "complete" and report["accounting"]["done"] == 8
+    assert report["provenance"]["backends"] == ["LocalGenerator"]
+    assert report["failures_by_reason"] == {} and report["config"]["sampling"]["top_p"] == 1.0
     return report
+
+
+def test_a_stored_sample_is_reproduced_by_its_seed_and_index(baseline_dir):
+    """Sample j of an item is sample j of one generate call with the stored (item) seed, on
+    the embedded engine, whatever else is in the batch (L8, L11)."""
+    from metagen.eval import get_task
+    from metagen.eval.store import RunStore
+    from metagen.generators.local import LocalGenerator
+    from metagen.types import SamplingParams
+
+    items = get_task("testbed").items(None, 8)
+    with RunStore(baseline_dir / "run.sqlite") as store:
+        stored = [store.samples(it.id) for it in items[:2]]
+    gen = LocalGenerator.from_pretrained(POLICY)
+    for it, samples in zip(items, stored):
+        seed = samples[0].seed
+        assert {s.seed for s in samples.values()} == {seed}
+        again = gen.generate([it.prompt, items[7].prompt], SamplingParams(
+            n=4, temperature=0.8, max_tokens=96, seed=seed))[0]
+        assert [c.text for c in again] == [samples[j].completion.text for j in range(4)]
 
 
 def _items_done(out: Path) -> int:

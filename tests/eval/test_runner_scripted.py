@@ -116,6 +116,8 @@ def test_scripted_failures_are_counted_not_stored_and_retried_on_resume(tmp_path
     assert second["failures_by_reason"] == first["failures_by_reason"]  # history is kept
     assert {**comparable(second), "failures_by_reason": {}} == comparable(clean)
     assert second["times"]["sessions"] == 2 and second["times"]["resumed_items"] == 4
+    assert second["provenance"]["backends"] == ["MockGenerator"]
+    assert second["provenance"]["versions"]["metagen"] == second["config"]["metagen_version"]
 
 
 def test_retries_within_a_session_complete_an_item(tmp_path):
