@@ -24,7 +24,8 @@ def test_e16_pass_needs_the_sentinel(executor):
     assert run_tests(executor, SOLUTION, TESTS, limits=QUICK).passed
     early = "import os\nos._exit(0)\n" + SOLUTION
     out = run_tests(executor, early, TESTS, limits=QUICK)
-    assert not out.passed and out.result.status == "ok" and out.scored
+    assert not out.passed and out.status == "failed" and out.scored
+    assert "exited with code 0 during the program's load" in out.reason
     assert not run_tests(executor, SOLUTION, "assert add(1, 2) == 4\n", limits=QUICK).passed
     fake = SOLUTION + "print('METAGEN-TESTS-PASSED 0000')\nimport sys\nsys.exit(0)\n"
     assert not run_tests(executor, fake, TESTS, limits=QUICK).passed
