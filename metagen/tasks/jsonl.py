@@ -1,7 +1,9 @@
-"""Reading a data set's JSONL file: one record per line, blank lines skipped, errors located."""
+"""Reading a data set's JSONL file (gzip-compressed when its name ends in ``.gz``): one record
+per line, blank lines skipped, errors located."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,7 +48,9 @@ def read_jsonl(path: str | Path, parse: Callable[[dict[str, Any], int], T],
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as fh:
+    opened = gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" \
+        else path.open(encoding="utf-8")
+    with opened as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 yield lineno, line
