@@ -2,6 +2,9 @@
 :class:`ExecResult` statuses, and backends (``bubblewrap`` by default; ``unsafe-local`` only on
 explicit request).
 
+Unit-test grading (:func:`grade_program`, :class:`CodeVerdict`) runs the trusted tests and the
+program in two processes inside one run, so that a pass cannot be forged.
+
 Nothing runs without an explicit opt-in (``allow_code_execution=True`` or
 ``METAGEN_ALLOW_CODE_EXECUTION=1``); :func:`check_code_execution` checks that, and that a
 sandbox works here, before any generation.
@@ -20,13 +23,15 @@ from metagen.sandbox.optin import (
 from metagen.sandbox.preflight import (
     BACKENDS, Preflight, check_code_execution, default_executor, preflight)
 from metagen.sandbox.result import STATUSES, ExecResult, Status
+from metagen.sandbox.unit_tests import CodeVerdict, call_functions, grade_program
 from metagen.sandbox.unsafe_local import UnsafeLocalExecutor
 
 __all__ = [
-    "BACKENDS", "ENV_ALLOW", "STATUSES", "BubblewrapExecutor", "ExecResult", "Executor", "Limits",
-    "Preflight", "Status", "TestOutcome", "UnsafeLocalExecutor", "check_code_execution",
-    "code_execution_allowed", "default_executor", "preflight", "require_code_execution_allowed",
-    "run", "run_function", "run_tests"]
+    "BACKENDS", "ENV_ALLOW", "STATUSES", "BubblewrapExecutor", "CodeVerdict", "ExecResult",
+    "Executor", "Limits", "Preflight", "Status", "TestOutcome", "UnsafeLocalExecutor",
+    "call_functions", "check_code_execution", "code_execution_allowed", "default_executor",
+    "grade_program", "preflight", "require_code_execution_allowed", "run", "run_function",
+    "run_tests"]
 
 
 def run(program: str, *, stdin: str | None = None,

@@ -1,9 +1,10 @@
 """The short forms of :mod:`metagen.sandbox.unit_tests` that scorers and benchmarks call.
 
-:func:`run_tests` grades a program with one chunk of asserts; :func:`run_function` returns each
-call's value as JSON text (keys sorted), for comparison here in the trusted parent. Both run the program
-in its own process behind the test process (see :mod:`metagen.sandbox.unit_tests`), so neither
-a pass nor a value can be forged by introspecting or ending the grading code.
+:func:`run_tests` grades a program with one chunk of asserts; :func:`run_function` returns
+each call's value as JSON text (keys sorted), for comparison here in the trusted parent. Both
+run the program in its own process behind the test process (see
+:mod:`metagen.sandbox.unit_tests`), so neither a pass nor a value can be forged by
+introspecting or ending the grading code.
 """
 
 from __future__ import annotations

@@ -6,4 +6,18 @@
   extra ``math``), :data:`MATH_ANSWER_KEY`.
 - :mod:`metagen.tasks.answer_key` — :class:`AnswerKey`, what voting and MBR take as
   ``answer_key=`` instead of the GSM8K default extractor.
+- :mod:`metagen.tasks.humaneval` — HumanEval (164 functions, ``check(candidate)``) and
+  :mod:`metagen.tasks.mbpp` — MBPP (standard split, 3-shot prompt, three asserts each): both
+  :class:`CodeProblem`, graded by unit tests in the sandbox with :func:`grade_code` (the
+  program in its own process behind the trusted tests; needs the code-execution opt-in).
+- :mod:`metagen.tasks.pass_at_k` — :func:`pass_at_k`, the unbiased estimator of Chen et al.
 """
+
+from metagen.tasks.code_problem import CODE_LIMITS, CodeProblem, assemble_program, grade_code
+from metagen.tasks.humaneval import load_humaneval
+from metagen.tasks.mbpp import MBPP_SPLITS, UNPASSABLE, load_mbpp, mbpp_entry_point
+from metagen.tasks.pass_at_k import mean_pass_at_k, pass_at_k
+
+__all__ = ["CODE_LIMITS", "MBPP_SPLITS", "UNPASSABLE", "CodeProblem", "assemble_program",
+           "grade_code", "load_humaneval", "load_mbpp", "mbpp_entry_point", "mean_pass_at_k",
+           "pass_at_k"]

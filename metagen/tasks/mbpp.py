@@ -7,16 +7,17 @@ The loader reads ``mbpp.jsonl`` given its path (nothing is downloaded); each lin
 11-510, few-shot prompts = 2-4 (of 1-10), validation = 511-600, train = 601-974.
 
 The prompt is the paper's: per example ``You are an expert Python programmer, and here is your
-task: {text} Your code should pass these tests:\\n\\n{asserts}\\n[BEGIN]\\n{code}\\n[DONE]``, three
-examples (ids 2-4) then the task with ``[BEGIN]`` open; a completion ends at ``[DONE]``. The
-entry point is the function the asserts call that the reference defines; each assert is one test, run in
-the trusted test process after ``test_setup_code``.
+task: {text} Your code should pass these tests:\\n\\n{asserts}\\n[BEGIN]\\n{code}\\n[DONE]``,
+three examples (ids 2-4) then the task with ``[BEGIN]`` open; a completion ends at
+``[DONE]``. The entry point is the function the asserts call that the reference defines; each
+assert is one test, run in the trusted test process after ``test_setup_code``.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,16 @@ MBPP_SPLITS: dict[str, tuple[int, int]] = {
     "test": (11, 510), "prompt": (1, 10), "validation": (511, 600), "train": (601, 974)}
 FEW_SHOT_IDS = (2, 3, 4)
 END_MARKER = "[DONE]"
+
+#: Test-split items whose reference ``code`` cannot pass under strict grading, with the reason
+#: (values cross between the test and the program's process only as exact primitive types):
+#: the best possible score on the 500 is 496.
+UNPASSABLE: dict[int, str] = {
+    40: "returns a collections.Counter (a dict subclass), not a primitive dict",
+    88: "returns a collections.Counter (a dict subclass), not a primitive dict",
+    124: "the tests pass a complex number, not a primitive value",
+    367: "test_setup_code builds Node trees from the program's own class",
+}
 
 
 def load_mbpp(path: str | Path, split: str = "test", limit: int | None = None
@@ -56,7 +67,9 @@ def mbpp_entry_point(asserts: list[str], code: str = "") -> str:
     called = [node.func.id for text in asserts for node in ast.walk(ast.parse(text))
               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)]
     try:
-        tree = ast.parse(code)
+        with warnings.catch_warnings():  # old references hold invalid escapes ("\d")
+            warnings.simplefilter("ignore", DeprecationWarning)
+            tree = ast.parse(code)
     except SyntaxError:
         tree = ast.Module(body=[], type_ignores=[])
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}

@@ -27,7 +27,8 @@ def grade(executor, program, *tests, **kw):
 
 
 def _result(stdout: str, status: str = "ok", truncated: bool = False) -> ExecResult:
-    return ExecResult(status, 0, None, stdout, "", truncated, False, 0.1, 0.1, "scripted")  # type: ignore[arg-type]
+    return ExecResult(status, 0, None, stdout, "", truncated, False, 0.1, 0.1,  # type: ignore
+                      "scripted")
 
 
 def test_scripted_results_read_only_the_nonce_bearing_last_line():

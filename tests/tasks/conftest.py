@@ -26,3 +26,29 @@ def math500_path() -> Path:
 @pytest.fixture(scope="session")
 def gsm8k_test_path() -> Path:
     return _data_file("gsm8k_test.jsonl")
+
+
+@pytest.fixture(scope="session")
+def humaneval_path() -> Path:
+    return _data_file("HumanEval.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def mbpp_path() -> Path:
+    return _data_file("mbpp.jsonl")
+
+
+@pytest.fixture
+def sandbox(default_sandbox):
+    """The executor the library picks here (bubblewrap; skips where no sandbox works)."""
+    from metagen.sandbox import check_code_execution
+    return check_code_execution(True)
+
+
+def grade_all(executor, problems, completions, parallel: int = 2):
+    """Verdicts of ``completions[i]`` on ``problems[i]``, ``parallel`` gradings at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from metagen.tasks import grade_code
+    with ThreadPoolExecutor(parallel) as pool:
+        return list(pool.map(lambda pc: grade_code(executor, *pc), zip(problems, completions)))

@@ -78,9 +78,10 @@ def _flush_prints() -> None:
 
 
 def _last_lines(exc: BaseException) -> str:
-    """The traceback of a failed load, from the program's own frames on (bounded)."""
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return "".join(lines)[-2000:]
+    """Why the load failed: the program's own frames, then the exception (bounded)."""
+    frames = [f"  {SOLUTION}, line {f.lineno}, in {f.name}: {(f.line or '').strip()}\n"
+              for f in traceback.extract_tb(exc.__traceback__) if f.filename == SOLUTION]
+    return "".join(frames + traceback.format_exception_only(type(exc), exc))[-2000:]
 
 
 if __name__ == "__main__":  # pragma: no cover - started by the test process
