@@ -70,8 +70,9 @@ def grade_program(executor: Executor, program: str, tests: Sequence[str], *,
     """Grade ``program`` (Python source) with ``tests``: each a chunk of test code run in turn
     in the test process, in one namespace that first ran the ``setup`` chunks; a chunk passes
     when it raises nothing. The program's ``functions`` (None: every callable it defines at top
-    level) are bound in that namespace as proxies that call into the program's process, each
-    call within ``call_seconds``; ``limits`` bound the whole run. Raises
+    level) are bound in that namespace as proxies that call into the program's process; loading
+    the program and each call must finish within ``call_seconds``; ``limits`` bound the whole
+    run (both processes). Raises
     :class:`InvalidParameterError` naming a bad argument, and what ``executor.run`` raises
     (e.g. :class:`~metagen.errors.CodeExecutionNotAllowed`)."""
     _check_sources("tests", tests, nonempty=True)

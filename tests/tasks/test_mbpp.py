@@ -42,6 +42,7 @@ def test_three_shot_prompt_in_the_papers_format(problems):
     assert "def is_not_prime(n):" in p.prompt and "heap_queue_largest" in p.prompt
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # references with invalid escapes
 def test_entry_points_are_what_the_reference_defines(problems):
     for p in problems:
         defined = {n.name for n in ast.parse(p.reference).body if isinstance(n, ast.FunctionDef)}
