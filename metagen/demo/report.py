@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from metagen.eval.atomic import write_json_atomic
 
 LABELS = {"greedy": "greedy", "best_of_n": "best-of-N (ORM)",
           "self_consistency": "self-consistency", "weighted_vote": "weighted vote (ORM)",
@@ -108,18 +107,8 @@ def write_plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = ""
 
 
 def write_json(report: dict[str, Any], path: str | Path) -> Path:
-    """Write ``{"problems", "results"}`` atomically (temp file, fsync, rename)."""
+    """Write ``{"problems", "results"}`` atomically (temp file, fsync, rename; strict JSON:
+    unknown values such as NaN FLOPs are null)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    data = {"problems": report["problems"], "results": report["results"]}
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_json_atomic(out, {"problems": report["problems"], "results": report["results"]})
