@@ -8,7 +8,8 @@ options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``) go to
 folder is a one-line error and exit status 2.
 
 ``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
-(``{"metagen": {"strategy": "best_of_n", "reward": NAME}}``, see :mod:`metagen.server.strategy`).
+(``{"metagen": {"strategy": "best_of_n", "reward": NAME}}``, see :mod:`metagen.server.strategy`);
+``--prm NAME=PATH`` (repeatable) a process reward model (``step_beam_search``'s ``prm``).
 SIGTERM / Ctrl-C stop accepting connections and let in-flight requests finish for up to
 ``--shutdown-timeout`` seconds. A connection whose request headers take more than 10 seconds to
 arrive is closed (slowloris).
@@ -41,12 +42,15 @@ import click
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
 @click.option("--orm", "orms", multiple=True, metavar="NAME=PATH",
               help="An outcome reward model strategy requests can name (repeatable).")
+@click.option("--prm", "prms", multiple=True, metavar="NAME=PATH",
+              help="A process reward model step-search requests can name (repeatable).")
 @click.option("--shutdown-timeout", default=30, show_default=True, type=int,
               help="Seconds in-flight requests get to finish on SIGTERM.")
 def serve(model: Path, host: str, port: int, api_key: str | None,
           served_model_name: str | None, max_concurrent: int, max_body_bytes: int,
           num_blocks: int | None, max_num_seqs: int | None, dtype: str | None,
-          device: str | None, orms: tuple[str, ...], shutdown_timeout: int) -> None:
+          device: str | None, orms: tuple[str, ...], prms: tuple[str, ...],
+          shutdown_timeout: int) -> None:
     """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
     from metagen.server import LocalBackend, ServerConfig, create_app
     from metagen.server.protocol import head_timeout_protocol
@@ -59,11 +63,14 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
                                                  ("dtype", dtype), ("device", device))
                                if v is not None}
     orm_paths = parse_named_paths(orms, "--orm")
+    prm_paths = parse_named_paths(prms, "--prm")
+    from metagen.scorers import load_prm
     from metagen.generators.local import LocalGenerator
 
     rewards = {name: load_orm(path) for name, path in orm_paths.items()}
+    process_rewards = {name: load_prm(path) for name, path in prm_paths.items()}
     generator = LocalGenerator.from_pretrained(model, **options)
-    app = create_app(LocalBackend(generator), config, rewards)
+    app = create_app(LocalBackend(generator), config, rewards, process_rewards)
     import uvicorn
 
     logging.basicConfig(level=logging.INFO)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -44,23 +45,27 @@ from metagen.server.requests import (
     completion_request,
 )
 from metagen.server.responses import chat_response, check_outputs, completion_response, usage
-from metagen.server.strategy import StrategyRunner, parse_strategy, strategy_response
+from metagen.server.strategy import StrategyRunner, strategy_response
+from metagen.server.strategy_params import parse_strategy
+from metagen.server.strategy_stream import strategy_events
 from metagen.server.streaming import sse_events
+from metagen.types import Usage
 
 OWNED_BY = "metagen (vllm-compatible)"
 
 
 def create_app(backend: Backend, config: ServerConfig,
-               rewards: Mapping[str, RewardModel] | None = None) -> FastAPI:
+               rewards: Mapping[str, RewardModel] | None = None,
+               prms: Mapping[str, Any] | None = None) -> FastAPI:
     """The ASGI app serving ``backend`` under ``config`` (see the module docstring);
-    ``rewards`` are the reward models strategy requests may name."""
+    ``rewards`` (ORMs) and ``prms`` are the reward models strategy requests may name."""
     app = FastAPI(title="metagen", docs_url=None, redoc_url=None, openapi_url=None)
     state = ServerState(config)
     app.state.server = state
     app.add_middleware(Guard, state=state)
     _handlers(app)
     created = int(time.time())
-    routes = _Routes(backend, state, StrategyRunner(backend.generator, rewards or {}))
+    routes = _Routes(backend, state, StrategyRunner(backend.generator, rewards or {}, prms))
 
     @app.get("/health")
     async def health() -> Response:
@@ -127,26 +132,14 @@ class _Routes:
                else completion_request(body, tok, cfg.max_prompts))
         self._validate(req)
         if "metagen" in body and body["metagen"] is not None:
-            return await self._strategy(req, body)
+            return await self._strategy(req, body, request)
         if req.stream:
             handle = self.backend.asubmit(req.prompts, req.params, stream=True)
             return StreamingResponse(sse_events(req, handle, cfg.model_name,
                                                 self.state.metrics.add_tokens),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        work = asyncio.ensure_future(self._complete(req))
-        gone = asyncio.ensure_future(_disconnected(request.receive))
-        try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (work, gone):
-                if not task.done():
-                    task.cancel()  # a departed client's requests are aborted here
-                    with contextlib.suppress(BaseException):
-                        await task
-        if not work.done() or work.cancelled():
-            return Response(status_code=499)  # nobody is listening
-        return JSONResponse(work.result())
+        return await _unless_gone(request, self._complete(req))
 
     def _validate(self, req: GenerationRequest) -> None:
         """Every prompt against the model, before any work; token-id prompts get their text."""
@@ -158,14 +151,14 @@ class _Routes:
             if not req.prompt_texts[p]:
                 req.prompt_texts[p] = decode_ids(self.backend.tokenizer, ids)
 
-    async def _strategy(self, req: GenerationRequest, body: Mapping[str, Any]) -> Response:
-        sreq = parse_strategy(body["metagen"], self.strategies.rewards)
+    async def _strategy(self, req: GenerationRequest, body: Mapping[str, Any],
+                        request: Request) -> Response:
+        sreq = parse_strategy(body["metagen"], self.strategies.rewards, self.strategies.prms)
         if req.params.n != 1:
             raise bad_request("n", "with metagen, n must be 1: the strategy's samples are "
                               "metagen.n")
-        if req.stream or req.echo:
-            raise bad_request("stream" if req.stream else "echo", "strategy requests are "
-                              "answered whole (no stream, no echo)")
+        if req.echo:
+            raise bad_request("echo", "strategy requests do not echo the prompt")
         prompt: Prompt
         if req.chat:
             assert req.messages is not None
@@ -178,11 +171,23 @@ class _Routes:
             if not isinstance(body.get("prompt"), str):
                 raise bad_request("prompt", "a strategy request takes one text prompt")
             prompt = req.prompt_texts[0]
-        result = await self.strategies.run(sreq, prompt, req.params)
-        u = result.usage
-        self.state.metrics.add_tokens(u.prompt_tokens, u.generated_tokens)
-        return JSONResponse(strategy_response(req, sreq, result, self.backend.tokenizer,
-                                              self.state.config.model_name))
+        async def answer(cancelled: threading.Event,
+                         progress: Callable[[Usage], None] | None = None) -> dict[str, Any]:
+            try:
+                result = await self.strategies.run(sreq, prompt, req.params, cancelled, progress)
+            except asyncio.CancelledError:
+                cancelled.set()  # the client left: the strategy stops at its next call
+                raise
+            u = result.usage
+            self.state.metrics.add_tokens(u.prompt_tokens, u.generated_tokens)
+            return strategy_response(req, sreq, result, self.backend.tokenizer,
+                                     self.state.config.model_name)
+
+        if req.stream:
+            return StreamingResponse(strategy_events(req, self.state.config.model_name, answer),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await _unless_gone(request, answer(threading.Event()))
 
     async def _complete(self, req: GenerationRequest) -> dict[str, Any]:
         prompt_lps = None
@@ -200,6 +205,25 @@ class _Routes:
             assert outs is not None
             return chat_response(req, outs, tok, model)
         return completion_response(req, outs, prompt_lps, tok, model)
+
+
+async def _unless_gone(request: Request, coro: Coroutine[Any, Any, dict[str, Any]]
+                       ) -> Response:
+    """The JSON answer ``coro`` computes, or 499 when the client leaves first (``coro`` is then
+    cancelled: a departed client's requests are aborted)."""
+    work = asyncio.ensure_future(coro)
+    gone = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, gone):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+    if not work.done() or work.cancelled():
+        return Response(status_code=499)  # nobody is listening
+    return JSONResponse(work.result())
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -1,19 +1,22 @@
 """Meta-generation in the request: a ``metagen`` object in the body names a strategy.
 
-``{"metagen": {"strategy": "best_of_n", "n": 16, "reward": "orm", "return_candidates": true}}``
+``{"metagen": {"strategy": "best_of_n", "n": 16, "reward": "orm", "return": "candidates"}}``
 (from the openai SDK: ``extra_body={"metagen": {...}}``) answers with the strategy's choice as
-the single choice. ``reward`` names a reward model loaded at start (``--orm name=PATH``; may be
-left out when exactly one is loaded). The request's own sampling fields are the samples'
-parameters (its ``n`` must be 1: the strategy's ``n`` is ``metagen.n``); the choice equals the
-library's ``best_of_n(generator, prompt, n=n, reward=rm, params=params)`` for the same seed.
-``usage`` counts everything spent: every sample's tokens, the prompt once, cached tokens, and the
-reward model's tokens and calls (``scorer_tokens``, ``scorer_calls``); the ``metagen`` object of
-the answer holds the chosen candidate's index, every candidate's score and, when asked, every
-candidate's text.
+the single choice; :mod:`metagen.server.strategy_params` lists the strategies (``best_of_n``,
+``self_consistency``, ``weighted_vote``, ``mbr``, ``step_beam_search``) and their parameters.
+Reward models are loaded by name at start (``--orm name=PATH``, ``--prm name=PATH``). The
+request's own sampling fields are the samples' parameters (its ``n`` must be 1: the strategy's
+``n`` is ``metagen.n``); the choice equals the library function's for the same seed, e.g.
+``best_of_n(generator, prompt, n=n, reward=rm, params=params)``. ``usage`` counts everything
+spent: every sample's tokens, the prompt, cached tokens, and the scorers' tokens and calls
+(``scorer_tokens``, ``scorer_calls``); the ``metagen`` object of the answer holds the chosen
+candidate's index, every candidate's score, whether the budget stopped the run and, when asked,
+every candidate's text (``return: "candidates"``) or the run's trace with its search tree
+(``return: "tree"``).
 
-Unknown strategies and parameters are 400s naming the field (``metagen.strategy``,
-``metagen.<name>``). Strategy requests run one at a time (so each one's usage is its own; plain
-requests run alongside them); a strategy request runs to its end even if its client leaves.
+Strategy requests run one at a time (so each one's usage is its own; plain requests run
+alongside them). A strategy whose client leaves stops before its next generate call (its budget
+is exhausted by the cancellation); the generate call in flight then runs to its end.
 """
 
 from __future__ import annotations
@@ -21,81 +24,91 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardModel
-from metagen.server.errors import bad_request
 from metagen.server.logprobs import chat_block, completion_block
 from metagen.server.requests import GenerationRequest
 from metagen.server.responses import new_id
+from metagen.server.strategy_params import StrategyRequest
 from metagen.strategies.best_of_n import best_of_n
-from metagen.types import Result, SamplingParams
-
-MAX_STRATEGY_N = 256
-# strategy -> the keys its ``metagen`` object may hold
-STRATEGY_FIELDS: dict[str, frozenset[str]] = {
-    "best_of_n": frozenset({"strategy", "n", "reward", "return_candidates"}),
-}
+from metagen.strategies.budget import Budget
+from metagen.strategies.mbr import mbr
+from metagen.strategies.step_beam import step_beam_search
+from metagen.strategies.voting import self_consistency, weighted_vote
+from metagen.types import Result, SamplingParams, Usage
 
 
 @dataclass(slots=True, frozen=True)
-class StrategyRequest:
-    """A validated ``metagen`` object."""
+class CancellableBudget(Budget):
+    """A :class:`Budget` that is also exhausted once ``cancelled`` is set: a strategy whose
+    client left stops before its next generate call (the call in flight runs to its end).
+    ``on_check`` gets the run's usage so far at each check, i.e. before each stage."""
 
-    strategy: str
-    n: int
-    reward: str
-    return_candidates: bool = False
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+    on_check: Callable[[Usage], None] | None = field(default=None, compare=False)
+
+    def exhausted(self, usage: Usage) -> bool:
+        if self.on_check is not None:
+            self.on_check(usage)
+        return self.cancelled.is_set() or Budget.exhausted(self, usage)
 
 
-def parse_strategy(value: Any, rewards: Mapping[str, RewardModel]) -> StrategyRequest:
-    """The ``metagen`` object of a body, or a 400 naming the field at fault."""
-    if not isinstance(value, dict):
-        raise bad_request("metagen", "metagen must be an object naming a strategy")
-    name = value.get("strategy")
-    if name not in STRATEGY_FIELDS:
-        raise bad_request("metagen.strategy", f"unknown strategy {str(name)[:40]!r}; known: "
-                          f"{sorted(STRATEGY_FIELDS)}")
-    unknown = sorted(k for k in value if k not in STRATEGY_FIELDS[name])
-    if unknown:
-        raise bad_request(f"metagen.{unknown[0][:40]}", f"unknown {name} parameter(s) "
-                          f"{', '.join(repr(k[:40]) for k in unknown[:10])}; known: "
-                          f"{sorted(STRATEGY_FIELDS[name] - {'strategy'})}")
-    n = value.get("n", 16)
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_STRATEGY_N:
-        raise bad_request("metagen.n", f"metagen.n must be an integer in [1, {MAX_STRATEGY_N}]")
-    reward = value.get("reward")
-    if reward is None and len(rewards) == 1:
-        reward = next(iter(rewards))
-    if not isinstance(reward, str) or reward not in rewards:
-        loaded = sorted(rewards) or "none (start the server with --orm NAME=PATH)"
-        raise bad_request("metagen.reward", f"unknown reward model {str(reward)[:40]!r}; "
-                          f"loaded: {loaded}")
-    candidates = value.get("return_candidates", False)
-    if not isinstance(candidates, bool):
-        raise bad_request("metagen.return_candidates", "return_candidates must be true or false")
-    return StrategyRequest(name, n, reward, candidates)
+def cancellable(budget: Budget | None, cancelled: threading.Event,
+                on_check: Callable[[Usage], None] | None = None) -> CancellableBudget:
+    """``budget``'s limits (none when None) in a :class:`CancellableBudget` on ``cancelled``."""
+    b = budget or Budget()
+    return CancellableBudget(b.max_generated_tokens, b.max_flops, b.max_calls, b.max_seconds,
+                             cancelled, on_check)
 
 
 class StrategyRunner:
-    """Runs strategy requests over ``generator`` with the named reward models, one at a time,
-    each in a worker thread (strategies are synchronous)."""
+    """Runs strategy requests over ``generator`` with the named reward models (ORMs) and process
+    reward models, one at a time, each in a worker thread (strategies are synchronous)."""
 
-    def __init__(self, generator: Generator, rewards: Mapping[str, RewardModel]) -> None:
+    def __init__(self, generator: Generator, rewards: Mapping[str, RewardModel],
+                 prms: Mapping[str, Any] | None = None) -> None:
         self.generator = generator
         self.rewards = dict(rewards)
+        self.prms = dict(prms or {})
         self._lock = threading.Lock()  # held by the thread, so a gone client cannot release it
 
-    async def run(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams) -> Result:
+    def call(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
+             budget: Budget) -> Result:
+        """The library call ``sreq`` names, synchronously."""
+        gen, opts = self.generator, sreq.options
+        reward: Any = None if sreq.reward in (None, "logprob") else self.rewards[sreq.reward]
+        out: Result | list[Result]
+        if sreq.strategy == "best_of_n":
+            out = best_of_n(gen, prompt, n=sreq.n, reward=reward, params=params, budget=budget)
+        elif sreq.strategy == "self_consistency":
+            out = self_consistency(gen, prompt, n=sreq.n, params=params, budget=budget)
+        elif sreq.strategy == "weighted_vote":
+            out = weighted_vote(gen, prompt, n=sreq.n, reward=reward or "logprob", params=params,
+                                budget=budget, **opts)
+        elif sreq.strategy == "mbr":
+            out = mbr(gen, prompt, n=sreq.n, params=params, budget=budget, **opts)
+        else:
+            assert sreq.prm is not None
+            out = step_beam_search(gen, [prompt], self.prms[sreq.prm], params=params,
+                                   budget=budget, **opts)[0]
+        assert isinstance(out, Result)
+        return out
+
+    async def run(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
+                  cancelled: threading.Event | None = None,
+                  progress: Callable[[Usage], None] | None = None) -> Result:
+        """``sreq`` in a worker thread; setting ``cancelled`` stops it before its next
+        generate call; ``progress`` (called in the worker thread) gets the usage so far before
+        each stage."""
+        budget = cancellable(sreq.budget, cancelled or threading.Event(), progress)
+
         def work() -> Result:
             with self._lock:
-                result = best_of_n(self.generator, prompt, n=sreq.n,
-                                   reward=self.rewards[sreq.reward], params=params)
-            assert isinstance(result, Result)
-            return result
+                return self.call(sreq, prompt, params, budget)
 
         return await asyncio.to_thread(work)
 
@@ -120,10 +133,13 @@ def strategy_response(req: GenerationRequest, sreq: StrategyRequest, result: Res
         choice["text"] = text
     u = result.usage
     info: dict[str, Any] = {"strategy": sreq.strategy, "n": sreq.n, "reward": sreq.reward,
-                            "chosen": chosen, "scores": list(result.scores),
-                            "failures": dict(result.failures)}
-    if sreq.return_candidates:
+                            "prm": sreq.prm, "chosen": chosen, "scores": list(result.scores),
+                            "failures": dict(result.failures),
+                            "stopped_by_budget": result.stopped_by_budget}
+    if sreq.returns == "candidates":
         info["candidates"] = [c.text for c in result.candidates]
+    elif sreq.returns == "tree":
+        info["tree"] = result.trace
     return {"id": new_id(req.chat), "object": "chat.completion" if req.chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice],
             "usage": {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.generated_tokens,

@@ -23,7 +23,7 @@ from metagen.server.responses import check_outputs, new_id, output_text, usage
 DONE = "data: [DONE]\n\n"
 
 
-class _Chunks:
+class Chunks:
     """Chunk bodies of one stream."""
 
     def __init__(self, req: GenerationRequest, model: str) -> None:
@@ -31,11 +31,13 @@ class _Chunks:
         self.id, self.created = new_id(req.chat), int(time.time())
         self.object = "chat.completion.chunk" if req.chat else "text_completion"
 
-    def event(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
+    def event(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None,
+              extra: dict[str, Any] | None = None) -> str:
         body: dict[str, Any] = {"id": self.id, "object": self.object, "created": self.created,
                                 "model": self.model, "choices": choices}
         if usage is not None:
             body["usage"] = usage
+        body |= extra or {}
         return f"data: {json.dumps(body, allow_nan=False)}\n\n"
 
     def choice(self, index: int, text: str | None, finish: str | None = None,
@@ -57,7 +59,7 @@ async def sse_events(req: GenerationRequest, handle: RequestHandle, model: str,
                      count: TokenCounter | None = None) -> AsyncIterator[str]:
     """The events of ``req`` running under ``handle`` (see the module docstring); ``count``
     gets the request's token counts once it finished."""
-    chunks = _Chunks(req, model)
+    chunks = Chunks(req, model)
     n = req.params.n
     try:
         try:
@@ -70,7 +72,7 @@ async def sse_events(req: GenerationRequest, handle: RequestHandle, model: str,
         handle.cancel()  # a no-op once the requests finished
 
 
-async def _body(req: GenerationRequest, handle: RequestHandle, chunks: _Chunks, n: int,
+async def _body(req: GenerationRequest, handle: RequestHandle, chunks: Chunks, n: int,
                 count: TokenCounter | None) -> AsyncIterator[str]:
     if req.chat:
         yield chunks.event([{"index": i, "delta": {"role": "assistant", "content": ""},

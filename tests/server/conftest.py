@@ -49,12 +49,13 @@ class RunningServer:
 
 
 def start_server(generator: Any, head_timeout: float = 10.0, rewards: Any = None,
-                 **config: Any) -> RunningServer:
+                 prms: Any = None, **config: Any) -> RunningServer:
     import uvicorn
 
     from metagen.server import LocalBackend, ServerConfig, create_app
     from metagen.server.protocol import head_timeout_protocol
-    app = create_app(LocalBackend(generator), ServerConfig(model_name=MODEL, **config), rewards)
+    app = create_app(LocalBackend(generator), ServerConfig(model_name=MODEL, **config), rewards,
+                     prms)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                            timeout_graceful_shutdown=5,
                                            http=head_timeout_protocol(head_timeout)))

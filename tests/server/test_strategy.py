@@ -10,7 +10,17 @@ import openai
 import pytest
 
 from metagen.generators.local import LocalGenerator
+import asyncio
+import threading
+import time
+
+import httpx
+
+from metagen.scorers import load_prm
 from metagen.server.rewards import load_orm, parse_named_paths
+from metagen.strategies.mbr import mbr
+from metagen.strategies.step_beam import step_beam_search
+from metagen.strategies.voting import self_consistency, weighted_vote
 from metagen.strategies.best_of_n import best_of_n
 from metagen.testbed import format_prompt, make_problems, model_path
 from metagen.types import SamplingParams
@@ -25,9 +35,14 @@ def orm():
 
 
 @pytest.fixture(scope="module")
-def policy_server(orm):
+def prm():
+    return load_prm(model_path("prm"))
+
+
+@pytest.fixture(scope="module")
+def policy_server(orm, prm):
     gen = LocalGenerator.from_pretrained(model_path("policy"))
-    running = start_server(gen, rewards={"orm": orm})
+    running = start_server(gen, rewards={"orm": orm}, prms={"prm": prm})
     yield running
     stop_server(running)
     gen.close()
@@ -81,8 +96,16 @@ def test_best_of_n_on_a_chat_prompt_is_refused_without_a_template(sdk):
     ({"strategy": "best_of_n", "return_candidates": "yes"}, {}, "metagen.return_candidates"),
     ("best_of_n", {}, "metagen"),
     ({"strategy": "best_of_n"}, {"n": 2}, "n"),
-    ({"strategy": "best_of_n"}, {"stream": True}, "stream"),
+    ({"strategy": "best_of_n"}, {"echo": True}, "echo"),
     ({"strategy": "best_of_n", "n": 4}, {"temperature": 0}, "n"),  # 4 greedy samples (V8)
+    ({"strategy": "step_beam_search", "width": 0}, {}, "metagen.width"),
+    ({"strategy": "step_beam_search", "n": 4}, {}, "metagen.n"),
+    ({"strategy": "step_beam_search", "prm": "orm"}, {}, "metagen.prm"),
+    ({"strategy": "mbr", "utility": "embedding"}, {}, "metagen.utility"),
+    ({"strategy": "weighted_vote", "keep_top": 0}, {}, "metagen.keep_top"),
+    ({"strategy": "self_consistency", "return": "everything"}, {}, "metagen.return"),
+    ({"strategy": "mbr", "budget": {"max_tokens": 0}}, {}, "metagen.budget.max_tokens"),
+    ({"strategy": "mbr", "budget": {"max_flops": 1}}, {}, "metagen.budget.max_flops"),
 ])
 def test_bad_strategy_requests_are_400s_naming_the_field(sdk, metagen, extra, param):
     with pytest.raises(openai.BadRequestError) as err:
@@ -97,3 +120,104 @@ def test_orm_option_parsing():
     for bad in (["orm"], ["=x"], ["a=x", "a=y"]):
         with pytest.raises(ValueError, match="--orm"):
             parse_named_paths(bad, "--orm")
+
+
+PROBLEM = format_prompt(make_problems("test", 1, seed=3, difficulties=[3])[0])
+PARAMS = SamplingParams(temperature=0.8, seed=5, max_tokens=64)
+SEARCH = {"width": 2, "branching": 2, "max_depth": 3}
+
+
+def _ask(sdk, metagen):
+    return sdk.completions.create(model=MODEL, prompt=PROBLEM, max_tokens=64, temperature=0.8,
+                                  seed=5, extra_body={"metagen": metagen})
+
+
+@pytest.mark.parametrize("strategy", ["self_consistency", "weighted_vote", "mbr",
+                                      "step_beam_search"])
+def test_each_strategy_equals_the_library(sdk, policy_ref, orm, prm, strategy):
+    library = {
+        "self_consistency": lambda: self_consistency(policy_ref, PROBLEM, n=8, params=PARAMS),
+        "weighted_vote": lambda: weighted_vote(policy_ref, PROBLEM, n=8, reward=orm,
+                                               params=PARAMS),
+        "mbr": lambda: mbr(policy_ref, PROBLEM, n=8, utility="chrf", params=PARAMS),
+        "step_beam_search": lambda: step_beam_search(policy_ref, [PROBLEM], prm, params=PARAMS,
+                                                     **SEARCH)[0],
+    }
+    request = {"self_consistency": {"n": 8}, "weighted_vote": {"n": 8, "reward": "orm"},
+               "mbr": {"n": 8, "utility": "chrf"}, "step_beam_search": SEARCH}[strategy]
+    want = library[strategy]()
+    got = _ask(sdk, {"strategy": strategy, "return": "candidates"} | request)
+    info = got.model_extra["metagen"]
+    assert got.choices[0].text == want.best.text
+    assert info["candidates"] == [c.text for c in want.candidates]
+    assert info["scores"] == pytest.approx(list(want.scores), abs=1e-5)
+    assert got.usage.completion_tokens == want.usage.generated_tokens > 0
+    assert got.usage.model_extra["scorer_calls"] == want.usage.scorer_calls
+
+
+def test_the_tree_is_the_library_trace(sdk, policy_ref, prm):
+    want = step_beam_search(policy_ref, [PROBLEM], prm, params=PARAMS, **SEARCH)[0]
+    got = _ask(sdk, {"strategy": "step_beam_search", "return": "tree"} | SEARCH)
+    tree = dict(got.model_extra["metagen"]["tree"])
+    trace = dict(want.trace)
+    timed = tree.pop("batch_usage"), trace.pop("batch_usage")  # wall time differs
+    assert tree == trace and "tree" in tree  # the search tree, node for node
+    assert timed[0]["generated_tokens"] == timed[1]["generated_tokens"] > 0
+
+
+def test_the_token_budget_is_respected(sdk):
+    got = _ask(sdk, {"strategy": "self_consistency", "n": 16, "budget": {"max_tokens": 100}})
+    assert got.usage.completion_tokens <= 100
+    assert got.model_extra["metagen"]["stopped_by_budget"] or got.usage.completion_tokens < 100
+
+
+def _engine_idle(gen) -> bool:
+    def probe(engine):
+        cached = len(engine.radix.cached_blocks()) if engine.radix is not None else 0
+        return (not engine.scheduler.running and not engine.scheduler.waiting
+                and engine.blocks.num_free + cached == engine.blocks.num_blocks)
+    return gen.loop.call(probe, timeout=10)
+
+
+def test_a_client_that_leaves_mid_strategy_frees_the_engine(policy_server, sdk):
+    long = {"model": MODEL, "prompt": PROBLEM, "max_tokens": 400, "temperature": 1.0, "seed": 1,
+            "ignore_eos": True, "metagen": {"strategy": "self_consistency", "n": 64}}
+    with httpx.Client(base_url=policy_server.url, timeout=0.5) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("/v1/completions", json=long)
+    deadline = time.monotonic() + 120
+    while not _engine_idle(policy_server.generator):
+        assert time.monotonic() < deadline, "the abandoned strategy still holds blocks"
+        time.sleep(0.1)
+    got = _ask(sdk, {"strategy": "self_consistency", "n": 2})  # the strategy lock was released
+    assert got.usage.completion_tokens > 0
+
+
+def test_a_cancelled_strategy_stops_before_its_next_generate_call(policy_ref, prm):
+    from metagen.server.strategy import StrategyRunner
+    from metagen.server.strategy_params import parse_strategy
+    runner = StrategyRunner(policy_ref, {}, {"prm": prm})
+    sreq = parse_strategy({"strategy": "step_beam_search"} | SEARCH, {}, {"prm": prm})
+    cancelled = threading.Event()
+    live = asyncio.run(runner.run(sreq, PROBLEM, PARAMS, threading.Event()))
+    cancelled.set()
+    stopped = asyncio.run(runner.run(sreq, PROBLEM, PARAMS, cancelled))
+    assert not live.stopped_by_budget and live.usage.generated_tokens > 0
+    assert stopped.stopped_by_budget and stopped.usage.generated_tokens == 0
+
+
+def test_a_streamed_strategy_sends_progress_then_the_library_answer(sdk, policy_ref, prm):
+    want = step_beam_search(policy_ref, [PROBLEM], prm, params=PARAMS, **SEARCH)[0]
+    chunks = list(sdk.completions.create(model=MODEL, prompt=PROBLEM, max_tokens=64, temperature=0.8, seed=5,
+                                         stream=True, stream_options={"include_usage": True},
+                                         extra_body={"metagen": {"strategy": "step_beam_search"}
+                                                     | SEARCH}))
+    progress = [c.model_extra["metagen"]["progress"] for c in chunks
+                if not c.choices and "metagen" in (c.model_extra or {})]
+    assert [p["stage"] for p in progress] == list(range(len(progress))) and len(progress) > 1
+    tokens = [p["generated_tokens"] for p in progress]
+    assert tokens == sorted(tokens) and tokens[-1] <= want.usage.generated_tokens
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want.best.text
+    final = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+    assert final.model_extra["metagen"]["strategy"] == "step_beam_search"
+    assert chunks[-1].usage.completion_tokens == want.usage.generated_tokens
