@@ -12,7 +12,8 @@ spent: every sample's tokens, the prompt, cached tokens, and the scorers' tokens
 (``scorer_tokens``, ``scorer_calls``); the ``metagen`` object of the answer holds the chosen
 candidate's index, every candidate's score, whether the budget stopped the run and, when asked,
 every candidate's text (``return: "candidates"``) or the run's trace with its search tree
-(``return: "tree"``).
+(``return: "tree"``). With ``stream: true`` the answer is streamed after one progress chunk per
+stage (:mod:`metagen.server.strategy_stream`).
 
 Strategy requests run one at a time (so each one's usage is its own; plain requests run
 alongside them). A strategy whose client leaves stops before its next generate call (its budget
