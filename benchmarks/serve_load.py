@@ -27,6 +27,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -93,18 +94,22 @@ def start_server(port: int) -> subprocess.Popen[bytes]:
            "--port", str(port), "--served-model-name", MODEL,
            "--orm", f"orm={model_path('orm')}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}: {' '.join(cmd)}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("the server did not start in 120 s")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {proc.returncode}: {' '.join(cmd)}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return proc
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the server did not start in 120 s")
+    except BaseException:  # also a SIGTERM / Ctrl-C while it starts: never leave it running
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def prompts(count: int) -> list[str]:
@@ -272,6 +277,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=120.0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so run()'s finally stops the server it started
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     result = run(args.quick, args.clients, args.duration)
     print(table(result))
     if args.json:
