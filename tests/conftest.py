@@ -22,6 +22,19 @@ def stories_path() -> Path:
     return STORIES
 
 
+def with_chat_template(out: Path, template: str) -> Path:
+    """A copy of stories260K in ``out`` whose tokenizer carries the Jinja chat ``template``."""
+    import shutil
+
+    from transformers import AutoTokenizer
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copy(STORIES / name, out / name)
+    tok = AutoTokenizer.from_pretrained(STORIES)
+    tok.chat_template = template
+    tok.save_pretrained(out)
+    return out
+
+
 @pytest.fixture
 def default_sandbox(monkeypatch) -> str:
     """The name of the backend :func:`metagen.sandbox.default_executor` picks here when nothing

@@ -3,7 +3,6 @@ loopback port, started in a thread by the fixture and stopped by it."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import with_chat_template
 
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
             "{% if not (loop.last and continue_final_message) %}</s>\n{% endif %}{% endfor %}"
@@ -23,14 +24,7 @@ MODEL = "stories"
 @pytest.fixture(scope="session")
 def chat_model_dir(tmp_path_factory, stories_path) -> Path:
     """stories260K with a chat template added to its tokenizer."""
-    from transformers import AutoTokenizer
-    out = tmp_path_factory.mktemp("stories_chat")
-    for name in ("config.json", "generation_config.json", "model.safetensors"):
-        shutil.copy(stories_path / name, out / name)
-    tok = AutoTokenizer.from_pretrained(stories_path)
-    tok.chat_template = TEMPLATE
-    tok.save_pretrained(out)
-    return out
+    return with_chat_template(tmp_path_factory.mktemp("stories_chat"), TEMPLATE)
 
 
 @dataclass

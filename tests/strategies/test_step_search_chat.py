@@ -8,11 +8,12 @@ scores, tokens). A declared-format PRM in a chat search reads its own template's
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import with_chat_template
 
 import metagen.generators.tokenize as tokenize_mod
 from metagen.strategies.best_first import best_first
@@ -47,14 +48,7 @@ SEARCHES: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def chat_model_dir(tmp_path_factory, stories_path) -> Path:
     """stories260K with a chat template added to its tokenizer."""
-    from transformers import AutoTokenizer
-    out = tmp_path_factory.mktemp("stories_chat")
-    for name in ("config.json", "generation_config.json", "model.safetensors"):
-        shutil.copy(stories_path / name, out / name)
-    tok = AutoTokenizer.from_pretrained(stories_path)
-    tok.chat_template = TEMPLATE
-    tok.save_pretrained(out)
-    return out
+    return with_chat_template(tmp_path_factory.mktemp("stories_chat"), TEMPLATE)
 
 
 @pytest.fixture(scope="module")
