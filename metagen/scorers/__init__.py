@@ -24,6 +24,7 @@ from metagen.scorers.load_prm import load_prm
 from metagen.scorers.prm_format import PRM_PRESETS, PRMFormat
 from metagen.scorers.remote_prm import RemoteProcessRewardModel
 from metagen.scorers.remote_reward import RemoteRewardModel
+from metagen.scorers.unit_tests import UnitTestVerifier
 from metagen.scorers.usage import UsageMeter, usage_of
 from metagen.scorers.utilities import (
     AnswerMatchUtility,
@@ -55,6 +56,7 @@ __all__ = [
     "RewardModel",
     "RougeUtility",
     "StepAggregation",
+    "UnitTestVerifier",
     "UsageMeter",
     "Utility",
     "aggregate_steps",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from metagen.errors import InvalidParameterError, SandboxUnavailable
 from metagen.sandbox.executor import Executor
@@ -33,6 +33,8 @@ from metagen.sandbox.optin import require_code_execution_allowed
 from metagen.sandbox.preflight import default_executor
 
 ATTEMPTS = 3  # runs of one program that may end in ``sandbox_error`` before giving up
+
+T = TypeVar("T")
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
@@ -107,14 +109,25 @@ class ExecutionAgreementUtility:
                 for h in ho]
 
     def _run(self, program: str) -> list[str | None]:
-        detail = ""
-        for _ in range(ATTEMPTS):
+        def attempt() -> tuple[list[str | None], str | None]:
             self.runs += 1
             values, res = run_function(self.executor, program, self.entry_point, self.inputs,
                                        limits=self.limits)
-            if res.status != "sandbox_error":
-                return values
-            detail = res.detail
-        raise SandboxUnavailable(
-            f"the {self.executor.name} sandbox failed {ATTEMPTS} times running one program "
-            f"(its behaviour is unknown, so it is not scored): {detail[-300:]}", (detail,))
+            return values, (res.detail if res.status == "sandbox_error" else None)
+        return retry_sandbox(attempt, self.executor.name)
+
+
+def retry_sandbox(attempt: Callable[[], tuple[T, str | None]], sandbox: str) -> T:
+    """The one retry policy for a run of model-written code: ``attempt()`` returns its value and
+    None, or the detail of a ``sandbox_error``; it is tried up to :data:`ATTEMPTS` times, then
+    :class:`SandboxUnavailable` is raised (the program's behaviour is unknown, so it is never
+    scored as a failure). ``sandbox`` names the executor in the message."""
+    detail = ""
+    for _ in range(ATTEMPTS):
+        value, error = attempt()
+        if error is None:
+            return value
+        detail = error
+    raise SandboxUnavailable(
+        f"the {sandbox} sandbox failed {ATTEMPTS} times running one program "
+        f"(its behaviour is unknown, so it is not scored): {detail[-300:]}", (detail,))
