@@ -75,15 +75,7 @@ class ExecutionAgreementUtility:
             raise InvalidParameterError("timeout", timeout, "must be in (0, 600] seconds")
         self.inputs = [list(args) for args in inputs]
         json.dumps(self.inputs)  # fail early on non-serialisable inputs
-        if executor is not None and backend is not None:
-            raise InvalidParameterError("backend", backend,
-                                        "give an executor or a backend name, not both")
-        if executor is None:
-            executor = default_executor(allow_code_execution=allow_code_execution,
-                                        backend=backend)
-        else:
-            require_code_execution_allowed(allow_code_execution)
-        self.executor = executor
+        self.executor = sandbox_executor(executor, backend, allow_code_execution)
         self.entry_point = entry_point
         self.timeout = float(timeout)
         self.limits = Limits(wall_seconds=self.timeout, cpu_seconds=self.timeout)
@@ -115,6 +107,22 @@ class ExecutionAgreementUtility:
                                        limits=self.limits)
             return values, (res.detail if res.status == "sandbox_error" else None)
         return retry_sandbox(attempt, self.executor.name)
+
+
+def sandbox_executor(executor: Executor | None, backend: str | None,
+                     allow_code_execution: bool | None) -> Executor:
+    """The executor a code scorer runs in, checked before any model call: ``executor`` when
+    given (after the opt-in check), else :func:`metagen.sandbox.default_executor` with
+    ``backend``. Raises :class:`CodeExecutionNotAllowed` without the opt-in,
+    :class:`SandboxUnavailable` when no sandbox works, ``InvalidParameterError`` naming
+    ``backend`` when both are given."""
+    if executor is not None and backend is not None:
+        raise InvalidParameterError("backend", backend,
+                                    "give an executor or a backend name, not both")
+    if executor is None:
+        return default_executor(allow_code_execution=allow_code_execution, backend=backend)
+    require_code_execution_allowed(allow_code_execution)
+    return executor
 
 
 def retry_sandbox(attempt: Callable[[], tuple[T, str | None]], sandbox: str) -> T:

@@ -24,12 +24,16 @@ from metagen.errors import InvalidParameterError, InvalidPromptError
 from metagen.generators.base import Prompt
 from metagen.sandbox.executor import Executor
 from metagen.sandbox.limits import Limits
-from metagen.sandbox.optin import require_code_execution_allowed
-from metagen.sandbox.preflight import default_executor
 from metagen.scorers.base import check_same_length
-from metagen.scorers.execution import retry_sandbox
+from metagen.scorers.execution import retry_sandbox, sandbox_executor
 from metagen.scorers.usage import UsageMeter
-from metagen.tasks.code_problem import CODE_LIMITS, CodeProblem, assemble_program, grade_code
+from metagen.tasks.code_problem import (
+    CODE_LIMITS,
+    CodeProblem,
+    assemble_program,
+    grade_code,
+    problems_by_prompt,
+)
 from metagen.types import Usage
 
 
@@ -53,19 +57,11 @@ class UnitTestVerifier:
                  allow_code_execution: bool | None = None, executor: Executor | None = None,
                  backend: str | None = None, limits: Limits = CODE_LIMITS,
                  call_seconds: float = 5.0, workers: int | None = None) -> None:
-        self.problems = _by_prompt(problems)
+        self.problems = problems_by_prompt(problems)
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                     or workers < 1):
             raise InvalidParameterError("workers", workers, "must be a positive integer")
-        if executor is not None and backend is not None:
-            raise InvalidParameterError("backend", backend,
-                                        "give an executor or a backend name, not both")
-        if executor is None:
-            executor = default_executor(allow_code_execution=allow_code_execution,
-                                        backend=backend)
-        else:
-            require_code_execution_allowed(allow_code_execution)
-        self.executor = executor
+        self.executor = sandbox_executor(executor, backend, allow_code_execution)
         self.limits = limits
         self.call_seconds = call_seconds
         self.workers = workers or os.cpu_count() or 1
@@ -101,18 +97,3 @@ class UnitTestVerifier:
             return verdict.passed, (None if verdict.scored else verdict.result.detail)
         return retry_sandbox(attempt, self.executor.name)
 
-
-def _by_prompt(problems: Sequence[CodeProblem] | Mapping[str, CodeProblem]
-               ) -> dict[str, CodeProblem]:
-    if isinstance(problems, Mapping):
-        table = dict(problems)
-    else:
-        table = {}
-        for problem in problems:
-            if problem.prompt in table:
-                raise InvalidParameterError("problems", problem.task_id,
-                                            "two problems share one prompt")
-            table[problem.prompt] = problem
-    if not table:
-        raise InvalidParameterError("problems", problems, "need at least one problem")
-    return table

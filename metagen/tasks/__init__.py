@@ -10,6 +10,8 @@
   :mod:`metagen.tasks.mbpp` — MBPP (standard split, 3-shot prompt, three asserts each): both
   :class:`CodeProblem`, graded by unit tests in the sandbox with :func:`grade_code` (the
   program in its own process behind the trusted tests; needs the code-execution opt-in).
+- :mod:`metagen.tasks.code_feedback` — :func:`~metagen.tasks.code_feedback.execution_feedback`,
+  the self-debug feedback source for ``refine_with_feedback`` (imported from its module).
 - :mod:`metagen.tasks.pass_at_k` — :func:`pass_at_k`, the unbiased estimator of Chen et al.
 """
 

@@ -10,7 +10,10 @@ comparisons run in a trusted test process, the program in its own process behind
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from metagen.errors import InvalidParameterError
 
 from metagen.sandbox.executor import Executor
 from metagen.sandbox.limits import Limits
@@ -66,6 +69,25 @@ def grade_code(executor: Executor, problem: CodeProblem, completion: str, *,
     return grade_program(executor, assemble_program(problem, completion), problem.tests,
                          setup=problem.setup, functions=(problem.entry_point,), limits=limits,
                          call_seconds=call_seconds)
+
+
+def problems_by_prompt(problems: Sequence[CodeProblem] | Mapping[str, CodeProblem]
+               ) -> dict[str, CodeProblem]:
+    """``problems`` keyed by the prompt the model sees: a mapping as given, or each problem by
+    its ``prompt``. ``InvalidParameterError`` naming ``problems`` when empty or when two
+    problems share a prompt."""
+    if isinstance(problems, Mapping):
+        table = dict(problems)
+    else:
+        table = {}
+        for problem in problems:
+            if problem.prompt in table:
+                raise InvalidParameterError("problems", problem.task_id,
+                                            "two problems share one prompt")
+            table[problem.prompt] = problem
+    if not table:
+        raise InvalidParameterError("problems", problems, "need at least one problem")
+    return table
 
 
 def _defines(code: str, name: str) -> bool:
