@@ -55,13 +55,18 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
 @click.option("--reward", default=None, metavar="PATH",
-              help="Reward model folder (best_of_n, weighted_vote).")
+              help="Reward model folder (best_of_n, weighted_vote); on humaneval/mbpp also "
+              "'unit-tests': the problem's hidden tests in the sandbox, an ORACLE (it selects "
+              "with the tests that grade, so best_of_n then measures pass@N, not a fair "
+              "selector).")
 @click.option("--prm", default=None, metavar="PATH",
               help="Process reward model folder (the step searches).")
 @click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE",
               help="Passed to the strategy's selector (repeatable).")
 @click.option("--data", default=None, metavar="PATH",
-              help="The task's JSONL file (gsm8k, math500).")
+              help="The task's data file (gsm8k, math500: JSONL; humaneval: HumanEval.jsonl.gz; "
+              "mbpp: mbpp.jsonl). The code tasks run model-written code in the sandbox and "
+              "need METAGEN_ALLOW_CODE_EXECUTION=1.")
 @click.option("--limit", default=None, metavar="K", help="At most K items.")
 @click.option("--seed", default="0", show_default=True)
 @click.option("--temperature", default="0.8", show_default=True)
@@ -79,7 +84,8 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                  strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
                  temperature: str, top_p: str, max_tokens: str, backend: str, out: str,
                  force_resume: bool, **flags: Any) -> None:
-    """Evaluate STRATEGY on TASK (gsm8k, math500, testbed) at every N of --n."""
+    """Evaluate STRATEGY on TASK (gsm8k, math500, testbed, humaneval, mbpp) at every N of
+    --n."""
     from metagen.eval import EvalConfig, get_task, run_eval
     from metagen.types import SamplingParams
 
@@ -98,7 +104,8 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                                 top_p=_given(float_flag("top_p", top_p)),
                                 max_tokens=_given(int_flag("max_tokens", max_tokens))),
         seed=_given(int_flag("seed", seed)), strategy_args=parse_strategy_args(strategy_arg),
-        reward=str(Path(reward).resolve()) if reward else None,
+        reward=(reward if reward == UNIT_TESTS else str(Path(reward).resolve()) if reward
+                else None),
         prm=str(Path(prm).resolve()) if prm else None, data=data,
         limit=int_flag("limit", limit))
 
@@ -108,7 +115,11 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         from metagen.cli.generate import load_generator as load
         return load(backend, str(local_path))[1]
 
+    spec = get_task(task)
+
     def load_reward() -> Any:
+        if reward == UNIT_TESTS:
+            return unit_test_oracle(spec, data, config.limit)
         from metagen.eval.reward import load_reward as load
         return load(reward) if reward else None
 
@@ -127,7 +138,7 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
 
     try:
         with quiet_remote_logs():
-            report, code = run_eval(config, get_task(task), out, load_generator=load_generator,
+            report, code = run_eval(config, spec, out, load_generator=load_generator,
                                     load_reward=load_reward if reward else None,
                                     load_prm=load_prm if prm else None,
                                     force_resume=force_resume, progress=progress)
@@ -136,6 +147,22 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
             bar.render_finish()
     _print_summary(report)
     ctx.exit(code)
+
+
+UNIT_TESTS = "unit-tests"  # --reward: the code task's own tests as an oracle reward
+
+
+def unit_test_oracle(spec: Any, data: str | None, limit: int | None) -> Any:
+    """A :class:`~metagen.scorers.UnitTestVerifier` on the task's items (their hidden tests);
+    ``InvalidParameterError`` naming ``reward`` for a task without unit tests."""
+    from metagen.scorers import UnitTestVerifier
+    from metagen.tasks.code_problem import CodeProblem
+
+    items = spec.items(data, limit)
+    if not items or not all(isinstance(it.problem, CodeProblem) for it in items):
+        raise InvalidParameterError("reward", UNIT_TESTS,
+                                    f"task {spec.name} has no unit tests (humaneval, mbpp)")
+    return UnitTestVerifier({it.prompt: it.problem for it in items})
 
 
 def _given(value: T | None) -> T:

@@ -2,14 +2,16 @@
 
 - :mod:`~metagen.eval.runner` — :class:`EvalConfig`, :func:`run_eval` (sample once at the
   largest N, score once, every N derived; SQLite store; resume; atomic ``results.json``).
-- :mod:`~metagen.eval.tasks` — the task registry (gsm8k, math500, testbed).
-- :mod:`~metagen.eval.estimators` — pass@k, subset enumeration, standard errors.
+- :mod:`~metagen.eval.tasks` — the task registry (gsm8k, math500, testbed, humaneval,
+  mbpp).
+- :mod:`~metagen.eval.estimators` — subset enumeration, standard errors (pass@k is
+  :func:`metagen.tasks.pass_at_k.pass_at_k`).
 - :mod:`~metagen.eval.store` — the run's SQLite store.
 """
 
-from metagen.eval.estimators import mean_stderr, pass_at_k, subsets
+from metagen.eval.estimators import mean_stderr, subsets
 from metagen.eval.runner import EvalConfig, run_eval
 from metagen.eval.tasks import TASKS, EvalItem, TaskSpec, get_task
 
 __all__ = ["EvalConfig", "EvalItem", "TASKS", "TaskSpec", "get_task", "mean_stderr",
-           "pass_at_k", "run_eval", "subsets"]
+           "run_eval", "subsets"]

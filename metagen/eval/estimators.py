@@ -1,8 +1,6 @@
 """Unbiased estimators of metrics at k samples from n >= k drawn samples (pure functions).
 
-- :func:`pass_at_k`: 1 - C(n-c, k) / C(n, k) (Chen et al. 2021, "Evaluating Large Language
-  Models Trained on Code"): the probability that a random size-k subset of the n samples holds
-  at least one of the c correct ones, computed as a product to stay exact for large n.
+- pass@k is :func:`metagen.tasks.pass_at_k.pass_at_k` (the project's one implementation).
 - :func:`subsets`: the size-k subsets a subsampled metric (majority@k, best-of-k) averages over:
   all of them when there are at most ``max_subsets``, else ``max_subsets`` drawn without
   replacement of indices from a seeded RNG. The mean over all subsets is the unbiased estimate of
@@ -25,19 +23,6 @@ def _check_nk(n: int, k: int) -> None:
         raise InvalidParameterError("n", n, "must be a positive integer")
     if not isinstance(k, int) or not 1 <= k <= n:
         raise InvalidParameterError("k", k, f"must be in [1, n={n}]")
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """P(a uniformly random size-k subset of n samples with c correct has a correct one)."""
-    _check_nk(n, k)
-    if not isinstance(c, int) or not 0 <= c <= n:
-        raise InvalidParameterError("c", c, f"must be in [0, n={n}]")
-    if n - c < k:
-        return 1.0
-    miss = 1.0
-    for i in range(n - c + 1, n + 1):  # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i)
-        miss *= 1.0 - k / i
-    return 1.0 - miss
 
 
 def subsets(n: int, k: int, max_subsets: int, seed: int) -> list[tuple[int, ...]]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metagen.eval.estimators import mean_stderr, pass_at_k, subsets
+from metagen.eval.estimators import mean_stderr, subsets
+from metagen.tasks.pass_at_k import pass_at_k
 from metagen.eval.seeds import subset_seed
 from metagen.eval.store import ItemResult, StoredSample
 from metagen.strategies.selection import Selector

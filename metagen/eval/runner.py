@@ -101,7 +101,8 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     """Run (or resume) ``config`` into folder ``out``; returns (the results.json object, exit
     status: 0 complete, 1 items failed, 130/143 interrupted by SIGINT/SIGTERM).
 
-    Before any model is loaded: the folder is checked (writable, space), the items are read and
+    Before any model is loaded: the folder is checked (writable, space), the task's
+    ``preflight`` run (code tasks: opt-in and sandbox), the items are read and
     the store's run key compared (a different key raises ``InvalidParameterError`` naming
     ``run_key`` unless ``force_resume``). ``load_generator()`` and the scorer the strategy needs
     (``load_reward()`` for best_of_n / weighted_vote, ``load_prm()`` for the step searches of
@@ -111,6 +112,7 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     if config.strategy in DIRECT and load_prm is None:
         raise InvalidParameterError("prm", None, f"{config.strategy} needs --prm PATH")
     folder = check_output_dir(out)
+    task.preflight()
     items = task.items(config.data, config.limit)
     fields = config.key_fields(task)
     key = run_key(fields)

@@ -1,9 +1,10 @@
 """The tasks ``metagen eval`` runs: one :class:`TaskSpec` entry per benchmark.
 
 A task knows its data (a JSONL file given by path, or the testbed's seeded generator), its
-prompt, its grader and the answer key voting uses. Nothing is downloaded. Adding a task (e.g.
-HumanEval, MBPP) is one entry in :data:`TASKS`; a task that executes model-written code also sets
-``executor_limits`` so they join the run key.
+prompt, its grader and the answer key voting uses. Nothing is downloaded. Adding a task is one
+entry in :data:`TASKS`; a task that executes model-written code (humaneval, mbpp) also sets
+``executor_limits``, so they join the run key, and a ``preflight`` that checks the opt-in and
+the sandbox before any model is loaded.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class TaskSpec:
     ``load(path, limit)`` returns the task's problems (``path`` None only when ``needs_data`` is
     False); ``format_prompt(problem)`` the prompt; ``grade(text, problem)`` whether a completion
     is right; ``item_id(problem)`` a stable id; ``data_fingerprint(path)`` a hash of the data the
-    items come from (for the run key)."""
+    items come from (for the run key). ``preflight()`` raises what would stop grading (a code
+    task: no opt-in to code execution, no working sandbox); the runner calls it before loading
+    any model."""
 
     name: str
     load: Callable[[Path | None, int | None], Sequence[Any]]
@@ -48,6 +51,7 @@ class TaskSpec:
     item_id: Callable[[Any], str] = lambda p: str(p.uid)
     difficulty: Callable[[Any], str | None] = lambda p: None
     executor_limits: dict[str, Any] = field(default_factory=dict)
+    preflight: Callable[[], None] = lambda: None
 
     def items(self, path: str | Path | None, limit: int | None) -> list[EvalItem]:
         """The task's items (at most ``limit``). Raises ``InvalidParameterError`` naming
@@ -130,6 +134,49 @@ def _testbed() -> TaskSpec:
                     needs_data=False, difficulty=lambda p: f"d{p.difficulty}")
 
 
+def _code_task(name: str, load: Callable[[Path, int | None], Sequence[Any]]) -> TaskSpec:
+    """A task graded by unit tests in the default sandbox (:func:`grade_code`, one grading per
+    sample, ``sandbox_error`` retried then raised, never scored). The opt-in
+    (``METAGEN_ALLOW_CODE_EXECUTION=1``) and the sandbox are checked in ``preflight``."""
+    from dataclasses import asdict
+
+    from metagen.sandbox.preflight import default_executor
+    from metagen.scorers.execution import retry_sandbox
+    from metagen.tasks.code_problem import CODE_LIMITS, grade_code
+
+    sandbox: list[Any] = []  # the executor, made by preflight (or the first grading)
+    call_seconds = 5.0
+
+    def preflight() -> None:
+        if not sandbox:
+            sandbox.append(default_executor())
+
+    def grade(text: str, problem: Any) -> bool:
+        preflight()
+        executor = sandbox[0]
+
+        def attempt() -> tuple[bool, str | None]:
+            verdict = grade_code(executor, problem, text, limits=CODE_LIMITS,
+                                 call_seconds=call_seconds)
+            return verdict.passed, None if verdict.scored else verdict.result.detail
+        return retry_sandbox(attempt, executor.name)
+
+    return TaskSpec(name, lambda path, limit: load(_some(path), limit),
+                    lambda p: str(p.prompt), grade, None, item_id=lambda p: str(p.task_id),
+                    executor_limits={**asdict(CODE_LIMITS), "call_seconds": call_seconds},
+                    preflight=preflight)
+
+
+def _humaneval() -> TaskSpec:
+    from metagen.tasks.humaneval import load_humaneval
+    return _code_task("humaneval", load_humaneval)
+
+
+def _mbpp() -> TaskSpec:
+    from metagen.tasks.mbpp import load_mbpp
+    return _code_task("mbpp", lambda path, limit: load_mbpp(path, limit=limit))
+
+
 def _some(path: Path | None) -> Path:
     assert path is not None  # TaskSpec.items checked it
     return path
@@ -138,7 +185,9 @@ def _some(path: Path | None) -> Path:
 #: name -> factory of the task (imported on use, so listing tasks loads no data module)
 TASKS: dict[str, Callable[[], TaskSpec]] = {
     "gsm8k": _gsm8k,
+    "humaneval": _humaneval,
     "math500": _math500,
+    "mbpp": _mbpp,
     "testbed": _testbed,
 }
 

@@ -9,7 +9,8 @@ import statistics
 import pytest
 
 from metagen.errors import InvalidParameterError
-from metagen.eval.estimators import mean_stderr, pass_at_k, subsets
+from metagen.eval.estimators import mean_stderr, subsets
+from metagen.tasks.pass_at_k import pass_at_k
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 7])

@@ -11,7 +11,9 @@ from metagen.eval.tasks import TASKS, get_task
 from tests.conftest import SHARED
 
 DATA = {"gsm8k": SHARED / "data" / "gsm8k_test.jsonl",
-        "math500": SHARED / "data" / "math500_test.jsonl"}
+        "math500": SHARED / "data" / "math500_test.jsonl",
+        "humaneval": SHARED / "data" / "HumanEval.jsonl.gz", "mbpp": SHARED / "data" / "mbpp.jsonl"}
+CODE_TASKS = ("humaneval", "mbpp")
 
 
 def _reference(task: str, problem) -> str:
@@ -19,14 +21,19 @@ def _reference(task: str, problem) -> str:
         return problem.solution
     if task == "math500":
         return f"so the answer is \\boxed{{{problem.answer}}}"
+    if task in CODE_TASKS:
+        return problem.reference
     return problem.solutions[0]
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
-def test_items_load_keyed_uniquely_and_references_grade_correct(name):
+def test_items_load_keyed_uniquely_and_references_grade_correct(name, request, monkeypatch):
     path = DATA.get(name)
     if path is not None and not path.exists():
         pytest.skip(f"{path} not found")
+    if name in CODE_TASKS:  # graded in the sandbox: needs one, and the opt-in
+        request.getfixturevalue("default_sandbox")
+        monkeypatch.setenv("METAGEN_ALLOW_CODE_EXECUTION", "1")
     task = get_task(name)
     items = task.items(path, 5)
     assert len(items) == 5 and len({it.id for it in items}) == 5
@@ -42,7 +49,7 @@ def test_items_load_keyed_uniquely_and_references_grade_correct(name):
 
 
 def test_unknown_task_and_missing_or_extra_data_are_named():
-    with pytest.raises(InvalidParameterError, match="task.*gsm8k, math500, testbed"):
+    with pytest.raises(InvalidParameterError, match="task.*gsm8k, humaneval, math500, mbpp, testbed"):
         get_task("nope")
     with pytest.raises(InvalidParameterError, match="data.*needs --data"):
         get_task("gsm8k").items(None, 1)
