@@ -69,3 +69,19 @@ def test_without_opt_in_refused_before_any_load(task, tmp_path, monkeypatch):
         run_eval(config(task, _data_file(DATA[task])), get_task(task), tmp_path,
                  load_generator=never, load_reward=never)
     assert not (tmp_path / STORE_NAME).exists()
+
+
+def test_unit_test_oracle_only_for_code_tasks(monkeypatch, default_sandbox):
+    from metagen.cli.eval import unit_test_oracle
+    from metagen.errors import InvalidParameterError
+
+    monkeypatch.setenv(ENV_ALLOW, "1")
+    with pytest.raises(InvalidParameterError) as err:
+        unit_test_oracle(get_task("testbed"), None, 2)
+    assert err.value.param == "reward"
+    spec = get_task("humaneval")
+    path = str(_data_file(DATA["humaneval"]))
+    [item] = spec.items(path, 1)
+    oracle = unit_test_oracle(spec, path, 1)
+    right = canonical("humaneval", item.problem)
+    assert oracle.score([item.prompt] * 2, [right, WRONG["humaneval"]]) == [1.0, 0.0]
