@@ -45,10 +45,18 @@ def sandbox(default_sandbox):
     return check_code_execution(True)
 
 
-def grade_all(executor, problems, completions, parallel: int = 2):
-    """Verdicts of ``completions[i]`` on ``problems[i]``, ``parallel`` gradings at a time."""
+def grade_all(executor, problems, completions, parallel: int = 2, patient: bool = False):
+    """Verdicts of ``completions[i]`` on ``problems[i]``, ``parallel`` gradings at a time.
+    ``patient``: wall-clock limits 6x the defaults (CPU limits unchanged), for reference
+    solutions that must pass also on a machine busy with other work -- a wall-clock timeout
+    there says nothing about the solution."""
     from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
 
     from metagen.tasks import grade_code
+    from metagen.tasks.code_problem import CODE_LIMITS
+    kw = {} if not patient else {"call_seconds": 30.0, "limits": replace(
+        CODE_LIMITS, wall_seconds=6 * CODE_LIMITS.wall_seconds)}
     with ThreadPoolExecutor(parallel) as pool:
-        return list(pool.map(lambda pc: grade_code(executor, *pc), zip(problems, completions)))
+        return list(pool.map(lambda pc: grade_code(executor, *pc, **kw),
+                             zip(problems, completions)))

@@ -60,7 +60,7 @@ def test_a_completion_ends_at_done(problems):
 
 
 def test_every_reference_passes_but_the_listed_ones(sandbox, problems):
-    verdicts = grade_all(sandbox, problems, [p.reference for p in problems])
+    verdicts = grade_all(sandbox, problems, [p.reference for p in problems], patient=True)
     failed = {int(p.task_id.split("/")[1]): v for p, v in zip(problems, verdicts) if not v.passed}
     assert sorted(failed) == sorted(UNPASSABLE), {k: v.reason for k, v in failed.items()}
     assert all(v.scored for v in verdicts) and sum(v.passed for v in verdicts) == 496
