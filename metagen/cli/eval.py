@@ -9,6 +9,7 @@ or load error, 128 + signal when SIGINT / SIGTERM stopped it (``results.json`` t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from metagen.cli.remote import open_remote, pop_remote, quiet_remote_logs, remot
 from metagen.errors import InvalidParameterError
 
 T = TypeVar("T")
+LOCAL_RAY = "local"  # --ray with no ADDRESS
 
 
 def parse_ns(text: str) -> tuple[int, ...]:
@@ -77,13 +79,22 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--out", required=True, metavar="DIR", help="Run folder (store and results.json).")
 @click.option("--force-resume", is_flag=True, default=False,
               help="Reuse a folder whose run was made with other settings.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value=LOCAL_RAY, default=None,
+              metavar="[ADDRESS]",
+              help="Fan items out over Ray workers (pip install 'metagen[ray]'): no ADDRESS "
+              "starts a local Ray with --ray-workers workers (shut down at the end); ADDRESS "
+              "(e.g. auto) joins a running cluster. With a comma-separated --base-url list, "
+              "worker i samples from URL i mod len.")
+@click.option("--ray-workers", default="2", show_default=True, metavar="K",
+              help="Ray workers (actors), each with its own backend.")
 @remote_options
 @click.pass_context
 def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: str | None,
                  prm: str | None,
                  strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
                  temperature: str, top_p: str, max_tokens: str, backend: str, out: str,
-                 force_resume: bool, **flags: Any) -> None:
+                 force_resume: bool, ray_address: str | None, ray_workers: str,
+                 **flags: Any) -> None:
     """Evaluate STRATEGY on TASK (gsm8k, math500, testbed, humaneval, mbpp) at every N of
     --n."""
     from metagen.eval import EvalConfig, get_task, run_eval
@@ -109,9 +120,15 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         prm=str(Path(prm).resolve()) if prm else None, data=data,
         limit=int_flag("limit", limit))
 
-    def load_generator() -> Any:
+    urls = [u.strip() for u in remote["base_url"].split(",")] if remote else []
+    if len(urls) > 1 and ray_address is None:
+        raise InvalidParameterError("base_url", remote["base_url"], "a list of servers needs "
+                                    "--ray (worker i samples from URL i mod len)")
+    workers = int_flag("ray_workers", ray_workers)
+
+    def load_generator(index: int = 0) -> Any:
         if remote:
-            return open_remote(remote)
+            return open_remote({**remote, "base_url": urls[index % len(urls)]})
         from metagen.cli.generate import load_generator as load
         return load(backend, str(local_path))[1]
 
@@ -136,12 +153,20 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                                     show_eta=True, show_pos=True)
         bar.update(1)
 
+    pool = None
+    session: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if ray_address is not None:
+        from metagen.eval.ray_runner import RayPool, ray_session
+        pool = RayPool(_given(workers), load_generator,
+                       load_reward=load_reward if reward else None,
+                       load_prm=load_prm if prm else None)
+        session = ray_session(None if ray_address == LOCAL_RAY else ray_address, pool.workers)
     try:
-        with quiet_remote_logs():
+        with quiet_remote_logs(), session:
             report, code = run_eval(config, spec, out, load_generator=load_generator,
                                     load_reward=load_reward if reward else None,
                                     load_prm=load_prm if prm else None,
-                                    force_resume=force_resume, progress=progress)
+                                    force_resume=force_resume, progress=progress, pool=pool)
     finally:
         if bar is not None:
             bar.render_finish()

@@ -15,10 +15,10 @@ are keyed by id, never by position or worker (L6).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from metagen.errors import BackendError, InvalidParameterError
 from metagen.eval.atomic import write_json_atomic
@@ -27,6 +27,7 @@ from metagen.eval.interrupt import RunInterrupted, raising_on_signals
 from metagen.eval.metrics import item_results, summarize
 from metagen.eval.preflight import check_output_dir
 from metagen.eval.provenance import hardware, versions
+from metagen.eval.recording import SaveCall, replay
 from metagen.eval.runkey import run_key
 from metagen.eval.seeds import item_seed
 from metagen.eval.selectors import SUBSAMPLED, StoredReward, make_selector
@@ -40,6 +41,15 @@ STORE_NAME = "run.sqlite"
 RESULTS_NAME = "results.json"
 REWARD = "reward"  # the scorer name of the reward model's scores in the store
 Progress = Callable[[int, int], None]  # (items finished this session, items to do)
+WorkUnit = tuple[EvalItem, dict[int, StoredSample], dict[str, dict[int, float]]]
+Finished = tuple[str, bool, list[SaveCall], str]  # item id, done, its save_item calls, backend
+
+
+class ItemPool(Protocol):
+    """Does items elsewhere: ``run`` yields one :data:`Finished` per unit, in any order, each
+    item exactly once (a unit whose worker died is redone, never dropped)."""
+
+    def run(self, config: EvalConfig, units: Sequence[WorkUnit]) -> Iterator[Finished]: ...
 
 
 @dataclass(slots=True, frozen=True)
@@ -97,7 +107,8 @@ class EvalConfig:
 def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
              load_generator: Callable[[], Any], load_reward: Callable[[], Any] | None = None,
              load_prm: Callable[[], Any] | None = None, force_resume: bool = False,
-             progress: Progress | None = None) -> tuple[dict[str, Any], int]:
+             progress: Progress | None = None,
+             pool: ItemPool | None = None) -> tuple[dict[str, Any], int]:
     """Run (or resume) ``config`` into folder ``out``; returns (the results.json object, exit
     status: 0 complete, 1 items failed, 130/143 interrupted by SIGINT/SIGTERM).
 
@@ -106,7 +117,11 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     the store's run key compared (a different key raises ``InvalidParameterError`` naming
     ``run_key`` unless ``force_resume``). ``load_generator()`` and the scorer the strategy needs
     (``load_reward()`` for best_of_n / weighted_vote, ``load_prm()`` for the step searches of
-    :data:`~metagen.eval.direct.DIRECT`) are called only when an item remains to be done."""
+    :data:`~metagen.eval.direct.DIRECT`) are called only when an item remains to be done.
+
+    With a ``pool`` (e.g. :class:`~metagen.eval.ray_runner.RayPool`) the items are done by its
+    workers, each with its own backend, and this process alone writes the store: it hands each
+    item out with its stored samples and scores and replays the worker's recorded writes."""
     if SUBSAMPLED.get(config.strategy) and load_reward is None:
         raise InvalidParameterError("reward", None, f"{config.strategy} needs --reward PATH")
     if config.strategy in DIRECT and load_prm is None:
@@ -126,13 +141,20 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
         status, code = "partial", 1
         try:
             with raising_on_signals():
-                if todo:
+                if todo and pool is not None:
+                    units = [(it, store.samples(it.id), {REWARD: store.scores(it.id, REWARD)})
+                             for it in todo]
+                    for i, (item_id, ok, calls, backend) in enumerate(pool.run(config, units)):
+                        store.note_backend(backend)
+                        replay(calls, store)
+                        if not ok:
+                            failed.append(item_id)
+                        if progress:
+                            progress(i + 1, len(todo))
+                elif todo:
                     generator = load_generator()
                     store.note_backend(type(generator).__name__)
-                    needs_reward = SUBSAMPLED.get(config.strategy, False)
-                    scorer = (as_reward(load_reward()) if needs_reward and load_reward else
-                              load_prm() if config.strategy in DIRECT and load_prm else None)
-                    run_item = _run_direct if config.strategy in DIRECT else _run_item
+                    scorer = load_scorer(config, load_reward, load_prm)
                     for i, item in enumerate(todo):
                         if not run_item(config, task, item, generator, scorer, store):
                             failed.append(item.id)
@@ -148,6 +170,23 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
                              started, ended, len(items) - len(todo))
             write_json_atomic(folder / RESULTS_NAME, report)
     return report, code
+
+
+def load_scorer(config: EvalConfig, load_reward: Callable[[], Any] | None,
+                load_prm: Callable[[], Any] | None) -> Any:
+    """The scorer ``config.strategy`` needs: the reward model (as a reward) for best_of_n /
+    weighted_vote, the PRM for the step searches, else None."""
+    if SUBSAMPLED.get(config.strategy, False) and load_reward:
+        return as_reward(load_reward())
+    return load_prm() if config.strategy in DIRECT and load_prm else None
+
+
+def run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, scorer: Any,
+             store: Any) -> bool:
+    """Do one item into ``store`` (the run's :class:`RunStore`, or a worker's
+    :class:`~metagen.eval.recording.RecordingStore`); True when it is done."""
+    run = _run_direct if config.strategy in DIRECT else _run_item
+    return run(config, task, item, generator, scorer, store)
 
 
 def _run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any,
