@@ -61,7 +61,8 @@ class _Worker:
 
 class RayPool:
     """``workers`` Ray actors over the Ray already initialised in this process (see
-    :func:`ray_session`). ``actors`` lists the live ones (tests kill them to check requeue)."""
+    :func:`ray_session`). ``actors`` lists the live ones (tests kill them to check requeue);
+    ``replaced`` counts the workers that died and were replaced."""
 
     def __init__(self, workers: int, load_generator: Callable[[int], Any], *,
                  load_reward: Callable[[], Any] | None = None,
@@ -73,6 +74,7 @@ class RayPool:
         self.load_reward, self.load_prm = load_reward, load_prm
         self.max_replacements = 2 * workers if max_replacements is None else max_replacements
         self.actors: list[Any] = []
+        self.replaced = 0  # workers replaced after dying, in the last run
 
     def _start(self, ray: Any, index: int, config: EvalConfig) -> Any:
         actor_cls = ray.remote(num_cpus=1, max_restarts=0)(_Worker)
@@ -86,7 +88,7 @@ class RayPool:
         queue: deque[WorkUnit] = deque(units)
         self.actors = [self._start(ray, i, config) for i in range(min(self.workers, len(queue)))]
         flight: dict[Any, tuple[int, WorkUnit]] = {}
-        replaced = 0
+        self.replaced = 0
         try:
             while queue or flight:
                 busy = {slot for slot, _ in flight.values()}
@@ -99,9 +101,9 @@ class RayPool:
                 try:
                     finished: Finished = ray.get(ready[0])
                 except ray.exceptions.RayActorError as exc:
-                    replaced += 1
-                    if replaced > self.max_replacements:
-                        raise BackendError(f"Ray workers died {replaced} times; last: "
+                    self.replaced += 1
+                    if self.replaced > self.max_replacements:
+                        raise BackendError(f"Ray workers died {self.replaced} times; last: "
                                            f"{exc}") from exc
                     queue.appendleft(unit)
                     self.actors[slot] = self._start(ray, slot, config)
