@@ -107,3 +107,12 @@ def test_resume_with_another_worker_count_completes_to_the_same_results(cluster,
 
 def _fields(config: EvalConfig) -> dict:
     return {name: getattr(config, name) for name in config.__slots__}  # type: ignore[attr-defined]
+
+
+def test_a_server_list_without_ray_is_refused_naming_base_url(tmp_path, capsys):
+    from metagen.cli import main
+
+    code = main(["eval", "testbed", "--strategy", "self_consistency", "--base-url",
+                 "http://a:1/v1,http://b:1/v1", "--model", "M", "--out", str(tmp_path / "run")])
+    assert code == 2 and "base_url" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
