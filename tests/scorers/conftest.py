@@ -15,7 +15,8 @@ def _config(num_labels: int = 1):
                        tie_word_embeddings=False)
 
 
-def _save(model, tokenizer_src: Path, out: Path) -> Path:
+def save_model(model, tokenizer_src: Path, out: Path) -> Path:
+    """``model`` saved in ``out`` with the tokenizer of ``tokenizer_src`` beside it."""
     from transformers import AutoTokenizer
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(tokenizer_src).save_pretrained(out)
@@ -27,7 +28,7 @@ def orm_path(tmp_path_factory, stories_path) -> Path:
     import torch
     from transformers import LlamaForSequenceClassification
     torch.manual_seed(0)
-    return _save(LlamaForSequenceClassification(_config()), stories_path,
+    return save_model(LlamaForSequenceClassification(_config()), stories_path,
                  tmp_path_factory.mktemp("orm"))
 
 
@@ -36,7 +37,7 @@ def orm2_path(tmp_path_factory, stories_path) -> Path:
     import torch
     from transformers import LlamaForSequenceClassification
     torch.manual_seed(1)
-    return _save(LlamaForSequenceClassification(_config(2)), stories_path,
+    return save_model(LlamaForSequenceClassification(_config(2)), stories_path,
                  tmp_path_factory.mktemp("orm2"))
 
 
@@ -45,5 +46,5 @@ def prm_path(tmp_path_factory, stories_path) -> Path:
     import torch
     from transformers import LlamaForTokenClassification
     torch.manual_seed(2)
-    return _save(LlamaForTokenClassification(_config()), stories_path,
+    return save_model(LlamaForTokenClassification(_config()), stories_path,
                  tmp_path_factory.mktemp("prm"))

@@ -15,6 +15,7 @@ from metagen.scorers import (PRM_PRESETS, FormattedPRM, HFProcessRewardModel, PR
                              load_prm, split_steps)
 from metagen.scorers.prm_format import resolve_format
 from metagen.strategies import step_beam_search
+from tests.scorers.conftest import save_model
 
 TOL = 1e-5
 PROMPTS = ["Q: 2+3?", "Q: what is 12 * 4?", "Q: 7-1?"]
@@ -41,13 +42,6 @@ def tokenizer_dir(tmp_path_factory, stories_path) -> Path:
     return out
 
 
-def _save(model, tokenizer_dir: Path, out: Path) -> Path:
-    from transformers import AutoTokenizer
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def causal_path(tmp_path_factory, tokenizer_dir) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -56,7 +50,7 @@ def causal_path(tmp_path_factory, tokenizer_dir) -> Path:
                       num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                       max_position_embeddings=512, pad_token_id=0, tie_word_embeddings=False,
                       initializer_range=0.2)
-    return _save(LlamaForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("causal_prm"))
+    return save_model(LlamaForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("causal_prm"))
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +60,7 @@ def separator_path(tmp_path_factory, tokenizer_dir) -> Path:
     cfg = Qwen2Config(vocab_size=520, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       num_labels=2, pad_token_id=0, initializer_range=0.2)
-    return _save(Qwen2ForTokenClassification(cfg), tokenizer_dir,
+    return save_model(Qwen2ForTokenClassification(cfg), tokenizer_dir,
                  tmp_path_factory.mktemp("separator_prm"))
 
 
