@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from metagen.errors import BackendError, InsufficientSamples
+from metagen.errors import BackendError, InsufficientSamples, InvalidPromptError
 from metagen.eval.seeds import direct_seed
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
@@ -38,7 +38,7 @@ def direct_item(strategy: str, task: TaskSpec, item: EvalItem, generator: Any, p
         try:
             result = run_step_search(DIRECT[strategy], generator, [item.prompt], prm, n,
                                      params=params, **args)[0]
-        except (BackendError, InsufficientSamples) as exc:
+        except (BackendError, InsufficientSamples, InvalidPromptError) as exc:
             return [], [(None, type(exc).__name__)]
         failures: list[tuple[int | None, str]] = [
             (None, reason) for reason, count in sorted(result.failures.items())

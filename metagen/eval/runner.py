@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from metagen.errors import BackendError, InvalidParameterError
+from metagen.errors import BackendError, InvalidParameterError, InvalidPromptError
 from metagen.eval.atomic import write_json_atomic
 from metagen.eval.direct import DIRECT, direct_item
 from metagen.eval.interrupt import RunInterrupted, raising_on_signals
@@ -243,13 +243,14 @@ def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, 
             have: set[int]) -> tuple[list[StoredSample], list[tuple[int | None, str]]]:
     """One generate call for the item's ``n_max`` samples; the new successful ones (indices not
     in ``have``), graded, and (index, reason) of each failed or empty one. A backend error on the
-    whole call fails every missing sample with the error's type as reason."""
+    whole call, or a prompt the backend refuses (longer than its context: ``InvalidPromptError``),
+fails every missing sample with the error's type as reason; the other items are unaffected."""
     n_max = max(config.ns)
     missing = [j for j in range(n_max) if j not in have]
     try:
         row = check_counts(generator.generate([item.prompt], config.sampling.with_(
             n=n_max, seed=seed)), 1, n_max, type(generator).__name__)[0]
-    except BackendError as exc:
+    except (BackendError, InvalidPromptError) as exc:  # this item fails; the run goes on
         return [], [(j, type(exc).__name__) for j in missing]
     new: list[StoredSample] = []
     failures: list[tuple[int | None, str]] = []
