@@ -177,6 +177,11 @@ def _mbpp() -> TaskSpec:
     return _code_task("mbpp", lambda path, limit: load_mbpp(path, limit=limit))
 
 
+def _mbpp_0shot() -> TaskSpec:
+    from metagen.tasks.mbpp import load_mbpp
+    return _code_task("mbpp_0shot", lambda path, limit: load_mbpp(path, limit=limit, shots=0))
+
+
 def _some(path: Path | None) -> Path:
     assert path is not None  # TaskSpec.items checked it
     return path
@@ -188,6 +193,7 @@ TASKS: dict[str, Callable[[], TaskSpec]] = {
     "humaneval": _humaneval,
     "math500": _math500,
     "mbpp": _mbpp,
+    "mbpp_0shot": _mbpp_0shot,
     "testbed": _testbed,
 }
 

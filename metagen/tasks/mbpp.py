@@ -9,7 +9,8 @@ The loader reads ``mbpp.jsonl`` given its path (nothing is downloaded); each lin
 The prompt is the paper's: per example ``You are an expert Python programmer, and here is your
 task: {text} Your code should pass these tests:\\n\\n{asserts}\\n[BEGIN]\\n{code}\\n[DONE]``,
 three examples (ids 2-4) then the task with ``[BEGIN]`` open; a completion ends at
-``[DONE]``. The entry point is the function the asserts call that the reference defines; each
+``[DONE]``. ``shots=0`` gives the zero-shot variant (the task alone, ``[BEGIN]`` open), for
+models whose context cannot hold the ~1,400-token 3-shot prompt. The entry point is the function the asserts call that the reference defines; each
 assert is one test, run in the trusted test process after ``test_setup_code``.
 """
 
@@ -41,23 +42,25 @@ UNPASSABLE: dict[int, str] = {
 }
 
 
-def load_mbpp(path: str | Path, split: str = "test", limit: int | None = None
-              ) -> list[CodeProblem]:
+def load_mbpp(path: str | Path, split: str = "test", limit: int | None = None,
+              shots: int = 3) -> list[CodeProblem]:
     """The ``split`` of ``mbpp.jsonl`` (a key of :data:`MBPP_SPLITS`, or ``"all"``) in task-id
-    order, at most ``limit``; each problem's ``prompt`` is the 3-shot prompt. Raises
-    ``FileNotFoundError``, or ``InvalidParameterError`` naming ``split``/``limit`` or the line of
-    a malformed record."""
+    order, at most ``limit``; each problem's ``prompt`` is the ``shots``-shot prompt (0-3; the
+    paper's is 3). Raises ``FileNotFoundError``, or ``InvalidParameterError`` naming
+    ``split``/``limit``/``shots`` or the line of a malformed record."""
     if split != "all" and split not in MBPP_SPLITS:
         raise InvalidParameterError("split", split, f"must be 'all' or one of {list(MBPP_SPLITS)}")
+    if not isinstance(shots, int) or isinstance(shots, bool) or not 0 <= shots <= 3:
+        raise InvalidParameterError("shots", shots, "must be an integer in [0, 3]")
     check_limit(limit)
     records = {r["task_id"]: r for r in read_jsonl(path, _record)}
     missing = [i for i in FEW_SHOT_IDS if i not in records]
     if missing:
         raise InvalidParameterError("path", str(path), f"lacks the few-shot tasks {missing}")
-    shots = "".join(_example(records[i], records[i]["code"]) for i in FEW_SHOT_IDS)
+    prefix = "".join(_example(records[i], records[i]["code"]) for i in FEW_SHOT_IDS[:shots])
     lo, hi = MBPP_SPLITS.get(split, (1, max(records)))
     chosen = [records[i] for i in sorted(records) if lo <= i <= hi][:limit]
-    return [_problem(r, shots) for r in chosen]
+    return [_problem(r, prefix) for r in chosen]
 
 
 def mbpp_entry_point(asserts: list[str], code: str = "") -> str:

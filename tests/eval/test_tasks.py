@@ -12,8 +12,9 @@ from tests.conftest import SHARED
 
 DATA = {"gsm8k": SHARED / "data" / "gsm8k_test.jsonl",
         "math500": SHARED / "data" / "math500_test.jsonl",
-        "humaneval": SHARED / "data" / "HumanEval.jsonl.gz", "mbpp": SHARED / "data" / "mbpp.jsonl"}
-CODE_TASKS = ("humaneval", "mbpp")
+        "humaneval": SHARED / "data" / "HumanEval.jsonl.gz", "mbpp": SHARED / "data" / "mbpp.jsonl",
+        "mbpp_0shot": SHARED / "data" / "mbpp.jsonl"}
+CODE_TASKS = ("humaneval", "mbpp", "mbpp_0shot")
 
 
 def _reference(task: str, problem) -> str:
@@ -49,7 +50,7 @@ def test_items_load_keyed_uniquely_and_references_grade_correct(name, request, m
 
 
 def test_unknown_task_and_missing_or_extra_data_are_named():
-    with pytest.raises(InvalidParameterError, match="task.*gsm8k, humaneval, math500, mbpp, testbed"):
+    with pytest.raises(InvalidParameterError, match="task.*gsm8k, humaneval, math500, mbpp, mbpp_0shot, testbed"):
         get_task("nope")
     with pytest.raises(InvalidParameterError, match="data.*needs --data"):
         get_task("gsm8k").items(None, 1)

@@ -28,6 +28,17 @@ def test_standard_split_sizes_and_ids(mbpp_path, problems):
         load_mbpp(mbpp_path, "dev")
 
 
+def test_zero_shot_prompt_is_the_three_shot_prompts_last_example(mbpp_path, problems):
+    zero = load_mbpp(mbpp_path, limit=2, shots=0)
+    for z, p in zip(zero, problems):
+        assert z.prompt.startswith(INTRO) and z.prompt.count(INTRO) == 1
+        assert p.prompt.endswith(z.prompt) and z.prompt.endswith("[BEGIN]\n")
+        assert (z.task_id, z.tests, z.entry_point) == (p.task_id, p.tests, p.entry_point)
+    for bad in (-1, 4, True, "3"):
+        with pytest.raises(InvalidParameterError, match="shots"):
+            load_mbpp(mbpp_path, limit=1, shots=bad)
+
+
 def test_three_shot_prompt_in_the_papers_format(problems):
     p = problems[0]
     assert p.prompt.startswith(
