@@ -67,8 +67,8 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
               help="Passed to the strategy's selector (repeatable).")
 @click.option("--data", default=None, metavar="PATH",
               help="The task's data file (gsm8k, math500: JSONL; humaneval: HumanEval.jsonl.gz; "
-              "mbpp, mbpp_0shot (the task alone, no examples): mbpp.jsonl). The code tasks run model-written code in the sandbox and "
-              "need METAGEN_ALLOW_CODE_EXECUTION=1.")
+              "mbpp, mbpp_0shot (the task alone, no examples): mbpp.jsonl). The code tasks run "
+              "model-written code in the sandbox and need METAGEN_ALLOW_CODE_EXECUTION=1.")
 @click.option("--limit", default=None, metavar="K", help="At most K items.")
 @click.option("--seed", default="0", show_default=True)
 @click.option("--temperature", default="0.8", show_default=True)
@@ -95,8 +95,8 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                  temperature: str, top_p: str, max_tokens: str, backend: str, out: str,
                  force_resume: bool, ray_address: str | None, ray_workers: str,
                  **flags: Any) -> None:
-    """Evaluate STRATEGY on TASK (gsm8k, math500, testbed, humaneval, mbpp, mbpp_0shot) at every N of
-    --n."""
+    """Evaluate STRATEGY on TASK (gsm8k, math500, testbed, humaneval, mbpp, mbpp_0shot) at
+    every N of --n."""
     from metagen.eval import EvalConfig, get_task, run_eval
     from metagen.types import SamplingParams
 
