@@ -10,8 +10,9 @@ The prompt is the paper's: per example ``You are an expert Python programmer, an
 task: {text} Your code should pass these tests:\\n\\n{asserts}\\n[BEGIN]\\n{code}\\n[DONE]``,
 three examples (ids 2-4) then the task with ``[BEGIN]`` open; a completion ends at
 ``[DONE]``. ``shots=0`` gives the zero-shot variant (the task alone, ``[BEGIN]`` open), for
-models whose context cannot hold the ~1,400-token 3-shot prompt. The entry point is the function the asserts call that the reference defines; each
-assert is one test, run in the trusted test process after ``test_setup_code``.
+models whose context cannot hold the ~1,400-token 3-shot prompt. The entry point is the
+function the asserts call that the reference defines; each assert is one test, run in the
+trusted test process after ``test_setup_code``.
 """
 
 from __future__ import annotations
