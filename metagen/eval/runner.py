@@ -244,7 +244,7 @@ def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, 
     """One generate call for the item's ``n_max`` samples; the new successful ones (indices not
     in ``have``), graded, and (index, reason) of each failed or empty one. A backend error on the
     whole call, or a prompt the backend refuses (longer than its context: ``InvalidPromptError``),
-fails every missing sample with the error's type as reason; the other items are unaffected."""
+    fails every missing sample with the error's type as reason; the other items are unaffected."""
     n_max = max(config.ns)
     missing = [j for j in range(n_max) if j not in have]
     try:

@@ -172,14 +172,9 @@ def _humaneval() -> TaskSpec:
     return _code_task("humaneval", load_humaneval)
 
 
-def _mbpp() -> TaskSpec:
+def _mbpp(name: str = "mbpp", shots: int = 3) -> TaskSpec:
     from metagen.tasks.mbpp import load_mbpp
-    return _code_task("mbpp", lambda path, limit: load_mbpp(path, limit=limit))
-
-
-def _mbpp_0shot() -> TaskSpec:
-    from metagen.tasks.mbpp import load_mbpp
-    return _code_task("mbpp_0shot", lambda path, limit: load_mbpp(path, limit=limit, shots=0))
+    return _code_task(name, lambda path, limit: load_mbpp(path, limit=limit, shots=shots))
 
 
 def _some(path: Path | None) -> Path:
@@ -193,7 +188,7 @@ TASKS: dict[str, Callable[[], TaskSpec]] = {
     "humaneval": _humaneval,
     "math500": _math500,
     "mbpp": _mbpp,
-    "mbpp_0shot": _mbpp_0shot,
+    "mbpp_0shot": lambda: _mbpp("mbpp_0shot", shots=0),
     "testbed": _testbed,
 }
 

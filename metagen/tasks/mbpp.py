@@ -51,8 +51,10 @@ def load_mbpp(path: str | Path, split: str = "test", limit: int | None = None,
     ``split``/``limit``/``shots`` or the line of a malformed record."""
     if split != "all" and split not in MBPP_SPLITS:
         raise InvalidParameterError("split", split, f"must be 'all' or one of {list(MBPP_SPLITS)}")
-    if not isinstance(shots, int) or isinstance(shots, bool) or not 0 <= shots <= 3:
-        raise InvalidParameterError("shots", shots, "must be an integer in [0, 3]")
+    if not isinstance(shots, int) or isinstance(shots, bool) \
+            or not 0 <= shots <= len(FEW_SHOT_IDS):
+        raise InvalidParameterError("shots", shots,
+                                    f"must be an integer in [0, {len(FEW_SHOT_IDS)}]")
     check_limit(limit)
     records = {r["task_id"]: r for r in read_jsonl(path, _record)}
     missing = [i for i in FEW_SHOT_IDS if i not in records]
