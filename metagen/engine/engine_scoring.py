@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 
-from metagen.decoding import SequenceState
+from metagen.decoding import SequenceState, top_logprobs_rows
 from metagen.engine.detokenizer import Detokenizer
 from metagen.engine.sequence import Request, Sequence as Seq
 from metagen.engine.validation import check_prompt_ids
@@ -50,14 +50,21 @@ class EngineScorer:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
 
-    def add_scoring_request(self, tokens: list[int], score_from: int) -> str:
+    def add_scoring_request(self, tokens: list[int], score_from: int, top: int | None = None
+                            ) -> str:
         """Queue a prefill-only request scoring ``tokens[score_from:]`` (already validated:
         use :meth:`score_sequences` for checked, blocking scoring). Its output's ``scores[0]``
-        is the summed log-probability; ``error`` is a NumericalError if one was not finite."""
+        is the summed log-probability, ``token_scores[0]`` the per-token ones; ``error`` is a
+        NumericalError if one was not finite. With ``top`` (>= 0), ``token_tops[0]`` holds
+        each scored position's ``top`` most likely tokens (as generation's ``top_logprobs``)
+        and ``token_ranks[0]`` the rank of the scored token there (1 = most likely)."""
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
+            raise InvalidParameterError("top", top, "must be None or an integer >= 0")
         req = Request(self.engine.new_request_id("score"), tokens, _SCORE_PARAMS)
         state = SequenceState(_SCORE_PARAMS, list(tokens))
         seq = self.engine.enqueue(req, state, Detokenizer(None, ()))
         seq.score_from = score_from
+        seq.score_top = top
         return req.request_id
 
     @overload
@@ -205,8 +212,13 @@ def collect_scores(seq: Seq, start: int, logits: torch.Tensor) -> bool:
     if lo <= hi:
         rows = logits[lo - 1 - start:hi - start]  # (k, V)
         target = torch.tensor(seq.token_ids[lo:hi + 1], device=rows.device)
-        lp = torch.log_softmax(rows.float(), -1).gather(1, target[:, None])[:, 0]  # (k,)
+        full = torch.log_softmax(rows.float(), -1)
+        lp = full.gather(1, target[:, None])[:, 0]  # (k,)
         seq.score_logprobs.extend(lp.tolist())
+        if seq.score_top is not None:
+            tops = top_logprobs_rows(full, [seq.score_top] * len(lp))
+            seq.score_tops.extend(t or {} for t in tops)
+            seq.score_ranks.extend(((full > lp[:, None]).sum(-1) + 1).tolist())
         bad = (~torch.isfinite(lp)).nonzero()
         if len(bad):
             pos = lo + int(bad[0, 0])

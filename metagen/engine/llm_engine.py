@@ -179,9 +179,10 @@ class LLMEngine:
         self.scheduler.add(seq)
         return seq
 
-    def add_scoring_request(self, tokens: list[int], score_from: int) -> str:
+    def add_scoring_request(self, tokens: list[int], score_from: int, top: int | None = None
+                            ) -> str:
         """See :meth:`EngineScorer.add_scoring_request`."""
-        return self.scorer.add_scoring_request(tokens, score_from)
+        return self.scorer.add_scoring_request(tokens, score_from, top)
 
     def score(self, prompts: Any, continuations: Any, *, errors: Any = "raise") -> list[list[Any]]:
         """See :meth:`EngineScorer.score`."""
@@ -456,13 +457,17 @@ class LLMEngine:
             out.computed_tokens, out.flops = req.computed_tokens, req.flops
             out.generated_tokens = req.generated_tokens
             return out
-        scores = token_scores = None
+        scores = token_scores = tops = ranks = None
         if req.seqs[0].score_from is not None:
             token_scores = [list(s.score_logprobs) for s in req.seqs]
             scores = [float(sum(t)) for t in token_scores]
+            if req.seqs[0].score_top is not None:
+                tops = [list(s.score_tops) for s in req.seqs]
+                ranks = [list(s.score_ranks) for s in req.seqs]
         return RequestOutput(req.request_id, req.prompt_ids, [s.completion() for s in req.seqs],
                              [s.error for s in req.seqs], req.num_cached_tokens, scores,
-                             req.computed_tokens, req.generated_tokens, req.flops, token_scores)
+                             req.computed_tokens, req.generated_tokens, req.flops, token_scores,
+                             tops, ranks)
 
     def check_integrity(self) -> None:
         """Block refcounts equal the references held by live sequences plus the cache."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from metagen.types import Completion
 
@@ -26,6 +26,10 @@ class RequestOutput:
     flops: float = 0.0
     # scoring requests: per sequence, log p(token t | tokens before t) for each scored t
     token_scores: list[list[float]] | None = None
+    # scoring requests with a top-k: per sequence and scored t, the top-k {token: logprob}
+    # and the rank of token t (1 = most likely)
+    token_tops: list[list[dict[int, float]]] | None = None
+    token_ranks: list[list[int]] | None = None
 
     @property
     def error(self) -> Exception | None:
@@ -43,6 +47,20 @@ class StreamDelta:
     finished: bool = False
     finish_reason: str | None = None
     error: Exception | None = None
+    logprobs: list[float] = field(default_factory=list)  # of ``token_ids``
+    top_logprobs: list[dict[int, float] | None] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class PromptLogprobs:
+    """How a model reads a prompt: ``logprobs[t - 1]`` = log p(ids[t] | ids[:t]) for ``t >= 1``;
+    when asked for ``k`` alternatives, ``tops[t - 1]`` holds the ``k`` most likely tokens at
+    position ``t`` ({token id: logprob}) and ``ranks[t - 1]`` the rank of ``ids[t]`` there
+    (1 = most likely); otherwise both are None."""
+
+    logprobs: list[float]
+    tops: list[dict[int, float]] | None = None
+    ranks: list[int] | None = None
 
 
 @dataclass(slots=True)

@@ -25,7 +25,8 @@ class Sequence:
     in ``block_table`` (position p lives in block ``block_table[p // block_size]``). A sequence
     has work to do while ``num_computed_tokens < len(token_ids)``; when the two are equal after a
     forward step it samples its next token. ``score_from`` marks a scoring sequence: it only
-    prefills and collects log p(token_ids[j]) for j >= score_from. ``pending_fork`` children are
+    prefills and collects log p(token_ids[j]) for j >= score_from (with ``score_top`` set, also
+    the top-``score_top`` alternatives and the rank of token_ids[j] there). ``pending_fork`` children are
     forked off right after the prompt's prefill (n > 1: one prefill, n samples).
 
     Speculative decoding: ``num_draft`` trailing ``token_ids`` are draft tokens (not in
@@ -47,6 +48,9 @@ class Sequence:
     num_draft: int = 0
     draft_probs: Any = None  # torch.Tensor (num_draft, V) or None
     score_logprobs: list[float] = field(default_factory=list)
+    score_top: int | None = None  # also collect each scored position's top-k and token rank
+    score_tops: list[dict[int, float]] = field(default_factory=list)
+    score_ranks: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float] | None] = field(default_factory=list)
     finish_reason: str | None = None

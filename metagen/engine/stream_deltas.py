@@ -26,7 +26,8 @@ class DeltaTracker:
             toks = seq.state.output_ids[ntok:]
             if len(text) > chars or toks or seq.is_finished:
                 out.append(StreamDelta(self.request.request_id, i, text[chars:], list(toks),
-                                       seq.is_finished, seq.finish_reason, seq.error))
+                                       seq.is_finished, seq.finish_reason, seq.error,
+                                       seq.logprobs[ntok:], seq.top_logprobs[ntok:]))
                 self._sent[i] = (max(chars, len(text)), len(seq.state.output_ids),
                                  seq.is_finished)
         return out

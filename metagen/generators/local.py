@@ -35,11 +35,11 @@ from metagen.beam_params import BeamSearchParams
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine, LogitsHook
 from metagen.engine.loop import EngineLoop, RequestHandle
-from metagen.engine.outputs import RequestOutput
+from metagen.engine.outputs import PromptLogprobs, RequestOutput
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 from metagen.generators.base import Capabilities, Prompt, check_prompts, render_prompt
 from metagen.generators.tokenize import encode_prompt, scored_sequence
-from metagen.types import Completion, SamplingParams, Usage
+from metagen.types import MAX_LOGPROBS, Completion, SamplingParams, Usage
 
 
 class LocalGenerator:
@@ -198,19 +198,32 @@ class LocalGenerator:
             self.engine.validate(p, params)
         return self.loop.submit(_adder(ids, params), stream=stream, aio=True)
 
-    async def aprompt_logprobs(self, prompt_ids: Sequence[int]) -> list[float]:
-        """``out[t - 1]`` = log p(prompt_ids[t] | prompt_ids[:t]) for ``t >= 1`` (one prefill of
-        the prompt, from the asyncio loop; cancelling aborts it). Raises ``InvalidPromptError``
-        for ids the model cannot run, ``NumericalError`` for a non-finite logprob."""
+    async def aprompt_logprobs(self, prompt_ids: Sequence[int], top: int | None = None
+                               ) -> PromptLogprobs:
+        """How the model reads the prompt (:class:`PromptLogprobs`: each token's logprob after
+        the first and, with ``top``, the ``top`` most likely tokens at each position and the
+        prompt token's rank), from one prefill, from the asyncio loop; cancelling aborts it.
+        Raises ``InvalidParameterError`` for a bad ``top`` (an integer in
+        [0, ``MAX_LOGPROBS``]), ``InvalidPromptError`` for ids the model cannot run,
+        ``NumericalError`` for a non-finite logprob."""
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int)
+                                or not 0 <= top <= MAX_LOGPROBS):
+            raise InvalidParameterError("top", top, f"must be None or an integer in "
+                                        f"[0, {MAX_LOGPROBS}]")
         ids, _ = self.engine.validate(list(prompt_ids), SamplingParams(max_tokens=1))
         if len(ids) < 2:
-            return []
-        handle = self.loop.submit(lambda engine: [engine.add_scoring_request(ids, 1)], aio=True)
+            return PromptLogprobs([], None if top is None else [],
+                                  None if top is None else [])
+        handle = self.loop.submit(lambda engine: [engine.add_scoring_request(ids, 1, top)],
+                                  aio=True)
         [out] = await handle.aresult()
         if out.error is not None:
             raise out.error
         assert out.token_scores is not None
-        return out.token_scores[0]
+        if top is None:
+            return PromptLogprobs(out.token_scores[0])
+        assert out.token_tops is not None and out.token_ranks is not None
+        return PromptLogprobs(out.token_scores[0], out.token_tops[0], out.token_ranks[0])
 
     def score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
               ) -> list[list[float]]:

@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Receive
 
+from metagen.engine.outputs import PromptLogprobs
 from metagen.errors import EngineDeadError, InvalidParameterError
 from metagen.generators.base import Prompt, render_prompt
 from metagen.generators.tokenize import decode_ids
@@ -134,9 +135,15 @@ class _Routes:
         if "metagen" in body and body["metagen"] is not None:
             return await self._strategy(req, body, request)
         if req.stream:
+            reads = None
+            if req.prompt_top is not None:  # read before the stream starts: errors are 4xx
+                reads = await _unless_gone(request, self._read_prompts(req), respond=False)
+                if isinstance(reads, Response):
+                    return reads
             handle = self.backend.asubmit(req.prompts, req.params, stream=True)
             return StreamingResponse(sse_events(req, handle, cfg.model_name,
-                                                self.state.metrics.add_tokens),
+                                                self.state.metrics.add_tokens, reads,
+                                                self.backend.tokenizer),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         return await _unless_gone(request, self._complete(req))
@@ -159,6 +166,9 @@ class _Routes:
                               "metagen.n")
         if req.echo:
             raise bad_request("echo", "strategy requests do not echo the prompt")
+        if req.prompt_logprobs is not None:
+            raise bad_request("prompt_logprobs", "strategy requests do not return prompt "
+                              "logprobs")
         prompt: Prompt
         if req.chat:
             assert req.messages is not None
@@ -189,11 +199,16 @@ class _Routes:
                                      headers={"Cache-Control": "no-cache"})
         return await _unless_gone(request, answer(threading.Event()))
 
+    async def _read_prompts(self, req: GenerationRequest) -> list[PromptLogprobs] | None:
+        """How the model reads each prompt, when the answer shows it (echo with logprobs,
+        ``prompt_logprobs``); else None."""
+        if req.prompt_top is None:
+            return None
+        return list(await asyncio.gather(*(self.backend.aprompt_logprobs(ids, req.prompt_top)
+                                           for ids in req.prompts)))
+
     async def _complete(self, req: GenerationRequest) -> dict[str, Any]:
-        prompt_lps = None
-        if req.prompt_logprobs:
-            prompt_lps = await asyncio.gather(*(self.backend.aprompt_logprobs(ids)
-                                                for ids in req.prompts))
+        prompt_lps = await self._read_prompts(req)
         outs = None
         if req.generate:
             outs = await self.backend.asubmit(req.prompts, req.params).aresult()
@@ -207,10 +222,11 @@ class _Routes:
         return completion_response(req, outs, prompt_lps, tok, model)
 
 
-async def _unless_gone(request: Request, coro: Coroutine[Any, Any, dict[str, Any]]
-                       ) -> Response:
-    """The JSON answer ``coro`` computes, or 499 when the client leaves first (``coro`` is then
-    cancelled: a departed client's requests are aborted)."""
+async def _unless_gone(request: Request, coro: Coroutine[Any, Any, Any], respond: bool = True
+                       ) -> Any:
+    """The JSON answer ``coro`` computes (its value itself with ``respond=False``), or a 499
+    response when the client leaves first (``coro`` is then cancelled: a departed client's
+    requests are aborted)."""
     work = asyncio.ensure_future(coro)
     gone = asyncio.ensure_future(_disconnected(request.receive))
     try:
@@ -223,7 +239,7 @@ async def _unless_gone(request: Request, coro: Coroutine[Any, Any, dict[str, Any
                     await task
     if not work.done() or work.cancelled():
         return Response(status_code=499)  # nobody is listening
-    return JSONResponse(work.result())
+    return JSONResponse(work.result()) if respond else work.result()
 
 
 async def _disconnected(receive: Receive) -> None:

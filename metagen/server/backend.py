@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.loop import RequestHandle
+from metagen.engine.outputs import PromptLogprobs
 from metagen.generators.base import Generator
 from metagen.generators.local import LocalGenerator
 from metagen.types import SamplingParams
@@ -55,7 +56,9 @@ class Backend(Protocol):
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         """Raise ``InvalidParameterError`` for a request the model cannot serve."""
 
-    async def aprompt_logprobs(self, prompt_ids: Sequence[int]) -> list[float]: ...
+    async def aprompt_logprobs(self, prompt_ids: Sequence[int], top: int | None = None
+                               ) -> PromptLogprobs:
+        """How the model reads the prompt (with ``top`` alternatives per token)."""
 
     async def snapshot(self) -> EngineSnapshot: ...
 
@@ -89,8 +92,9 @@ class LocalBackend:
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         self.generator.engine.validate(list(prompt_ids), params)  # reads no engine state
 
-    async def aprompt_logprobs(self, prompt_ids: Sequence[int]) -> list[float]:
-        return await self.generator.aprompt_logprobs(prompt_ids)
+    async def aprompt_logprobs(self, prompt_ids: Sequence[int], top: int | None = None
+                               ) -> PromptLogprobs:
+        return await self.generator.aprompt_logprobs(prompt_ids, top)
 
     async def snapshot(self) -> EngineSnapshot:
         """Read in the loop's thread, between steps (raises ``EngineDeadError`` once it died)."""

@@ -13,8 +13,11 @@ it.
 
 Defaults: ``max_tokens`` 16 for completions (OpenAI's), for chat what the context leaves after
 the longest prompt. ``max_tokens`` 0 is allowed only with ``echo`` (prompt scoring: no
-generation, as vLLM's). Top alternatives are returned for generated tokens only: ``echo`` with
-``logprobs`` > 0 and ``prompt_logprobs`` > 0 are refused; so are ``logprobs`` with ``stream``.
+generation, as vLLM's). Logprobs as OpenAI and vLLM give them: ``echo`` with ``logprobs`` k
+puts the prompt's tokens first in the block (the first token's logprob and alternatives None,
+the others with their k top alternatives); ``prompt_logprobs`` k (vLLM's) adds a choice field
+with each prompt token's logprob, rank and k alternatives; with ``stream`` each chunk carries the
+logprobs of its own tokens.
 """
 
 from __future__ import annotations
@@ -56,10 +59,23 @@ class GenerationRequest:
     stream: bool = False
     include_usage: bool = False
     echo: bool = False
-    prompt_logprobs: bool = False
+    prompt_logprobs: int | None = None  # vLLM's field: alternatives per prompt token
     tokens_as_ids: bool = False
     include_stop: bool = False
     messages: list[dict[str, str]] | None = None  # a chat request's conversation
+
+    @property
+    def echo_logprobs(self) -> bool:
+        """Whether the echoed prompt's tokens lead the ``logprobs`` block."""
+        return self.echo and self.params.logprobs is not None
+
+    @property
+    def prompt_top(self) -> int | None:
+        """How many alternatives per prompt token the answer needs (None: no prompt reading)."""
+        if not self.echo_logprobs and self.prompt_logprobs is None:
+            return None
+        echo_k = self.params.logprobs or 0 if self.echo_logprobs else 0
+        return max(echo_k, self.prompt_logprobs or 0)
 
 
 def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
@@ -152,23 +168,18 @@ def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
                                  or not 0 <= logprobs <= MAX_LOGPROBS):
         raise bad_request("logprobs", f"logprobs must be an integer in [0, {MAX_LOGPROBS}], "
                           f"got {_shown(logprobs)}")
-    if echo and logprobs:
-        raise bad_request("logprobs", "with echo, logprobs must be 0: top alternatives are "
-                          "returned for generated tokens only")
     prompt_lp = body.get("prompt_logprobs")
     if prompt_lp is not None and (not isinstance(prompt_lp, int) or isinstance(prompt_lp, bool)
-                                  or prompt_lp != 0):
-        raise bad_request("prompt_logprobs", "prompt_logprobs must be 0 (the prompt tokens' own "
-                          "logprobs; alternatives are not supported)")
-    if stream and (logprobs is not None or prompt_lp is not None):
-        raise bad_request("logprobs", "logprobs are not supported with stream: true")
+                                  or not 0 <= prompt_lp <= MAX_LOGPROBS):
+        raise bad_request("prompt_logprobs", f"prompt_logprobs must be an integer in "
+                          f"[0, {MAX_LOGPROBS}], got {_shown(prompt_lp)}")
     max_tokens = _max_tokens(body, "max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
     generate = not (echo and max_tokens == 0)
     params = sampling_params(body, max_tokens if generate else 1, logprobs, {})
     return GenerationRequest(
         chat=False, prompts=prompts, prompt_texts=texts, params=params, generate=generate,
         stream=stream, include_usage=_stream_options(body, stream), echo=echo,
-        prompt_logprobs=prompt_lp is not None or (echo and logprobs is not None),
+        prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
         include_stop=_flag(body, "include_stop_str_in_output", False))
 
@@ -234,8 +245,6 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
     top = body.get("top_logprobs")
     if top is not None and not want:
         raise bad_request("top_logprobs", "top_logprobs needs logprobs: true")
-    if want and stream:
-        raise bad_request("logprobs", "logprobs are not supported with stream: true")
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     left = max(1, min(max_model_len - len(ids), MAX_TOKENS_CAP))
     max_tokens = _max_tokens(body, name, left)

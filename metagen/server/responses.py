@@ -12,9 +12,15 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from metagen.engine.outputs import RequestOutput
+from metagen.engine.outputs import PromptLogprobs, RequestOutput
 from metagen.server.errors import api_error
-from metagen.server.logprobs import chat_block, completion_block, join_blocks
+from metagen.server.logprobs import (
+    chat_block,
+    completion_block,
+    echo_block,
+    join_blocks,
+    vllm_prompt_logprobs,
+)
 from metagen.server.requests import GenerationRequest
 from metagen.types import Completion
 
@@ -46,34 +52,48 @@ def output_text(req: GenerationRequest, c: Completion) -> str:
     return c.text
 
 
+def prompt_fields(req: GenerationRequest, p: int, read: PromptLogprobs | None, tokenizer: Any
+                  ) -> tuple[dict[str, Any] | None, list[dict[str, Any] | None] | None]:
+    """(the echoed prompt's ``logprobs`` block, vLLM's ``prompt_logprobs`` list) of prompt
+    ``p`` as ``req`` asks for them (None where it does not), from how the model read it."""
+    ids, as_ids = req.prompts[p], req.tokens_as_ids
+    block = vllm = None
+    if read is not None and req.echo_logprobs:
+        block = echo_block(tokenizer, ids, read, req.params.logprobs or 0, as_ids)
+    if read is not None and req.prompt_logprobs is not None:
+        vllm = vllm_prompt_logprobs(tokenizer, ids, read, req.prompt_logprobs, as_ids)
+    return block, vllm
+
+
 def completion_response(req: GenerationRequest, outs: Sequence[RequestOutput] | None,
-                        prompt_lps: Sequence[Sequence[float]] | None, tokenizer: Any,
+                        prompt_reads: Sequence[PromptLogprobs] | None, tokenizer: Any,
                         model: str) -> dict[str, Any]:
     """The ``text_completion`` object. ``outs`` is None for an echo-only request;
-    ``prompt_lps[p]`` are the logprobs of prompt ``p``'s tokens after the first (with echo)."""
+    ``prompt_reads[p]`` is how the model read prompt ``p`` (when ``req.prompt_top`` is set)."""
     choices: list[dict[str, Any]] = []
     n = req.params.n
     for p, ids in enumerate(req.prompts):
         samples = outs[p].outputs if outs is not None else [None] * n
+        read = prompt_reads[p] if prompt_reads is not None else None
+        prompt_block, vllm = prompt_fields(req, p, read, tokenizer)
         for i, c in enumerate(samples):
-            echo_block = None
-            if prompt_lps is not None:
-                echo_block = completion_block(tokenizer, [], ids, [None, *prompt_lps[p]], None,
-                                              req.tokens_as_ids)
             text = req.prompt_texts[p] if req.echo else ""
-            block = echo_block
+            block = prompt_block
             if c is not None:
                 gen_text = output_text(req, c)
                 if req.params.logprobs is not None:
                     gen_block = completion_block(
                         tokenizer, ids, c.token_ids, c.logprobs or (), c.top_logprobs
                         if req.params.logprobs else None, req.tokens_as_ids, len(text))
-                    block = gen_block if echo_block is None else join_blocks(echo_block,
-                                                                             gen_block)
+                    block = gen_block if prompt_block is None else join_blocks(prompt_block,
+                                                                               gen_block)
                 text += gen_text
-            choices.append({"index": p * n + i, "text": text, "logprobs": block,
-                            "finish_reason": "length" if c is None else c.finish_reason,
-                            "stop_reason": None if c is None else c.stop_reason})
+            choice = {"index": p * n + i, "text": text, "logprobs": block,
+                      "finish_reason": "length" if c is None else c.finish_reason,
+                      "stop_reason": None if c is None else c.stop_reason}
+            if vllm is not None:
+                choice["prompt_logprobs"] = vllm
+            choices.append(choice)
     return {"id": new_id(False), "object": "text_completion", "created": int(time.time()),
             "model": model, "choices": choices, "usage": usage(req, outs)}
 

@@ -80,7 +80,7 @@ def _answer_events(req: GenerationRequest, chunks: Chunks, body: dict[str, Any])
     if req.chat:
         events.append(chunks.event([{"index": 0, "delta": {"role": "assistant", "content": ""},
                                      "logprobs": None, "finish_reason": None}]))
-    events.append(chunks.event([chunks.choice(0, text)]))
+    events.append(chunks.event([chunks.choice(0, text, logprobs=choice["logprobs"])]))
     events.append(chunks.event([chunks.choice(0, None if req.chat else "",
                                               choice["finish_reason"])],
                                extra={"metagen": body["metagen"]}))
