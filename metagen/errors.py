@@ -82,6 +82,11 @@ class InsufficientSamples(MetagenError):
         self.failures = dict(failures or {})
 
 
+class CallCancelled(MetagenError):
+    """A call stopped because its caller cancelled it (e.g. the HTTP client that asked for a
+    strategy left); its requests were aborted and hold no engine resources."""
+
+
 class CodeExecutionNotAllowed(MetagenError):
     """Running model-written code was asked for without the caller's explicit opt-in
     (``allow_code_execution=True`` or the environment variable ``METAGEN_ALLOW_CODE_EXECUTION=1``).

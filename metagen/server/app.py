@@ -36,6 +36,7 @@ from metagen.generators.tokenize import decode_ids
 from metagen.scorers.base import RewardModel
 from metagen.server.backend import Backend
 from metagen.server.body import parse_body, read_capped
+from metagen.server.cancellation import Cancellation
 from metagen.server.config import ServerConfig
 from metagen.server.errors import ApiError, api_error, bad_request, error_response
 from metagen.server.guard import Guard, ServerState
@@ -186,7 +187,7 @@ class _Routes:
             try:
                 result = await self.strategies.run(sreq, prompt, req.params, cancelled, progress)
             except asyncio.CancelledError:
-                cancelled.set()  # the client left: the strategy stops at its next call
+                cancelled.set()  # the client left: abort its call in flight, stop the strategy
                 raise
             u = result.usage
             self.state.metrics.add_tokens(u.prompt_tokens, u.generated_tokens)
@@ -197,7 +198,7 @@ class _Routes:
             return StreamingResponse(strategy_events(req, self.state.config.model_name, answer),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        return await _unless_gone(request, answer(threading.Event()))
+        return await _unless_gone(request, answer(Cancellation()))
 
     async def _read_prompts(self, req: GenerationRequest) -> list[PromptLogprobs] | None:
         """How the model reads each prompt, when the answer shows it (echo with logprobs,

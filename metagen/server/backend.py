@@ -32,6 +32,8 @@ class EngineSnapshot:
     blocks_total: int
     prompt_tokens: int
     cached_prompt_tokens: int
+    blocks_cached: int = 0  # stored in the prefix cache
+    blocks_in_requests: int = 0  # in the block table of a live sequence
 
 
 class Backend(Protocol):
@@ -106,4 +108,7 @@ def _snapshot(engine: LLMEngine) -> EngineSnapshot:
                           waiting=len(engine.scheduler.waiting),
                           blocks_free=engine.blocks.num_free, blocks_total=engine.blocks.num_blocks,
                           prompt_tokens=engine.stats.prompt_tokens,
-                          cached_prompt_tokens=engine.stats.cached_prompt_tokens)
+                          cached_prompt_tokens=engine.stats.cached_prompt_tokens,
+                          blocks_cached=len(engine.radix.cached_blocks()) if engine.radix else 0,
+                          blocks_in_requests=len({b for seq in engine.seqs.values()
+                                                  for b in seq.block_table}))

@@ -77,6 +77,11 @@ class Metrics:
                     ("kv_blocks_used", engine.blocks_total - engine.blocks_free,
                      "KV cache blocks in use (sequences and prefix cache)."),
                     ("kv_blocks_free", engine.blocks_free, "KV cache blocks on the free list."),
+                    ("kv_blocks_cached", engine.blocks_cached,
+                     "KV cache blocks stored in the prefix cache (reusable once no sequence "
+                     "holds them)."),
+                    ("kv_blocks_in_requests", engine.blocks_in_requests,
+                     "KV cache blocks held by live sequences (0 when idle)."),
                     ("prefix_cache_hit_rate", hit_rate(engine),
                      "Prompt tokens served from the prefix cache / all prompt tokens.")):
                 name = metric(key, "gauge", text)

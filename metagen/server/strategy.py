@@ -16,8 +16,9 @@ every candidate's text (``return: "candidates"``) or the run's trace with its se
 stage (:mod:`metagen.server.strategy_stream`).
 
 Strategy requests run one at a time (so each one's usage is its own; plain requests run
-alongside them). A strategy whose client leaves stops before its next generate call (its budget
-is exhausted by the cancellation); the generate call in flight then runs to its end.
+alongside them). A strategy whose client leaves is cancelled (:mod:`metagen.server.cancellation`):
+the generate call in flight is aborted at once, its KV blocks freed, and the strategy stops
+before its next stage (its budget is exhausted by the cancellation).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardModel
+from metagen.server.cancellation import CancellableGenerator, Cancellation
 from metagen.server.logprobs import chat_block, completion_block
 from metagen.server.requests import GenerationRequest
 from metagen.server.responses import new_id
@@ -46,7 +48,7 @@ from metagen.types import Result, SamplingParams, Usage
 @dataclass(slots=True, frozen=True)
 class CancellableBudget(Budget):
     """A :class:`Budget` that is also exhausted once ``cancelled`` is set: a strategy whose
-    client left stops before its next generate call (the call in flight runs to its end).
+    client left stops before its next stage.
     ``on_check`` gets the run's usage so far at each check, i.e. before each stage."""
 
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
@@ -78,9 +80,10 @@ class StrategyRunner:
         self._lock = threading.Lock()  # held by the thread, so a gone client cannot release it
 
     def call(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
-             budget: Budget) -> Result:
-        """The library call ``sreq`` names, synchronously."""
-        gen, opts = self.generator, sreq.options
+             budget: Budget, generator: Generator | None = None) -> Result:
+        """The library call ``sreq`` names, synchronously, on ``generator`` (default: the
+        runner's)."""
+        gen, opts = generator or self.generator, sreq.options
         reward: Any = None if sreq.reward in (None, "logprob") else self.rewards[sreq.reward]
         out: Result | list[Result]
         if sreq.strategy == "best_of_n":
@@ -103,13 +106,16 @@ class StrategyRunner:
                   cancelled: threading.Event | None = None,
                   progress: Callable[[Usage], None] | None = None) -> Result:
         """``sreq`` in a worker thread; setting ``cancelled`` stops it before its next
-        generate call; ``progress`` (called in the worker thread) gets the usage so far before
-        each stage."""
+        generate call and, when it is a :class:`Cancellation`, aborts the call in flight;
+        ``progress`` (called in the worker thread) gets the usage so far before each stage."""
         budget = cancellable(sreq.budget, cancelled or threading.Event(), progress)
+        gen: Generator = self.generator
+        if isinstance(cancelled, Cancellation):
+            gen = CancellableGenerator(gen, asyncio.get_running_loop(), cancelled)
 
         def work() -> Result:
             with self._lock:
-                return self.call(sreq, prompt, params, budget)
+                return self.call(sreq, prompt, params, budget, gen)
 
         return await asyncio.to_thread(work)
 

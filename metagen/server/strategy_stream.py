@@ -7,7 +7,8 @@ chunk with no choices and ``"metagen": {"progress": {"stage": k, "generated_toke
 role (chat), the chosen text in one delta, the final chunk with ``finish_reason`` and the
 answer's ``metagen`` object, the ``usage`` chunk when ``stream_options.include_usage``, then
 ``data: [DONE]``. A failure is an ``{"error": ...}`` event, then ``data: [DONE]``. Leaving the
-iteration early (the client went away) cancels the strategy (it stops before its next stage).
+iteration early (the client went away) cancels the strategy: its generate call in flight is
+aborted and it stops before its next stage.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from metagen.server.cancellation import Cancellation
 from metagen.server.errors import api_error, error_event
 from metagen.server.requests import GenerationRequest
 from metagen.server.streaming import DONE, Chunks
@@ -40,7 +42,7 @@ async def strategy_events(req: GenerationRequest, model: str, answer: Answer
     chunks = Chunks(req, model)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Usage] = asyncio.Queue()
-    cancelled = threading.Event()
+    cancelled = Cancellation()
 
     def progress(usage: Usage) -> None:  # called in the strategy's worker thread
         loop.call_soon_threadsafe(queue.put_nowait, usage)

@@ -169,5 +169,9 @@ def test_metrics_count_requests_tokens_and_the_engine(http):
         int(before["metagen_prompt_tokens_total"]) + 2 * 5
     assert int(lines["metagen_kv_blocks_free"]) + int(lines["metagen_kv_blocks_used"]) > 0
     assert int(lines["metagen_num_requests_running"]) == 0
+    # idle: no sequence holds a block; every block is free or kept by the prefix cache alone
+    assert int(lines["metagen_kv_blocks_in_requests"]) == 0
+    assert int(lines["metagen_kv_blocks_free"]) + int(lines["metagen_kv_blocks_cached"]) == \
+        int(lines["metagen_kv_blocks_free"]) + int(lines["metagen_kv_blocks_used"])
     assert 0.0 < float(lines["metagen_prefix_cache_hit_rate"]) <= 1.0  # the prompt repeats
     assert int(lines['metagen_request_latency_seconds_count{route="/v1/completions"}']) >= 2

@@ -11,6 +11,8 @@ import pytest
 
 from metagen.generators.local import LocalGenerator
 import asyncio
+import json
+import socket
 import threading
 import time
 
@@ -191,6 +193,60 @@ def test_a_client_that_leaves_mid_strategy_frees_the_engine(policy_server, sdk):
         time.sleep(0.1)
     got = _ask(sdk, {"strategy": "self_consistency", "n": 2})  # the strategy lock was released
     assert got.usage.completion_tokens > 0
+
+
+def _running(gen) -> int:
+    return gen.loop.call(lambda engine: len(engine.scheduler.running), timeout=10)
+
+
+def _post(port: int, body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+            ).encode() + data
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_aborts_the_generate_call_in_flight(policy_server, policy_ref,
+                                                                stream):
+    """The strategy's one generate call (64 samples x 900 tokens: far longer than the bound) is
+    aborted when its client hangs up: every block is free again within 10 s, and a request of
+    another client batched alongside it gets exactly the library's answer."""
+    gen = policy_server.generator
+    long = {"model": MODEL, "prompt": PROBLEM, "max_tokens": 900, "temperature": 1.0,
+            "seed": 1, "ignore_eos": True, "stream": stream,
+            "metagen": {"strategy": "self_consistency", "n": 64}}
+    other = {"model": MODEL, "prompt": "Q: 2 + 3 = ?", "max_tokens": 32, "temperature": 0.7,
+             "seed": 4, "ignore_eos": True, "stream": True}
+    [[want]] = policy_ref.generate([other["prompt"]], SamplingParams(
+        temperature=0.7, seed=4, max_tokens=32, ignore_eos=True))
+    with httpx.Client(base_url=policy_server.url, timeout=60) as client:
+        with socket.create_connection(("127.0.0.1", policy_server.port)) as sock:
+            sock.sendall(_post(policy_server.port, long))
+            deadline = time.monotonic() + 60
+            while _running(gen) < 64:  # the strategy's samples hold their blocks
+                assert time.monotonic() < deadline, "the strategy's call never started"
+                time.sleep(0.02)
+            other_resp = client.send(client.build_request("POST", "/v1/completions",
+                                                          json=other), stream=True)
+        left = time.monotonic()  # the socket is closed: the strategy's client is gone
+        events = [json.loads(line[6:]) for line in other_resp.iter_lines()
+                  if line.startswith("data: {")]
+        other_resp.close()
+    assert "".join(c["text"] for e in events for c in e["choices"]) == want.text  # unaffected
+    while not _engine_idle(gen):
+        assert time.monotonic() - left < 10, "the abandoned generate call still holds blocks"
+        time.sleep(0.02)
+    got = _post_ok(policy_server)  # the strategy lock was released
+    assert got["usage"]["completion_tokens"] > 0
+
+
+def _post_ok(server) -> dict:
+    body = {"model": MODEL, "prompt": PROBLEM, "max_tokens": 8, "temperature": 1.0, "seed": 2,
+            "metagen": {"strategy": "self_consistency", "n": 2}}
+    resp = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    assert resp.status_code == 200
+    return resp.json()
 
 
 def test_a_cancelled_strategy_stops_before_its_next_generate_call(policy_ref, prm):
