@@ -74,7 +74,7 @@ class GenerationRequest:
         """How many alternatives per prompt token the answer needs (None: no prompt reading)."""
         if not self.echo_logprobs and self.prompt_logprobs is None:
             return None
-        echo_k = self.params.logprobs or 0 if self.echo_logprobs else 0
+        echo_k = (self.params.logprobs or 0) if self.echo_logprobs else 0
         return max(echo_k, self.prompt_logprobs or 0)
 
 
