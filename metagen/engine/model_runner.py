@@ -217,14 +217,14 @@ class ModelRunner:
     def _forward(self, reqs: Sequence[ExtendRequest]) -> tuple[torch.Tensor, list[int]]:
         """Final hidden states (T, H) of every new token, and each request's offset among them.
 
-        On the CPU with torch on one thread: a step of at most ``native.max_tokens`` tokens runs
-        every layer natively; in a larger step, every row of at most
+        On the CPU (float32 weights, any thread count): a step of at most
+        ``native.max_tokens`` tokens runs every layer natively, on torch's threads; in a larger step, every row of at most
         :data:`NATIVE_ATTENTION_MAX_ROW` new tokens (decoding, beams, samples, verification)
         attends natively, straight over the paged cache, and the products run in PyTorch, as
         does everything else (prefill). In such a step, which way a row attends depends only on
         its own length, not on the other rows'.
         """
-        native = self.native if torch.get_num_threads() == 1 else None
+        native = self.native
         if native is not None and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
                 and self._native_safe(reqs):
             self.native_steps += 1

@@ -27,15 +27,6 @@ BLOCK = 4
 NUM_BLOCKS = 256
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The native step runs only when torch uses one thread (as it is in this test)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _runners(folder, hydragen: bool, isa: str = "native") -> tuple[ModelRunner, ModelRunner]:
     """A runner with the native step (this machine's build, or the AVX2 path built explicitly)
     and a PyTorch-only runner, on one model."""

@@ -81,7 +81,7 @@ def test_applies_only_where_it_is_the_faster_path(kernel, one_thread):
     assert not kernel.applies(torch.randn(4, 32, requires_grad=True), w, None)
     assert not kernel.applies(torch.randn(4, 32), w, torch.zeros(48).double())
     torch.set_num_threads(2)
-    assert not kernel.applies(torch.randn(4, 32), w, None)  # MKL's threads win there
+    assert kernel.applies(torch.randn(4, 32), w, None)  # the kernel splits across threads too
 
 
 def test_build_is_cached_by_source_and_flags(tmp_path, monkeypatch):

@@ -5,8 +5,9 @@ steps mixed); which token attends to what is described by the runner's
 :class:`~metagen.engine.attention.AttentionMetadata`. Weights are stored fused (q|k|v and
 gate|up) so a layer is four matmuls, and every projection is stored transposed, ``(in, out)``,
 and applied as ``x @ W``: on CPU, MKL streams that layout at 10.9 GB/s for one row against 8.5 for
-``F.linear`` over ``(out, in)``. From 2 to 16 rows on one thread, where MKL repacks the weight on
-every call, metagen's own kernel does the product instead (table in ``benchmarks/README.md``).
+``F.linear`` over ``(out, in)``. From 2 to 16 rows, where MKL repacks the weight on
+every call, metagen's own kernel does the product instead, on torch's threads (table in
+``benchmarks/README.md``).
 Covers Llama 2/3, Mistral (full attention), Qwen2/2.5 (q/k/v bias) and Qwen3 (RMSNorm on q and k
 per head).
 """
@@ -26,8 +27,8 @@ from metagen.engine.native.decode_step import DecodeStep, StepPlan
 
 def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             ) -> torch.Tensor:
-    """x (T, in) @ weight (in, out) [+ bias (out,)] -> (T, out). A few rows on one CPU thread go
-    to metagen's native kernel (:mod:`metagen.engine.native.small_matmul`), the rest to torch."""
+    """x (T, in) @ weight (in, out) [+ bias (out,)] -> (T, out). A few rows on the CPU go to
+    metagen's native kernel (:mod:`metagen.engine.native.small_matmul`), the rest to torch."""
     kernel = load_small_matmul()
     if kernel is not None and kernel.applies(x, weight, bias):
         return kernel(x, weight, bias)

@@ -83,7 +83,7 @@ def build(sources: Path | Sequence[Path], flags: tuple[str, ...] = NATIVE_FLAGS)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         done = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp),
-                               *map(str, sources), "-lm"],
+                               *map(str, sources), "-lm", "-pthread"],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise NativeBuildError(f"{cc} failed on {names}: {done.stderr.strip()[-2000:]}")

@@ -21,10 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool.h"
 #include "simd.h"
 
-void mg_matmul(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t K,
-               int64_t N);
+void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y, int64_t M,
+                    int64_t K, int64_t N, int64_t c0, int64_t c1);
 
 /* Shapes and shared tables of a model. */
 typedef struct {
@@ -250,15 +251,24 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
   }
 }
 
-/* Work buffers of one step, carved from one allocation. Attention reads token t's query head i
- * at q + t * q_stride + i * head_dim and writes it to attn + (t * n_heads + i) * head_dim. */
+/* A thread's own attention buffers: the gathered queries of one work unit and their state. */
 typedef struct {
-  float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act, *s, *grp;
-  const float *q_base;
-  int64_t q_stride;
-  int64_t *tok_row, *tok_pos, *q_to; /* q_to: each gathered query's end position (exclusive) */
+  float *s, *grp;
+  int64_t *q_to; /* each gathered query's end position (exclusive) */
   const float **q;
   float **acc, **pmx, **pl;
+} lane;
+
+/* Work buffers of one step, carved from one allocation, and its threads' lanes. Attention reads
+ * token t's query head i at q + t * q_stride + i * head_dim and writes it to
+ * attn + (t * n_heads + i) * head_dim. */
+typedef struct {
+  float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act;
+  const float *q_base;
+  int64_t q_stride;
+  int64_t *tok_row, *tok_pos;
+  lane lanes[MG_MAX_THREADS];
+  void *block;
 } scratch;
 
 static void *carve(char **p, size_t bytes) {
@@ -267,17 +277,20 @@ static void *carve(char **p, size_t bytes) {
   return r;
 }
 
-static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) {
+static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
   const int64_t H = M->hidden, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   const int64_t qkv = (hq + 2 * hkv) * D, nq = T * hq;
   const size_t f = sizeof(float), n[] = {
       T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
-      T * M->inter * f, nq * KB * f, T * sizeof(int64_t), T * sizeof(int64_t),
-      nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
-      (2 * D + KB) * VW * f, nq * sizeof(int64_t)};
-  size_t total = 0;
+      T * M->inter * f, T * sizeof(int64_t), T * sizeof(int64_t)};
+  const size_t per_lane[] = {nq * KB * f, (2 * D + KB) * VW * f, nq * sizeof(int64_t),
+                             nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
+                             nq * sizeof(void *)};
+  size_t total = 0, lane_total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
-  char *p = *block = malloc(total);
+  for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
+    lane_total += (per_lane[i] + 63) & ~(size_t)63;
+  char *p = S->block = malloc(total + (size_t)nth * lane_total);
   if (!p) return -1;
   S->x = carve(&p, n[0]);
   S->qkv = carve(&p, n[1]);
@@ -287,15 +300,18 @@ static int make_scratch(const mg_model *M, int64_t T, scratch *S, void **block) 
   S->tmp = carve(&p, n[5]);
   S->gu = carve(&p, n[6]);
   S->act = carve(&p, n[7]);
-  S->s = carve(&p, n[8]);
-  S->tok_row = carve(&p, n[9]);
-  S->tok_pos = carve(&p, n[10]);
-  S->q = carve(&p, n[11]);
-  S->acc = carve(&p, n[12]);
-  S->pmx = carve(&p, n[13]);
-  S->pl = carve(&p, n[14]);
-  S->grp = carve(&p, n[15]);
-  S->q_to = carve(&p, n[16]);
+  S->tok_row = carve(&p, n[8]);
+  S->tok_pos = carve(&p, n[9]);
+  for (int i = 0; i < nth; i++) {
+    lane *L = S->lanes + i;
+    L->s = carve(&p, per_lane[0]);
+    L->grp = carve(&p, per_lane[1]);
+    L->q_to = carve(&p, per_lane[2]);
+    L->q = carve(&p, per_lane[3]);
+    L->acc = carve(&p, per_lane[4]);
+    L->pmx = carve(&p, per_lane[5]);
+    L->pl = carve(&p, per_lane[6]);
+  }
   S->q_base = S->qkv;
   S->q_stride = qkv;
   return 0;
@@ -310,126 +326,196 @@ static void index_tokens(const mg_plan *P, scratch *S) {
     }
 }
 
-/* Queries of token t for kv head hk, appended to the pointer lists at index *n; each attends
+/* Queries of token t for kv head hk, appended to the lane's lists at index *n; each attends
  * up to the token's own position (q_to). */
-static void gather_queries(const mg_model *M, const scratch *S, int64_t t, int64_t hk,
-                           int64_t *n) {
+static void gather_queries(const mg_model *M, const scratch *S, const lane *L, int64_t t,
+                           int64_t hk, int64_t *n) {
   const int64_t D = M->head_dim, hq = M->n_heads, g = hq / M->n_kv_heads;
   for (int64_t j = 0; j < g; j++, (*n)++) {
     const int64_t head = t * hq + hk * g + j;
-    S->q_to[*n] = S->tok_pos[t] + 1;
-    S->q[*n] = S->q_base + t * S->q_stride + (hk * g + j) * D;
-    S->acc[*n] = S->attn + head * D;
-    S->pmx[*n] = S->mx + head;
-    S->pl[*n] = S->l + head;
+    L->q_to[*n] = S->tok_pos[t] + 1;
+    L->q[*n] = S->q_base + t * S->q_stride + (hk * g + j) * D;
+    L->acc[*n] = S->attn + head * D;
+    L->pmx[*n] = S->mx + head;
+    L->pl[*n] = S->l + head;
   }
 }
 
-static void attention(const mg_model *M, const mg_plan *P, const scratch *S, int64_t T,
-                      const float *kc, const float *vc) {
-  const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
-  for (int64_t i = 0; i < T * hq; i++) S->mx[i] = -INFINITY, S->l[i] = 0.0f;
-  memset(S->attn, 0, (size_t)(T * hq * D) * sizeof(float));
-  for (int64_t g = 0; g < P->n_groups; g++) { /* shared prefixes: once per group */
-    const int64_t first = P->group_rows[P->group_off[g]];
-    for (int64_t hk = 0; hk < hkv; hk++) {
-      int64_t n = 0;
-      for (int64_t i = P->group_off[g]; i < P->group_off[g + 1]; i++) {
-        const int64_t r = P->group_rows[i];
-        for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, t, hk, &n);
-      }
-      if (D % 4) { /* the query-vectorised path needs head_dim % 4 == 0 */
-        for (int64_t i = 0; i < n; i++) S->q_to[i] = P->own_from[first];
-        attend(M, P, S->q, S->acc, S->pmx, S->pl, n, first, 0, S->q_to, kc, vc, hk, S->s);
-        continue;
-      }
-      for (int64_t q0 = 0; q0 < n; q0 += VW)
-        attend_group(M, P, S->q + q0, S->acc + q0, S->pmx + q0, S->pl + q0,
-                     n - q0 < VW ? n - q0 : VW, first, P->own_from[first], kc, vc, hk, S->grp);
+/* One step's shared state, for the threads of its job. */
+typedef struct {
+  const mg_model *M;
+  const mg_layer *layers;
+  const mg_plan *P;
+  scratch *S;
+  int64_t T, layer_stride;
+  float *h, *kc, *vc;
+  mg_barrier bar;
+} step_job;
+
+/* Attention of every query head, split by work unit: a (prefix group, kv head) or a (row, kv
+ * head) owns the queries it gathers, so each query's arithmetic is the one-thread path's.
+ * Starts after a barrier that follows the heads' initial state (attention_init); ends with a
+ * barrier. */
+static void attention(step_job *J, const float *kc, const float *vc, int tid, int nth) {
+  const mg_model *M = J->M;
+  const mg_plan *P = J->P;
+  const scratch *S = J->S;
+  const lane *L = S->lanes + tid;
+  const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads, g = hq / hkv;
+  for (int64_t u = tid; u < P->n_groups * hkv; u += nth) { /* shared prefixes: once per group */
+    const int64_t gi = u / hkv, hk = u % hkv, first = P->group_rows[P->group_off[gi]];
+    int64_t n = 0;
+    for (int64_t i = P->group_off[gi]; i < P->group_off[gi + 1]; i++) {
+      const int64_t r = P->group_rows[i];
+      for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
+        gather_queries(M, S, L, t, hk, &n);
     }
+    if (D % 4) { /* the query-vectorised path needs head_dim % 4 == 0 */
+      for (int64_t i = 0; i < n; i++) L->q_to[i] = P->own_from[first];
+      attend(M, P, L->q, L->acc, L->pmx, L->pl, n, first, 0, L->q_to, kc, vc, hk, L->s);
+      continue;
+    }
+    for (int64_t q0 = 0; q0 < n; q0 += VW)
+      attend_group(M, P, L->q + q0, L->acc + q0, L->pmx + q0, L->pl + q0,
+                   n - q0 < VW ? n - q0 : VW, first, P->own_from[first], kc, vc, hk, L->grp);
   }
-  for (int64_t r = 0; r < P->n_rows; r++) /* each token's own positions, causal; a row's */
-    for (int64_t hk = 0; hk < hkv; hk++) {  /* tokens together, so they share the key blocks */
-      int64_t n = 0;
-      for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, t, hk, &n);
-      attend(M, P, S->q, S->acc, S->pmx, S->pl, n, r, P->own_from[r], S->q_to, kc, vc, hk, S->s);
-    }
-  for (int64_t i = 0; i < T * hq; i++) {
-    const float inv = 1.0f / S->l[i];
-    for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
+  if (P->n_groups) mg_sync(&J->bar, nth);
+  for (int64_t u = tid; u < P->n_rows * hkv; u += nth) { /* each token's own positions, causal; */
+    const int64_t r = u / hkv, hk = u % hkv; /* a row's tokens together share the key blocks */
+    int64_t n = 0;
+    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, L, t, hk, &n);
+    attend(M, P, L->q, L->acc, L->pmx, L->pl, n, r, P->own_from[r], L->q_to, kc, vc, hk, L->s);
+    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
+      for (int64_t i = t * hq + hk * g; i < t * hq + (hk + 1) * g; i++) {
+        const float inv = 1.0f / S->l[i];
+        for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
+      }
+  }
+  mg_sync(&J->bar, nth);
+}
+
+/* Every query head's fresh online-softmax state, the heads split across threads. */
+static void attention_init(const step_job *J, int tid, int nth) {
+  const int64_t D = J->M->head_dim, n = J->T * J->M->n_heads;
+  const scratch *S = J->S;
+  for (int64_t i = n * tid / nth; i < n * (tid + 1) / nth; i++) {
+    S->mx[i] = -INFINITY, S->l[i] = 0.0f;
+    memset(S->attn + i * D, 0, (size_t)D * sizeof(float));
   }
 }
 
-static void layer(const mg_model *M, const mg_layer *W, const mg_plan *P, const scratch *S,
-                  int64_t T, float *h, float *kc, float *vc) {
-  const int64_t H = M->hidden, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
+/* x = rms_norm(h) * w of every token, the tokens split across threads; ends with a barrier. */
+static void norm_tokens(step_job *J, const float *w, int tid, int nth) {
+  const int64_t H = J->M->hidden;
+  for (int64_t t = tid; t < J->T; t += nth)
+    rms_norm(J->h + t * H, w, J->S->x + t * H, H, J->M->eps);
+  mg_sync(&J->bar, nth);
+}
+
+/* h += x @ w over this thread's slice of h's columns; ends with a barrier. */
+static void residual(step_job *J, const float *x, const float *w, int64_t K, int tid, int nth) {
+  const int64_t H = J->M->hidden;
+  int64_t c0, c1;
+  mg_share(H, tid, nth, &c0, &c1);
+  mg_matmul_cols(x, w, 0, J->S->tmp, J->T, K, H, c0, c1);
+  for (int64_t t = 0; t < J->T; t++)
+    for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
+  mg_sync(&J->bar, nth);
+}
+
+/* One layer on thread tid of nth. Each product is split by output columns (each thread reads
+ * its own columns of the weight), the per-head work by head, attention by work unit, the norms
+ * by token; barriers separate the dependent stages. */
+static void layer(step_job *J, const mg_layer *W, float *kc, float *vc, int tid, int nth) {
+  const mg_model *M = J->M;
+  const scratch *S = J->S;
+  const int64_t T = J->T, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   const int64_t qkv = (hq + 2 * hkv) * D, I = M->inter;
-  for (int64_t t = 0; t < T; t++) rms_norm(h + t * H, W->input_norm, S->x + t * H, H, M->eps);
-  mg_matmul(S->x, W->qkv, W->qkv_bias, S->qkv, T, H, qkv);
-  for (int64_t t = 0; t < T; t++) {
-    float *q = S->qkv + t * qkv, *k = q + hq * D, *v = k + hkv * D;
+  int64_t c0, c1;
+  norm_tokens(J, W->input_norm, tid, nth);
+  mg_share(qkv, tid, nth, &c0, &c1);
+  mg_matmul_cols(S->x, W->qkv, W->qkv_bias, S->qkv, T, M->hidden, qkv, c0, c1);
+  mg_sync(&J->bar, nth);
+  for (int64_t u = tid; u < T * (hq + hkv); u += nth) { /* per head: norm, rope, cache write */
+    const int64_t t = u / (hq + hkv), i = u % (hq + hkv);
+    float *x = S->qkv + t * qkv + i * D;
     const float *c = M->cos + S->tok_pos[t] * D, *s = M->sin + S->tok_pos[t] * D;
-    for (int64_t i = 0; i < hq; i++) {
-      if (W->q_norm) rms_norm(q + i * D, W->q_norm, q + i * D, D, M->eps);
-      rope(q + i * D, c, s, D);
-    }
-    for (int64_t i = 0; i < hkv; i++) {
-      if (W->k_norm) rms_norm(k + i * D, W->k_norm, k + i * D, D, M->eps);
-      rope(k + i * D, c, s, D);
-    }
-    const int64_t slot = slot_of(P, S->tok_row[t], S->tok_pos[t]);
-    memcpy(kc + slot * hkv * D, k, (size_t)(hkv * D) * sizeof(float));
-    memcpy(vc + slot * hkv * D, v, (size_t)(hkv * D) * sizeof(float));
+    const float *norm = i < hq ? W->q_norm : W->k_norm;
+    if (norm) rms_norm(x, norm, x, D, M->eps);
+    rope(x, c, s, D);
+    if (i < hq) continue;
+    const int64_t slot = slot_of(J->P, S->tok_row[t], S->tok_pos[t]), k = i - hq;
+    memcpy(kc + (slot * hkv + k) * D, x, (size_t)D * sizeof(float));
+    memcpy(vc + (slot * hkv + k) * D, x + hkv * D, (size_t)D * sizeof(float));
   }
-  attention(M, P, S, T, kc, vc);
-  mg_matmul(S->attn, W->o, 0, S->tmp, T, hq * D, H);
-  for (int64_t i = 0; i < T * H; i++) h[i] += S->tmp[i];
-  for (int64_t t = 0; t < T; t++) rms_norm(h + t * H, W->post_norm, S->x + t * H, H, M->eps);
-  mg_matmul(S->x, W->gate_up, 0, S->gu, T, H, 2 * I);
+  attention_init(J, tid, nth);
+  mg_sync(&J->bar, nth);
+  attention(J, kc, vc, tid, nth);
+  residual(J, S->attn, W->o, hq * D, tid, nth);
+  norm_tokens(J, W->post_norm, tid, nth);
+  mg_share(I, tid, nth, &c0, &c1); /* the same columns of gate and up: act needs both */
+  mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, c0, c1);
+  mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, I + c0, I + c1);
   for (int64_t t = 0; t < T; t++) /* act = silu(gate) * up */
-    for (int64_t i = 0; i < I; i += VW) {
-      const vmask m = mask_first(I - i);
+    for (int64_t i = c0; i < c1; i += VW) {
+      const vmask m = mask_first(c1 - i);
       const float *g = S->gu + t * 2 * I + i;
       const vec gv = vload(g, m);
       const vec silu = vdiv(gv, vadd(vbcast(1.0f), vexp(vsub(vzero(), gv))));
       vstore(S->act + t * I + i, vmul(silu, vload(g + I, m)), m);
     }
-  mg_matmul(S->act, W->down, 0, S->tmp, T, I, H);
-  for (int64_t i = 0; i < T * H; i++) h[i] += S->tmp[i];
+  mg_sync(&J->bar, nth);
+  residual(J, S->act, W->down, I, tid, nth);
+}
+
+static void step_task(void *ctx, int tid, int nth) {
+  step_job *J = ctx;
+  for (int64_t i = 0; i < J->M->n_layers; i++)
+    layer(J, J->layers + i, J->kc + i * J->layer_stride, J->vc + i * J->layer_stride, tid, nth);
 }
 
 /* Run every layer over h (T, hidden), the embedded new tokens, in place; writes their K/V into
- * k_cache / v_cache (n_layers, S, n_kv_heads, head_dim). Returns 0, or -1 when out of memory
- * (h and the cache are then untouched). */
+ * k_cache / v_cache (n_layers, S, n_kv_heads, head_dim). Up to `threads` threads of the pool
+ * share the work; the results are the same bit for bit for any number. Returns 0, or -1 when
+ * out of memory (h and the cache are then untouched). */
 int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
-                   float *k_cache, float *v_cache, int64_t layer_stride) {
+                   float *k_cache, float *v_cache, int64_t layer_stride, int threads) {
   const int64_t T = P->tok_off[P->n_rows];
+  const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
-  void *block;
-  if (make_scratch(M, T, &S, &block)) return -1;
+  if (make_scratch(M, T, nth, &S)) return -1;
   index_tokens(P, &S);
-  for (int64_t i = 0; i < M->n_layers; i++)
-    layer(M, layers + i, P, &S, T, h, k_cache + i * layer_stride, v_cache + i * layer_stride);
-  free(block);
+  step_job J = {M, layers, P, &S, T, layer_stride, h, k_cache, v_cache};
+  mg_parallel(nth, step_task, &J);
+  free(S.block);
   return 0;
+}
+
+static void attention_task(void *ctx, int tid, int nth) {
+  step_job *J = ctx;
+  attention_init(J, tid, nth);
+  mg_sync(&J->bar, nth);
+  attention(J, J->kc, J->vc, tid, nth);
 }
 
 /* Attention alone, for steps whose products run elsewhere: the plan's tokens, whose keys and
  * values are already in this layer's k_cache / v_cache (S, n_kv_heads, head_dim), attend as in
- * mg_decode_step. q: token t's query head i at q + t * q_stride + i * head_dim; out: (T,
- * n_heads * head_dim). Returns 0, or -1 when out of memory (out is then untouched). */
+ * mg_decode_step, on up to `threads` threads. q: token t's query head i at
+ * q + t * q_stride + i * head_dim; out: (T, n_heads * head_dim). Returns 0, or -1 when out of
+ * memory (out is then untouched). */
 int mg_attention(const mg_model *M, const mg_plan *P, const float *q, int64_t q_stride,
-                 float *out, const float *k_cache, const float *v_cache) {
+                 float *out, const float *k_cache, const float *v_cache, int threads) {
   const int64_t T = P->tok_off[P->n_rows];
+  const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
-  void *block;
-  if (make_scratch(M, T, &S, &block)) return -1;
+  if (make_scratch(M, T, nth, &S)) return -1;
   index_tokens(P, &S);
   S.q_base = q;
   S.q_stride = q_stride;
   S.attn = out;
-  attention(M, P, &S, T, k_cache, v_cache);
-  free(block);
+  step_job J = {M, 0, P, &S, T, 0, 0, (float *)k_cache, (float *)v_cache};
+  mg_parallel(nth, attention_task, &J);
+  free(S.block);
   return 0;
 }
 #endif

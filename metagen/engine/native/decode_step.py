@@ -23,6 +23,7 @@ import torch
 
 from metagen.engine.native.library import library
 from metagen.engine.native.small_matmul import MAX_ROWS
+from metagen.engine.native.threads import resolve
 
 if TYPE_CHECKING:
     from metagen.engine.models.llama import LlamaModel
@@ -109,12 +110,13 @@ class DecodeStep:
         cfg = model.cfg
         assert model.cos is not None and model.sin is not None, "the model's RoPE tables"
         self.max_tokens: int = MAX_ROWS[lib.mg_isa()]
+        self.threads: int | None = None  # threads per call; None: torch's count at the call
         self._fn = lib.mg_decode_step
         self._fn.restype = ctypes.c_int
-        self._fn.argtypes = [_P, _P, _P, _P, _P, _P, _I]
+        self._fn.argtypes = [_P, _P, _P, _P, _P, _P, _I, ctypes.c_int]
         self._attn = lib.mg_attention
         self._attn.restype = ctypes.c_int
-        self._attn.argtypes = [_P, _P, _P, _I, _P, _P, _P]
+        self._attn.argtypes = [_P, _P, _P, _I, _P, _P, _P, ctypes.c_int]
         self._model = _Model(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                              cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
                              cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr())
@@ -126,27 +128,34 @@ class DecodeStep:
         self._keep = model  # the pointers above are into its tensors
 
     def applies(self, num_tokens: int) -> bool:
-        """Whether a step of ``num_tokens`` new tokens should run natively now: at most
-        :attr:`max_tokens`, and torch on one thread (the kernels are single-threaded; with more
-        threads the PyTorch path uses MKL's parallel products)."""
-        return 1 <= num_tokens <= self.max_tokens and torch.get_num_threads() == 1
+        """Whether a step of ``num_tokens`` new tokens should run natively: 1 to
+        :attr:`max_tokens`, on any number of threads (see :mod:`.threads`)."""
+        return 1 <= num_tokens <= self.max_tokens
 
     def __call__(self, h: torch.Tensor, plan: StepPlan, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor) -> None:
+                 v_cache: torch.Tensor, threads: int | None = None) -> None:
         """Run every layer over ``h`` (T, hidden), the new tokens' embeddings, in place, and
-        write their K/V into ``k_cache``/``v_cache`` (L, num_blocks, block_size, Hkv, D)."""
+        write their K/V into ``k_cache``/``v_cache`` (L, num_blocks, block_size, Hkv, D), on
+        ``threads`` threads (default: :attr:`threads`). The result is the same bit for bit for
+        any thread count: each thread computes its slice of every product's output columns,
+        heads and attention units with the one-thread instructions."""
+        n = resolve(self.threads if threads is None else threads)
         assert h.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
         if self._fn(ctypes.byref(self._model), self._layers, ctypes.byref(_plan_struct(plan)),
-                    h.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel()):
+                    h.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel(),
+                    n):
             raise MemoryError("native decode step: out of memory for its work buffers")
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  plan: StepPlan, tokens: torch.Tensor | None = None) -> torch.Tensor:
+                  plan: StepPlan, tokens: torch.Tensor | None = None,
+                  threads: int | None = None) -> torch.Tensor:
         """Attention alone (the step's products run elsewhere): the plan's T tokens, whose K/V
         are already in one layer's ``k_cache``/``v_cache`` (num_blocks, block_size, Hkv, D),
         attend as in :meth:`__call__`. ``q`` (N, Hq, D) float32, each token's heads contiguous
         (its rows may be strided, as a view of the fused q|k|v); the plan's tokens are its rows
-        ``tokens`` (T,), or all N rows when ``None`` -> (T, Hq, D)."""
+        ``tokens`` (T,), or all N rows when ``None`` -> (T, Hq, D). On ``threads`` threads
+        (default: :attr:`threads`), with the same result bit for bit for any count."""
+        n = resolve(self.threads if threads is None else threads)
         if tokens is not None:
             q = q.index_select(0, tokens)
         t, hq, d = q.shape
@@ -155,7 +164,7 @@ class DecodeStep:
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
         out = torch.empty((t, hq, d), dtype=torch.float32)
         if self._attn(ctypes.byref(self._model), ctypes.byref(_plan_struct(plan)), q.data_ptr(),
-                      q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr()):
+                      q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), n):
             raise MemoryError("native attention: out of memory for its work buffers")
         return out
 

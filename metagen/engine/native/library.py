@@ -17,7 +17,7 @@ from pathlib import Path
 from metagen.engine.native.build import NATIVE_FLAGS, NativeBuildError, build
 
 _HERE = Path(__file__).parent
-SOURCES: tuple[Path, ...] = (_HERE / "small_matmul.c", _HERE / "decode_step.c")
+SOURCES: tuple[Path, ...] = (_HERE / "small_matmul.c", _HERE / "decode_step.c", _HERE / "pool.c")
 _log = logging.getLogger(__name__)
 
 

@@ -17,6 +17,7 @@
  */
 #include <stdint.h>
 
+#include "pool.h"
 #include "simd.h"
 
 /* Which vector path this build has: 512 (AVX-512F), 256 (AVX2 + FMA) or 0 (none: do not call
@@ -106,31 +107,32 @@ static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
  * (benchmarks/README.md). */
 static inline __attribute__((always_inline)) void sweep(const int mr, const int full, const int gr,
                                                         const float *xs, const float *wk,
-                                                        const float *bias, float *y, int64_t N,
+                                                        const float *bias, float *y, int64_t ld,
                                                         int first, vmask msk) {
 #define LOAD(p) (full ? vloadu(p) : vload(p, msk))
   vec a[MR];
   UNROLL
-  for (int m = 0; m < mr; m++) a[m] = !first ? LOAD(y + m * N) : (bias ? LOAD(bias) : vzero());
+  for (int m = 0; m < mr; m++) a[m] = !first ? LOAD(y + m * ld) : (bias ? LOAD(bias) : vzero());
   UNROLL
   for (int r = 0; r < gr; r++) {
-    const vec wv = LOAD(wk + r * N);
+    const vec wv = LOAD(wk + r * ld);
     UNROLL
     for (int m = 0; m < mr; m++) a[m] = vfma(vbcast(xs[r * MR + m]), wv, a[m]);
   }
   UNROLL
   for (int m = 0; m < mr; m++) {
     if (full)
-      vstoreu(y + m * N, a[m]);
+      vstoreu(y + m * ld, a[m]);
     else
-      vstore(y + m * N, a[m], msk);
+      vstore(y + m * ld, a[m], msk);
   }
 #undef LOAD
 }
 
 static inline __attribute__((always_inline)) void stream_rows(const int mr, const float *x,
                                                               const float *w, const float *bias,
-                                                              float *y, int64_t K, int64_t N) {
+                                                              float *y, int64_t K, int64_t N,
+                                                              int64_t ld) {
   const int64_t body = N / VW * VW;
   const vmask tail = mask_first(N - body), all = mask_first(VW);
   float xs[GR * MR]; /* x[0:mr, k:k+gr] by weight row, so each FMA broadcasts from one base */
@@ -138,27 +140,28 @@ static inline __attribute__((always_inline)) void stream_rows(const int mr, cons
     const int gr = K - k < GR ? (int)(K - k) : GR;
     for (int r = 0; r < gr; r++)
       for (int m = 0; m < mr; m++) xs[r * MR + m] = x[m * K + k + r];
-    const float *wk = w + k * N;
+    const float *wk = w + k * ld;
     const int first = k == 0;
     if (gr == GR) { /* GR is a constant here: the sweep unrolls */
       for (int64_t j = 0; j < body; j += VW)
-        sweep(mr, 1, GR, xs, wk + j, bias ? bias + j : 0, y + j, N, first, all);
+        sweep(mr, 1, GR, xs, wk + j, bias ? bias + j : 0, y + j, ld, first, all);
       if (body < N)
-        sweep(mr, 0, GR, xs, wk + body, bias ? bias + body : 0, y + body, N, first, tail);
+        sweep(mr, 0, GR, xs, wk + body, bias ? bias + body : 0, y + body, ld, first, tail);
     } else {
       for (int64_t j = 0; j < body; j += VW)
-        sweep(mr, 1, gr, xs, wk + j, bias ? bias + j : 0, y + j, N, first, all);
+        sweep(mr, 1, gr, xs, wk + j, bias ? bias + j : 0, y + j, ld, first, all);
       if (body < N)
-        sweep(mr, 0, gr, xs, wk + body, bias ? bias + body : 0, y + body, N, first, tail);
+        sweep(mr, 0, gr, xs, wk + body, bias ? bias + body : 0, y + body, ld, first, tail);
     }
   }
 }
 
-typedef void (*stream_fn)(const float *, const float *, const float *, float *, int64_t, int64_t);
+typedef void (*stream_fn)(const float *, const float *, const float *, float *, int64_t, int64_t,
+                          int64_t);
 #define STREAM(R)                                                                              \
   static void stream_##R(const float *x, const float *w, const float *bias, float *y,          \
-                         int64_t K, int64_t N) {                                               \
-    stream_rows(R, x, w, bias, y, K, N);                                                       \
+                         int64_t K, int64_t N, int64_t ld) {                                   \
+    stream_rows(R, x, w, bias, y, K, N, ld);                                                   \
   }
 STREAM(1)
 STREAM(2)
@@ -186,15 +189,16 @@ static chunk next_chunk(chunk c, int64_t K, int64_t N) {
   return n;
 }
 
-/* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL]. M, K, N >= 1.
+/* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL], where w and y have rows of ld >= N
+ * floats (N of them used: a slice of columns of wider matrices). M, K, N >= 1.
  * Up to MR rows: stream_rows. More: chunked tiles, where the passes after the first over a chunk
  * are arithmetic on cached weights while the first waits on memory; so every tile also
  * prefetches its share of the next chunk into L2, and the next chunk's first pass finds it there
  * (16 rows: 44 -> 33 ms for the benchmark target's products; table in benchmarks/README.md). */
-void mg_matmul(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t K,
-               int64_t N) {
+static void matmul_ld(const float *x, const float *w, const float *bias, float *y, int64_t M,
+                      int64_t K, int64_t N, int64_t ld) {
   if (M <= MR) {
-    STREAMS[M](x, w, bias, y, K, N);
+    STREAMS[M](x, w, bias, y, K, N, ld);
     return;
   }
   chunk c = {0, 0, K < KC ? K : KC, N < NC ? N : NC};
@@ -204,22 +208,57 @@ void mg_matmul(const float *x, const float *w, const float *bias, float *y, int6
     const int64_t tiles = ((M + MR - 1) / MR) * ((c.nc + TILE_COLS - 1) / TILE_COLS);
     const int64_t share = (nx.kc * row_lines + tiles - 1) / tiles;
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; column in row */
-    const float *row = w + nx.k0 * N + nx.c0;
+    const float *row = w + nx.k0 * ld + nx.c0;
     for (int64_t m0 = 0; m0 < M; m0 += MR) {
       const int64_t mr = M - m0 < MR ? M - m0 : MR;
       for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
         const int64_t cols = c.c0 + c.nc - j;
         vmask mask[NR];
         for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
-        (cols >= TILE_COLS ? FULL : TAIL)[mr](x + m0 * K + c.k0, K, w + c.k0 * N + j, N,
-                                              bias ? bias + j : 0, y + m0 * N + j, N, c.kc,
+        (cols >= TILE_COLS ? FULL : TAIL)[mr](x + m0 * K + c.k0, K, w + c.k0 * ld + j, ld,
+                                              bias ? bias + j : 0, y + m0 * ld + j, ld, c.kc,
                                               c.k0 == 0, mask);
         for (int64_t i = 0; i < share && left > 0; i++, left--) {
           __builtin_prefetch(row + col, 0, 2);
-          if ((col += 16) >= nx.nc) col = 0, row += N;
+          if ((col += 16) >= nx.nc) col = 0, row += ld;
         }
       }
     }
   }
+}
+
+/* y = x @ w [+ bias] as matmul_ld, for M, K, N >= 1. */
+void mg_matmul(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t K,
+               int64_t N) {
+  matmul_ld(x, w, bias, y, M, K, N, N);
+}
+
+/* Columns [c0, c1) of y = x @ w [+ bias] (M, K, N as mg_matmul). Every element is the same
+ * chain of FMAs in the same order (bias or 0, then k = 0, 1, ..., K - 1) whichever schedule and
+ * slice computes it, so slices computed apart equal the whole product bit for bit. */
+void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y, int64_t M,
+                    int64_t K, int64_t N, int64_t c0, int64_t c1) {
+  if (c1 > c0) matmul_ld(x, w + c0, bias ? bias + c0 : 0, y + c0, M, K, c1 - c0, N);
+}
+
+typedef struct {
+  const float *x, *w, *bias;
+  float *y;
+  int64_t M, K, N;
+} matmul_job;
+
+static void matmul_task(void *ctx, int tid, int nth) {
+  const matmul_job *j = ctx;
+  int64_t c0, c1;
+  mg_share(j->N, tid, nth, &c0, &c1);
+  mg_matmul_cols(j->x, j->w, j->bias, j->y, j->M, j->K, j->N, c0, c1);
+}
+
+/* mg_matmul on up to `threads` threads of the pool, each computing a disjoint slice of the
+ * columns (so each reading its own columns of w): equal to mg_matmul bit for bit. */
+void mg_matmul_threads(const float *x, const float *w, const float *bias, float *y, int64_t M,
+                       int64_t K, int64_t N, int threads) {
+  matmul_job j = {x, w, bias, y, M, K, N};
+  mg_parallel(threads, matmul_task, &j);
 }
 #endif

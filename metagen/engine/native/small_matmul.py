@@ -18,6 +18,7 @@ import torch
 
 from metagen.errors import InvalidParameterError
 from metagen.engine.native.library import library, open_library
+from metagen.engine.native.threads import resolve
 
 # The most rows for which the kernel beats MKL, per vector width (measured on a Xeon with
 # AVX-512, one thread; the 256-bit path has half the registers and loses from 16 rows).
@@ -32,23 +33,25 @@ class SmallMatmul:
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.isa: int = lib.mg_isa()
         self.max_rows = MAX_ROWS[self.isa]
-        self._fn = lib.mg_matmul
+        self._fn = lib.mg_matmul_threads
         self._fn.restype = None
-        self._fn.argtypes = [_P, _P, _P, _P, _I, _I, _I]
+        self._fn.argtypes = [_P, _P, _P, _P, _I, _I, _I, ctypes.c_int]
 
     def applies(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
         """Whether ``self(x, w, bias)`` is the faster way: float32 CPU tensors, contiguous,
-        2..max_rows rows, no autograd, and torch on one thread (the kernel is single-threaded;
-        with more threads MKL's parallel product is used)."""
+        2..max_rows rows, no autograd; on any number of threads (see :mod:`.threads`)."""
         return (2 <= x.shape[0] <= self.max_rows and x.dtype == torch.float32
                 and w.dtype == torch.float32 and x.device.type == "cpu"
                 and w.device.type == "cpu" and x.is_contiguous() and w.is_contiguous()
-                and not x.requires_grad and torch.get_num_threads() == 1
+                and not x.requires_grad
                 and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous())))
 
-    def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
-                 ) -> torch.Tensor:
-        """x (M, K) @ w (K, N) [+ bias (N,)] -> (M, N); operands as :meth:`applies` requires."""
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                 threads: int | None = None) -> torch.Tensor:
+        """x (M, K) @ w (K, N) [+ bias (N,)] -> (M, N); operands as :meth:`applies` requires.
+        On ``threads`` threads (default: torch's count), each computing a disjoint slice of the
+        output columns: the same result bit for bit for any count."""
+        n_threads = resolve(threads)
         m, k = x.shape
         n = w.shape[1]
         if w.shape[0] != k or (bias is not None and bias.shape != (n,)):
@@ -59,7 +62,7 @@ class SmallMatmul:
             if k == 0:
                 return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()
             self._fn(x.data_ptr(), w.data_ptr(), None if bias is None else bias.data_ptr(),
-                     y.data_ptr(), m, k, n)
+                     y.data_ptr(), m, k, n, n_threads)
         return y
 
 

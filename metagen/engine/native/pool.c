@@ -1,0 +1,130 @@
+/* metagen native kernels: the thread pool of pool.h (pthreads).
+ *
+ * Each worker waits on its own job counter: spinning briefly (a decode step's layers call in
+ * quick succession), then asleep on a condition variable, so idle workers cost nothing while
+ * PyTorch runs between kernel calls. The caller bumps the counters of the workers its job
+ * needs, runs its own share, and spins until they report back. Barriers spin with the CPU's
+ * pause hint and yield the core after a while, so a job with more threads than free cores still
+ * makes progress.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define SPIN_WAKE 20000 /* pause hints before a worker sleeps (~100 us) */
+#define SPIN_YIELD 2000 /* pause hints before a waiting thread yields its core */
+
+static struct {
+  pthread_mutex_t busy;  /* held by the caller of the running job */
+  pthread_mutex_t mu;    /* guards sleeping on `wake` */
+  pthread_cond_t wake;
+  atomic_int sleepers;   /* workers asleep (or about to be) on `wake` */
+  atomic_int left;       /* workers of the running job still working */
+  int workers;           /* started: ids 1 .. workers */
+  int atfork;            /* the fork handler is registered */
+  mg_task task;
+  void *ctx;
+  int nth;
+  atomic_uint go[MG_MAX_THREADS]; /* per worker: bumped once per job it takes part in */
+  unsigned start[MG_MAX_THREADS]; /* go[i] when worker i was started (its last job done) */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void relax(int64_t spin) {
+  if (spin < SPIN_YIELD)
+    CPU_RELAX();
+  else
+    sched_yield();
+}
+
+static void *worker(void *arg) {
+  const int id = (int)(intptr_t)arg;
+  unsigned seen = pool.start[id]; /* not go[id]: the first job may already be posted */
+  for (;;) {
+    for (int spin = 0; atomic_load(&pool.go[id]) == seen; spin++) {
+      if (spin < SPIN_WAKE) {
+        CPU_RELAX();
+        continue;
+      }
+      pthread_mutex_lock(&pool.mu);
+      atomic_fetch_add(&pool.sleepers, 1);
+      while (atomic_load(&pool.go[id]) == seen) pthread_cond_wait(&pool.wake, &pool.mu);
+      atomic_fetch_sub(&pool.sleepers, 1);
+      pthread_mutex_unlock(&pool.mu);
+    }
+    seen = atomic_load(&pool.go[id]);
+    pool.task(pool.ctx, id, pool.nth);
+    atomic_fetch_sub(&pool.left, 1);
+  }
+  return 0;
+}
+
+/* In a forked child only the forking thread exists: start the pool afresh. */
+static void after_fork_in_child(void) {
+  pthread_mutex_init(&pool.busy, 0);
+  pthread_mutex_init(&pool.mu, 0);
+  pthread_cond_init(&pool.wake, 0);
+  atomic_store(&pool.sleepers, 0);
+  atomic_store(&pool.left, 0);
+  pool.workers = 0;
+}
+
+/* Start workers up to id n - 1 (the caller holds `busy`); returns how many threads a job can
+ * have. */
+static int grow(int n) {
+  if (!pool.atfork) pool.atfork = pthread_atfork(0, 0, after_fork_in_child) == 0;
+  if (!pool.atfork) return 1; /* a child could not restart the pool: stay single-threaded */
+  while (pool.workers < n - 1) {
+    pthread_attr_t attr;
+    pthread_t t;
+    const int id = pool.workers + 1;
+    pool.start[id] = atomic_load(&pool.go[id]);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    const int failed = pthread_create(&t, &attr, worker, (void *)(intptr_t)id);
+    pthread_attr_destroy(&attr);
+    if (failed) break;
+    pool.workers = id;
+  }
+  return pool.workers + 1 < n ? pool.workers + 1 : n;
+}
+
+void mg_parallel(int n, mg_task task, void *ctx) {
+  n = n < 1 ? 1 : n > MG_MAX_THREADS ? MG_MAX_THREADS : n;
+  if (n == 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+    task(ctx, 0, 1);
+    return;
+  }
+  n = grow(n);
+  pool.task = task;
+  pool.ctx = ctx;
+  pool.nth = n;
+  atomic_store(&pool.left, n - 1);
+  for (int i = 1; i < n; i++) atomic_fetch_add(&pool.go[i], 1); /* publishes task, ctx, nth */
+  if (atomic_load(&pool.sleepers) > 0) {
+    pthread_mutex_lock(&pool.mu);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+  }
+  task(ctx, 0, n);
+  for (int64_t spin = 0; atomic_load(&pool.left) > 0; spin++) relax(spin);
+  pthread_mutex_unlock(&pool.busy);
+}
+
+void mg_sync(mg_barrier *b, int nth) {
+  if (nth <= 1) return;
+  const int phase = atomic_load(&b->phase);
+  if (atomic_fetch_add(&b->count, 1) == nth - 1) {
+    atomic_store(&b->count, 0);
+    atomic_store(&b->phase, phase + 1);
+    return;
+  }
+  for (int64_t spin = 0; atomic_load(&b->phase) == phase; spin++) relax(spin);
+}

@@ -1,0 +1,182 @@
+"""The native kernels on several threads equal the one-thread kernels bit for bit.
+
+Each thread computes a disjoint slice of every product's output columns, heads and attention
+units with the one-thread instructions, so the thread count must not change a single bit: the
+products against the whole-matrix one-thread ``mg_matmul``; the decode step and native attention
+on 2, 3 and 4 threads against 1 thread, over the paged cache with several rows, multi-token rows
+and Hydragen prefix groups, on random-weight models and stories260K. And the engine with torch's
+default thread count decodes as transformers does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+
+import pytest
+import torch
+
+from metagen.engine.kv_cache import KVCache
+from metagen.engine.model_runner import ExtendRequest, ModelRunner
+from metagen.engine.models.loader import load_model
+from metagen.engine.native.decode_step import DecodeStep
+from metagen.engine.native.library import open_library
+from metagen.errors import InvalidParameterError
+
+from ._native_variants import variants
+
+BLOCK = 4
+NUM_BLOCKS = 192
+THREADS = (1, 2, 3, 4)
+
+
+@pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
+def lib(request) -> ctypes.CDLL:
+    try:
+        return open_library(request.param[1])
+    except Exception as e:  # no compiler or no vector path: nothing native to test
+        pytest.skip(f"no native {request.param[0]} library: {e}")
+
+
+def _whole_product(lib: ctypes.CDLL, x, w, bias) -> torch.Tensor:
+    """The one-thread kernel over the whole matrix (``mg_matmul``, no slicing)."""
+    y = torch.empty(x.shape[0], w.shape[1])
+    p = ctypes.c_void_p
+    lib.mg_matmul.argtypes = [p, p, p, p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    lib.mg_matmul(x.data_ptr(), w.data_ptr(), None if bias is None else bias.data_ptr(),
+                  y.data_ptr(), *x.shape, w.shape[1])
+    return y
+
+
+# M covers the few-row sweep (<= 6 / 4 rows) and the chunked tiles (more); N covers slices
+# narrower than one cache line per thread, masked tails and the 4096-column chunk.
+@pytest.mark.parametrize("m", [1, 2, 5, 7, 16])
+@pytest.mark.parametrize("n", [8, 40, 130, 4101])
+def test_threaded_product_equals_the_one_thread_kernel_bitwise(lib, m, n):
+    from metagen.engine.native.small_matmul import SmallMatmul
+
+    kernel = SmallMatmul(lib)
+    g = torch.Generator().manual_seed(m * 10_000 + n)
+    x, w, bias = torch.randn(m, 37, generator=g), torch.randn(37, n, generator=g), \
+        torch.randn(n, generator=g)
+    for b in (None, bias):
+        ref = _whole_product(lib, x, w, b)
+        for t in THREADS:
+            assert torch.equal(kernel(x, w, b, threads=t), ref), (t, b is None)
+
+
+def test_thread_count_must_be_positive(lib):
+    from metagen.engine.native.small_matmul import SmallMatmul
+
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(InvalidParameterError, match="threads"):
+            SmallMatmul(lib)(torch.randn(2, 4), torch.randn(4, 3), threads=bad)
+
+
+class _Seq:
+    def __init__(self, table: list[int], cached: int) -> None:
+        self.table, self.cached = table, cached
+
+
+def _runners(lib: ctypes.CDLL, folder) -> list[ModelRunner]:
+    """One runner per thread count on one model, each with its own KV cache."""
+    model = load_model(folder)
+    cfg = model.cfg
+    out = []
+    for t in THREADS:
+        kv = KVCache(cfg.num_layers, NUM_BLOCKS, BLOCK, cfg.num_kv_heads, cfg.head_dim,
+                     torch.float32, "cpu")
+        runner = ModelRunner(model, kv, hydragen=True)
+        runner.native = DecodeStep(lib, model)
+        runner.native.threads = t
+        out.append(runner)
+    return out
+
+
+def _drive(runners: list[ModelRunner], seed: str, steps: int = 8) -> int:
+    """Prefill two prompts in the first runner (PyTorch), give every runner a copy of that cache,
+    fork each prompt into rows sharing its blocks, then run the same random native steps in all
+    runners; every step's logits and the whole cache must be equal bit for bit. Returns the
+    number of rows that attended through a Hydragen group."""
+    rng = random.Random(seed)
+    first = runners[0]
+    free = list(range(1, NUM_BLOCKS))
+    rng.shuffle(free)
+    seqs: list[_Seq] = []
+    for _ in range(2):
+        n = rng.randrange(9, 70)
+        table = [free.pop() for _ in range(-(-n // BLOCK))]
+        first.extend([ExtendRequest(table, 0, [rng.randrange(3, 90) for _ in range(n)])])
+        full = n // BLOCK
+        for _ in range(rng.randrange(2, 4)):
+            own = table[:full] + [free.pop() for _ in table[full:]]
+            first.kv.copy_blocks(table[full:], own[full:])
+            seqs.append(_Seq(own, n))
+    for r in runners[1:]:
+        r.kv.k.copy_(first.kv.k)
+        r.kv.v.copy_(first.kv.v)
+    for _ in range(steps):
+        budget = first.native.max_tokens
+        reqs = []
+        for s in rng.sample(seqs, rng.randrange(1, len(seqs) + 1)):
+            k = min(budget, 1 if rng.random() < 0.6 else rng.randrange(2, 5))
+            if k == 0:
+                break
+            budget -= k
+            while len(s.table) * BLOCK < s.cached + k:
+                s.table.append(free.pop())
+            reqs.append(ExtendRequest(list(s.table), s.cached,
+                                      [rng.randrange(3, 90) for _ in range(k)], all_logits=k > 1))
+            s.cached += k
+        before = [r.native_steps for r in runners]
+        outs = [r.extend(reqs) for r in runners]
+        assert [r.native_steps for r in runners] == [b + 1 for b in before]  # all native
+        for t, out in zip(THREADS[1:], outs[1:]):
+            assert all(torch.equal(a, b) for a, b in zip(out, outs[0])), f"{t} threads"
+    for t, r in zip(THREADS[1:], runners[1:]):
+        assert torch.equal(r.kv.k, first.kv.k) and torch.equal(r.kv.v, first.kv.v), t
+    return first.hydragen_rows
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_decode_step_on_n_threads_equals_one_thread_bitwise(lib, random_model_dir, kind):
+    assert _drive(_runners(lib, random_model_dir(kind)), kind) > 0  # groups were exercised
+
+
+def test_stories_decode_step_on_n_threads_equals_one_thread_bitwise(lib, stories_path):
+    """stories260K: head_dim 8 (masked vectors, the per-query group path), 5 layers."""
+    assert _drive(_runners(lib, stories_path), "stories") > 0
+
+
+def test_native_attention_on_n_threads_equals_one_thread_bitwise(lib, random_model_dir):
+    """Attention alone (wide steps' rows under PyTorch products), over the cache the threaded
+    decode step wrote, with a Hydragen group and a row of several tokens."""
+    runners = _runners(lib, random_model_dir("llama"))
+    _drive(runners, "attention", steps=3)
+    runner = runners[0]
+    reqs = [ExtendRequest(runner_table, 12, [5] * n)
+            for runner_table, n in (([1, 2, 3, 4, 5], 1), ([1, 2, 3, 6, 7], 3), ([9, 8, 10, 11], 2))]
+    plan = runner._plan(reqs)
+    cfg = runner.model.cfg
+    q = torch.randn(6, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim)[:, :cfg.num_heads]
+    outs = [runner.native.attention(q, runner.kv.k[1], runner.kv.v[1], plan, threads=t)
+            for t in THREADS]
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+
+
+def test_engine_greedy_with_default_threads_equals_transformers(
+        stories_path, stories_engine_factory, hf_greedy):
+    """torch's default thread count (not forced to one): every decode step runs natively, on
+    those threads, and greedy decoding matches transformers'."""
+    from metagen.types import SamplingParams
+
+    engine = stories_engine_factory(block_size=16)
+    if engine.runner.native is None:
+        pytest.skip("no native library on this machine")
+    prompt = engine.tokenizer("Once upon a time")["input_ids"]
+    greedy = SamplingParams(temperature=0.0, max_tokens=120, ignore_eos=True, logprobs=0)
+    out = engine.generate([prompt], greedy)[0].outputs[0]
+    ref_tokens, ref_lps = hf_greedy(stories_path, prompt, 120, banned=engine.eos_token_ids)
+    assert engine.runner.native_steps >= 119
+    assert list(out.token_ids) == ref_tokens
+    assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < 1e-4
