@@ -3,10 +3,11 @@
 Each scenario is a step of the engine's :class:`~metagen.engine.model_runner.ModelRunner` (all
 layers and the head) over a prefilled paged KV cache, as workloads A-C run it: one row after a
 256-token prompt (A), four beams after 256 (C), sixteen samples sharing a 512-token prompt
-(B, through Hydragen). Both paths run interleaved in one process on one thread; the table gives
+(B, through Hydragen). Both paths run interleaved in one process on one thread (or
+``--threads``: torch's products and the native step alike); the table gives
 the best of a few repeats, the speedup, and the floor: the same step's products alone
 (``benchmarks.small_matmul``'s native kernel, or MKL for one row), which no implementation that
-streams fp32 weights can beat. ``python -m benchmarks.decode_step [--json PATH]``.
+streams fp32 weights can beat. ``python -m benchmarks.decode_step [--threads N] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def _setup(model, rows: int, prompt: int, native: bool) -> tuple[ModelRunner, li
     return runner, [ExtendRequest(t, prompt, [int(ids[r])]) for r, t in enumerate(tables)]
 
 
-def measure(repeats: int = 7) -> list[dict[str, float | str]]:
-    torch.set_num_threads(1)
+def measure(repeats: int = 7, threads: int = 1) -> list[dict[str, float | str]]:
+    torch.set_num_threads(threads)
     paths = build_models(Path("/tmp/metagen-bench-models"))
     model = load_model(paths["target"])
     kernel = load_small_matmul()
@@ -82,9 +83,10 @@ def _weights(model) -> list[torch.Tensor]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    rows = measure(args.repeats)
+    rows = measure(args.repeats, args.threads)
     print("scenario | pytorch ms | native ms | native speedup | products alone ms | "
           "native / products")
     for r in rows:
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['pytorch'] / r['native']:.2f}x | {r['products']:.1f} | "
               f"{r['native'] / r['products']:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"threads": 1, "ms_per_step": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"threads": args.threads, "ms_per_step": rows}, indent=1))
     return 0
 
 

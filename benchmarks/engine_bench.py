@@ -56,9 +56,12 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
     roof_tok_s = roof.decode_tokens_per_s(decode_bytes)
     peers: list[Peer] = []
     skipped: dict[str, str] = {}
+    wanted = os.environ.get("METAGEN_BENCH_PEERS")  # comma-separated names, in-process ones too
     for cls in PEERS:
         peer = cls()
-        if quick and isinstance(peer, RemotePeer):
+        if wanted is not None and peer.name not in wanted.split(","):
+            skipped[peer.name] = "not named in METAGEN_BENCH_PEERS"
+        elif quick and isinstance(peer, RemotePeer):
             skipped[peer.name] = "--quick runs the in-process peers only"
         elif not peer.available():
             skipped[peer.name] = ("not installed (bash benchmarks/setup_peers.sh) or not named "

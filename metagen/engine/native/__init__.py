@@ -3,7 +3,8 @@
 
 - :mod:`.small_matmul`: ``x @ W`` for a few rows (``small_matmul.c``);
 - :mod:`.decode_step`: every decoder layer of a step of a few tokens (``decode_step.c``);
-- ``simd.h``: the AVX-512 / AVX2 vocabulary both are written in.
+- ``simd.h``: the AVX-512 / AVX2 vocabulary both are written in;
+- ``pool.c``: the thread pool both split their work across (:mod:`.threads`: torch's count).
 """
 
 from metagen.engine.native.build import NativeBuildError

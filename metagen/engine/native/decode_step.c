@@ -15,6 +15,14 @@
  * group's shared prefix together, so each prefix key and value is read once per group, then
  * each token attends to its own row's positions from the end of that prefix up to its own.
  * Summation orders differ from PyTorch's: results agree to rounding, not bit for bit.
+ *
+ * Threads (pool.h): every thread walks the layers' stages (norm | q|k|v product | per-head
+ * norm, rope, cache write | prefix-group attention | own-position attention | o product +
+ * residual | norm | gate|up product + SiLU | down product + residual), claiming units of each
+ * and waiting for the stage to finish before the next. Products are cut by output columns, so
+ * each weight row is read once per step, in whole-cache-line slices; attention by (group or row,
+ * kv head). Each output element is computed by the one-thread path's instructions in its order,
+ * so the result is the same bit for bit on any number of threads.
  */
 #include <math.h>
 #include <stdint.h>
@@ -341,7 +349,10 @@ static void gather_queries(const mg_model *M, const scratch *S, const lane *L, i
   }
 }
 
-/* One step's shared state, for the threads of its job. */
+#define STAGES_PER_LAYER 9
+
+/* One step's shared state, for the threads of its job. Every thread walks the same sequence of
+ * stages: stage[0], stage[1], ... */
 typedef struct {
   const mg_model *M;
   const mg_layer *layers;
@@ -349,20 +360,36 @@ typedef struct {
   scratch *S;
   int64_t T, layer_stride;
   float *h, *kc, *vc;
-  mg_barrier bar;
+  int64_t width_qkv, width_h, width_i; /* column units of the products */
+  mg_stage *stage;
 } step_job;
 
-/* Attention of every query head, split by work unit: a (prefix group, kv head) or a (row, kv
- * head) owns the queries it gathers, so each query's arithmetic is the one-thread path's.
- * Starts after a barrier that follows the heads' initial state (attention_init); ends with a
- * barrier. */
-static void attention(step_job *J, const float *kc, const float *vc, int tid, int nth) {
+/* Claim loop over the n units of stage st: `for (STAGE(st, n, u)) {...}` runs the body for
+ * each unit this thread claims; mg_wait(st, n) then waits for the whole stage. */
+#define STAGE(st, n, u) int64_t u; (u = mg_claim(st, n)) >= 0; mg_done(st)
+
+/* Query heads' fresh online-softmax state (unit: one token's q heads). */
+static void init_heads(step_job *J, mg_stage *st) {
+  const int64_t D = J->M->head_dim, hq = J->M->n_heads;
+  const scratch *S = J->S;
+  for (STAGE(st, J->T, t))
+    for (int64_t i = t * hq; i < (t + 1) * hq; i++) {
+      S->mx[i] = -INFINITY, S->l[i] = 0.0f;
+      memset(S->attn + i * D, 0, (size_t)D * sizeof(float));
+    }
+  mg_wait(st, J->T);
+}
+
+/* Attention of every query head over two stages: (prefix group, kv head) units, then (row, kv
+ * head) units; a unit owns the queries it gathers, so each query's arithmetic is the
+ * one-thread path's. Needs the heads' initial state (init_heads). */
+static void attention(step_job *J, mg_stage *st, const float *kc, const float *vc, int tid) {
   const mg_model *M = J->M;
   const mg_plan *P = J->P;
   const scratch *S = J->S;
   const lane *L = S->lanes + tid;
   const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads, g = hq / hkv;
-  for (int64_t u = tid; u < P->n_groups * hkv; u += nth) { /* shared prefixes: once per group */
+  for (STAGE(st, P->n_groups * hkv, u)) { /* shared prefixes: once per group */
     const int64_t gi = u / hkv, hk = u % hkv, first = P->group_rows[P->group_off[gi]];
     int64_t n = 0;
     for (int64_t i = P->group_off[gi]; i < P->group_off[gi + 1]; i++) {
@@ -379,9 +406,10 @@ static void attention(step_job *J, const float *kc, const float *vc, int tid, in
       attend_group(M, P, L->q + q0, L->acc + q0, L->pmx + q0, L->pl + q0,
                    n - q0 < VW ? n - q0 : VW, first, P->own_from[first], kc, vc, hk, L->grp);
   }
-  if (P->n_groups) mg_sync(&J->bar, nth);
-  for (int64_t u = tid; u < P->n_rows * hkv; u += nth) { /* each token's own positions, causal; */
-    const int64_t r = u / hkv, hk = u % hkv; /* a row's tokens together share the key blocks */
+  mg_wait(st, P->n_groups * hkv);
+  st++;
+  for (STAGE(st, P->n_rows * hkv, u)) { /* each token's own positions, causal; a row's */
+    const int64_t r = u / hkv, hk = u % hkv; /* tokens together share the key blocks */
     int64_t n = 0;
     for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, L, t, hk, &n);
     attend(M, P, L->q, L->acc, L->pmx, L->pl, n, r, P->own_from[r], L->q_to, kc, vc, hk, L->s);
@@ -391,87 +419,90 @@ static void attention(step_job *J, const float *kc, const float *vc, int tid, in
         for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
       }
   }
-  mg_sync(&J->bar, nth);
+  mg_wait(st, P->n_rows * hkv);
 }
 
-/* Every query head's fresh online-softmax state, the heads split across threads. */
-static void attention_init(const step_job *J, int tid, int nth) {
-  const int64_t D = J->M->head_dim, n = J->T * J->M->n_heads;
-  const scratch *S = J->S;
-  for (int64_t i = n * tid / nth; i < n * (tid + 1) / nth; i++) {
-    S->mx[i] = -INFINITY, S->l[i] = 0.0f;
-    memset(S->attn + i * D, 0, (size_t)D * sizeof(float));
+/* x = rms_norm(h) * w of every token (unit: a token). */
+static void norm_tokens(step_job *J, mg_stage *st, const float *w) {
+  const int64_t H = J->M->hidden;
+  for (STAGE(st, J->T, t)) rms_norm(J->h + t * H, w, J->S->x + t * H, H, J->M->eps);
+  mg_wait(st, J->T);
+}
+
+/* h += x @ w (unit: a slice of h's columns). */
+static void residual(step_job *J, mg_stage *st, const float *x, const float *w, int64_t K) {
+  const int64_t H = J->M->hidden, n = mg_units(H, J->width_h);
+  for (STAGE(st, n, u)) {
+    int64_t c0, c1;
+    mg_cols(H, J->width_h, u, &c0, &c1);
+    mg_matmul_cols(x, w, 0, J->S->tmp, J->T, K, H, c0, c1);
+    for (int64_t t = 0; t < J->T; t++)
+      for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
   }
+  mg_wait(st, n);
 }
 
-/* x = rms_norm(h) * w of every token, the tokens split across threads; ends with a barrier. */
-static void norm_tokens(step_job *J, const float *w, int tid, int nth) {
-  const int64_t H = J->M->hidden;
-  for (int64_t t = tid; t < J->T; t += nth)
-    rms_norm(J->h + t * H, w, J->S->x + t * H, H, J->M->eps);
-  mg_sync(&J->bar, nth);
-}
-
-/* h += x @ w over this thread's slice of h's columns; ends with a barrier. */
-static void residual(step_job *J, const float *x, const float *w, int64_t K, int tid, int nth) {
-  const int64_t H = J->M->hidden;
-  int64_t c0, c1;
-  mg_share(H, tid, nth, &c0, &c1);
-  mg_matmul_cols(x, w, 0, J->S->tmp, J->T, K, H, c0, c1);
-  for (int64_t t = 0; t < J->T; t++)
-    for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
-  mg_sync(&J->bar, nth);
-}
-
-/* One layer on thread tid of nth. Each product is split by output columns (each thread reads
- * its own columns of the weight), the per-head work by head, attention by work unit, the norms
- * by token; barriers separate the dependent stages. */
-static void layer(step_job *J, const mg_layer *W, float *kc, float *vc, int tid, int nth) {
+/* One layer: STAGES_PER_LAYER stages from st, whose units any of the job's threads compute.
+ * Products are cut by output columns (a unit reads its columns of the weight), the per-head
+ * work by head, attention by (group or row, kv head), the norms by token. */
+static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float *vc, int tid) {
   const mg_model *M = J->M;
   const scratch *S = J->S;
   const int64_t T = J->T, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   const int64_t qkv = (hq + 2 * hkv) * D, I = M->inter;
-  int64_t c0, c1;
-  norm_tokens(J, W->input_norm, tid, nth);
-  mg_share(qkv, tid, nth, &c0, &c1);
-  mg_matmul_cols(S->x, W->qkv, W->qkv_bias, S->qkv, T, M->hidden, qkv, c0, c1);
-  mg_sync(&J->bar, nth);
-  for (int64_t u = tid; u < T * (hq + hkv); u += nth) { /* per head: norm, rope, cache write */
+  const int64_t n_qkv = mg_units(qkv, J->width_qkv), n_i = mg_units(I, J->width_i);
+  norm_tokens(J, st++, W->input_norm);
+  for (STAGE(st, n_qkv, u)) {
+    int64_t c0, c1;
+    mg_cols(qkv, J->width_qkv, u, &c0, &c1);
+    mg_matmul_cols(S->x, W->qkv, W->qkv_bias, S->qkv, T, M->hidden, qkv, c0, c1);
+  }
+  mg_wait(st++, n_qkv);
+  for (STAGE(st, T * (hq + hkv), u)) { /* per head: norm, rope, cache write / fresh state */
     const int64_t t = u / (hq + hkv), i = u % (hq + hkv);
     float *x = S->qkv + t * qkv + i * D;
     const float *c = M->cos + S->tok_pos[t] * D, *s = M->sin + S->tok_pos[t] * D;
     const float *norm = i < hq ? W->q_norm : W->k_norm;
     if (norm) rms_norm(x, norm, x, D, M->eps);
     rope(x, c, s, D);
-    if (i < hq) continue;
+    if (i < hq) {
+      S->mx[t * hq + i] = -INFINITY, S->l[t * hq + i] = 0.0f;
+      memset(S->attn + (t * hq + i) * D, 0, (size_t)D * sizeof(float));
+      continue;
+    }
     const int64_t slot = slot_of(J->P, S->tok_row[t], S->tok_pos[t]), k = i - hq;
     memcpy(kc + (slot * hkv + k) * D, x, (size_t)D * sizeof(float));
     memcpy(vc + (slot * hkv + k) * D, x + hkv * D, (size_t)D * sizeof(float));
   }
-  attention_init(J, tid, nth);
-  mg_sync(&J->bar, nth);
-  attention(J, kc, vc, tid, nth);
-  residual(J, S->attn, W->o, hq * D, tid, nth);
-  norm_tokens(J, W->post_norm, tid, nth);
-  mg_share(I, tid, nth, &c0, &c1); /* the same columns of gate and up: act needs both */
-  mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, c0, c1);
-  mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, I + c0, I + c1);
-  for (int64_t t = 0; t < T; t++) /* act = silu(gate) * up */
-    for (int64_t i = c0; i < c1; i += VW) {
-      const vmask m = mask_first(c1 - i);
-      const float *g = S->gu + t * 2 * I + i;
-      const vec gv = vload(g, m);
-      const vec silu = vdiv(gv, vadd(vbcast(1.0f), vexp(vsub(vzero(), gv))));
-      vstore(S->act + t * I + i, vmul(silu, vload(g + I, m)), m);
-    }
-  mg_sync(&J->bar, nth);
-  residual(J, S->act, W->down, I, tid, nth);
+  mg_wait(st++, T * (hq + hkv));
+  attention(J, st, kc, vc, tid);
+  st += 2;
+  residual(J, st++, S->attn, W->o, hq * D);
+  norm_tokens(J, st++, W->post_norm);
+  for (STAGE(st, n_i, u)) { /* the same columns of gate and up: act needs both */
+    int64_t c0, c1;
+    mg_cols(I, J->width_i, u, &c0, &c1);
+    mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, c0, c1);
+    mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, I + c0, I + c1);
+    for (int64_t t = 0; t < T; t++) /* act = silu(gate) * up */
+      for (int64_t i = c0; i < c1; i += VW) {
+        const vmask m = mask_first(c1 - i);
+        const float *g = S->gu + t * 2 * I + i;
+        const vec gv = vload(g, m);
+        const vec silu = vdiv(gv, vadd(vbcast(1.0f), vexp(vsub(vzero(), gv))));
+        vstore(S->act + t * I + i, vmul(silu, vload(g + I, m)), m);
+      }
+  }
+  mg_wait(st++, n_i);
+  residual(J, st++, S->act, W->down, I);
 }
 
 static void step_task(void *ctx, int tid, int nth) {
   step_job *J = ctx;
+  (void)nth;
   for (int64_t i = 0; i < J->M->n_layers; i++)
-    layer(J, J->layers + i, J->kc + i * J->layer_stride, J->vc + i * J->layer_stride, tid, nth);
+    layer(J, J->layers + i, J->stage + i * STAGES_PER_LAYER, J->kc + i * J->layer_stride,
+          J->vc + i * J->layer_stride, tid);
 }
 
 /* Run every layer over h (T, hidden), the embedded new tokens, in place; writes their K/V into
@@ -480,22 +511,29 @@ static void step_task(void *ctx, int tid, int nth) {
  * out of memory (h and the cache are then untouched). */
 int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
                    float *k_cache, float *v_cache, int64_t layer_stride, int threads) {
-  const int64_t T = P->tok_off[P->n_rows];
+  const int64_t T = P->tok_off[P->n_rows], H = M->hidden, I = M->inter;
+  const int64_t qkv = (M->n_heads + 2 * M->n_kv_heads) * M->head_dim;
   const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
-  if (make_scratch(M, T, nth, &S)) return -1;
+  mg_stage *stages = calloc((size_t)(M->n_layers * STAGES_PER_LAYER), sizeof(mg_stage));
+  if (!stages || make_scratch(M, T, nth, &S)) {
+    free(stages);
+    return -1;
+  }
   index_tokens(P, &S);
-  step_job J = {M, layers, P, &S, T, layer_stride, h, k_cache, v_cache};
+  step_job J = {M, layers, P, &S, T, layer_stride, h, k_cache, v_cache,
+                mg_col_width(qkv, nth), mg_col_width(H, nth), mg_col_width(I, nth), stages};
   mg_parallel(nth, step_task, &J);
   free(S.block);
+  free(stages);
   return 0;
 }
 
 static void attention_task(void *ctx, int tid, int nth) {
   step_job *J = ctx;
-  attention_init(J, tid, nth);
-  mg_sync(&J->bar, nth);
-  attention(J, J->kc, J->vc, tid, nth);
+  (void)nth;
+  init_heads(J, J->stage);
+  attention(J, J->stage + 1, J->kc, J->vc, tid);
 }
 
 /* Attention alone, for steps whose products run elsewhere: the plan's tokens, whose keys and
@@ -508,12 +546,13 @@ int mg_attention(const mg_model *M, const mg_plan *P, const float *q, int64_t q_
   const int64_t T = P->tok_off[P->n_rows];
   const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
+  mg_stage stages[3] = {0};
   if (make_scratch(M, T, nth, &S)) return -1;
   index_tokens(P, &S);
   S.q_base = q;
   S.q_stride = q_stride;
   S.attn = out;
-  step_job J = {M, 0, P, &S, T, 0, 0, (float *)k_cache, (float *)v_cache};
+  step_job J = {M, 0, P, &S, T, 0, 0, (float *)k_cache, (float *)v_cache, 1, 1, 1, stages};
   mg_parallel(nth, attention_task, &J);
   free(S.block);
   return 0;

@@ -1,11 +1,11 @@
 /* metagen native kernels: the thread pool of pool.h (pthreads).
  *
- * Each worker waits on its own job counter: spinning briefly (a decode step's layers call in
- * quick succession), then asleep on a condition variable, so idle workers cost nothing while
- * PyTorch runs between kernel calls. The caller bumps the counters of the workers its job
- * needs, runs its own share, and spins until they report back. Barriers spin with the CPU's
- * pause hint and yield the core after a while, so a job with more threads than free cores still
- * makes progress.
+ * Each worker waits on its own job counter: spinning briefly, then asleep on a condition
+ * variable, so idle workers hardly compete with PyTorch's threads between kernel calls. The
+ * caller opens the job, bumps the counters of the workers it wants, runs the task itself, then
+ * closes the job and waits only for the workers that joined it (`refs`): a worker that wakes
+ * after the close stays out. Waits spin with the CPU's pause hint and yield the core after a
+ * while, so a job with more threads than free cores still makes progress.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "pool.h"
@@ -19,7 +19,8 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_WAKE 20000 /* pause hints before a worker sleeps (~100 us) */
+#define SPIN_WAKE 2000  /* pause hints before an idle worker sleeps (tens of us) */
+#define CLOSED 0x80000000u
 #define SPIN_YIELD 2000 /* pause hints before a waiting thread yields its core */
 
 static struct {
@@ -27,7 +28,7 @@ static struct {
   pthread_mutex_t mu;    /* guards sleeping on `wake` */
   pthread_cond_t wake;
   atomic_int sleepers;   /* workers asleep (or about to be) on `wake` */
-  atomic_int left;       /* workers of the running job still working */
+  atomic_uint refs;      /* workers inside the job, | CLOSED when none may join */
   int workers;           /* started: ids 1 .. workers */
   int atfork;            /* the fork handler is registered */
   mg_task task;
@@ -35,7 +36,8 @@ static struct {
   int nth;
   atomic_uint go[MG_MAX_THREADS]; /* per worker: bumped once per job it takes part in */
   unsigned start[MG_MAX_THREADS]; /* go[i] when worker i was started (its last job done) */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+            CLOSED};
 
 static void relax(int64_t spin) {
   if (spin < SPIN_YIELD)
@@ -60,8 +62,10 @@ static void *worker(void *arg) {
       pthread_mutex_unlock(&pool.mu);
     }
     seen = atomic_load(&pool.go[id]);
-    pool.task(pool.ctx, id, pool.nth);
-    atomic_fetch_sub(&pool.left, 1);
+    /* joined an open job (maybe a later one than it was woken for): task, ctx, nth are its */
+    if (!(atomic_fetch_add(&pool.refs, 1) & CLOSED) && id < pool.nth)
+      pool.task(pool.ctx, id, pool.nth);
+    atomic_fetch_sub(&pool.refs, 1);
   }
   return 0;
 }
@@ -72,7 +76,7 @@ static void after_fork_in_child(void) {
   pthread_mutex_init(&pool.mu, 0);
   pthread_cond_init(&pool.wake, 0);
   atomic_store(&pool.sleepers, 0);
-  atomic_store(&pool.left, 0);
+  atomic_store(&pool.refs, CLOSED);
   pool.workers = 0;
 }
 
@@ -106,25 +110,19 @@ void mg_parallel(int n, mg_task task, void *ctx) {
   pool.task = task;
   pool.ctx = ctx;
   pool.nth = n;
-  atomic_store(&pool.left, n - 1);
-  for (int i = 1; i < n; i++) atomic_fetch_add(&pool.go[i], 1); /* publishes task, ctx, nth */
+  atomic_fetch_and(&pool.refs, ~CLOSED); /* open: publishes task, ctx, nth */
+  for (int i = 1; i < n; i++) atomic_fetch_add(&pool.go[i], 1);
   if (atomic_load(&pool.sleepers) > 0) {
     pthread_mutex_lock(&pool.mu);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.mu);
   }
   task(ctx, 0, n);
-  for (int64_t spin = 0; atomic_load(&pool.left) > 0; spin++) relax(spin);
+  atomic_fetch_or(&pool.refs, CLOSED);
+  for (int64_t spin = 0; atomic_load(&pool.refs) != CLOSED; spin++) relax(spin);
   pthread_mutex_unlock(&pool.busy);
 }
 
-void mg_sync(mg_barrier *b, int nth) {
-  if (nth <= 1) return;
-  const int phase = atomic_load(&b->phase);
-  if (atomic_fetch_add(&b->count, 1) == nth - 1) {
-    atomic_store(&b->count, 0);
-    atomic_store(&b->phase, phase + 1);
-    return;
-  }
-  for (int64_t spin = 0; atomic_load(&b->phase) == phase; spin++) relax(spin);
+void mg_wait(mg_stage *s, int64_t n) {
+  for (int64_t spin = 0; atomic_load(&s->done) < n; spin++) relax(spin);
 }
