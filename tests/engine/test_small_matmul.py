@@ -82,6 +82,8 @@ def test_applies_only_where_it_is_the_faster_path(kernel, one_thread):
     assert not kernel.applies(torch.randn(4, 32), w, torch.zeros(48).double())
     torch.set_num_threads(2)
     assert kernel.applies(torch.randn(4, 32), w, None)  # the kernel splits across threads too
+    assert kernel.applies(torch.randn(1, 32), w, None)  # and beats MKL's threaded GEMV
+    assert not kernel.applies(torch.randn(kernel.max_rows + 1, 32), w, None)
 
 
 def test_build_is_cached_by_source_and_flags(tmp_path, monkeypatch):

@@ -6,6 +6,17 @@ the weight on every call and takes about twice as long (table in ``benchmarks/RE
 kernel keeps those products at the one-row cost plus the arithmetic. :func:`load` returns ``None``
 wherever the kernel cannot help or cannot be built, and callers then use ``torch.mm``.
 
+On several threads (torch's count; see :mod:`.threads`) each thread computes one contiguous
+slice of the output columns. Measured on a 2-core AMD EPYC (Zen 4, AVX-512) VM, all the
+benchmark target's products on two threads (``python -m benchmarks.small_matmul --threads 2``,
+best of 5, two runs, a shared machine), ms, MKL ``x @ W`` / this kernel:
+1 row 11.1 / 6.0 and 11.3 / 6.4; 2 rows 17.8 / 8.0 and 17.6 / 10.2; 4 rows 24.3 / 9.9 and
+22.6 / 13.7; 8 rows 22.9 / 16.6 and 22.8 / 17.8; 16 rows 27.3 / 23.7 and 26.4 / 25.2; 24 rows
+30.2 / 23.9 and 30.4 / 33.7; 32 rows 34.9 / 29.6 and 38.0 / 44.2. So on several threads the
+kernel takes 1 to :data:`MAX_ROWS` rows, one row included: it also keeps torch's OpenMP team
+idle, whose workers otherwise spin after each product and compete for the cores with the native
+pool's. From 24 rows MKL's threaded product is as fast or faster: it keeps those.
+
 Set ``METAGEN_NATIVE=0`` to turn the kernel off.
 """
 
@@ -39,8 +50,10 @@ class SmallMatmul:
 
     def applies(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
         """Whether ``self(x, w, bias)`` is the faster way: float32 CPU tensors, contiguous,
-        2..max_rows rows, no autograd; on any number of threads (see :mod:`.threads`)."""
-        return (2 <= x.shape[0] <= self.max_rows and x.dtype == torch.float32
+        no autograd, 2..max_rows rows on one thread (MKL's GEMV streams one row as fast) and
+        1..max_rows on several (the module's table)."""
+        lowest = 1 if torch.get_num_threads() > 1 else 2
+        return (lowest <= x.shape[0] <= self.max_rows and x.dtype == torch.float32
                 and w.dtype == torch.float32 and x.device.type == "cpu"
                 and w.device.type == "cpu" and x.is_contiguous() and w.is_contiguous()
                 and not x.requires_grad
