@@ -180,3 +180,26 @@ def test_engine_greedy_with_default_threads_equals_transformers(
     assert engine.runner.native_steps >= 119
     assert list(out.token_ids) == ref_tokens
     assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < 1e-4
+
+
+def test_a_forked_child_runs_threaded_kernels(lib):
+    """After a fork only the forking thread exists: the child's threaded kernels still finish,
+    with the parent's results, instead of waiting on pool threads that are not there."""
+    import os
+    import signal
+
+    from metagen.engine.native.small_matmul import SmallMatmul
+
+    kernel = SmallMatmul(lib)
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(3, 64, generator=g), torch.randn(64, 200, generator=g)
+    ref = kernel(x, w, threads=3)  # the pool is started in this process
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the threaded product is right, killed if it hangs
+        signal.alarm(60)
+        try:
+            os._exit(0 if torch.equal(kernel(x, w, threads=3), ref) else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
