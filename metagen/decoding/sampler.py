@@ -129,7 +129,9 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
     tokens = torch.zeros(n, dtype=torch.int64, device=dev)
     greedy = set(bp.greedy_rows)
     sample_rows = [b for b in range(n) if b not in greedy]
-    if bp.greedy_rows:
+    if len(bp.greedy_rows) == n:  # all greedy: no row gather, which on the CPU starts an
+        tokens = x.argmax(dim=-1)  # OpenMP region for one row (its workers then spin)
+    elif bp.greedy_rows:
         g = torch.tensor(bp.greedy_rows, device=dev)
         tokens[g] = x[g].argmax(dim=-1)
     if sample_rows:
