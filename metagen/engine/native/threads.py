@@ -9,10 +9,10 @@ output element is computed by the same instructions whatever the count, so resul
 bit for bit on any number of threads.
 
 Measured (``python -m benchmarks.thread_scaling``, ``benchmarks/README.md``; a 2-core Zen 4
-VM, shared): default threads / one thread, medians of 3 interleaved rounds, was 0.66x (A) and
-0.74x (B) before the pool and is 0.92x (A) and 1.05x (B) with it; A's remaining loss is torch's
-spinning workers (with ``GOMP_SPINCOUNT=0`` A ran at 114-118 decode tok/s at default threads
-against ~97 on one thread).
+VM, shared): default threads / one thread, medians of 3 interleaved rounds, was 0.72x for A
+(batch-1 greedy) and B (best-of-16) before the pool and is 1.19x (A) and 1.22x (B) with it. A
+torch parallel operator between steps undoes that on a 2-core machine (its spinning workers took
+A to 0.92x until the sampler's one-row gather was removed).
 """
 
 from __future__ import annotations
