@@ -203,3 +203,20 @@ def test_a_forked_child_runs_threaded_kernels(lib):
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_concurrent_callers_get_the_one_thread_results(lib):
+    """ctypes releases the GIL, so two Python threads can call the kernels at once: one gets
+    the pool, the other runs its job alone; both results equal one thread's, bit for bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from metagen.engine.native.small_matmul import SmallMatmul
+
+    kernel = SmallMatmul(lib)
+    g = torch.Generator().manual_seed(5)
+    jobs = [(torch.randn(m, 256, generator=g), torch.randn(256, 1000, generator=g))
+            for m in (1, 3, 8, 16)] * 8
+    refs = [kernel(x, w, threads=1) for x, w in jobs]
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda xw: kernel(*xw, threads=3), jobs))
+    assert all(torch.equal(a, b) for a, b in zip(got, refs))
