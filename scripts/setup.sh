@@ -9,15 +9,21 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv --system-site-packages .venv
 fi
 VPY=.venv/bin/python
-# bubblewrap is the sandbox for model-written code (metagen.sandbox). Installed quietly when
-# missing and we can (root with apt-get); never fatal: without it the sandbox preflight refuses
-# and its tests skip, naming the install command.
-if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
-        && [ "$(id -u)" = 0 ]; then
-    { apt-get install -y -qq bubblewrap \
-        || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; } >/dev/null 2>&1 \
-        || echo "setup: could not install bubblewrap (apt-get install -y bubblewrap)" >&2
-fi
+# System packages, installed quietly when missing and we can (root with apt-get); never fatal:
+# bubblewrap is the sandbox for model-written code (metagen.sandbox; without it the sandbox
+# preflight refuses and its tests skip), chromium the headless browser the report's tests drive
+# through Playwright (never `playwright install`; without it those tests skip). Both skips name
+# the install command.
+apt_install() {  # COMMAND PACKAGE
+    if ! command -v "$1" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+            && [ "$(id -u)" = 0 ]; then
+        { apt-get install -y -qq "$2" \
+            || { apt-get update -qq && apt-get install -y -qq "$2"; }; } >/dev/null 2>&1 \
+            || echo "setup: could not install $2 (apt-get install -y $2)" >&2
+    fi
+}
+apt_install bwrap bubblewrap
+apt_install chromium chromium
 stamp=.venv/.metagen-installed
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
     exit 0

@@ -23,6 +23,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("metagen.cli.bench", "bench"),
     "serve": ("metagen.cli.serve", "serve"),
     "eval": ("metagen.cli.eval", "eval_command"),
+    "report": ("metagen.cli.report", "report"),
 }
 
 

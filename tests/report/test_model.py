@@ -1,0 +1,200 @@
+"""The report's data model on hand-made runs (tests/report/runs.py), against values computed by
+hand: curves and their compute, votes, chosen counts, trees and their cuts, the difficulty and
+compute-optimal pivots, provenance; a folder that is not a run is refused naming it, and nothing
+in a run folder is written."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from metagen.errors import InvalidParameterError
+from metagen.report import ReportLimits, build_report
+from metagen.report.costs import subsampled_tokens, usage_cost
+from metagen.report.tables import compute_optimal_table, difficulty_table
+from metagen.report.trees import display_tree
+from tests.report.runs import (BY_DIFFICULTY, COMPUTE_OPTIMAL, HOSTILE, make_sc_run,
+                               make_tree_run, tree)
+
+
+@pytest.fixture
+def sc(tmp_path):
+    return make_sc_run(tmp_path / "sc")
+
+
+def _item(run, item_id):
+    return next(it for it in run["items"] if it["id"] == item_id)
+
+
+def test_curve_points_are_the_summary_rows_with_their_tokens_per_item(sc):
+    run = build_report([sc])["runs"][0]
+    # item means: (0.5 + 0.0) / 2 at N=1, (1 + 0) / 2 at N=4; stderr = sd / sqrt(2) = 0.25 and 0.5
+    # tokens: N x the mean over items of the item's mean sample tokens ((25 + 5) / 2 = 15)
+    assert run["curves"] == [{"strategy": "self_consistency", "metric": "accuracy", "points": [
+        {"n": 1, "mean": 0.25, "stderr": pytest.approx(0.25), "items": 2, "tokens": 15.0,
+         "flops": None},
+        {"n": 4, "mean": 0.5, "stderr": pytest.approx(0.5), "items": 2, "tokens": 60.0,
+         "flops": None}]}]
+
+
+def test_tree_strategy_compute_comes_from_each_runs_usage_and_unknown_flops_stay_unknown(
+        tmp_path):
+    run = build_report([make_tree_run(tmp_path / "t")])["runs"][0]
+    (curve,) = run["curves"]
+    assert [(p["n"], p["mean"], p["tokens"], p["flops"]) for p in curve["points"]] == [
+        (2, 1.0, 40.0, 2.0e6 + 1000.0), (4, 0.0, 80.0, None)]  # N=4's generator FLOPs are NaN
+
+
+def test_compute_a_runner_records_in_the_rows_is_taken_as_is(sc):
+    from metagen.report.curves import run_curves
+
+    rows = [{"strategy": "s", "n": 2, "metric": "accuracy", "mean": 0.5, "stderr": 0.1,
+             "items": 3, "generated_tokens": 12.5, "flops": 7.0e9}]
+    (curve,) = run_curves(rows, {("s", 2): {"tokens": 99.0, "flops": None}})
+    assert (curve["points"][0]["tokens"], curve["points"][0]["flops"]) == (12.5, 7.0e9)
+
+
+def test_cost_helpers_against_hand_values():
+    assert subsampled_tokens({"a": [10, 20, 30, 40], "b": [5, 5]}, 3) == 3 * (25 + 5) / 2
+    assert subsampled_tokens({}, 3) is None
+    cost = usage_cost([{"generated_tokens": 10, "generator_flops": 1.0, "scorer_flops": 2.0},
+                       {"generated_tokens": 30, "generator_flops": 3.0, "scorer_flops": 4.0}])
+    assert cost == {"tokens": 20.0, "flops": 5.0}
+    assert usage_cost([{"generated_tokens": 1, "generator_flops": math.nan,
+                        "scorer_flops": 0.0}])["flops"] is None
+
+
+def test_candidates_carry_answer_correctness_scores_and_how_often_they_were_chosen(sc):
+    item = _item(build_report([sc])["runs"][0], "a")
+    assert item["difficulty"] == "easy" and item["outcomes"] == {
+        "self_consistency": {"n": 4, "value": 1.0}}
+    assert [(c["index"], c["answer"], c["correct"], c["tokens"], c["scores"])
+            for c in item["candidates"]] == [
+        (0, "3", True, 10, {"reward": 0.9}), (1, "3", True, 20, {"reward": 0.8}),
+        (2, "5", False, 30, {"reward": 0.1}), (3, "7", False, 40, {"reward": 0.5})]
+    assert item["candidates"][0]["chosen"] == [
+        {"by": "self_consistency N=1", "times": 1, "of": 4},
+        {"by": "self_consistency N=4", "times": 1, "of": 1}]
+    assert item["candidates"][3]["chosen"] == [{"by": "self_consistency N=1", "times": 1, "of": 4}]
+    assert item["candidates"][3]["text"] == HOSTILE  # stored and read back unchanged
+
+
+def test_votes_group_answers_with_the_tasks_answer_key(sc):
+    item = _item(build_report([sc])["runs"][0], "a")
+    assert [(v["answer"], v["votes"], v["correct"], v["members"]) for v in item["votes"]] == [
+        ("3", 2, True, [0, 1]), ("5", 1, False, [2]), ("7", 1, False, [3])]
+    assert item["votes"][0]["scores"]["reward"] == pytest.approx(0.9 + 0.8)
+    b = _item(build_report([sc])["runs"][0], "b")
+    assert [(v["answer"], v["votes"]) for v in b["votes"]] == [("9", 4)]
+
+
+def test_a_tree_item_shows_each_search_with_its_tree(tmp_path):
+    item = build_report([make_tree_run(tmp_path / "t")])["runs"][0]["items"][0]
+    assert [(s["n"], s["value"], s["tokens"], s["hidden_nodes"]) for s in item["searches"]] == [
+        (2, 1.0, 40, 0), (4, 0.0, 80, 0)]
+    root = item["searches"][1]["tree"]  # N=4's tree: node 4's step is the hostile text
+    assert [c["id"] for c in root["children"]] == [1, 2]
+    assert [(c["id"], c["step"], c["score"], c["terminal"])
+            for c in root["children"][0]["children"]] == [
+        (3, "#### 4", 0.9, True), (4, HOSTILE, 0.25, True)]
+    assert root["children"][1]["pruned"] is True
+    assert item["candidates"] == [] and item["votes"] is None
+
+
+def test_display_tree_keeps_nodes_breadth_first_and_counts_the_rest():
+    cut, dropped = display_tree(tree(), max_nodes=3, max_step_chars=4)
+    assert dropped == 2 and [c["id"] for c in cut["children"]] == [1, 2]
+    assert cut["children"][0]["children"] == [] and cut["children"][0]["hidden_children"] == 2
+    assert (cut["children"][0]["step"], cut["children"][0]["step_cut"]) == ("2 + ", True)
+    full, none = display_tree(tree(), max_nodes=100, max_step_chars=100)
+    assert none == 0 and len(full["children"][0]["children"]) == 2
+
+
+def test_limits_cut_items_candidates_and_texts_and_the_model_counts_what_was_cut(sc):
+    model = build_report([sc], ReportLimits(max_items=1, max_candidates=2, max_text_chars=10))
+    a, b = model["runs"][0]["items"]
+    assert a["detail"] and not b["detail"] and "candidates" not in b
+    assert [c["text"] for c in a["candidates"]] == ["1 + 2 = 3\n", "#### 3"]
+    assert [c["text_cut"] for c in a["candidates"]] == [True, False]
+    assert a["candidates_total"] == 4 and len(a["votes"]) == 3  # votes count every sample
+    assert model["cuts"] == {"items_without_detail": 1, "candidates_hidden": 2, "texts_cut": 1,
+                             "tree_nodes_hidden": 0}
+
+
+@pytest.mark.parametrize("field", ["max_items", "max_candidates", "max_text_chars",
+                                   "max_step_chars", "max_tree_nodes"])
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_limits_refuse_non_positive_integers_naming_the_field(field, bad):
+    with pytest.raises(InvalidParameterError, match=field):
+        ReportLimits(**{field: bad})
+
+
+def test_difficulty_and_compute_optimal_tables_pivot_the_rows():
+    table = difficulty_table(BY_DIFFICULTY)
+    assert table["bins"] == ["easy", "hard"]
+    assert [(r["n"], [c and c["mean"] for c in r["cells"]]) for r in table["rows"]] == [
+        (1, [0.5, 0.0]), (4, [1.0, None])]
+    opt = compute_optimal_table(COMPUTE_OPTIMAL)
+    assert opt["ns"] == [1, 4]
+    assert [(r["bin"], [c and c["strategy"] for c in r["cells"]]) for r in opt["rows"]] == [
+        ("easy", ["self_consistency", "best_of_n"]), ("hard", [None, "self_consistency"])]
+    assert difficulty_table(None) is None and compute_optimal_table([]) is None
+
+
+def test_sections_a_run_has_are_rendered_and_absent_ones_are_none(tmp_path):
+    with_sections = make_sc_run(tmp_path / "with", {"by_difficulty": BY_DIFFICULTY,
+                                                    "compute_optimal": COMPUTE_OPTIMAL})
+    runs = build_report([with_sections, make_tree_run(tmp_path / "t")])["runs"]
+    assert runs[0]["by_difficulty"] == difficulty_table(BY_DIFFICULTY)
+    assert runs[0]["compute_optimal"] == compute_optimal_table(COMPUTE_OPTIMAL)
+    assert runs[1]["by_difficulty"] is None and runs[1]["compute_optimal"] is None
+
+
+def test_provenance_summary_and_failures(sc):
+    run = build_report([sc])["runs"][0]
+    summary = dict(run["summary"])
+    assert summary["status"] == "complete" and summary["task"] == "testbed"
+    assert summary["N"] == "1, 4" and summary["seed"] == "3"
+    assert summary["sampling"] == "temperature=0.8, top_p=1.0, max_tokens=64"
+    assert summary["items"] == "n_items_total 3, done 2, failed 1, skipped 0"
+    assert summary["generated tokens"] == str(10 + 20 + 30 + 40 + 4 * 5)
+    assert summary["started"] == "1970-01-01 00:00:00 UTC" and summary["run key"] == "f" * 16
+    assert run["failures"] == {"empty": 2, "timeout": 1} and run["failed_items"] == ["c"]
+    assert [it["id"] for it in run["items"]] == ["a", "b"]  # the failed item is not listed
+
+
+def test_a_folder_without_results_json_is_refused_naming_it(tmp_path, sc):
+    with pytest.raises(InvalidParameterError, match="dir=.*nothere.*results.json"):
+        build_report([sc, tmp_path / "nothere"])
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.json").write_text("[1, 2")
+    with pytest.raises(InvalidParameterError, match="bad.*unreadable"):
+        build_report([tmp_path / "bad"])
+    with pytest.raises(InvalidParameterError, match="dir"):
+        build_report([])
+
+
+def test_a_run_without_its_store_has_curves_but_no_item_view(sc):
+    (sc / "run.sqlite").unlink()
+    run = build_report([sc])["runs"][0]
+    assert run["items"] == [] and "no run.sqlite" in run["items_note"]
+    assert [p["tokens"] for p in run["curves"][0]["points"]] == [None, None]
+
+
+def test_building_a_report_writes_nothing_into_a_finished_run_folder(sc):
+    before = {p.name: p.stat().st_mtime_ns for p in sc.iterdir()}
+    build_report([sc])
+    assert {p.name: p.stat().st_mtime_ns for p in sc.iterdir()} == before
+
+
+def test_a_store_with_its_write_ahead_log_still_open_is_read_through_it(tmp_path):
+    from metagen.eval.store import RunStore
+
+    folder = make_sc_run(tmp_path / "sc")
+    with RunStore(folder / "run.sqlite") as live:  # a run in progress holds the log open
+        live.db.execute("PRAGMA wal_autocheckpoint=0")
+        live.save_item("z", [], [], None, [], done=True, difficulty="new")
+        assert (folder / "run.sqlite-wal").exists()
+        ids = [it["id"] for it in build_report([folder])["runs"][0]["items"]]
+    assert ids == ["a", "b", "z"]
