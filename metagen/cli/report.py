@@ -10,23 +10,29 @@ from pathlib import Path
 import click
 
 from metagen.cli.flags import int_flag
+from metagen.report.limits import ReportLimits
+
+_DEFAULT = ReportLimits()
 
 
 @click.command("report")
 @click.argument("dirs", nargs=-1, required=True, metavar="DIR [DIR ...]")
 @click.option("--out", default="report.html", show_default=True, metavar="FILE",
               help="The HTML page to write.")
-@click.option("--max-items", default="300", show_default=True, metavar="K",
-              help="Items per run shown with their candidates and trees (the rest are listed).")
-@click.option("--max-text-chars", default="2000", show_default=True, metavar="C",
-              help="Characters shown of each candidate and final text.")
-def report(dirs: tuple[str, ...], out: str, max_items: str, max_text_chars: str) -> None:
+@click.option("--max-items", default=None, metavar="K",
+              help=f"Items per run shown with their candidates and trees, the rest listed "
+              f"[default: {_DEFAULT.max_items}].")
+@click.option("--max-text-chars", default=None, metavar="C",
+              help=f"Characters shown of each candidate and final text "
+              f"[default: {_DEFAULT.max_text_chars}].")
+def report(dirs: tuple[str, ...], out: str, max_items: str | None,
+           max_text_chars: str | None) -> None:
     """Write one HTML page (no network needed to view it) for the eval run folders DIR."""
-    from metagen.report import ReportLimits, write_report
+    from metagen.report import write_report
 
-    # flags with a default are never None; ReportLimits refuses 0 naming the flag
-    limits = ReportLimits(max_items=int_flag("max_items", max_items) or 0,
-                          max_text_chars=int_flag("max_text_chars", max_text_chars) or 0)
+    given = {"max_items": int_flag("max_items", max_items),
+             "max_text_chars": int_flag("max_text_chars", max_text_chars)}
+    limits = ReportLimits(**{k: v for k, v in given.items() if v is not None})
     path = write_report([Path(d) for d in dirs], out, limits)
     click.echo(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(dirs)} run"
                f"{'s' if len(dirs) > 1 else ''})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,10 @@ def build_report(folders: Sequence[str | Path], limits: ReportLimits | None = No
         raise InvalidParameterError("dir", [], "give at least one run folder")
     limits = limits or ReportLimits()
     loaded = [(Path(f), read_results(f)) for f in folders]
-    runs = [run_model(i, folder, results, limits) for i, (folder, results) in enumerate(loaded)]
-    return {"runs": runs, "cuts": cuts(runs), "limits": {"max_items": limits.max_items, "max_candidates": limits.max_candidates,
-                       "max_text_chars": limits.max_text_chars,
-                       "max_step_chars": limits.max_step_chars,
-                       "max_tree_nodes": limits.max_tree_nodes}}
+    budget = [limits.max_detail_chars]  # item detail left for the whole page, in characters
+    runs = [run_model(i, folder, results, limits, budget)
+            for i, (folder, results) in enumerate(loaded)]
+    return {"runs": runs, "cuts": cuts(runs), "limits": asdict(limits)}
 
 
 def cuts(runs: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -81,16 +81,22 @@ def _steps_cut(node: Mapping[str, Any]) -> int:
     return int(node["step_cut"]) + sum(_steps_cut(c) for c in node["children"])
 
 
-def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportLimits
-              ) -> dict[str, Any]:
-    """One run of the model (see the module docstring)."""
+def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportLimits,
+              budget: list[int]) -> dict[str, Any]:
+    """One run of the model (see the module docstring). Items get their detail while fewer
+    than ``limits.max_items`` of the run have it and ``budget[0]`` (characters of item detail
+    left for the page; decreased here) is positive."""
     stored, note = _store(folder)
     rows = [r for r in results.get("results") or [] if isinstance(r, dict)]
     key = _answer_key((results.get("config") or {}).get("task"))
-    items = [item_view(item_id, difficulty, stored.samples.get(item_id, []),
-                       stored.scores.get(item_id, {}), stored.results.get(item_id, []), key,
-                       limits, detail=i < limits.max_items)
-             for i, (item_id, difficulty) in enumerate(stored.items)]
+    items = []
+    for i, (item_id, difficulty) in enumerate(stored.items):
+        view = item_view(item_id, difficulty, stored.samples.get(item_id, []),
+                         stored.scores.get(item_id, {}), stored.results.get(item_id, []), key,
+                         limits, detail=i < limits.max_items and budget[0] > 0)
+        if view["detail"]:
+            budget[0] -= len(json.dumps(view, ensure_ascii=False, default=str))
+        items.append(view)
     return {"id": f"run{index}", "name": folder.resolve().name or str(folder),
             "path": str(folder), "summary": provenance_summary(results),
             "failures": dict(results.get("failures_by_reason") or {}),

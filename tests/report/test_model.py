@@ -123,11 +123,24 @@ def test_limits_cut_items_candidates_and_texts_and_the_model_counts_what_was_cut
 
 
 @pytest.mark.parametrize("field", ["max_items", "max_candidates", "max_text_chars",
-                                   "max_step_chars", "max_tree_nodes"])
+                                   "max_step_chars", "max_tree_nodes", "max_detail_chars"])
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
 def test_limits_refuse_non_positive_integers_naming_the_field(field, bad):
     with pytest.raises(InvalidParameterError, match=field):
         ReportLimits(**{field: bad})
+
+
+def test_the_detail_budget_is_shared_by_the_runs_of_the_page(sc, tmp_path):
+    import json
+
+    full = build_report([sc])["runs"][0]["items"][0]
+    size = len(json.dumps(full, ensure_ascii=False))
+    # room for one item: it is given in full, then the budget is spent for every run after it
+    model = build_report([sc, make_sc_run(tmp_path / "sc2")], ReportLimits(max_detail_chars=size))
+    assert [[it["detail"] for it in run["items"]] for run in model["runs"]] == [
+        [True, False], [False, False]]
+    assert model["runs"][0]["items"][0] == full
+    assert model["cuts"]["items_without_detail"] == 3
 
 
 def test_difficulty_and_compute_optimal_tables_pivot_the_rows():

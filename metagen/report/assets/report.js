@@ -266,8 +266,10 @@
     box.setAttribute("data-item", it.id);
     append(box, el("h4", null, "Item " + it.id));
     if (!it.detail) {
-      append(box, el("p", {"class": "not-recorded"}, "Details not included: only the first " +
-                     DATA.limits.max_items + " items of a run carry candidates and trees."));
+      append(box, el("p", {"class": "not-recorded"}, "Details not included: a run carries" +
+                     " candidates and trees for its first " + DATA.limits.max_items + " items," +
+                     " the page for at most " + fmt(DATA.limits.max_detail_chars / 1e6, 0) +
+                     " million characters of them."));
       return;
     }
     if (it.candidates.length) {
@@ -385,7 +387,8 @@
   function renderLimits() {
     var c = DATA.cuts, parts = [];
     if (c.items_without_detail) parts.push(c.items_without_detail + " items listed without" +
-      " candidates or trees (at most " + DATA.limits.max_items + " per run)");
+      " candidates or trees (at most " + DATA.limits.max_items + " per run and " +
+      fmt(DATA.limits.max_detail_chars / 1e6, 0) + " million characters of detail per page)");
     if (c.candidates_hidden) parts.push(c.candidates_hidden + " candidates not shown (at most " +
       DATA.limits.max_candidates + " per item)");
     if (c.texts_cut) parts.push(c.texts_cut + " texts cut (at " + DATA.limits.max_text_chars +
