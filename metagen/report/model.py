@@ -86,7 +86,7 @@ def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportL
     """One run of the model (see the module docstring). Items get their detail while fewer
     than ``limits.max_items`` of the run have it and ``budget[0]`` (characters of item detail
     left for the page; decreased here) is positive."""
-    stored, note = _store(folder)
+    stored, note = _store(folder, limits.max_items)
     rows = [r for r in results.get("results") or [] if isinstance(r, dict)]
     key = _answer_key((results.get("config") or {}).get("task"))
     items = []
@@ -107,13 +107,14 @@ def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportL
             "items": items, "items_note": note}
 
 
-def _store(folder: Path) -> tuple[StoredRun, str | None]:
-    """The folder's store (empty when absent or unreadable, with the reason)."""
+def _store(folder: Path, text_items: int) -> tuple[StoredRun, str | None]:
+    """The folder's store, texts of its first ``text_items`` items only (empty when absent or
+    unreadable, with the reason)."""
     path = folder / STORE_NAME
     if not path.is_file():
         return StoredRun(), f"no {STORE_NAME} in this folder: per-item view unavailable"
     try:
-        return read_store(path), None
+        return read_store(path, text_items), None
     except sqlite3.Error as exc:
         return StoredRun(), f"{STORE_NAME} unreadable ({exc}): per-item view unavailable"
 

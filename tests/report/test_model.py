@@ -211,3 +211,12 @@ def test_a_store_with_its_write_ahead_log_still_open_is_read_through_it(tmp_path
         assert (folder / "run.sqlite-wal").exists()
         ids = [it["id"] for it in build_report([folder])["runs"][0]["items"]]
     assert ids == ["a", "b", "z"]
+
+
+def test_the_store_keeps_texts_only_for_the_items_shown_in_detail(sc):
+    from metagen.report.store_reader import read_store
+
+    run = read_store(sc / "run.sqlite", text_items=1)
+    assert [s["text"] for s in run.samples["a"]][:2] == ["1 + 2 = 3\n#### 3", "#### 3"]
+    assert [s["text"] for s in run.samples["b"]] == [""] * 4
+    assert [s["tokens"] for s in run.samples["b"]] == [5] * 4  # tokens still count for curves
