@@ -155,6 +155,19 @@ def test_difficulty_and_compute_optimal_tables_pivot_the_rows():
     assert difficulty_table(None) is None and compute_optimal_table([]) is None
 
 
+def test_sections_wrapped_in_an_object_give_the_same_pivot_and_describe_their_binning():
+    wrapped = {"binning": {"source": "pass@1", "bins": ["easy", "hard"], "thresholds": [0.5],
+                           "items": {"easy": 1, "hard": 1}}, "results": BY_DIFFICULTY}
+    table = difficulty_table(wrapped)
+    assert table["rows"] == difficulty_table(BY_DIFFICULTY)["rows"]
+    assert table["note"] == "bins from pass@1; thresholds 0.5; items per bin easy: 1, hard: 1"
+    opt = compute_optimal_table({"budget": "n (samples per item)", "binning": "pass@1",
+                                 "table": COMPUTE_OPTIMAL})
+    assert opt["rows"] == compute_optimal_table(COMPUTE_OPTIMAL)["rows"]
+    assert opt["note"] == "bins from pass@1; budget: n (samples per item)"
+    assert difficulty_table({"binning": None, "results": None}) is None
+
+
 def test_sections_a_run_has_are_rendered_and_absent_ones_are_none(tmp_path):
     with_sections = make_sc_run(tmp_path / "with", {"by_difficulty": BY_DIFFICULTY,
                                                     "compute_optimal": COMPUTE_OPTIMAL})
