@@ -155,7 +155,12 @@
       append(root, [svg("line", {"class": "grid", x1: L, x2: W - R, y1: sy(t), y2: sy(t)}),
                     svg("text", {x: L - 6, y: sy(t) + 4, "text-anchor": "end"}, fmt(t, 2))]);
     });
-    xTicks(xs, log).forEach(function (t) {
+    var last = -Infinity;
+    xTicks(xs, log).filter(function (t) {  // labels closer than 36 px would overlap
+      if (sx(t) - last < 36) return false;
+      last = sx(t);
+      return true;
+    }).forEach(function (t) {
       append(root, [svg("line", {"class": "grid", x1: sx(t), x2: sx(t), y1: T, y2: H - B}),
                     svg("text", {x: sx(t), y: H - B + 16, "text-anchor": "middle"},
                         fmt(t, t < 10 ? 1 : 0))]);
