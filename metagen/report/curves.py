@@ -2,8 +2,10 @@
 ``results`` rows, its points in increasing N, each with the row's mean, standard error and item
 count and the per-item compute at that N (tokens, FLOPs; ``None`` when not recorded).
 
-A row that carries its own per-item ``generated_tokens`` or ``flops`` (a runner that records
-compute) is taken as is; otherwise the cost comes from the store (:func:`run_costs`)."""
+Rows of the cost metrics (:data:`COST_METRICS`: a runner that records per-item generated tokens
+and FLOPs as rows of their own, the mean over items in ``mean``) are not curves: they give the
+compute of the other rows of their (strategy, N), before the cost derived from the store
+(:func:`~metagen.report.costs.run_costs`)."""
 
 from __future__ import annotations
 
@@ -12,21 +14,28 @@ from typing import Any
 
 from metagen.report.costs import Cost
 
-_ROW_COST = {"tokens": "generated_tokens", "flops": "flops"}
+#: metric name of a cost row -> the point's field it fills
+COST_METRICS = {"generated_tokens": "tokens", "flops": "flops"}
 
 
 def run_curves(rows: Sequence[Mapping[str, Any]],
                costs: Mapping[tuple[str, int], Cost]) -> list[dict[str, Any]]:
     """[{"strategy", "metric", "points": [{"n", "mean", "stderr", "items", "tokens",
     "flops"}]}], curves in order of first appearance, points sorted by N."""
+    recorded: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        if row["metric"] in COST_METRICS and isinstance(row.get("mean"), (int, float)):
+            recorded.setdefault((str(row["strategy"]), int(row["n"])), {})[
+                COST_METRICS[row["metric"]]] = row["mean"]
     curves: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        strategy, n = str(row["strategy"]), int(row["n"])
-        cost = costs.get((strategy, n), {})
-        point = {"n": n, "mean": row["mean"], "stderr": row.get("stderr"),
+        if row["metric"] in COST_METRICS:
+            continue
+        key = (str(row["strategy"]), int(row["n"]))
+        point = {"n": key[1], "mean": row["mean"], "stderr": row.get("stderr"),
                  "items": row.get("items")}
-        for name, key in _ROW_COST.items():
-            point[name] = row[key] if isinstance(row.get(key), (int, float)) else cost.get(name)
-        curves.setdefault((strategy, str(row["metric"])), []).append(point)
+        for name in COST_METRICS.values():
+            point[name] = recorded.get(key, {}).get(name, costs.get(key, {}).get(name))
+        curves.setdefault((key[0], str(row["metric"])), []).append(point)
     return [{"strategy": s, "metric": m, "points": sorted(p, key=lambda q: q["n"])}
             for (s, m), p in curves.items()]

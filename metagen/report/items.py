@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metagen.report.curves import COST_METRICS
 from metagen.report.limits import ReportLimits, clip
 from metagen.report.trees import display_tree
 from metagen.tasks.answer_key import AnswerKey, group_by_canonical
@@ -24,9 +25,11 @@ def label(strategy: str, metric: str) -> str:
 
 
 def outcomes(results: Sequence[ResultRow]) -> dict[str, dict[str, Any]]:
-    """label -> {"n", "value"} at the largest N the item has for it."""
+    """label -> {"n", "value"} at the largest N the item has for it (cost rows left out)."""
     out: dict[str, dict[str, Any]] = {}
     for strategy, n, metric, value, _ in results:
+        if metric in COST_METRICS:
+            continue
         key = label(strategy, metric)
         if key not in out or n > out[key]["n"]:
             out[key] = {"n": n, "value": value}

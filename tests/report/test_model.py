@@ -46,13 +46,27 @@ def test_tree_strategy_compute_comes_from_each_runs_usage_and_unknown_flops_stay
         (2, 1.0, 40.0, 2.0e6 + 1000.0), (4, 0.0, 80.0, None)]  # N=4's generator FLOPs are NaN
 
 
-def test_compute_a_runner_records_in_the_rows_is_taken_as_is(sc):
+def test_cost_rows_a_runner_records_give_the_compute_and_are_not_curves():
     from metagen.report.curves import run_curves
 
     rows = [{"strategy": "s", "n": 2, "metric": "accuracy", "mean": 0.5, "stderr": 0.1,
-             "items": 3, "generated_tokens": 12.5, "flops": 7.0e9}]
-    (curve,) = run_curves(rows, {("s", 2): {"tokens": 99.0, "flops": None}})
-    assert (curve["points"][0]["tokens"], curve["points"][0]["flops"]) == (12.5, 7.0e9)
+             "items": 3},
+            {"strategy": "s", "n": 2, "metric": "generated_tokens", "mean": 12.5, "items": 3},
+            {"strategy": "s", "n": 2, "metric": "flops", "mean": 7.0e9, "items": 3},
+            {"strategy": "s", "n": 4, "metric": "accuracy", "mean": 0.75, "items": 3},
+            {"strategy": "t", "n": 2, "metric": "accuracy", "mean": 0.25, "items": 3}]
+    store_cost = {("s", 2): {"tokens": 99.0, "flops": None}, ("s", 4): {"tokens": 40.0,
+                                                                        "flops": None}}
+    assert [(c["strategy"], [(p["n"], p["tokens"], p["flops"]) for p in c["points"]])
+            for c in run_curves(rows, store_cost)] == [
+        ("s", [(2, 12.5, 7.0e9), (4, 40.0, None)]), ("t", [(2, None, None)])]
+
+
+def test_cost_rows_in_the_store_are_not_item_outcomes():
+    from metagen.report.items import outcomes
+
+    assert outcomes([("s", 2, "accuracy", 1.0, {}), ("s", 2, "generated_tokens", 9.0, {}),
+                     ("s", 2, "flops", 1e9, {})]) == {"s": {"n": 2, "value": 1.0}}
 
 
 def test_cost_helpers_against_hand_values():
