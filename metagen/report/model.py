@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.eval.runner import RESULTS_NAME, STORE_NAME
 from metagen.report.costs import run_costs
 from metagen.report.curves import run_curves
 from metagen.report.items import item_view
@@ -24,9 +25,6 @@ from metagen.report.store_reader import StoredRun, read_store
 from metagen.report.summary import provenance_summary
 from metagen.report.tables import compute_optimal_table, difficulty_table
 from metagen.tasks.answer_key import AnswerKey
-
-RESULTS_NAME = "results.json"  # the names metagen eval writes (metagen.eval.runner)
-STORE_NAME = "run.sqlite"
 
 
 def read_results(folder: str | Path) -> dict[str, Any]:
