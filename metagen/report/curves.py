@@ -32,7 +32,7 @@ def run_curves(rows: Sequence[Mapping[str, Any]],
         if row["metric"] in COST_METRICS:
             continue
         key = (str(row["strategy"]), int(row["n"]))
-        point = {"n": key[1], "mean": row["mean"], "stderr": row.get("stderr"),
+        point = {"n": key[1], "mean": row.get("mean"), "stderr": row.get("stderr"),
                  "items": row.get("items")}
         for name in COST_METRICS.values():
             point[name] = recorded.get(key, {}).get(name, costs.get(key, {}).get(name))

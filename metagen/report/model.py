@@ -85,7 +85,8 @@ def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportL
     than ``limits.max_items`` of the run have it and ``budget[0]`` (characters of item detail
     left for the page; decreased here) is positive."""
     stored, note = _store(folder, limits.max_items)
-    rows = [r for r in results.get("results") or [] if isinstance(r, dict)]
+    rows = [r for r in results.get("results") or []  # rows without their key are skipped
+            if isinstance(r, dict) and {"strategy", "n", "metric"} <= r.keys()]
     key = _answer_key((results.get("config") or {}).get("task"))
     items = []
     for i, (item_id, difficulty) in enumerate(stored.items):

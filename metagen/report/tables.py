@@ -34,7 +34,10 @@ def section_rows(section: Any) -> tuple[list[Mapping[str, Any]], str | None]:
 
 
 def _rows(rows: Any) -> list[Mapping[str, Any]]:
-    return [r for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
+    """The rows that have their keys (others are skipped)."""
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows if isinstance(r, Mapping) and {"bin", "n", "strategy"} <= r.keys()]
 
 
 def difficulty_table(section: Any) -> dict[str, Any] | None:
@@ -48,7 +51,7 @@ def difficulty_table(section: Any) -> dict[str, Any] | None:
     for r in rows:
         key = (str(r["strategy"]), str(r["metric"]), int(r["n"]))
         cells.setdefault(key, {})[str(r["bin"])] = {
-            "mean": r["mean"], "stderr": r.get("stderr"), "items": r.get("items")}
+            "mean": r.get("mean"), "stderr": r.get("stderr"), "items": r.get("items")}
     return {"bins": bins, "note": note, "rows": [
         {"strategy": s, "metric": m, "n": n, "cells": [by_bin.get(b) for b in bins]}
         for (s, m, n), by_bin in sorted(cells.items())]}

@@ -5,6 +5,7 @@ in a run folder is written."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -145,8 +146,6 @@ def test_limits_refuse_non_positive_integers_naming_the_field(field, bad):
 
 
 def test_the_detail_budget_is_shared_by_the_runs_of_the_page(sc, tmp_path):
-    import json
-
     full = build_report([sc])["runs"][0]["items"][0]
     size = len(json.dumps(full, ensure_ascii=False))
     # room for one item: it is given in full, then the budget is spent for every run after it
@@ -213,6 +212,18 @@ def test_a_folder_without_results_json_is_refused_naming_it(tmp_path, sc):
         build_report([tmp_path / "bad"])
     with pytest.raises(InvalidParameterError, match="dir"):
         build_report([])
+
+
+def test_rows_missing_their_keys_are_skipped_not_fatal(sc):
+    results = json.loads((sc / "results.json").read_text())
+    results["results"] += [{"strategy": "x"}, "junk", {"strategy": "y", "n": 1,
+                                                       "metric": "accuracy"}]
+    results["by_difficulty"] = [{"bin": "easy"}, BY_DIFFICULTY[0]]
+    (sc / "results.json").write_text(json.dumps(results))
+    run = build_report([sc])["runs"][0]
+    assert [c["strategy"] for c in run["curves"]] == ["self_consistency", "y"]
+    assert run["curves"][1]["points"][0]["mean"] is None
+    assert len(run["by_difficulty"]["rows"]) == 1
 
 
 def test_a_run_without_its_store_has_curves_but_no_item_view(sc):
