@@ -24,6 +24,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("metagen.cli.serve", "serve"),
     "eval": ("metagen.cli.eval", "eval_command"),
     "report": ("metagen.cli.report", "report"),
+    "compute-optimal": ("metagen.cli.compute_optimal", "compute_optimal_command"),
 }
 
 

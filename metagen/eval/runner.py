@@ -22,12 +22,14 @@ from typing import Any, Protocol
 
 from metagen.errors import BackendError, InvalidParameterError, InvalidPromptError
 from metagen.eval.atomic import write_json_atomic
+from metagen.eval.breakdown import difficulty_tables
 from metagen.eval.direct import DIRECT, direct_item
 from metagen.eval.interrupt import RunInterrupted, raising_on_signals
 from metagen.eval.metrics import item_results, summarize
 from metagen.eval.preflight import check_output_dir
 from metagen.eval.provenance import hardware, versions
 from metagen.eval.recording import SaveCall, replay
+from metagen.eval.runrows import REWARD, read_run_rows
 from metagen.eval.runkey import run_key
 from metagen.eval.seeds import item_seed
 from metagen.eval.selectors import SUBSAMPLED, StoredReward, make_selector
@@ -39,7 +41,6 @@ from metagen.types import Completion, SamplingParams
 
 STORE_NAME = "run.sqlite"
 RESULTS_NAME = "results.json"
-REWARD = "reward"  # the scorer name of the reward model's scores in the store
 Progress = Callable[[int, int], None]  # (items finished this session, items to do)
 WorkUnit = tuple[EvalItem, dict[int, StoredSample], dict[str, dict[int, float]]]
 Finished = tuple[str, bool, list[SaveCall], str]  # item id, done, its save_item calls, backend
@@ -291,6 +292,7 @@ def _report(config: EvalConfig, fields: Mapping[str, Any], key: str, store: RunS
         "failures_by_reason": store.failure_counts(), "failed_items": sorted(failed),
         "generated_tokens": store.token_count(),
         "results": summarize([r for r in store.results() if r[0] in ids]),
+        **difficulty_tables(read_run_rows(store, sorted(ids))),
         "times": {"started_at": store.first_started_at(), "session_started_at": started,
                   "ended_at": ended, "sessions": store.sessions(), "resumed_items": resumed},
     }

@@ -216,5 +216,30 @@ class RunStore:
         return int(row[0])
 
 
+    # -- per-item views (difficulty tables, compute-optimal choice) -----------------------------
+    def difficulties(self) -> dict[str, str | None]:
+        """Done item -> its task difficulty label (None when the task gives none)."""
+        return {r[0]: r[1] for r in self.db.execute("SELECT item_id, difficulty FROM items")}
+
+    def sample_summary(self) -> dict[str, tuple[int, int, int]]:
+        """Done item -> (stored samples, of them correct, their generated tokens)."""
+        return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in self.db.execute(
+            "SELECT s.item_id, COUNT(*), SUM(correct), SUM(num_tokens) FROM samples s "
+            "JOIN items i ON s.item_id = i.item_id GROUP BY s.item_id")}
+
+    def mean_scores(self, scorer: str) -> dict[str, float]:
+        """Done item -> mean score by ``scorer`` over its scored samples."""
+        return {r[0]: float(r[1]) for r in self.db.execute(
+            "SELECT s.item_id, AVG(value) FROM scores s JOIN items i ON s.item_id = i.item_id "
+            "WHERE scorer=? GROUP BY s.item_id", (scorer,))}
+
+    def traced_tokens(self) -> dict[tuple[str, str, int], int]:
+        """(item, strategy, n) -> generated tokens, for the done items' results whose trace
+        carries a usage (the strategies run at each N)."""
+        return {(r[0], r[1], int(r[2])): int(r[3]) for r in self.db.execute(
+            "SELECT r.item_id, strategy, n, json_extract(trace, '$.usage.generated_tokens') AS t "
+            "FROM results r JOIN items i ON r.item_id = i.item_id WHERE t IS NOT NULL")}
+
+
 def _stop(reason: str | int | None) -> str | None:
     return None if reason is None else str(reason)
