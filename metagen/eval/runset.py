@@ -61,7 +61,7 @@ def load_runs(folders: Sequence[str | Path]) -> RunRows:
                                         f"of {first} ({len(diff)} differ, e.g. {diff[0]!r}); "
                                         "finish both runs with the same --limit")
         for strategy in sorted({r[1] for r in run.rows if r[3] == ACCURACY}):
-            if strategy in owner and owner[strategy] != folder:
+            if strategy in owner:
                 raise InvalidParameterError("runs", folder, f"strategy {strategy} is also in "
                                             f"{owner[strategy]}; give each strategy once")
             owner[strategy] = folder
