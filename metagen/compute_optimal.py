@@ -144,8 +144,12 @@ def _paired(a: Mapping[str, float], b: Mapping[str, float], items: Sequence[str]
 
 def held_out_curve(policy: Policy, run: RunRows, items: Sequence[str]) -> list[dict[str, Any]]:
     """Per fitted budget: the policy's accuracy on ``items`` (mean, stderr, mean tokens per
-    item) and each fixed strategy's (those with every item), the best fixed strategy on these
-    items and the policy's paired gain over it (mean, stderr)."""
+    item, how many items each strategy got) and each fixed strategy's (those with every item);
+    ``best_fixed``, the best fixed strategy on these very items (an upper bound on any fixed
+    choice: it is picked on the items it is scored on) and the policy's paired ``gain`` over it
+    with ``gain_stderr``; ``fit_best``, the fixed strategy the fit split picks at that budget
+    (what a user would run without bins) and ``gain_vs_fit_best`` [mean, stderr] (None when it
+    lacks a held-out item)."""
     acc = accuracy_table(run.rows)
     keys = difficulty_keys(run, policy.binning.source)
     missing = [i for i in items if i not in keys]
@@ -166,6 +170,8 @@ def held_out_curve(policy: Policy, run: RunRows, items: Sequence[str]) -> list[d
         best = max(sorted(fixed), key=lambda s: mean_stderr([fixed[s][i] for i in items])[0])
         tokens = [run.tokens.get((i, s, n)) for i, s in chosen.items()]
         gain, gain_err = _paired(mine, fixed[best], items)
+        fit_best = policy.overall[n]
+        fit_gain = _paired(mine, fixed[fit_best], items) if fit_best in fixed else None
         out.append({"n": n, "items": len(items),
                     "policy": {**_stat(mine, items),
                                "tokens": None if None in tokens
@@ -175,7 +181,8 @@ def held_out_curve(policy: Policy, run: RunRows, items: Sequence[str]) -> list[d
                     "fixed": {s: {**_stat(v, items),
                                   "tokens": mean_tokens(run.tokens, s, n, items)}
                               for s, v in fixed.items()},
-                    "best_fixed": best, "gain": gain, "gain_stderr": gain_err})
+                    "best_fixed": best, "gain": gain, "gain_stderr": gain_err,
+                    "fit_best": fit_best, "gain_vs_fit_best": fit_gain and list(fit_gain)})
     return out
 
 

@@ -70,12 +70,15 @@ def curve_text(report: dict[str, Any]) -> str:
     names = sorted({s for r in rows for s in r["fixed"]})
     lines = [f"held-out accuracy ({rows[0]['items'] if rows else 0} items), mean ± stderr:",
              f"{'N':>5} {'policy':>16} " + " ".join(f"{s:>18}" for s in names)
-             + f" {'gain vs best fixed':>24}"]
+             + f" {'gain vs best fixed':>24}  {'gain vs fit-split best':>24}"]
     for r in rows:
         fixed = " ".join(f"{_pm(r['fixed'][s]):>18}" if s in r["fixed"] else f"{'-':>18}"
                          for s in names)
+        vs_fit = r["gain_vs_fit_best"]
         lines.append(f"{r['n']:>5} {_pm(r['policy']):>16} {fixed} "
-                     f"{r['gain']:+.4f} ± {r['gain_stderr']:.4f} ({r['best_fixed']})")
+                     f"{r['gain']:+.4f} ± {r['gain_stderr']:.4f} ({r['best_fixed']})  "
+                     + (f"{vs_fit[0]:+.4f} ± {vs_fit[1]:.4f} ({r['fit_best']})" if vs_fit
+                        else "-"))
     return "\n".join(lines)
 
 

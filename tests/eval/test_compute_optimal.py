@@ -40,6 +40,7 @@ def test_each_bin_gets_its_clear_winner_and_the_held_out_curve_shows_the_gain():
     assert row["best_fixed"] == "X" and row["gain"] == 0.5
     assert math.isclose(row["gain_stderr"], math.sqrt(1 / 3) / 2)  # diffs (0, 0, 1, 1)
     assert row["items"] == 4 and row["policy"]["tokens"] is None
+    assert row["fit_best"] == "X" and row["gain_vs_fit_best"] == [0.5, row["gain_stderr"]]
 
 
 def test_apply_bins_new_items_and_falls_back_on_the_overall_winner():
