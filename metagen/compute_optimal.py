@@ -20,6 +20,7 @@ the fit split never saw falls back on the overall winner.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,34 +157,38 @@ def held_out_curve(policy: Policy, run: RunRows, items: Sequence[str]) -> list[d
     if missing:
         raise InvalidParameterError("difficulty", policy.binning.source, f"{len(missing)} "
                                     f"held-out item(s) have no difficulty (e.g. {missing[0]!r})")
-    items = sorted(items)
-    out = []
-    for n in sorted(policy.overall):
-        chosen = policy.apply({i: keys[i] for i in items}, n)
-        if not all(i in acc.get((s, n), {}) for i, s in chosen.items()):
-            continue
-        mine = {i: acc[(s, n)][i] for i, s in chosen.items()}
-        fixed = {s: acc[(s, m)] for s, m in sorted(acc) if m == n
-                 and all(i in acc[(s, m)] for i in items)}
-        if not fixed:
-            continue
-        best = max(sorted(fixed), key=lambda s: mean_stderr([fixed[s][i] for i in items])[0])
-        tokens = [run.tokens.get((i, s, n)) for i, s in chosen.items()]
-        gain, gain_err = _paired(mine, fixed[best], items)
-        fit_best = policy.overall[n]
-        fit_gain = _paired(mine, fixed[fit_best], items) if fit_best in fixed else None
-        out.append({"n": n, "items": len(items),
-                    "policy": {**_stat(mine, items),
-                               "tokens": None if None in tokens
-                               else sum(t or 0.0 for t in tokens) / len(items),
-                               "uses": {s: sum(1 for c in chosen.values() if c == s)
-                                        for s in sorted(set(chosen.values()))}},
-                    "fixed": {s: {**_stat(v, items),
-                                  "tokens": mean_tokens(run.tokens, s, n, items)}
-                              for s, v in fixed.items()},
-                    "best_fixed": best, "gain": gain, "gain_stderr": gain_err,
-                    "fit_best": fit_best, "gain_vs_fit_best": fit_gain and list(fit_gain)})
-    return out
+    rows = (_held_out_row(policy, run, acc, n, {i: keys[i] for i in sorted(items)})
+            for n in sorted(policy.overall))
+    return [r for r in rows if r is not None]
+
+
+def _held_out_row(policy: Policy, run: RunRows, acc: Accuracy, n: int,
+                  keys: Mapping[str, str | float]) -> dict[str, Any] | None:
+    """One budget of :func:`held_out_curve`; None when the policy's or every fixed strategy's
+    accuracy misses a held-out item at ``n``."""
+    items = list(keys)
+    chosen = policy.apply(keys, n)
+    if not all(i in acc.get((s, n), {}) for i, s in chosen.items()):
+        return None
+    mine = {i: acc[(s, n)][i] for i, s in chosen.items()}
+    fixed = {s: acc[(s, m)] for s, m in sorted(acc)
+             if m == n and all(i in acc[(s, m)] for i in items)}
+    if not fixed:
+        return None
+    best = max(sorted(fixed), key=lambda s: _stat(fixed[s], items)["mean"])
+    gain, gain_err = _paired(mine, fixed[best], items)
+    fit_best = policy.overall[n]
+    vs_fit = list(_paired(mine, fixed[fit_best], items)) if fit_best in fixed else None
+    tokens = [run.tokens.get((i, s, n)) for i, s in chosen.items()]
+    uses = {s: sum(1 for c in chosen.values() if c == s) for s in sorted(set(chosen.values()))}
+    return {"n": n, "items": len(items),
+            "policy": {**_stat(mine, items), "uses": uses,
+                       "tokens": None if None in tokens
+                       else math.fsum(t or 0.0 for t in tokens) / len(items)},
+            "fixed": {s: {**_stat(v, items), "tokens": mean_tokens(run.tokens, s, n, items)}
+                      for s, v in fixed.items()},
+            "best_fixed": best, "gain": gain, "gain_stderr": gain_err,
+            "fit_best": fit_best, "gain_vs_fit_best": vs_fit}
 
 
 def _stat(values: Mapping[str, float], items: Sequence[str]) -> dict[str, float]:
