@@ -4,7 +4,9 @@ that scale (:func:`~metagen.strategies.step_scaling.run_step_search`'s options f
 
 An item's run at some N that lost samples (a failed generate, ``Result.failures``) or found no
 answer is not a result: the item stays undone, its failures are logged by reason, and it is
-retried (L7). Traces (the search tree, usage) are stored with each result.
+retried (L7). Traces (the search tree, usage) are stored with each result; its cost rows are the
+run's measured usage (generated tokens; generator plus PRM FLOPs, as measured: they include what
+the prefix cache saved, so they are not estimates like the subsampled strategies' costs).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from metagen.errors import BackendError, InsufficientSamples, InvalidPromptError
+from metagen.eval.cost import cost_results
 from metagen.eval.seeds import direct_seed
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
@@ -50,4 +53,5 @@ def direct_item(strategy: str, task: TaskSpec, item: EvalItem, generator: Any, p
         correct = bool(task.grade(result.text, item.problem))
         results.append(ItemResult(strategy, n, ACCURACY, float(correct), {
             "text": result.text, "usage": result.usage.to_dict(), "trace": result.trace}))
+        results += cost_results(strategy, n, result.usage.generated_tokens, result.usage.flops)
     return results, []

@@ -23,7 +23,16 @@ from typing import Any
 
 from metagen.errors import BackendError, InvalidParameterError
 from metagen.eval.recording import RecordingStore
-from metagen.eval.runner import EvalConfig, Finished, WorkUnit, load_scorer, run_item
+from metagen.eval.runner import (
+    CONFIDENCE,
+    PRM,
+    REWARD,
+    EvalConfig,
+    Finished,
+    WorkUnit,
+    load_backends,
+    run_item,
+)
 
 RAY_MISSING = "Ray is not installed: pip install 'metagen[ray]'"
 
@@ -46,8 +55,8 @@ class _Worker:
         from metagen.eval.tasks import get_task
 
         self.config, self.task = config, get_task(config.task)
-        self.generator = load_generator(index)
-        self.scorer = load_scorer(config, load_reward, load_prm)
+        self.backends = load_backends(config, load_generator(index), {
+            REWARD: load_reward, PRM: load_prm, CONFIDENCE: None})
 
     def pid(self) -> int:
         return os.getpid()
@@ -55,8 +64,8 @@ class _Worker:
     def run(self, unit: WorkUnit) -> Finished:
         item, samples, scores = unit
         store = RecordingStore(samples, scores)
-        ok = run_item(self.config, self.task, item, self.generator, self.scorer, store)
-        return item.id, ok, store.calls, type(self.generator).__name__
+        ok = run_item(self.config, self.task, item, self.backends, store)
+        return item.id, ok, store.calls, type(self.backends.generator).__name__
 
 
 class RayPool:

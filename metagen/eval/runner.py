@@ -14,6 +14,7 @@ are keyed by id, never by position or worker (L6).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,9 @@ from typing import Any, Protocol
 from metagen.errors import BackendError, InvalidParameterError, InvalidPromptError
 from metagen.eval.atomic import write_json_atomic
 from metagen.eval.breakdown import difficulty_tables
+from metagen.eval.cost import CostModel, cost_model_for, cost_results
 from metagen.eval.direct import DIRECT, direct_item
+from metagen.eval.greedy import GREEDY, greedy_item
 from metagen.eval.interrupt import RunInterrupted, raising_on_signals
 from metagen.eval.metrics import item_results, summarize
 from metagen.eval.preflight import check_output_dir
@@ -32,8 +35,8 @@ from metagen.eval.recording import SaveCall, replay
 from metagen.eval.runrows import REWARD, read_run_rows
 from metagen.eval.runkey import run_key
 from metagen.eval.seeds import item_seed
-from metagen.eval.selectors import SUBSAMPLED, StoredReward, make_selector
-from metagen.eval.store import RunStore, StoredSample
+from metagen.eval.selectors import CONFIDENCE, SUBSAMPLED, StoredReward, make_selector
+from metagen.eval.store import ItemResult, RunStore, StoredSample
 from metagen.eval.tasks import EvalItem, TaskSpec
 from metagen.scorers.callables import as_reward, check_scores
 from metagen.strategies.parallel import check_counts, failure_reason
@@ -41,9 +44,11 @@ from metagen.types import Completion, SamplingParams
 
 STORE_NAME = "run.sqlite"
 RESULTS_NAME = "results.json"
+PRM = "prm"  # the process reward model's name among the run's scorers (never stored)
 Progress = Callable[[int, int], None]  # (items finished this session, items to do)
 WorkUnit = tuple[EvalItem, dict[int, StoredSample], dict[str, dict[int, float]]]
 Finished = tuple[str, bool, list[SaveCall], str]  # item id, done, its save_item calls, backend
+Loader = Callable[[], Any]
 
 
 class ItemPool(Protocol):
@@ -53,16 +58,31 @@ class ItemPool(Protocol):
     def run(self, config: EvalConfig, units: Sequence[WorkUnit]) -> Iterator[Finished]: ...
 
 
+def parse_strategies(value: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a,b"`` or ``("a", "b")`` -> ``("a", "b")`` (blanks dropped); a repeated or unknown
+    name, or none, raises ``InvalidParameterError`` naming ``strategy``."""
+    names = value.split(",") if isinstance(value, str) else list(value)
+    out = tuple(str(x).strip() for x in names if str(x).strip())
+    known = [*SUBSAMPLED, *DIRECT, GREEDY]
+    if not out or len(set(out)) != len(out) or any(x not in known for x in out):
+        raise InvalidParameterError("strategy", value, "must be distinct names among "
+                                    f"{', '.join(known)} in this version")
+    return out
+
+
 @dataclass(slots=True, frozen=True)
 class EvalConfig:
     """One evaluation. ``model`` describes the policy for the run key and provenance (a local
     path, or a server's ``base_url`` / ``model`` / ``revision``); ``sampling`` holds every
-    sampling parameter but ``n`` and ``seed`` (the runner sets those). Validated on
+    sampling parameter but ``n`` and ``seed`` (the runner sets those). ``strategy`` is one
+    strategy or several (a tuple, or names joined by commas; kept as the comma-joined string):
+    the subsampled ones share ONE sample set and its stored scores, the step searches and
+    ``greedy`` run on their own. ``strategy_args`` go to every strategy of the run. Validated on
     construction."""
 
     task: str
     model: Mapping[str, Any]
-    strategy: str
+    strategy: str | tuple[str, ...]
     ns: tuple[int, ...] = (1, 4, 16)
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.8))
     seed: int = 0
@@ -75,12 +95,10 @@ class EvalConfig:
     attempts: int = 2
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "strategy", ",".join(parse_strategies(self.strategy)))
         if not self.ns or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
                               for n in self.ns) or list(self.ns) != sorted(set(self.ns)):
             raise InvalidParameterError("n", self.ns, "must be increasing positive integers")
-        if self.strategy not in SUBSAMPLED and self.strategy not in DIRECT:
-            raise InvalidParameterError("strategy", self.strategy, "must be one of "
-                                        f"{', '.join([*SUBSAMPLED, *DIRECT])} in this version")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise InvalidParameterError("seed", self.seed, "must be a non-negative integer")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
@@ -89,9 +107,22 @@ class EvalConfig:
             raise InvalidParameterError("attempts", self.attempts, "must be >= 1")
         self.sampling.with_(n=max(self.ns), seed=0)  # n_max must be servable (validates)
 
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """The run's strategies, in the order given."""
+        return tuple(str(self.strategy).split(","))
+
+    @property
+    def scorers_needed(self) -> set[str]:
+        """Names of the scorers the strategies read: :data:`REWARD`, :data:`CONFIDENCE`,
+        :data:`PRM`."""
+        names = {SUBSAMPLED[s] for s in self.strategies if s in SUBSAMPLED}
+        return {n for n in names if n} | ({PRM} if set(self.strategies) & set(DIRECT) else set())
+
     def key_fields(self, task: TaskSpec) -> dict[str, Any]:
-        """Everything that changes the outputs (the run key's input); ``limit`` is not in it:
-        items are keyed by id, so a larger limit extends a run."""
+        """Everything that changes the outputs (the run key's input; ``strategy`` is the
+        comma-joined list); ``limit`` is not in it: items are keyed by id, so a larger limit
+        extends a run."""
         from metagen._version import __version__
 
         sampling = {k: v for k, v in self.sampling.to_dict().items() if k not in ("n", "seed")}
@@ -105,28 +136,62 @@ class EvalConfig:
                 "executor_limits": dict(task.executor_limits)}
 
 
+@dataclass(slots=True, frozen=True)
+class Backends:
+    """What a process does items with: the policy, the scorers by name (:data:`REWARD`,
+    :data:`CONFIDENCE`, :data:`PRM`) and their :class:`~metagen.eval.cost.CostModel`."""
+
+    generator: Any
+    scorers: Mapping[str, Any] = field(default_factory=dict)
+    cost: CostModel = field(default_factory=CostModel)
+
+
+def load_backends(config: EvalConfig, generator: Any, loaders: Mapping[str, Loader | None]
+                  ) -> Backends:
+    """The scorers ``config``'s strategies need, each loaded once with ``loaders[name]``
+    (the reward model wrapped as a reward), and the cost model of them all."""
+    raw = {name: loaders[name]() for name in sorted(config.scorers_needed)  # type: ignore[misc]
+           if loaders.get(name)}
+    scorers = {k: as_reward(v) if k != PRM else v for k, v in raw.items()}
+    return Backends(generator, scorers, cost_model_for(generator, raw))
+
+
+def check_loaders(config: EvalConfig, loaders: Mapping[str, Loader | None]) -> None:
+    """``InvalidParameterError`` naming the flag of a scorer the strategies need and lack."""
+    flags = {REWARD: ("reward", "--reward PATH"), PRM: ("prm", "--prm PATH"),
+             CONFIDENCE: ("confidence", "a confidence scorer (the policy's LikelihoodVerifier)")}
+    for name in sorted(config.scorers_needed):
+        if loaders.get(name) is None:
+            param, what = flags[name]
+            raise InvalidParameterError(param, None, f"{config.strategy} needs {what}")
+
+
 def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
-             load_generator: Callable[[], Any], load_reward: Callable[[], Any] | None = None,
-             load_prm: Callable[[], Any] | None = None, force_resume: bool = False,
-             progress: Progress | None = None,
-             pool: ItemPool | None = None) -> tuple[dict[str, Any], int]:
+             load_generator: Callable[[], Any], load_reward: Loader | None = None,
+             load_prm: Loader | None = None, load_confidence: Loader | None = None,
+             force_resume: bool = False, progress: Progress | None = None,
+             pool: ItemPool | None = None, concurrency: int = 1) -> tuple[dict[str, Any], int]:
     """Run (or resume) ``config`` into folder ``out``; returns (the results.json object, exit
     status: 0 complete, 1 items failed, 130/143 interrupted by SIGINT/SIGTERM).
 
     Before any model is loaded: the folder is checked (writable, space), the task's
     ``preflight`` run (code tasks: opt-in and sandbox), the items are read and
     the store's run key compared (a different key raises ``InvalidParameterError`` naming
-    ``run_key`` unless ``force_resume``). ``load_generator()`` and the scorer the strategy needs
-    (``load_reward()`` for best_of_n / weighted_vote, ``load_prm()`` for the step searches of
+    ``run_key`` unless ``force_resume``). ``load_generator()`` and the scorers the strategies
+    need (``load_reward()`` for best_of_n / weighted_vote, ``load_confidence()`` for their
+    ``_confidence`` variants, ``load_prm()`` for the step searches of
     :data:`~metagen.eval.direct.DIRECT`) are called only when an item remains to be done.
 
-    With a ``pool`` (e.g. :class:`~metagen.eval.ray_runner.RayPool`) the items are done by its
-    workers, each with its own backend, and this process alone writes the store: it hands each
-    item out with its stored samples and scores and replays the worker's recorded writes."""
-    if SUBSAMPLED.get(config.strategy) and load_reward is None:
-        raise InvalidParameterError("reward", None, f"{config.strategy} needs --reward PATH")
-    if config.strategy in DIRECT and load_prm is None:
-        raise InvalidParameterError("prm", None, f"{config.strategy} needs --prm PATH")
+    ``concurrency`` > 1 does that many items at once in threads over the one generator (when
+    it is safe to call from several threads: :func:`~metagen.eval.threads.thread_safe`); each
+    item's results do not depend on it. With a ``pool`` (e.g.
+    :class:`~metagen.eval.ray_runner.RayPool`) the items are done by its workers, each with its
+    own backend. Either way this thread alone writes the store: it hands each item out with its
+    stored samples and scores and replays the worker's recorded writes."""
+    loaders = {REWARD: load_reward, PRM: load_prm, CONFIDENCE: load_confidence}
+    check_loaders(config, loaders)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise InvalidParameterError("concurrency", concurrency, "must be a positive integer")
     folder = check_output_dir(out)
     task.preflight()
     items = task.items(config.data, config.limit)
@@ -142,23 +207,28 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
         status, code = "partial", 1
         try:
             with raising_on_signals():
+                if todo and pool is None:
+                    from metagen.eval.threads import ThreadPool, thread_safe
+
+                    backends = load_backends(config, load_generator(), loaders)
+                    workers = concurrency if thread_safe(backends.generator) else 1
+                    pool = ThreadPool(task, backends, workers) if workers > 1 else None
+                    store.note_backend(type(backends.generator).__name__)
+                    for i, item in enumerate(todo if pool is None else ()):
+                        if not run_item(config, task, item, backends, store):
+                            failed.append(item.id)
+                        if progress:
+                            progress(i + 1, len(todo))
                 if todo and pool is not None:
-                    units = [(it, store.samples(it.id), {REWARD: store.scores(it.id, REWARD)})
+                    names = sorted(config.scorers_needed - {PRM})
+                    units = [(it, store.samples(it.id),
+                              {name: store.scores(it.id, name) for name in names})
                              for it in todo]
                     for i, (item_id, ok, calls, backend) in enumerate(pool.run(config, units)):
                         store.note_backend(backend)
                         replay(calls, store)
                         if not ok:
                             failed.append(item_id)
-                        if progress:
-                            progress(i + 1, len(todo))
-                elif todo:
-                    generator = load_generator()
-                    store.note_backend(type(generator).__name__)
-                    scorer = load_scorer(config, load_reward, load_prm)
-                    for i, item in enumerate(todo):
-                        if not run_item(config, task, item, generator, scorer, store):
-                            failed.append(item.id)
                         if progress:
                             progress(i + 1, len(todo))
                 status, code = ("partial", 1) if failed else ("complete", 0)
@@ -173,71 +243,92 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     return report, code
 
 
-def load_scorer(config: EvalConfig, load_reward: Callable[[], Any] | None,
-                load_prm: Callable[[], Any] | None) -> Any:
-    """The scorer ``config.strategy`` needs: the reward model (as a reward) for best_of_n /
-    weighted_vote, the PRM for the step searches, else None."""
-    if SUBSAMPLED.get(config.strategy, False) and load_reward:
-        return as_reward(load_reward())
-    return load_prm() if config.strategy in DIRECT and load_prm else None
-
-
-def run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, scorer: Any,
+def run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backends,
              store: Any) -> bool:
-    """Do one item into ``store`` (the run's :class:`RunStore`, or a worker's
-    :class:`~metagen.eval.recording.RecordingStore`); True when it is done."""
-    run = _run_direct if config.strategy in DIRECT else _run_item
-    return run(config, task, item, generator, scorer, store)
+    """Do one item into ``store`` (the run's :class:`RunStore`, or a
+    :class:`~metagen.eval.recording.RecordingStore`): the subsampled strategies from its
+    samples, then ``greedy`` and each step search; every result, the scores and the done mark
+    are stored by ONE final ``save_item`` (the samples as they are drawn). True when done."""
+    results: list[ItemResult] = []
+    scores: dict[str, dict[int, float]] = {}
+    ok = True
+    subsampled = [s for s in config.strategies if s in SUBSAMPLED]
+    if subsampled:
+        got = _run_subsampled(config, task, item, backends, store, subsampled)
+        ok = got is not None
+        if got is not None:
+            results += got[0]
+            scores = got[1]
+    for strategy in config.strategies:
+        if ok and strategy not in SUBSAMPLED:
+            direct = _run_direct(config, task, item, backends, store, strategy)
+            ok = direct is not None
+            results += direct or []
+    if ok or results:
+        store.save_item(item.id, (), (), scores or None, results, done=ok,
+                        difficulty=item.difficulty)
+    return ok
 
 
-def _run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any,
-              reward: Any, store: RunStore) -> bool:
-    """Sample, score and evaluate one item, retrying failed samples up to ``config.attempts``
-    times; True when the item is done (all its results stored)."""
+def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backends,
+                    store: Any, strategies: Sequence[str]
+                    ) -> tuple[list[ItemResult], dict[str, dict[int, float]]] | None:
+    """Sample (retrying failed samples up to ``config.attempts`` times), score every sample once
+    per scorer the ``strategies`` read, and evaluate them at every N with their costs; None when
+    samples are still missing."""
     n_max, seed = max(config.ns), item_seed(config.seed, item.id)
     have = store.samples(item.id)
     for _ in range(config.attempts):
         if len(have) == n_max:
             break
-        new, failures = _sample(config, task, item, generator, seed, set(have))
+        new, failures = _sample(config, task, item, backends.generator, seed, set(have))
         store.save_item(item.id, new, failures)
         have.update({s.index: s for s in new})
     if len(have) < n_max:
-        return False
+        return None
     samples = [have[j] for j in range(n_max)]
-    scores = store.scores(item.id, REWARD)
-    stored_reward = None
-    if reward is not None:
-        if len(scores) < n_max:
-            values = check_scores(reward.score([item.prompt] * n_max,
-                                               [s.completion.text for s in samples]),
-                                  n_max, who=type(reward).__name__)
-            scores = {j: float(v) for j, v in enumerate(values)}
-        stored_reward = StoredReward([s.completion.text for s in samples],
-                                    [scores[j] for j in range(n_max)])
-    selector = make_selector(config.strategy, task.answer_key, stored_reward,
-                             config.strategy_args)
-    results = item_results(item.id, item.prompt, samples, config.ns,
-                           {config.strategy: selector}, run_seed=config.seed,
-                           max_subsets=config.max_subsets)
-    store.save_item(item.id, (), (), {REWARD: scores} if reward is not None else None,
-                    results, done=True, difficulty=item.difficulty)
-    return True
+    texts = [s.completion.text for s in samples]
+    scores: dict[str, dict[int, float]] = {}
+    for name in sorted({x for s in strategies if (x := SUBSAMPLED[s])}):
+        values = store.scores(item.id, name)
+        if len(values) < n_max:
+            scorer = backends.scorers[name]
+            got = check_scores(scorer.score([item.prompt] * n_max, texts), n_max,
+                               who=type(scorer).__name__)
+            values = {j: float(v) for j, v in enumerate(got)}
+        scores[name] = values
+    stored = {name: StoredReward(texts, [v[j] for j in range(n_max)])
+              for name, v in scores.items()}
+    selectors = {s: make_selector(s, task.answer_key, stored, config.strategy_args)
+                 for s in strategies}
+    results = item_results(item.id, item.prompt, samples, config.ns, selectors,
+                           run_seed=config.seed, max_subsets=config.max_subsets)
+    tokens = [s.completion.num_tokens for s in samples]
+    for s in strategies:
+        for n in config.ns:
+            flops = backends.cost.sampling(item.prompt, tokens, n)
+            if (scorer_name := SUBSAMPLED[s]) is not None:
+                flops += backends.cost.scoring(scorer_name, item.prompt, tokens, n)
+            results += cost_results(s, n, n * math.fsum(tokens) / n_max, flops)
+    return results, scores
 
 
-def _run_direct(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any,
-                prm: Any, store: RunStore) -> bool:
-    """Run a :data:`~metagen.eval.direct.DIRECT` strategy at every N on one item, up to
-    ``config.attempts`` times; True when its results are stored."""
+def _run_direct(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backends,
+                store: Any, strategy: str) -> list[ItemResult] | None:
+    """Run ``greedy`` or a :data:`~metagen.eval.direct.DIRECT` strategy at every N on one item,
+    up to ``config.attempts`` times, logging failures; its results, or None."""
     for _ in range(config.attempts):
-        results, failures = direct_item(config.strategy, task, item, generator, prm,
-                                        config.sampling, config.ns, config.seed,
-                                        config.strategy_args)
-        store.save_item(item.id, (), failures, None, results, done=not failures,
-                        difficulty=item.difficulty)
+        if strategy == GREEDY:
+            results, failures = greedy_item(task, item, backends.generator, config.sampling,
+                                            backends.cost)
+        else:
+            results, failures = direct_item(strategy, task, item, backends.generator,
+                                            backends.scorers.get(PRM), config.sampling,
+                                            config.ns, config.seed, config.strategy_args)
         if not failures:
-            return True
-    return False
+            return results
+        store.save_item(item.id, (), failures)
+    return None
 
 
 def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, seed: int,

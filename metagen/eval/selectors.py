@@ -7,14 +7,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.eval.runrows import REWARD
 from metagen.generators.base import Prompt
-from metagen.strategies import BestOfN, SelfConsistency, WeightedVote
+from metagen.strategies import MBR, BestOfN, SelfConsistency, WeightedVote
 from metagen.strategies.selection import Selector
 from metagen.tasks.answer_key import AnswerKey
 
-#: strategies evaluated by subsampling ONE set of samples; True when they need a reward
-SUBSAMPLED: dict[str, bool] = {"self_consistency": False, "best_of_n": True,
-                               "weighted_vote": True}
+CONFIDENCE = "confidence"  # the policy's own confidence in each sample (LikelihoodVerifier)
+
+#: strategies evaluated by subsampling ONE set of samples -> the stored scores they read (the
+#: scorer's name in the store), or None
+SUBSAMPLED: dict[str, str | None] = {
+    "self_consistency": None, "best_of_n": REWARD, "weighted_vote": REWARD, "mbr": None,
+    "best_of_n_confidence": CONFIDENCE, "weighted_vote_confidence": CONFIDENCE}
 
 
 class StoredReward:
@@ -28,17 +33,23 @@ class StoredReward:
         return [self.table[c] for c in completions]
 
 
-def make_selector(strategy: str, answer_key: AnswerKey | None, reward: StoredReward | None,
-                  args: Mapping[str, Any]) -> Selector:
-    """The selector of ``strategy`` (a key of :data:`SUBSAMPLED`) with ``args`` passed to it.
-    Raises ``InvalidParameterError`` naming ``strategy`` or ``reward``."""
+def make_selector(strategy: str, answer_key: AnswerKey | None,
+                  rewards: Mapping[str, StoredReward], args: Mapping[str, Any]) -> Selector:
+    """The selector of ``strategy`` (a key of :data:`SUBSAMPLED`) with ``args`` passed to it;
+    ``rewards`` maps scorer names to the item's stored scores. MBR uses the answer-match utility
+    over ``answer_key`` unless ``args`` says otherwise. Raises ``InvalidParameterError`` naming
+    ``strategy``, or ``reward`` when the scores the strategy reads are missing."""
     if strategy not in SUBSAMPLED:
         raise InvalidParameterError("strategy", strategy,
                                     f"must be one of {', '.join(SUBSAMPLED)} in this version")
-    if SUBSAMPLED[strategy] and reward is None:
-        raise InvalidParameterError("reward", None, f"{strategy} needs --reward PATH")
+    needs = SUBSAMPLED[strategy]
+    reward = rewards.get(needs) if needs else None
+    if needs and reward is None:
+        raise InvalidParameterError("reward", None, f"{strategy} needs {needs} scores")
     if strategy == "self_consistency":
         return SelfConsistency(answer_key=answer_key, **args)
-    if strategy == "weighted_vote":
+    if strategy == "mbr":
+        return MBR(**{"answer_key": answer_key, **args})
+    if strategy.startswith("weighted_vote"):
         return WeightedVote(reward, answer_key=answer_key, **args)  # type: ignore[arg-type]
     return BestOfN(reward, **args)  # type: ignore[arg-type]

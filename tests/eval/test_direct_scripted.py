@@ -48,8 +48,9 @@ def test_each_n_is_the_librarys_search_with_the_items_seed(tmp_path, strategy, i
                             load_generator=lambda: MockGenerator(step), load_prm=lambda: prm)
     assert code == 0 and report["accounting"]["done"] == 4
     with RunStore(tmp_path / STORE_NAME) as store:
-        stored = {(r[0], r[2]): r[4] for r in store.results()}
-        traces = dict(store.db.execute("SELECT item_id || ':' || n, trace FROM results"))
+        stored = {(r[0], r[2]): r[4] for r in store.results() if r[3] == "accuracy"}
+        traces = dict(store.db.execute("SELECT item_id || ':' || n, trace FROM results "
+                                       "WHERE metric = 'accuracy'"))
     for it in ITEMS:
         for n in (1, 4):
             ref = run_step_search(internal, MockGenerator(step), [it.prompt], prm, n,
