@@ -51,9 +51,11 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @click.command("eval")
 @click.argument("task")
 @click.option("--strategy", required=True,
-              help="self_consistency, best_of_n, weighted_vote (sampled once at the largest N) "
-              "or a PRM step search run at each N: step_beam_search, dvts, best_first, mcts, "
-              "rebase.")
+              help="One or several, comma-separated: self_consistency, best_of_n, "
+              "weighted_vote, mbr, best_of_n_confidence, weighted_vote_confidence (all sharing "
+              "ONE set of samples drawn at the largest N), greedy (one temperature-0 sample, "
+              "N=1), or a PRM step search run at each N: step_beam_search, dvts, best_first, "
+              "mcts, rebase.")
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
 @click.option("--reward", default=None, metavar="PATH",
@@ -77,6 +79,9 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--backend", default="auto", show_default=True,
               help="Local backend: auto, local (the engine) or hf.")
 @click.option("--out", required=True, metavar="DIR", help="Run folder (store and results.json).")
+@click.option("--concurrency", default="16", show_default=True, metavar="K",
+              help="Items in flight at once over the one backend (the engine and servers; the "
+              "transformers backend does one at a time). Results do not depend on it.")
 @click.option("--force-resume", is_flag=True, default=False,
               help="Reuse a folder whose run was made with other settings.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value=LOCAL_RAY, default=None,
@@ -93,10 +98,10 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                  prm: str | None,
                  strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
                  temperature: str, top_p: str, max_tokens: str, backend: str, out: str,
-                 force_resume: bool, ray_address: str | None, ray_workers: str,
-                 **flags: Any) -> None:
-    """Evaluate STRATEGY on TASK (gsm8k, math500, testbed, humaneval, mbpp, mbpp_0shot) at
-    every N of --n."""
+                 concurrency: str, force_resume: bool, ray_address: str | None,
+                 ray_workers: str, **flags: Any) -> None:
+    """Evaluate STRATEGY (one, or several comma-separated over one sample set) on TASK (gsm8k,
+    math500, testbed, humaneval, mbpp, mbpp_0shot) at every N of --n."""
     from metagen.eval import EvalConfig, get_task, run_eval
     from metagen.types import SamplingParams
 
@@ -144,6 +149,10 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         from metagen.scorers.load_prm import load_prm as load
         return load(str(prm))
 
+    def load_confidence() -> Any:
+        from metagen.scorers import LikelihoodVerifier
+        return LikelihoodVerifier.from_pretrained(str(local_path), batch_size=64)
+
     bar: Any = None
 
     def progress(done: int, total: int) -> None:
@@ -166,7 +175,9 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
             report, code = run_eval(config, spec, out, load_generator=load_generator,
                                     load_reward=load_reward if reward else None,
                                     load_prm=load_prm if prm else None,
-                                    force_resume=force_resume, progress=progress, pool=pool)
+                                    load_confidence=load_confidence if local_path else None,
+                                    force_resume=force_resume, progress=progress, pool=pool,
+                                    concurrency=_given(int_flag("concurrency", concurrency)))
     finally:
         if bar is not None:
             bar.render_finish()
@@ -201,7 +212,7 @@ def _print_summary(report: dict[str, Any]) -> None:
     acc = report["accounting"]
     for row in report["results"]:
         click.echo(f"{row['strategy']:>18} N={row['n']:<4} {row['metric']:<9} "
-                   f"{row['mean']:.4f} ± {row['stderr']:.4f}  ({row['items']} items)")
+                   f"{row['mean']:.4g} ± {row['stderr']:.4g}  ({row['items']} items)")
     click.echo(f"status {report['status']}: {acc['n_items_total']} items = {acc['done']} done "
                f"+ {acc['failed']} failed + {acc['skipped']} skipped")
     if report["failures_by_reason"]:
