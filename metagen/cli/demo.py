@@ -1,26 +1,32 @@
-"""``metagen demo``: test-time compute scaling on the testbed (greedy, best-of-N with the ORM,
-self-consistency, weighted voting, MBR, and best-of-N / weighted voting by the policy's own
-confidence, at N = 1..32), with a table, a PNG plot and JSON.
-``--full`` adds best-of-N with the PRM and every PRM step search (slower).
+"""``metagen demo``: test-time compute scaling on the testbed, as a preset over ``metagen eval``
+(:mod:`metagen.eval.demo`): greedy, best-of-N with the ORM, self-consistency, weighted voting and
+MBR at N = 1..32 over ONE set of samples per problem (``--confidence`` adds best-of-N and
+weighted voting by the policy's own confidence; ``--full`` / ``--step-search`` add PRM step
+searches, a second run), then a table and a PNG plot of accuracy against generated tokens and
+against FLOPs.
 
-``--base-url URL --model NAME`` samples from the testbed policy served by an OpenAI-compatible
-server (e.g. ``vllm serve <the testbed policy folder>``) instead of loading it; the ORM, the PRM
-and the confidence verifier stay local testbed models (``--prm`` names one of those, not a
-path or a server: remote reward models are not supported here)."""
+The runs go to ``--out DIR`` (default ``metagen_demo/``): SQLite stores and ``results.json``
+with provenance, so a rerun of the same command resumes (done problems are skipped) and a
+changed setting is refused unless ``--force-resume``. ``--base-url URL --model NAME`` samples
+from the testbed policy served by an OpenAI-compatible server (e.g. ``vllm serve <the testbed
+policy folder>``) instead of loading it; the ORM, the PRM and the confidence verifier stay local
+testbed models."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import click
 
 from metagen.cli.remote import open_remote, pop_remote, quiet_remote_logs, remote_options
 from metagen.errors import InvalidParameterError
 
-DEFAULT_PROBLEMS = 100  # sized for ~3 minutes on 2 CPU cores with the engine
+DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
 
 
-def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
+def _parse_ns(text: str, name: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -28,11 +34,13 @@ def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
 
 
 @click.command("demo")
+@click.option("--out", default="metagen_demo", show_default=True, metavar="DIR",
+              help="Run folders (parallel/, step_search/); a rerun resumes.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="PNG plot: accuracy against generated tokens and against FLOPs "
+              "[default: OUT/metagen_demo.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write {problems, results} here.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              default="metagen_demo.png", show_default=True,
-              help="PNG plot: accuracy against generated tokens and against FLOPs.")
+              help="Also write the table's rows here ({problems, results}).")
 @click.option("--problems", type=int, default=DEFAULT_PROBLEMS, show_default=True,
               help="Held-out testbed problems.")
 @click.option("--backend", type=click.Choice(["local", "hf"]), default="local",
@@ -41,95 +49,105 @@ def _parse_ns(text: str, name: str = "ns") -> tuple[int, ...]:
 @click.option("--temperature", type=float, default=0.8, show_default=True)
 @click.option("--max-tokens", type=int, default=160, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--mbr-utility", type=click.Choice(["answer", "chrf", "bleu", "rouge"]),
-              default="answer", show_default=True)
 @click.option("--full", is_flag=True, default=False,
-              help="Also run best-of-N with the PRM and every PRM step search "
-              "(step_beam_search, dvts, best_first, mcts, rebase) at each --step-ns; "
-              "slower: each search is its own run over all problems.")
+              help="Also run every PRM step search (step_beam_search, dvts, best_first, mcts, "
+              "rebase) at each --step-ns; slower: each is its own search per problem.")
 @click.option("--step-search", default="", help="A subset of the --full PRM step searches, "
-              "comma-separated, e.g. step_beam_search,dvts (each a separate run; slower).")
+              "comma-separated, e.g. step_beam_search,dvts.")
 @click.option("--step-ns", default="4,16", show_default=True,
-              help="Scales n for --full / --step-search (samples per search step).")
+              help="Scales N of the step searches (samples per search step).")
 @click.option("--confidence", is_flag=True, default=False,
               help="Also best-of-N and weighted voting by the policy's own confidence in each "
               "sample (its weakest token; one more scoring pass).")
 @click.option("--prm", "prm_kind", type=click.Choice(["likelihood", "trained"]),
               default="likelihood", show_default=True,
-              help="Process reward of --full / --step-search: the step confidence of the "
-              "testbed's verifier (the ORM model, LikelihoodVerifier) or the trained testbed PRM "
-              "(always local, also with --base-url).")
+              help="Process reward of the step searches: the step confidence of the testbed's "
+              "verifier (the ORM model) or the trained testbed PRM (always local).")
+@click.option("--concurrency", type=int, default=16, show_default=True,
+              help="Problems in flight at once (results do not depend on it).")
+@click.option("--force-resume", is_flag=True, default=False,
+              help="Reuse run folders made with other settings.")
 @remote_options
 @click.pass_context
-def demo(ctx: click.Context, json_path: str | None, plot_path: str, problems: int, backend: str,
-         ns: str, temperature: float, max_tokens: int, seed: int, mbr_utility: str, full: bool,
-         step_search: str, step_ns: str, confidence: bool, prm_kind: str,
-         **flags: object) -> None:
-    """Compare parallel meta-generators at N = 1..32 on held-out testbed problems.
+def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | None,
+         problems: int, backend: str, ns: str, temperature: float, max_tokens: int, seed: int,
+         full: bool, step_search: str, step_ns: str, confidence: bool, prm_kind: str,
+         concurrency: int, force_resume: bool, **flags: Any) -> None:
+    """Compare parallel meta-generators at N = 1..32 on held-out testbed problems (a preset of
+    `metagen eval testbed`, resumable, with provenance).
 
-    With --full (or --step-search) the testbed PRM also ranks the same samples
-    (best_of_n_prm) and PRM step searches join the table and plot; this takes several times
-    longer than the quick demo."""
+    With --full (or --step-search) PRM step searches join the table and plot; this takes
+    several times longer than the quick demo."""
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        SpinnerColumn,
-        TaskID,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
-    from metagen.demo import DemoConfig, run_demo
-    from metagen.demo.prm import FULL_STEP_SEARCHES, LEGACY_NAMES
-    from metagen.demo.report import results_table, write_json, write_plot
+    from metagen.eval import demo as preset
+    from metagen.eval.atomic import write_json_atomic
+    from metagen.eval.plot import write_plot
+    from metagen.eval.table import curve_rows, results_table
 
     remote = pop_remote(flags)
     if remote and ctx.get_parameter_source("backend") == click.core.ParameterSource.COMMANDLINE:
         raise InvalidParameterError("backend", backend, "--base-url samples from the server; "
                                     "drop --backend or --base-url")
-    searches = FULL_STEP_SEARCHES if full else tuple(dict.fromkeys(
-        LEGACY_NAMES.get(x.strip(), x.strip()) for x in step_search.split(",") if x.strip()))
-    config = DemoConfig(problems=problems, ns=_parse_ns(ns), temperature=temperature,
-                        max_tokens=max_tokens, seed=seed, backend=backend,  # type: ignore
-                        mbr_utility=mbr_utility, step_search=searches,
-                        step_ns=_parse_ns(step_ns, "step_ns"), prm=prm_kind,  # type: ignore
-                        confidence=confidence)
+    searches = preset.FULL_STEP_SEARCHES if full else tuple(dict.fromkeys(
+        x.strip() for x in step_search.split(",") if x.strip()))
+    settings = preset.DemoSettings(
+        problems=problems, ns=_parse_ns(ns, "ns"), temperature=temperature,
+        max_tokens=max_tokens, seed=seed, confidence=confidence, step_search=searches,
+        step_ns=_parse_ns(step_ns, "step_ns"), prm=prm_kind)  # type: ignore[arg-type]
+    model = ({"base_url": remote["base_url"], "model": remote["model"], "revision": None}
+             if remote else {"path": str(preset.testbed_model("policy")), "backend": backend})
     console = Console()
-    labels = {"greedy": "greedy decoding", "sampling": f"sampling {max(config.ns)} per problem",
-              "scoring": "ORM scoring", "confidence scoring": "confidence scoring (policy)",
-              "PRM scoring": "PRM scoring (best-of-N, min)",
-              "selection": "selecting at every N",
-              "step search": "PRM step searches"}
     start = time.perf_counter()
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
-        progress.add_task("loading models", total=1)
-        tasks: dict[str, TaskID] = {}
-
-        def on_stage(name: str, done: int, total: int) -> None:
-            if not tasks:
-                progress.update(progress.task_ids[0], completed=1)
-            if name not in tasks:
-                tasks[name] = progress.add_task(labels.get(name, name), total=total)
-            progress.update(tasks[name], completed=done, total=total)
-
-        if remote:
-            with quiet_remote_logs(), open_remote(remote) as policy:
-                report = run_demo(config, generator=policy, on_stage=on_stage)
-            report["info"]["backend"] = "openai"
-        else:
-            report = run_demo(config, on_stage=on_stage)
+    with quiet_remote_logs(), _Bars(console) as bars:
+        reports = preset.run_demo(
+            settings, out, model=model, concurrency=concurrency, force_resume=force_resume,
+            load_generator=(lambda: open_remote(remote)) if remote
+            else (lambda: preset.load_testbed_policy(backend)),
+            loaders=preset.testbed_loaders(settings), progress=bars.progress)
     elapsed = time.perf_counter() - start
-    info = report["info"]
-    title = (f"{report['problems']} held-out testbed problems, backend "
-             f"{info.get('backend', '?')}, T={temperature}")
-    console.print(results_table(report["results"], title=title))
-    plot = write_plot(report["results"], plot_path, title=title)
+    results = [report for report, _ in reports.values()]
+    rows = curve_rows(results)
+    backends = sorted({b for r in results for b in r["provenance"]["backends"]}) or ["?"]
+    title = (f"{problems} held-out testbed problems, backend {', '.join(backends)}, "
+             f"T={temperature}")
+    console.print(results_table(rows, title=title))
+    plot = write_plot(rows, plot_path or Path(out) / "metagen_demo.png", title=title)
     console.print(f"plot: {plot}")
     if json_path:
-        console.print(f"json: {write_json(report, json_path)}")
-    if info.get("failed_samples"):
-        console.print(f"failed samples (excluded): {info['failed_samples']}")
+        written = write_json_atomic(json_path, {"problems": problems, "results": rows})
+        console.print(f"json: {written}")
+    for name, (report, _) in reports.items():
+        acc = report["accounting"]
+        console.print(f"run {Path(out) / name}: {report['status']}, {acc['done']} of "
+                      f"{acc['n_items_total']} problems done"
+                      + (f", failed samples by reason {report['failures_by_reason']}"
+                         if report["failures_by_reason"] else ""))
     console.print(f"total {elapsed:.1f} s")
+    ctx.exit(max(code for _, code in reports.values()))
+
+
+class _Bars:
+    """One rich progress bar per run (problems done of those left to do)."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bars = Progress(TextColumn("{task.description}"), BarColumn(),
+                             TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                             console=console, transient=False)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> _Bars:
+        self.bars.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bars.__exit__(*exc)
+
+    def progress(self, name: str) -> Any:
+        def update(done: int, total: int) -> None:
+            if name not in self.tasks:
+                self.tasks[name] = self.bars.add_task(f"{name}: problems", total=total)
+            self.bars.update(self.tasks[name], completed=done, total=total)
+        return update

@@ -1,5 +1,5 @@
 """``metagen demo --base-url URL --model NAME``: the policy's samples come from a server over
-real HTTP (the loopback FaultServer), the reward models stay local; the table equals the one of
+real HTTP (the loopback FaultServer), the reward model stays local; the table equals the one of
 the same scripted policy run in process."""
 
 from __future__ import annotations
@@ -10,51 +10,50 @@ import pytest
 
 pytest.importorskip("httpx", reason="needs httpx: pip install 'metagen[openai]'")
 
-import metagen.demo  # noqa: E402
+import metagen.eval.demo as preset  # noqa: E402
 from metagen.cli import main  # noqa: E402
+from metagen.eval.runner import REWARD  # noqa: E402
+from metagen.eval.seeds import item_seed  # noqa: E402
 from metagen.generators.mock import MockGenerator  # noqa: E402
+from tests.eval.test_runner_scripted import ITEMS, reward, text  # noqa: E402
 from tests.generators.fault_server import FaultServer  # noqa: E402
-from tests.scorers._answers import last_int, same  # noqa: E402
-from tests.strategies._helpers import TableReward  # noqa: E402
-from tests.strategies.test_demo_pipeline import PROBLEMS, _script  # noqa: E402
+
+BASE_SEED = {it.prompt: item_seed(0, it.id) for it in ITEMS}
 
 
-def _scripted_demo(real, seen: list):
-    """run_demo on the scripted problems and ORM, with the policy the command passes."""
-    def scripted(config, generator=None, on_stage=None):
-        seen.append(generator)
-        return real(config, generator=generator or MockGenerator(_script),
-                    orm=TableReward({"#### 7": 0.9, "#### 5": 0.6}, default=0.1),
-                    problems=PROBLEMS, format_prompt=lambda p: f"Q: {p.question}",
-                    grade=lambda t, a: same(last_int(t) or "-1", a), extract=last_int,
-                    match=same, on_stage=on_stage)
-    return scripted
+def _respond(body: dict) -> str:
+    """Sample j of an item has seed item_seed + j (greedy sends none: sample 0)."""
+    seed = body.get("seed")
+    return text(body["prompt"], 0 if seed is None else seed - BASE_SEED[body["prompt"]])
 
 
 def _rows(path) -> dict:
-    return {(r["strategy"], r["n"]): r["accuracy"] for r in json.loads(path.read_text())["results"]}
+    return {(r["strategy"], r["n"]): (r["accuracy"], r["generated_tokens"])
+            for r in json.loads(path.read_text())["results"]}
 
 
 def test_scripted_demo_on_a_server_equals_the_in_process_run(tmp_path, monkeypatch,
                                                              capsys) -> None:
-    # the server answers sample j (seed j; greedy sends none) as the in-process script does
-    server = FaultServer(respond=lambda body: _script(body["prompt"], body.get("seed") or 0))
+    server = FaultServer(respond=_respond)
     server.start()
-    seen: list = []
-    monkeypatch.setattr(metagen.demo, "run_demo", _scripted_demo(metagen.demo.run_demo, seen))
-    args = ["demo", "--problems", "2", "--ns", "1,2,4,8", "--max-tokens", "4"]
+    monkeypatch.setattr(preset, "load_testbed_policy", lambda backend: MockGenerator(text))
+    monkeypatch.setattr(preset, "testbed_loaders", lambda s: {REWARD: lambda: reward})
+    args = ["demo", "--problems", "2", "--ns", "1,2,4", "--max-tokens", "4"]
     try:
         remote, local = tmp_path / "remote.json", tmp_path / "local.json"
-        assert main([*args, "--json", str(remote), "--plot", str(tmp_path / "r.png"),
+        assert main([*args, "--json", str(remote), "--out", str(tmp_path / "r"),
                      "--base-url", server.url, "--model", "m"]) == 0
-        assert "backend openai" in capsys.readouterr().out
-        assert main([*args, "--json", str(local), "--plot", str(tmp_path / "l.png")]) == 0
+        assert "backend OpenAIGenerator" in capsys.readouterr().out
+        assert main([*args, "--json", str(local), "--out", str(tmp_path / "l")]) == 0
     finally:
         server.stop()
-    assert type(seen[0]).__name__ == "OpenAIGenerator" and seen[1] is None
     remote_rows, local_rows = _rows(remote), _rows(local)
-    assert remote_rows == local_rows and len(remote_rows) == 1 + 4 * 4
-    assert len(server.posts) == 2 + 2 * 8  # greedy once per problem, then 8 samples each
+    assert {k: v[0] for k, v in remote_rows.items()} == {k: v[0] for k, v in local_rows.items()}
+    assert len(remote_rows) == 1 + 4 * 3
+    assert len(server.posts) == 2 + 2 * 4  # greedy once per problem, then 4 samples each
+    report = json.loads((tmp_path / "r" / "parallel" / "results.json").read_text())
+    assert report["config"]["model"] == {"base_url": server.url, "model": "m",
+                                         "revision": None}
 
 
 @pytest.mark.parametrize("argv, named", [

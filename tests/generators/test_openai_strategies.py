@@ -106,7 +106,7 @@ def prm(prm_path):  # noqa: F811
 
 def outcome_reward(prm: Any) -> Any:
     """The PRM as an outcome reward (min over the solution's steps)."""
-    from metagen.demo.prm import PRMOutcome
+    from metagen.scorers.prm_outcome import PRMOutcome
     return PRMOutcome(prm, "min")
 
 

@@ -1,0 +1,148 @@
+"""``metagen demo`` as a preset over the runner: test-time compute scaling on the testbed.
+
+The demo is one :func:`~metagen.eval.runner.run_eval` run, and a second one with PRM step
+searches: task ``testbed`` (its held-out problems), the testbed policy, its ORM as the reward,
+strategies :data:`PARALLEL` (plus :data:`CONFIDENCE_STRATEGIES` when asked) at N = 1..32 over ONE
+sample set, into ``OUT/parallel``; the step searches (``DemoSettings.step_search``) at each of
+``step_ns`` into ``OUT/step_search``. Each folder is an ordinary run folder (SQLite store,
+``results.json`` with provenance), so a rerun resumes and ``metagen eval`` can extend it. The
+testbed models are loaded by :func:`testbed_loaders`; everything can be injected (tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.eval.direct import DIRECT
+from metagen.eval.runner import CONFIDENCE, PRM, REWARD, EvalConfig, Loader, Progress, run_eval
+from metagen.eval.tasks import TESTBED_POOL, get_task
+from metagen.types import SamplingParams
+
+PARALLEL = ("greedy", "best_of_n", "self_consistency", "weighted_vote", "mbr")
+CONFIDENCE_STRATEGIES = ("best_of_n_confidence", "weighted_vote_confidence")
+FULL_STEP_SEARCHES: tuple[str, ...] = tuple(DIRECT)
+PARALLEL_RUN, SEARCH_RUN = "parallel", "step_search"  # the run folders under --out
+KV_CACHE_BYTES = 512 << 20  # ~500 sequences in flight; the engine's 64 MiB default preempts
+
+
+@dataclass(slots=True, frozen=True)
+class DemoSettings:
+    """The demo's knobs; validated on construction (the runs' own checks follow in
+    :func:`demo_configs`). ``prm``: the step searches' process reward, the step confidence of
+    the testbed ORM (``likelihood``) or the trained testbed PRM (``trained``)."""
+
+    problems: int = 100
+    ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    temperature: float = 0.8
+    max_tokens: int = 160
+    seed: int = 0
+    confidence: bool = False
+    step_search: tuple[str, ...] = ()
+    step_ns: tuple[int, ...] = (4, 16)
+    prm: Literal["likelihood", "trained"] = "likelihood"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.problems, int) or not 1 <= self.problems <= TESTBED_POOL:
+            raise InvalidParameterError("problems", self.problems,
+                                        f"must be in [1, {TESTBED_POOL}]")
+        for name in self.step_search:
+            if name not in DIRECT:
+                raise InvalidParameterError("step_search", name,
+                                            f"must be among {', '.join(DIRECT)}")
+        if self.prm not in ("likelihood", "trained"):
+            raise InvalidParameterError("prm", self.prm, "must be 'likelihood' or 'trained'")
+
+
+def testbed_model(name: str) -> Path:
+    """The folder of a testbed model; ``ModelLoadError`` saying how to train a missing one."""
+    from metagen.testbed import model_path
+
+    path = model_path(name)  # type: ignore[arg-type]
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"the testbed {name} model is missing at {path}; train it with "
+                             f"`metagen testbed train --only {name}`")
+    return path
+
+
+def demo_configs(settings: DemoSettings, model: Mapping[str, Any]) -> dict[str, EvalConfig]:
+    """Run folder name -> the run's config: :data:`PARALLEL_RUN` always, :data:`SEARCH_RUN`
+    with step searches. ``model`` describes the policy (a local path or a server)."""
+    sampling = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
+    common: dict[str, Any] = dict(task="testbed", model=dict(model), sampling=sampling,
+                                  seed=settings.seed, limit=settings.problems)
+    strategies = PARALLEL + (CONFIDENCE_STRATEGIES if settings.confidence else ())
+    runs = {PARALLEL_RUN: EvalConfig(strategy=strategies, ns=settings.ns,
+                                     reward=str(testbed_model("orm")), **common)}
+    if settings.step_search:
+        prm = testbed_model("orm" if settings.prm == "likelihood" else "prm")
+        runs[SEARCH_RUN] = EvalConfig(strategy=settings.step_search, ns=settings.step_ns,
+                                      prm=f"{settings.prm}:{prm}", **common)
+    return runs
+
+
+def testbed_loaders(settings: DemoSettings) -> dict[str, Loader]:
+    """Loaders of the testbed scorers by store name: the ORM (a generative verifier, scored by
+    its confidence), the PRM ``settings.prm`` names, the policy's own confidence."""
+    def reward() -> Any:
+        from metagen.eval.reward import load_reward
+        return load_reward(testbed_model("orm"))
+
+    def prm() -> Any:
+        if settings.prm == "likelihood":  # the verifier's step confidence: its weakest token
+            return reward()
+        from metagen.scorers import HFProcessRewardModel
+        return HFProcessRewardModel.from_pretrained(testbed_model("prm"), batch_size=64)
+
+    def confidence() -> Any:
+        from metagen.scorers import LikelihoodVerifier
+        return LikelihoodVerifier.from_pretrained(testbed_model("policy"), batch_size=64)
+
+    return {REWARD: reward, PRM: prm, CONFIDENCE: confidence}
+
+
+def load_testbed_policy(backend: str) -> Any:
+    """The testbed policy: the engine (with a KV cache sized for the demo's concurrency) when
+    ``backend`` is ``local`` and the engine is available, else transformers."""
+    path = testbed_model("policy")
+    if backend == "local":
+        try:
+            from metagen.generators.local import LocalGenerator
+        except ImportError:
+            pass
+        else:
+            return LocalGenerator.from_pretrained(path, kv_cache_bytes=KV_CACHE_BYTES)
+    from metagen.generators.hf import HFGenerator
+    return HFGenerator.from_pretrained(path)
+
+
+def run_demo(settings: DemoSettings, out: str | Path, *, model: Mapping[str, Any],
+             load_generator: Callable[[], Any], loaders: Mapping[str, Loader],
+             concurrency: int = 16, force_resume: bool = False,
+             progress: Callable[[str], Progress] | None = None
+             ) -> dict[str, tuple[dict[str, Any], int]]:
+    """Run (or resume) the demo's runs into folders under ``out``; run name -> (its
+    results.json object, its exit status, as :func:`~metagen.eval.runner.run_eval`). The
+    policy is loaded once, on first use, and shared by the runs; ``progress(run name)`` gives
+    each run's progress callback. A run stopped by a signal stops the demo."""
+    task = get_task("testbed")
+    generator: list[Any] = []
+
+    def policy() -> Any:
+        if not generator:
+            generator.append(load_generator())
+        return generator[0]
+
+    reports: dict[str, tuple[dict[str, Any], int]] = {}
+    for name, config in demo_configs(settings, model).items():
+        reports[name] = run_eval(
+            config, task, Path(out) / name, load_generator=policy,
+            load_reward=loaders.get(REWARD), load_prm=loaders.get(PRM),
+            load_confidence=loaders.get(CONFIDENCE), force_resume=force_resume,
+            progress=progress(name) if progress else None, concurrency=concurrency)
+        if reports[name][1] > 1:
+            break
+    return reports
