@@ -66,7 +66,7 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--prm", default=None, metavar="PATH",
               help="Process reward model folder (the step searches).")
 @click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE",
-              help="Passed to the strategy's selector (repeatable).")
+              help="Passed to every strategy of the run (repeatable).")
 @click.option("--data", default=None, metavar="PATH",
               help="The task's data file (gsm8k, math500: JSONL; humaneval: HumanEval.jsonl.gz; "
               "mbpp, mbpp_0shot (the task alone, no examples): mbpp.jsonl). The code tasks run "
@@ -168,7 +168,8 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         from metagen.eval.ray_runner import RayPool, ray_session
         pool = RayPool(_given(workers), load_generator,
                        load_reward=load_reward if reward else None,
-                       load_prm=load_prm if prm else None)
+                       load_prm=load_prm if prm else None,
+                       load_confidence=load_confidence if local_path else None)
         session = ray_session(None if ray_address == LOCAL_RAY else ray_address, pool.workers)
     try:
         with quiet_remote_logs(), session:

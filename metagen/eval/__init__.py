@@ -1,4 +1,4 @@
-"""metagen.eval: run a strategy over a task, resumably, and derive its curve over N.
+"""metagen.eval: run strategies over a task, resumably, and derive their curves over N.
 
 - :mod:`~metagen.eval.runner` — :class:`EvalConfig`, :func:`run_eval` (sample once at the
   largest N, score once, every N derived; SQLite store; resume; atomic ``results.json``).
@@ -7,6 +7,10 @@
 - :mod:`~metagen.eval.estimators` — subset enumeration, standard errors (pass@k is
   :func:`metagen.tasks.pass_at_k.pass_at_k`).
 - :mod:`~metagen.eval.store` — the run's SQLite store.
+- :mod:`~metagen.eval.cost` — per-item generated tokens and FLOPs of each strategy at each N.
+- :mod:`~metagen.eval.threads` — items in flight in threads over one thread-safe backend.
+- :mod:`~metagen.eval.table`, :mod:`~metagen.eval.plot` — a run's curve as a table and a PNG.
+- :mod:`~metagen.eval.demo` — ``metagen demo``: the testbed preset over the runner.
 """
 
 from metagen.eval.estimators import mean_stderr, subsets

@@ -51,12 +51,13 @@ class _Worker:
 
     def __init__(self, index: int, load_generator: Callable[[int], Any],
                  load_reward: Callable[[], Any] | None,
-                 load_prm: Callable[[], Any] | None, config: EvalConfig) -> None:
+                 load_prm: Callable[[], Any] | None, config: EvalConfig,
+                 load_confidence: Callable[[], Any] | None = None) -> None:
         from metagen.eval.tasks import get_task
 
         self.config, self.task = config, get_task(config.task)
         self.backends = load_backends(config, load_generator(index), {
-            REWARD: load_reward, PRM: load_prm, CONFIDENCE: None})
+            REWARD: load_reward, PRM: load_prm, CONFIDENCE: load_confidence})
 
     def pid(self) -> int:
         return os.getpid()
@@ -76,11 +77,13 @@ class RayPool:
     def __init__(self, workers: int, load_generator: Callable[[int], Any], *,
                  load_reward: Callable[[], Any] | None = None,
                  load_prm: Callable[[], Any] | None = None,
+                 load_confidence: Callable[[], Any] | None = None,
                  max_replacements: int | None = None) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise InvalidParameterError("ray_workers", workers, "must be a positive integer")
         self.workers, self.load_generator = workers, load_generator
         self.load_reward, self.load_prm = load_reward, load_prm
+        self.load_confidence = load_confidence
         self.max_replacements = 2 * workers if max_replacements is None else max_replacements
         self.actors: list[Any] = []
         self.replaced = 0  # workers replaced after dying, in the last run
@@ -88,7 +91,7 @@ class RayPool:
     def _start(self, ray: Any, index: int, config: EvalConfig) -> Any:
         actor_cls = ray.remote(num_cpus=1, max_restarts=0)(_Worker)
         return actor_cls.remote(index, self.load_generator, self.load_reward, self.load_prm,
-                                config)
+                                config, self.load_confidence)
 
     def run(self, config: EvalConfig, units: Sequence[WorkUnit]) -> Iterator[Finished]:
         """Each unit's result once, as workers finish them; a unit whose worker died is

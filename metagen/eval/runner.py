@@ -1,11 +1,17 @@
-"""The resumable runner: one strategy over one task's items, sampled once at the largest N.
+"""The resumable runner: one or several strategies over one task's items, sampled once at the
+largest N.
 
 For each item not yet done: ONE ``generate`` call for ``max(ns)`` samples with the item's seed
 (:func:`~metagen.eval.seeds.item_seed`; sample j is then a pure function of (run seed, item id,
-j)), failed or empty samples logged by reason and retried (``attempts`` per session, and again on
-resume), the reward model (when the strategy needs one) scoring every sample once, the
-per-N metrics (:mod:`metagen.eval.metrics`), all stored in one transaction. The step searches
-(:data:`~metagen.eval.direct.DIRECT`) run at each N instead, each its own seeded run. The
+j)), shared by every subsampled strategy of the run (:data:`~metagen.eval.selectors.SUBSAMPLED`);
+failed or empty samples logged by reason and retried (``attempts`` per session, and again on
+resume); each scorer those strategies read (the reward model, the policy's confidence) scoring
+every sample once; the per-N metrics (:mod:`metagen.eval.metrics`) and costs
+(:mod:`metagen.eval.cost`). ``greedy`` (:mod:`metagen.eval.greedy`) and the step searches
+(:data:`~metagen.eval.direct.DIRECT`) run on their own, the searches at each N, each its own
+seeded run. An item's results, scores and done mark are stored in one transaction (its samples
+as they are drawn). Items run ``concurrency`` at a time in threads
+(:mod:`metagen.eval.threads`) or on a pool's workers; only the calling thread writes the store. The
 output folder is checked and the run key claimed before any model is loaded. ``results.json``
 is rewritten atomically at the end, with status ``complete`` (every item done) or ``partial``
 (items failed and will be retried by a rerun, or a signal or an error stopped the run). Items
