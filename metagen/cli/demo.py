@@ -63,7 +63,7 @@ def _parse_ns(text: str, name: str) -> tuple[int, ...]:
               default="likelihood", show_default=True,
               help="Process reward of the step searches: the step confidence of the testbed's "
               "verifier (the ORM model) or the trained testbed PRM (always local).")
-@click.option("--concurrency", type=int, default=16, show_default=True,
+@click.option("--concurrency", type=int, default=32, show_default=True,
               help="Problems in flight at once (results do not depend on it).")
 @click.option("--force-resume", is_flag=True, default=False,
               help="Reuse run folders made with other settings.")

@@ -26,7 +26,7 @@ PARALLEL = ("greedy", "best_of_n", "self_consistency", "weighted_vote", "mbr")
 CONFIDENCE_STRATEGIES = ("best_of_n_confidence", "weighted_vote_confidence")
 FULL_STEP_SEARCHES: tuple[str, ...] = tuple(DIRECT)
 PARALLEL_RUN, SEARCH_RUN = "parallel", "step_search"  # the run folders under --out
-KV_CACHE_BYTES = 512 << 20  # ~500 sequences in flight; the engine's 64 MiB default preempts
+KV_CACHE_BYTES = 512 << 20  # ~1,000 sequences in flight; the engine's 64 MiB default preempts
 
 
 @dataclass(slots=True, frozen=True)
@@ -121,7 +121,7 @@ def load_testbed_policy(backend: str) -> Any:
 
 def run_demo(settings: DemoSettings, out: str | Path, *, model: Mapping[str, Any],
              load_generator: Callable[[], Any], loaders: Mapping[str, Loader],
-             concurrency: int = 16, force_resume: bool = False,
+             concurrency: int = 32, force_resume: bool = False,
              progress: Callable[[str], Progress] | None = None
              ) -> dict[str, tuple[dict[str, Any], int]]:
     """Run (or resume) the demo's runs into folders under ``out``; run name -> (its
