@@ -95,6 +95,9 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
         problems=problems, ns=_parse_ns(ns, "ns"), temperature=temperature,
         max_tokens=max_tokens, seed=seed, confidence=confidence, step_search=searches,
         step_ns=_parse_ns(step_ns, "step_ns"), prm=prm_kind)  # type: ignore[arg-type]
+    plot_path = str(plot_path or Path(out) / "metagen_demo.png")
+    for flag, target in (("plot", plot_path), ("json", json_path)):
+        _check_target(flag, target)
     model = ({"base_url": remote["base_url"], "model": remote["model"], "revision": None}
              if remote else {"path": str(preset.testbed_model("policy")), "backend": backend})
     console = Console()
@@ -112,7 +115,7 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
     title = (f"{problems} held-out testbed problems, backend {', '.join(backends)}, "
              f"T={temperature}")
     console.print(results_table(rows, title=title))
-    plot = write_plot(rows, plot_path or Path(out) / "metagen_demo.png", title=title)
+    plot = write_plot(rows, plot_path, title=title)
     console.print(f"plot: {plot}")
     if json_path:
         written = write_json_atomic(json_path, {"problems": problems, "results": rows})
@@ -125,6 +128,18 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
                          if report["failures_by_reason"] else ""))
     console.print(f"total {elapsed:.1f} s")
     ctx.exit(max(code for _, code in reports.values()))
+
+
+def _check_target(flag: str, path: str | None) -> None:
+    """Before any work: ``path`` (a file to write at the end) is not a folder and its folder is
+    writable; ``InvalidParameterError`` naming ``flag`` otherwise."""
+    if path is None:
+        return
+    from metagen.eval.preflight import check_output_dir
+
+    if Path(path).is_dir():
+        raise InvalidParameterError(flag, path, "is a folder; give a file path")
+    check_output_dir(Path(path).parent, 0, name=flag)
 
 
 class _Bars:

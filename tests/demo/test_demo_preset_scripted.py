@@ -113,3 +113,18 @@ def test_demo_bad_flags_are_one_line_errors(tmp_path, capsys, argv, named):
     assert main(["demo", "--out", str(tmp_path / "d"), *argv]) == 2
     err = capsys.readouterr().err
     assert named in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--plot", "--json"])
+def test_an_unwritable_plot_or_json_path_is_one_line_before_any_load(tmp_path, capsys, flag,
+                                                                      monkeypatch):
+    def never(*args):
+        raise AssertionError("no model may be loaded here")
+
+    monkeypatch.setattr(preset, "load_testbed_policy", never)
+    (tmp_path / "file").write_text("x")
+    for target in (tmp_path / "file" / "x.png", tmp_path):
+        assert main(["demo", "--out", str(tmp_path / "d"), flag, str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert flag.strip("-") in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "d" / "parallel").exists()  # no run was started
