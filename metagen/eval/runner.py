@@ -190,7 +190,9 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
 
     ``concurrency`` > 1 does that many items at once in threads over the one generator (when
     it is safe to call from several threads: :func:`~metagen.eval.threads.thread_safe`); each
-    item's results do not depend on it. With a ``pool`` (e.g.
+    item's results do not depend on it. A run with a step search does one item at a time: a
+    search measures its usage (and budget) as the generator's usage before and after, which
+    concurrent items would mix. With a ``pool`` (e.g.
     :class:`~metagen.eval.ray_runner.RayPool`) the items are done by its workers, each with its
     own backend. Either way this thread alone writes the store: it hands each item out with its
     stored samples and scores and replays the worker's recorded writes."""
@@ -217,7 +219,8 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
                     from metagen.eval.threads import ThreadPool, thread_safe
 
                     backends = load_backends(config, load_generator(), loaders)
-                    workers = concurrency if thread_safe(backends.generator) else 1
+                    workers = concurrency if thread_safe(backends.generator) and not (
+                        set(config.strategies) & set(DIRECT)) else 1
                     pool = ThreadPool(task, backends, workers) if workers > 1 else None
                     store.note_backend(type(backends.generator).__name__)
                     for i, item in enumerate(todo if pool is None else ()):
