@@ -48,7 +48,7 @@ def _run(out: Path, backends, concurrency: int) -> tuple[dict, list]:
 
 def test_items_in_threads_store_what_one_at_a_time_stores(tmp_path, backends):
     one, one_rows = _run(tmp_path / "one", backends, 1)
-    many, many_rows = _run(tmp_path / "many", backends, 4)
+    many, many_rows = _run(tmp_path / "many", backends, 8)  # L11: concurrency 1 and 8
     assert many_rows[1:] == one_rows[1:]  # scores and results: exactly
     logprob = 5  # the samples' cumulative_logprob column
     for a, b in zip(many_rows[0], one_rows[0], strict=True):
