@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metagen.eval.cost import FLOPS, TOKENS
 from metagen.report.costs import Cost
 
 #: metric name of a cost row -> the point's field it fills
-COST_METRICS = {"generated_tokens": "tokens", "flops": "flops"}
+COST_METRICS = {TOKENS: "tokens", FLOPS: "flops"}
 
 
 def run_curves(rows: Sequence[Mapping[str, Any]],
