@@ -139,7 +139,8 @@ def beam_step(state: BeamState, log_probs: torch.Tensor, params: BeamParams
                                     f"must be ({len(state.running)}, V)")
     vocab = log_probs.shape[1]
     keep = max(2, 1 + len(params.eos_token_ids)) * w
-    acc = log_probs.to(torch.float32) + torch.tensor(state.scores, dtype=torch.float32)[:, None]
+    acc = log_probs.to(torch.float32) + torch.tensor(state.scores, dtype=torch.float32,
+                                                     device=log_probs.device)[:, None]
     top_lp, top_idx = torch.topk(acc.reshape(-1), k=min(keep, acc.numel()))  # (K,)
     parents = (top_idx // vocab).tolist()
     tokens = (top_idx % vocab).tolist()
@@ -193,7 +194,8 @@ def diversity_penalty(log_probs: torch.Tensor, previous_tokens: list[int],
     times each token was chosen at this step by earlier groups. ``log_probs`` (W, V) -> (W, V)."""
     if not previous_tokens or penalty == 0.0:
         return log_probs
-    counts = torch.bincount(torch.tensor(previous_tokens), minlength=log_probs.shape[-1])
+    counts = torch.bincount(torch.tensor(previous_tokens, device=log_probs.device),
+                            minlength=log_probs.shape[-1])
     return log_probs - penalty * counts.to(log_probs.dtype)[None, :]
 
 
@@ -252,7 +254,7 @@ def stochastic_beam_step(state: StochasticBeamState, log_probs: torch.Tensor,
     if log_probs.shape[0] != len(running) or uniforms.shape != log_probs.shape:
         raise InvalidParameterError("log_probs", tuple(log_probs.shape),
                                     f"must be ({len(running)}, V) like uniforms")
-    lp = log_probs.to(torch.float64)
+    lp = log_probs.to("cpu", torch.float64)  # the keys are float64 bookkeeping on the host
     phi = torch.tensor([state.logprobs[i] for i in running], dtype=torch.float64)[:, None] + lp
     g = torch.tensor([state.keys[i] for i in running], dtype=torch.float64)
     keys = truncated_gumbel(phi + gumbel_from_uniform(uniforms.to(torch.float64)), g)

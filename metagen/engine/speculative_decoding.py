@@ -218,7 +218,7 @@ class Speculator:
             na, nd = len(toks) - 1, seq.num_draft
             lp = raw_lp[off:off + na + 1]
             tops = top_logprobs_rows(lp, [seq.state.params.logprobs] * (na + 1))
-            chosen = lp.gather(1, torch.tensor(toks)[:, None])[:, 0].tolist()
+            chosen = lp.gather(1, torch.tensor(toks, device=lp.device)[:, None])[:, 0].tolist()
             base = len(seq.token_ids) - nd
             del seq.token_ids[base:]
             seq.num_draft, seq.draft_probs = 0, None
