@@ -166,22 +166,28 @@ class LocalGenerator:
         stop string is never yielded. Stopping the iteration early aborts the request."""
         start = time.perf_counter()
         handle = self._stream_handle(prompt, params, aio=False)
-        for delta in handle.deltas():
-            if delta.error is not None:
-                raise delta.error
-            if delta.text:
-                yield delta.text
+        try:
+            for delta in handle.deltas():
+                if delta.error is not None:
+                    raise delta.error
+                if delta.text:
+                    yield delta.text
+        finally:  # closed early: abort now, not when the inner iterator is collected
+            handle.cancel()  # a no-op once the request finished
         self._account(handle.outputs or [], start)
 
     async def astream(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[str]:
         """:meth:`stream` for asyncio callers."""
         start = time.perf_counter()
         handle = self._stream_handle(prompt, params, aio=True)
-        async for delta in handle.adeltas():
-            if delta.error is not None:
-                raise delta.error
-            if delta.text:
-                yield delta.text
+        try:
+            async for delta in handle.adeltas():
+                if delta.error is not None:
+                    raise delta.error
+                if delta.text:
+                    yield delta.text
+        finally:
+            handle.cancel()
         self._account(handle.outputs or [], start)
 
     def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
