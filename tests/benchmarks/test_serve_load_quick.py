@@ -1,6 +1,6 @@
 """``python -m benchmarks.serve_load --quick`` end to end (no timing asserted): no non-2xx
 answer, the ratios are the quotients of the rates they name, latencies are ordered, the server's
-open files are the same before and after the load, the server's best-of-16 chose what the library
+open files do not grow over the load (one keep-alive socket may be open at either reading), the server's best-of-16 chose what the library
 chose, and the table shows the JSON's numbers."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_quick_run_writes_consistent_json_and_table(tmp_path, monkeypatch, capsy
     assert 0 < load["ttft_ms_p50"] <= load["ttft_ms_p99"]
     assert 0 < load["itl_ms_p50"] <= load["itl_ms_p99"]
     procs = data["server_process"]
-    assert procs["start"]["open_fds"] == procs["end"]["open_fds"]
+    assert procs["end"]["open_fds"] <= procs["start"]["open_fds"] + 1  # a leak grows per request
     assert bo["same_choice"] is True
     assert bo["server_over_library"] == pytest.approx(bo["server_s"] / bo["library_s"])
     assert f"{load['requests_ok']} / 0" in printed and f"{bo['server_over_library']:.2f}x" in printed

@@ -83,8 +83,10 @@ def test_e19_two_hundred_runs_leave_nothing_behind(executor):
     assert len(os.listdir("/proc/self/fd")) == fds
     assert _leftover_cgroups() == []
     assert _unsafe_workdirs() == before_dirs
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no zombie children left to reap
+    try:  # no zombie child left to reap; live children of other fixtures (a browser) may stay
+        assert os.waitpid(-1, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        pass  # no children at all
 
 
 def test_e20_fifty_of_fifty_at_parallel_two(executor):
