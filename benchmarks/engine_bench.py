@@ -25,6 +25,7 @@ import torch
 
 from benchmarks import factory, roofline, workloads
 from benchmarks.peers import PEERS, MetagenPeer, Peer, RemotePeer
+from benchmarks.peers.inprocess import bench_device
 
 
 def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
@@ -132,6 +133,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
         "meta": {"quick": quick, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                  "torch": torch.__version__, "python": platform.python_version(),
                  "machine": platform.machine(), "threads": torch.get_num_threads(),
+                 "device": bench_device(),  # of the in-process peers; the roofline is the CPU's
                  "sizes": {k: getattr(sizes, k) for k in sizes.__slots__},
                  "settings": {k: getattr(s, k) for k in s.__slots__},
                  "target_params": weight_bytes // 4, "models": {k: str(p) for k, p in paths.items()}},

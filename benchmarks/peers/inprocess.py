@@ -1,13 +1,22 @@
-"""The peers that run inside the benchmark's own process: ``transformers`` and metagen."""
+"""The peers that run inside the benchmark's own process: ``transformers`` and metagen.
+
+Both run on ``METAGEN_BENCH_DEVICE`` (default ``cpu``; ``cuda`` on a GPU host, where the
+out-of-process peers are CPU engines and are left out with ``METAGEN_BENCH_PEERS``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from benchmarks.peers.base import Peer
+
+
+def bench_device() -> str:
+    """The device the in-process peers run on."""
+    return os.environ.get("METAGEN_BENCH_DEVICE", "cpu")
 
 
 class TransformersPeer(Peer):
@@ -26,10 +35,10 @@ class TransformersPeer(Peer):
         logging.disable_progress_bar()
         logging.set_verbosity_error()
         self.models = {k: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval()
-                       for k, p in paths.items()}
+                       .to(bench_device()) for k, p in paths.items()}
 
     def _gen(self, model: str, prompt: list[int], **kw: Any) -> torch.Tensor:
-        x = torch.tensor([prompt])
+        x = torch.tensor([prompt], device=bench_device())
         with torch.inference_mode():
             out = self.models[model].generate(x, attention_mask=torch.ones_like(x),
                                               pad_token_id=0, eos_token_id=None, **kw)
@@ -71,7 +80,7 @@ class MetagenPeer(Peer):
         super().load(paths)
         from metagen.engine.models.loader import load_model
 
-        self.models = {k: load_model(p) for k, p in paths.items()}
+        self.models = {k: load_model(p, device=bench_device()) for k, p in paths.items()}
 
     @staticmethod
     def blocks_for(num_tokens: int) -> int:
@@ -85,7 +94,7 @@ class MetagenPeer(Peer):
         from metagen.engine.llm_engine import LLMEngine
 
         cfg = EngineConfig(block_size=16, num_blocks=num_blocks, prefix_cache=prefix_cache,
-                           max_num_batched_tokens=4096, device="cpu")
+                           max_num_batched_tokens=4096, device=bench_device())
         eng = LLMEngine(self.models[model], None, cfg, speculator=speculator)
         eng.eos_token_ids = ()  # as the transformers peer (eos_token_id=None): fixed lengths
         return eng
