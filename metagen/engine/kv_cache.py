@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from metagen.engine.native.threads import torch_inline
+
 
 def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
                     dtype: torch.dtype) -> int:
@@ -40,5 +42,6 @@ class KVCache:
             return
         s = torch.tensor(list(src), dtype=torch.long, device=self.k.device)
         d = torch.tensor(list(dst), dtype=torch.long, device=self.k.device)
-        self.k.index_copy_(1, d, self.k.index_select(1, s))
-        self.v.index_copy_(1, d, self.v.index_select(1, s))
+        with torch_inline():  # a few blocks: an OpenMP region would cost more than the copy
+            self.k.index_copy_(1, d, self.k.index_select(1, s))
+            self.v.index_copy_(1, d, self.v.index_select(1, s))

@@ -53,6 +53,7 @@ from metagen.engine.engine_scoring import EngineScorer, collect_scores
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
+from metagen.engine.native.threads import torch_inline
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.scheduler import Scheduler
@@ -374,12 +375,13 @@ class LLMEngine:
                         rows.append(self.seqs[cid])
                         row_logits.append(lg[-1:])
                     seq.pending_fork = 0
-        if rows:
-            self._sample(rows, torch.cat(row_logits))
-        if verify:
-            self.speculator.verify(self, verify)  # type: ignore[union-attr]
-        for drv, seqs, lgs in driven.values():
-            drv.on_logits(self, seqs, torch.cat(lgs))
+        with torch_inline():  # small per-row work: no OpenMP workers left spinning
+            if rows:
+                self._sample(rows, torch.cat(row_logits))
+            if verify:
+                self.speculator.verify(self, verify)  # type: ignore[union-attr]
+            for drv, seqs, lgs in driven.values():
+                drv.on_logits(self, seqs, torch.cat(lgs))
         return self._collect_finished(touched)
 
     def _count_compute(self, req: Request, start: int, n: int) -> None:

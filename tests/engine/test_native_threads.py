@@ -220,3 +220,28 @@ def test_concurrent_callers_get_the_one_thread_results(lib):
     with ThreadPoolExecutor(4) as ex:
         got = list(ex.map(lambda xw: kernel(*xw, threads=3), jobs))
     assert all(torch.equal(a, b) for a, b in zip(got, refs))
+
+
+def test_per_row_work_after_the_forward_runs_torch_inline(stories_path):
+    """Sampling and the drivers run with torch on one thread (no OpenMP region to leave workers
+    spinning into the next native step); the caller's thread count is restored after."""
+    from metagen.engine.config import EngineConfig
+    from metagen.engine.llm_engine import LLMEngine
+    from metagen.types import SamplingParams
+
+    engine = LLMEngine(load_model(stories_path), None, EngineConfig(device="cpu", block_size=8))
+    seen: list[int] = []
+
+    def hook(logits, states):
+        seen.append(torch.get_num_threads())
+        return logits
+
+    engine.logits_hook = hook
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        out = engine.generate([[1, 403, 407]], SamplingParams(temperature=0, max_tokens=4))
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert len(out[0].outputs[0].token_ids) == 4 and seen == [1, 1, 1, 1]
