@@ -3,6 +3,11 @@ loopback port, started in a thread by the fixture and stopped by it."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +18,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import with_chat_template
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
             "{% if not (loop.last and continue_final_message) %}</s>\n{% endif %}{% endfor %}"
@@ -68,6 +75,43 @@ def start_server(generator: Any, head_timeout: float = 10.0, rewards: Any = None
 def stop_server(running: RunningServer) -> None:
     running.server.should_exit = True
     running.server._metagen_thread.join(30)
+
+
+@contextlib.contextmanager
+def spawned_server(model: Path, *args: str, api_key: str | None = None
+                   ) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``metagen serve MODEL --port 0 ARGS...`` in its own process (so its RSS and children are
+    its own): yields the process and its base URL once it listens; killed on exit if still
+    running."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("METAGEN_API_KEY", None)
+    if api_key is not None:
+        env["METAGEN_API_KEY"] = api_key
+    proc = subprocess.Popen([sys.executable, "-m", "metagen", "serve", str(model), "--port", "0",
+                             *args], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        deadline = time.monotonic() + 120
+        while port is None:
+            line = proc.stderr.readline() if proc.stderr is not None else ""
+            assert line or proc.poll() is None, "the server exited before listening"
+            assert time.monotonic() < deadline, "the server did not listen within 120 s"
+            found = re.search(r"running on http://127\.0\.0\.1:(\d+)", line, re.I)
+            if found:
+                port = int(found.group(1))
+        # keep reading its log, or a full pipe would block the server
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+        yield proc, f"http://127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of process ``pid`` in KiB (``VmRSS`` in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 
 @pytest.fixture(scope="session")

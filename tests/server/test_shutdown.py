@@ -5,18 +5,14 @@ stops accepting connections, lets the stream finish (within the shutdown timeout
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.server.conftest import spawned_server
 
 
 def _children(pid: int) -> set[int]:
@@ -34,21 +30,7 @@ def _children(pid: int) -> set[int]:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc for child processes")
 def test_s13_sigterm_finishes_in_flight_streams_then_exits(stories_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), METAGEN_API_KEY="k")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "metagen", "serve", str(stories_path), "--port", "0",
-         "--shutdown-timeout", "20"], env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        deadline = time.monotonic() + 120
-        while port is None:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "the server exited before listening"
-            assert time.monotonic() < deadline
-            found = re.search(r"running on http://127\.0\.0\.1:(\d+)", line, re.I)
-            if found:
-                port = int(found.group(1))
-        url = f"http://127.0.0.1:{port}"
+    with spawned_server(stories_path, "--shutdown-timeout", "20", api_key="k") as (proc, url):
         body = {"model": stories_path.name, "prompt": "Once", "max_tokens": 500,
                 "temperature": 1.0, "ignore_eos": True, "stream": True}
         events = []
@@ -67,7 +49,3 @@ def test_s13_sigterm_finishes_in_flight_streams_then_exits(stories_path):
         assert proc.wait(30) in (0, -signal.SIGTERM)
         assert time.monotonic() - sent < 30
         assert not _children(proc.pid)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
