@@ -108,10 +108,26 @@ def spawned_server(model: Path, *args: str, api_key: str | None = None
             proc.wait()
 
 
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of process ``pid`` in KiB (``VmRSS`` in /proc/PID/status)."""
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return _status_kib(pid, "VmRSS")
+
+
+def peak_kib(pid: int) -> int:
+    """Peak resident set size of process ``pid`` in KiB (``VmHWM``)."""
+    return _status_kib(pid, "VmHWM")
+
+
+def reset_peak(pid: int) -> int:
+    """Reset the peak RSS of ``pid`` to its current RSS (``clear_refs`` 5); returns it."""
+    with open(f"/proc/{pid}/clear_refs", "w") as refs:
+        refs.write("5")
+    return rss_kib(pid)
 
 
 @pytest.fixture(scope="session")

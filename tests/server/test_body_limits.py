@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.server.conftest import rss_kib, spawned_server
+from tests.server.conftest import peak_kib, reset_peak, spawned_server
 
 KEY = "k"
 CAP = 256 * 1024  # the server's --max-body-bytes
@@ -32,18 +32,6 @@ def capped(stories_path) -> Iterator[tuple[int, str, int]]:
     with spawned_server(stories_path, "--max-body-bytes", str(CAP), "--served-model-name", MODEL,
                         api_key=KEY) as (proc, url):
         yield proc.pid, url, int(url.rsplit(":", 1)[1])
-
-
-def _peak_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-
-
-def _reset_peak(pid: int) -> int:
-    """Reset the peak RSS of ``pid`` to its current RSS (``clear_refs`` 5); returns it."""
-    with open(f"/proc/{pid}/clear_refs", "w") as refs:
-        refs.write("5")
-    return rss_kib(pid)
 
 
 def _head(length: str | None, auth: bool) -> bytes:
@@ -107,7 +95,7 @@ def test_s3_oversized_body_is_refused_before_it_is_read_and_rss_stays_flat(cappe
                                                                             length):
     pid, url, port = capped
     _send(port, _head(str(2 * CAP), auth=True), 2 * CAP, chunked=False)  # warm the path
-    base = _reset_peak(pid)
+    base = reset_peak(pid)
     for size in SIZES:
         declared = str(size) if length == "size" else length
         status, sent = _send(port, _head(declared, auth=True), size, chunked=length is None)
@@ -118,7 +106,7 @@ def test_s3_oversized_body_is_refused_before_it_is_read_and_rss_stays_flat(cappe
             assert status == 413
         if size > MIB:  # answered while the client was still sending: the body was not read
             assert sent < size, f"the server read the whole {size // MIB} MiB"
-    growth = _peak_kib(pid) - base
+    growth = peak_kib(pid) - base
     assert growth < RSS_BOUND_KIB, f"peak RSS grew by {growth} KiB"
     _ok(url)
 
@@ -126,13 +114,13 @@ def test_s3_oversized_body_is_refused_before_it_is_read_and_rss_stays_flat(cappe
 @pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
 def test_s3_unauthenticated_big_body_is_401_from_the_head_alone(capped, chunked):
     pid, url, port = capped
-    base = _reset_peak(pid)
+    base = reset_peak(pid)
     for size in SIZES:
         status, sent = _send(port, _head(None if chunked else str(size), auth=False), size,
                              chunked)
         assert status == 401
         assert size == MIB or sent < size
-    assert _peak_kib(pid) - base < RSS_BOUND_KIB
+    assert peak_kib(pid) - base < RSS_BOUND_KIB
     resp = httpx.post(url + "/v1/completions", content=json.dumps({}), timeout=30)
     assert resp.status_code == 401  # the server still answers
     _ok(url)
