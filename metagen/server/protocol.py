@@ -6,6 +6,17 @@ class that closes a connection whose request head (request line and headers) has
 arrived ``seconds`` after the connection opened or after the previous response completed.
 Pass it as ``uvicorn.Config(http=...)``; it uses the h11 implementation whatever else is
 installed.
+
+Why a subclass of uvicorn's h11 protocol (not a public API): uvicorn has no setting for this.
+``timeout_keep_alive`` covers only the idle time between requests and is disarmed by every
+received byte, ``h11_max_incomplete_event_size`` bounds the head's size but not its time,
+``limit_concurrency`` counts connections, and an ASGI middleware runs only once the head is
+complete -- too late. (uvicorn's own plan for a ``--timeout-request-start`` setting, its issue
+#157, was never built.) The subclass relies on ``H11Protocol``'s ``connection_made``,
+``handle_events``, ``on_response_complete``, ``connection_lost``, ``cycle``, ``loop`` and
+``transport``, unchanged from uvicorn 0.29 to 0.54 (the S4/S5/S8 tests pass on both); the
+``server`` extra pins ``uvicorn>=0.29,<0.55`` so that a newer uvicorn is taken only once
+those tests have run against it.
 """
 
 from __future__ import annotations
