@@ -219,7 +219,7 @@ class _Routes:
         tok, model = self.backend.tokenizer, self.state.config.model_name
         if req.chat:
             assert outs is not None
-            return chat_response(req, outs, tok, model)
+            return chat_response(req, outs, prompt_lps, tok, model)
         return completion_response(req, outs, prompt_lps, tok, model)
 
 

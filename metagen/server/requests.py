@@ -16,7 +16,8 @@ the longest prompt. ``max_tokens`` 0 is allowed only with ``echo`` (prompt scori
 generation, as vLLM's). Logprobs as OpenAI and vLLM give them: ``echo`` with ``logprobs`` k
 puts the prompt's tokens first in the block (the first token's logprob and alternatives None,
 the others with their k top alternatives); ``prompt_logprobs`` k (vLLM's) adds a choice field
-with each prompt token's logprob, rank and k alternatives; with ``stream`` each chunk carries the
+with each prompt token's logprob, rank and k alternatives (on chat, as vLLM: a top-level field
+for the rendered conversation, refused with ``stream``); with ``stream`` each chunk carries the
 logprobs of its own tokens.
 """
 
@@ -42,7 +43,7 @@ _COMMON = frozenset(_DIRECT) | {"model", "max_tokens", "logit_bias", "stream", "
                                 "return_tokens_as_token_ids", "logprobs", "metagen"}
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "prompt_logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "top_logprobs", "max_completion_tokens",
-                         "add_generation_prompt", "continue_final_message"}
+                         "add_generation_prompt", "continue_final_message", "prompt_logprobs"}
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
@@ -168,11 +169,7 @@ def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
                                  or not 0 <= logprobs <= MAX_LOGPROBS):
         raise bad_request("logprobs", f"logprobs must be an integer in [0, {MAX_LOGPROBS}], "
                           f"got {_shown(logprobs)}")
-    prompt_lp = body.get("prompt_logprobs")
-    if prompt_lp is not None and (not isinstance(prompt_lp, int) or isinstance(prompt_lp, bool)
-                                  or not 0 <= prompt_lp <= MAX_LOGPROBS):
-        raise bad_request("prompt_logprobs", f"prompt_logprobs must be an integer in "
-                          f"[0, {MAX_LOGPROBS}], got {_shown(prompt_lp)}")
+    prompt_lp = _prompt_logprobs(body)
     max_tokens = _max_tokens(body, "max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
     generate = not (echo and max_tokens == 0)
     params = sampling_params(body, max_tokens if generate else 1, logprobs, {})
@@ -182,6 +179,16 @@ def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
         prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
         include_stop=_flag(body, "include_stop_str_in_output", False))
+
+
+def _prompt_logprobs(body: Mapping[str, Any]) -> int | None:
+    """vLLM's ``prompt_logprobs`` k: None, or an integer in [0, MAX_LOGPROBS]."""
+    value = body.get("prompt_logprobs")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                              or not 0 <= value <= MAX_LOGPROBS):
+        raise bad_request("prompt_logprobs", f"prompt_logprobs must be an integer in "
+                          f"[0, {MAX_LOGPROBS}], got {_shown(value)}")
+    return value
 
 
 def _is_ids(value: Any) -> bool:
@@ -241,6 +248,10 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
     except InvalidParameterError as exc:
         raise bad_request("messages", str(exc)) from None
     stream = _flag(body, "stream", False)
+    prompt_lp = _prompt_logprobs(body)
+    if stream and prompt_lp is not None:
+        raise bad_request("prompt_logprobs", "prompt_logprobs is not available with stream: "
+                          "true on /v1/chat/completions (as vLLM)")
     want = _flag(body, "logprobs", False)
     top = body.get("top_logprobs")
     if top is not None and not want:
@@ -252,7 +263,7 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
                              {"logprobs": "top_logprobs", "max_tokens": name})
     return GenerationRequest(
         chat=True, prompts=[ids], prompt_texts=[text], params=params, stream=stream,
-        include_usage=_stream_options(body, stream),
+        include_usage=_stream_options(body, stream), prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
         include_stop=_flag(body, "include_stop_str_in_output", False), messages=messages)
 

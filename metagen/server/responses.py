@@ -98,9 +98,12 @@ def completion_response(req: GenerationRequest, outs: Sequence[RequestOutput] | 
             "model": model, "choices": choices, "usage": usage(req, outs)}
 
 
-def chat_response(req: GenerationRequest, outs: Sequence[RequestOutput], tokenizer: Any,
-                  model: str) -> dict[str, Any]:
-    """The ``chat.completion`` object (one conversation, ``n`` choices)."""
+def chat_response(req: GenerationRequest, outs: Sequence[RequestOutput],
+                  prompt_reads: Sequence[PromptLogprobs] | None, tokenizer: Any, model: str
+                  ) -> dict[str, Any]:
+    """The ``chat.completion`` object (one conversation, ``n`` choices); with
+    ``prompt_logprobs``, vLLM's top-level list of the rendered conversation's tokens, from
+    ``prompt_reads[0]``."""
     choices = []
     for i, c in enumerate(outs[0].outputs):
         block = None
@@ -112,5 +115,8 @@ def chat_response(req: GenerationRequest, outs: Sequence[RequestOutput], tokeniz
                                                 "content": output_text(req, c)},
                         "logprobs": block, "finish_reason": c.finish_reason,
                         "stop_reason": c.stop_reason})
-    return {"id": new_id(True), "object": "chat.completion", "created": int(time.time()),
+    body = {"id": new_id(True), "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": choices, "usage": usage(req, outs)}
+    if prompt_reads is not None:
+        body["prompt_logprobs"] = prompt_fields(req, 0, prompt_reads[0], tokenizer)[1]
+    return body

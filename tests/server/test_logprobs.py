@@ -194,3 +194,39 @@ def test_prompt_logprobs_out_of_range_is_a_400_naming_it(http, value):
     resp = http.post("/v1/completions", json=body)
     assert resp.status_code == 400
     assert resp.json()["error"]["param"] == "prompt_logprobs"
+
+
+def test_chat_prompt_logprobs_read_the_rendered_conversation_as_the_library(http, ref_gen):
+    """vLLM's chat ``prompt_logprobs``: a top-level list over the conversation's tokens as the
+    template renders them, equal to ``/v1/completions`` on those token ids and, token by token,
+    to the library's sampler."""
+    text = ref_gen.tokenizer.apply_chat_template(MESSAGES, tokenize=False,
+                                                 add_generation_prompt=True)
+    ids = ref_gen.tokenizer(text, add_special_tokens=False)["input_ids"]
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 3, "temperature": 0,
+            "prompt_logprobs": 2}
+    resp = http.post("/v1/chat/completions", json=body).json()
+    got = resp["prompt_logprobs"]
+    assert got[0] is None and len(got) == len(ids) == resp["usage"]["prompt_tokens"]
+    [plain] = http.post("/v1/completions", json={
+        "model": MODEL, "prompt": ids, "max_tokens": 1, "temperature": 0,
+        "prompt_logprobs": 2}).json()["choices"]
+    assert got == plain["prompt_logprobs"]
+    for t in range(1, len(ids)):
+        lp, top2 = _position(ref_gen, ids, t, 2)
+        assert got[t][str(ids[t])]["logprob"] == pytest.approx(lp, abs=TOL)
+        assert {int(k) for k, v in got[t].items() if v["rank"] <= 2} == set(top2)
+    assert resp["choices"][0]["logprobs"] is None  # not asked for
+    without = http.post("/v1/chat/completions", json=body | {"prompt_logprobs": None}).json()
+    assert "prompt_logprobs" not in without
+    assert without["choices"][0]["message"] == resp["choices"][0]["message"]
+
+
+@pytest.mark.parametrize(("value", "stream"), [(-1, False), (21, False), ("2", False),
+                                               (1, True), (0, True)])
+def test_chat_prompt_logprobs_out_of_range_or_streamed_is_a_400_naming_it(http, value, stream):
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 3, "prompt_logprobs": value,
+            "stream": stream}
+    resp = http.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["param"] == "prompt_logprobs"
