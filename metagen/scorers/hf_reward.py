@@ -39,6 +39,7 @@ from metagen.generators.base import Prompt
 from metagen.scorers.base import (
     StepAggregation, aggregate_steps, check_same_length, check_step_chains)
 from metagen.scorers.callables import check_scores
+from metagen.scorers.interrupt import check_interrupt
 from metagen.scorers.prm_render import Layout, layout
 from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
@@ -114,7 +115,9 @@ class _HFScorer:
         ``prefixes[r]`` is the length of row r's prompt prefix (0: none). Rows with the same
         prompt prefix share ONE prompt forward pass: its KV cache is repeated over the rows and
         only their continuations are computed (what an engine's prefix cache does); the others
-        run in length-sorted padded batches.
+        run in length-sorted padded batches. Inside an
+        :func:`~metagen.scorers.interrupt.interruptible` block whose flag gets set, raises
+        :class:`~metagen.errors.CallCancelled` before the next batch.
         """
         out: list[list[float]] = [[] for _ in ids]
         prefixes = prefixes or [0] * len(ids)
@@ -125,13 +128,16 @@ class _HFScorer:
                 groups.setdefault(tuple(ids[r][:p]), []).append(r)
             else:
                 plain.append(r)
+        who = f"{type(self).__name__} scoring"
         with self._meter.timed(), _inference_mode():
             for prefix, rows in groups.items():
                 for start in range(0, len(rows), self.batch_size):
+                    check_interrupt(who)
                     self._shared_batch(list(prefix), rows[start:start + self.batch_size], ids,
                                        positions, out)
             plain.sort(key=lambda r: len(ids[r]))
             for start in range(0, len(plain), self.batch_size):
+                check_interrupt(who)
                 self._plain_batch(plain[start:start + self.batch_size], ids, positions, out)
         self._meter.add(0, 0.0, calls=1)  # one scorer call per score()/score_steps()
         return out

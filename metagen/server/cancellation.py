@@ -8,7 +8,8 @@ in flight, and cancelling ``agenerate`` aborts that call's own requests, so thei
 freed at once instead of when the call would have finished; the waiting ``generate`` raises
 :class:`~metagen.errors.CallCancelled`, and any later call raises it before submitting anything.
 Other callers' requests are not touched. A generator without ``agenerate`` is called directly
-(its call in flight then runs to its end).
+(its call in flight then runs to its end). The run's scorer calls are stopped by the same flag
+between their batches (:mod:`metagen.scorers.interrupt`, armed by the strategy runner).
 """
 
 from __future__ import annotations

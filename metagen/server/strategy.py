@@ -17,8 +17,9 @@ stage (:mod:`metagen.server.strategy_stream`).
 
 Strategy requests run one at a time (so each one's usage is its own; plain requests run
 alongside them). A strategy whose client leaves is cancelled (:mod:`metagen.server.cancellation`):
-the generate call in flight is aborted at once, its KV blocks freed, and the strategy stops
-before its next stage (its budget is exhausted by the cancellation).
+the generate call in flight is aborted at once, its KV blocks freed, a reward model's scoring
+call in flight stops before its next batch (:mod:`metagen.scorers.interrupt`), and the strategy
+stops before its next stage (its budget is exhausted by the cancellation).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardModel
+from metagen.scorers.interrupt import interruptible
 from metagen.server.cancellation import CancellableGenerator, Cancellation
 from metagen.server.logprobs import chat_block, completion_block
 from metagen.server.requests import GenerationRequest
@@ -106,15 +108,17 @@ class StrategyRunner:
                   cancelled: threading.Event | None = None,
                   progress: Callable[[Usage], None] | None = None) -> Result:
         """``sreq`` in a worker thread; setting ``cancelled`` stops it before its next
-        generate call and, when it is a :class:`Cancellation`, aborts the call in flight;
+        generate call and its scorer calls before their next batch and, when it is a
+        :class:`Cancellation`, aborts the generate call in flight;
         ``progress`` (called in the worker thread) gets the usage so far before each stage."""
-        budget = cancellable(sreq.budget, cancelled or threading.Event(), progress)
+        flag = cancelled or threading.Event()
+        budget = cancellable(sreq.budget, flag, progress)
         gen: Generator = self.generator
         if isinstance(cancelled, Cancellation):
             gen = CancellableGenerator(gen, asyncio.get_running_loop(), cancelled)
 
         def work() -> Result:
-            with self._lock:
+            with self._lock, interruptible(flag):
                 return self.call(sreq, prompt, params, budget, gen)
 
         return await asyncio.to_thread(work)

@@ -249,6 +249,40 @@ def _post_ok(server) -> dict:
     return resp.json()
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_scripted_a_client_that_leaves_stops_the_scorer_call_in_flight(policy_server, orm,
+                                                                       monkeypatch, stream):
+    """best_of_n's ORM call (8 candidates, one batch each here) is stopped when its client
+    hangs up during the first batch: the server sets the run's flag while that batch runs
+    (scripted: the batch waits to see it), no other batch starts, and the next strategy
+    request is served."""
+    from metagen.scorers.interrupt import interrupted
+    started, seen, ran = threading.Event(), threading.Event(), []
+    monkeypatch.setattr(orm, "batch_size", 1)
+    for name in ("_plain_batch", "_shared_batch"):
+        def batch(*args, _real=getattr(orm, name), **kwargs):
+            ran.append(1)
+            _real(*args, **kwargs)
+            started.set()
+            deadline = time.monotonic() + 30
+            while not interrupted() and time.monotonic() < deadline:
+                time.sleep(0.01)  # the client is leaving
+            if interrupted():
+                seen.set()
+        monkeypatch.setattr(orm, name, batch)
+    body = {"model": MODEL, "prompt": PROBLEM, "max_tokens": 16, "temperature": 1.0,
+            "seed": 3, "stream": stream,
+            "metagen": {"strategy": "best_of_n", "n": 8, "reward": "orm"}}
+    with socket.create_connection(("127.0.0.1", policy_server.port)) as sock:
+        sock.sendall(_post(policy_server.port, body))
+        assert started.wait(60), "the ORM was never called"
+    assert seen.wait(30), "the server did not interrupt the scorer of a departed client"
+    monkeypatch.undo()
+    got = _post_ok(policy_server)  # the strategy lock was released
+    assert len(ran) == 1  # of 8
+    assert got["usage"]["completion_tokens"] > 0
+
+
 def test_a_cancelled_strategy_stops_before_its_next_generate_call(policy_ref, prm):
     from metagen.server.strategy import StrategyRunner
     from metagen.server.strategy_params import parse_strategy
