@@ -297,13 +297,17 @@ def test_s8_over_the_concurrency_limit_is_429_with_retry_after(small_server, ser
 
 # -- S9: clients that go away ----------------------------------------------------------------
 
+@pytest.mark.parametrize("rounds", [20, pytest.param(100, marks=pytest.mark.slow)],
+                         ids=["x40", "x200"])
 def test_s9_disconnects_abort_the_requests_and_free_their_blocks(server, served_gen, http,
-                                                                 faulty):
+                                                                 faulty, rounds):
+    """Each round: a streaming client that hangs up after one event, and a non-streaming one
+    that hangs up without reading (2 disconnects a round; x200 as vLLM's test, marked slow)."""
     long = {"model": MODEL, "prompt": PROMPT, "max_tokens": 400, "temperature": 1.0,
             "ignore_eos": True, "presence_penalty": SLOW_MARK}
     http.post("/v1/completions", json=GOOD)  # the prompt is in the prefix cache
     _wait_idle(served_gen)
-    for i in range(20):
+    for i in range(rounds):
         with httpx.Client(base_url=server.url, timeout=60,
                           headers={"Authorization": f"Bearer {API_KEY}"}) as client:
             with client.stream("POST", "/v1/completions",

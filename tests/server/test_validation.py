@@ -203,3 +203,26 @@ def test_v12_stop_string_across_tokens_never_leaks_into_the_stream(http):
     for part in parts:  # no prefix of the stop string ever sent past the final text
         streamed += part
         assert whole["text"].startswith(streamed)
+
+
+@pytest.mark.parametrize("prompt", ["   ", "\n\t "])
+def test_v16_whitespace_prompt_is_bos_and_its_tokens_as_the_library(http, ref_gen, prompt):
+    """Defined BOS behaviour: a whitespace-only text prompt is read as any text (BOS, then its
+    tokens) and answered as the library answers it; the engine serves the next request."""
+    from metagen.types import SamplingParams
+    resp = http.post("/v1/completions", json=GOOD | {"prompt": prompt, "max_tokens": 6})
+    assert resp.status_code == 200
+    want_ids = ref_gen.tokenizer(prompt)["input_ids"]
+    assert resp.json()["usage"]["prompt_tokens"] == len(want_ids) > 1
+    [[want]] = ref_gen.generate([prompt], SamplingParams(temperature=0, max_tokens=6))
+    assert resp.json()["choices"][0]["text"] == want.text
+    _good_after(http)
+
+
+def test_v15_empty_stop_token_ids_is_no_stop_tokens(http):
+    """Policy: ``stop_token_ids: []`` indexes nothing and means none (``allowed_token_ids: []``,
+    which would mask every token, is a 400 above)."""
+    body = GOOD | {"max_tokens": 12}
+    plain = http.post("/v1/completions", json=body).json()["choices"][0]
+    empty = http.post("/v1/completions", json=body | {"stop_token_ids": []}).json()["choices"][0]
+    assert empty["text"] == plain["text"] and empty["finish_reason"] == plain["finish_reason"]
