@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from metagen.engine.native import build as native_build
+from metagen.engine.native.build import AVX2_FLAGS
+from metagen.engine.native.cpu import cpu_flags
 
-AVX2_FLAGS = ("-O3", "-mavx2", "-mfma", "-mno-avx512f", "-std=c11")
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux), else the empty set."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
+__all__ = ["cpu_flags", "variants"]
 
 
 def variants() -> list[tuple[str, tuple[str, ...]]]:

@@ -70,20 +70,38 @@ def test_kernel_rejects_mismatched_shapes(kernel):
         kernel(torch.randn(3, 8), torch.randn(8, 4), torch.randn(5))
 
 
-def test_applies_only_where_it_is_the_faster_path(kernel, one_thread):
+def test_applies_where_the_measured_table_says_and_only_to_fitting_operands(kernel, one_thread):
     w = torch.randn(32, 48)
-    assert kernel.applies(torch.randn(4, 32), w, None)
-    assert kernel.applies(torch.randn(kernel.max_rows, 32), w, torch.zeros(48))
-    assert not kernel.applies(torch.randn(1, 32), w, None)  # one row: MKL streams it as fast
-    assert not kernel.applies(torch.randn(kernel.max_rows + 1, 32), w, None)
-    assert not kernel.applies(torch.randn(4, 32).double(), w.double(), None)
-    assert not kernel.applies(torch.randn(32, 4).t(), w, None)  # not contiguous
-    assert not kernel.applies(torch.randn(4, 32, requires_grad=True), w, None)
-    assert not kernel.applies(torch.randn(4, 32), w, torch.zeros(48).double())
-    torch.set_num_threads(2)
-    assert kernel.applies(torch.randn(4, 32), w, None)  # the kernel splits across threads too
-    assert kernel.applies(torch.randn(1, 32), w, None)  # and beats MKL's threaded GEMV
-    assert not kernel.applies(torch.randn(kernel.max_rows + 1, 32), w, None)
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        rows = kernel.rows()
+        assert rows == kernel.rows(threads) and rows.highest >= 2  # measured on both ISAs
+        assert [m for m in range(1, 40) if kernel.applies(torch.randn(m, 32), w, None)] == [
+            m for m in range(1, 40) if rows.lowest <= m <= rows.highest]
+    torch.set_num_threads(1)
+    m = kernel.rows().highest
+    assert kernel.applies(torch.randn(m, 32), w, torch.zeros(48))
+    assert not kernel.applies(torch.randn(m, 32).double(), w.double(), None)
+    assert not kernel.applies(torch.randn(32, m).t(), w, None)  # not contiguous
+    assert not kernel.applies(torch.randn(m, 32, requires_grad=True), w, None)
+    assert not kernel.applies(torch.randn(m, 32), w, torch.zeros(48).double())
+
+
+# Every row count of the one-pass sweep and of the balanced multi-pass tiles (9-16 rows: B's
+# best-of-16, step-search widths), over shapes that cross the 16-row weight chunk, the
+# 4096-column chunk and both register tiles' masked tails; and the threaded split of them.
+@pytest.mark.parametrize("m", range(1, 17))
+def test_every_row_count_up_to_16_equals_torch_on_odd_shapes(kernel, m):
+    g = torch.Generator().manual_seed(m)
+    for k, n in ((129, 4101), (17, 23), (40, 130)):
+        x, w, bias = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g), None
+        if n == 23:
+            bias = torch.randn(n, generator=g)
+        got = kernel(x, w, bias, threads=1)
+        ref = x.double() @ w.double() + (bias.double() if bias is not None else 0)
+        bound = 1e-6 * (x.double().abs() @ w.double().abs() + 1)
+        assert ((got.double() - ref).abs() <= bound * 8).all(), (m, k, n)
+        assert torch.equal(kernel(x, w, bias, threads=3), got)  # any split: the same bits
 
 
 def test_build_is_cached_by_source_and_flags(tmp_path, monkeypatch):
@@ -170,10 +188,10 @@ def test_engine_forward_through_the_kernel_matches_transformers(random_model_dir
     runner = ModelRunner(model, KVCache(c.num_layers, 32, 4, c.num_kv_heads, c.head_dim,
                                         model.dtype, "cpu"), native=False)  # project() alone
     got, pos = [], 0
-    chunks = (16, 2, 3, 1, 5, 8, 16, 9)  # 2..kernel.max_rows rows take the kernel
+    chunks = (16, 2, 3, 1, 5, 8, 16, 9)  # the rows in kernel.rows() take the kernel
     for n in chunks:
         got.append(runner.extend([ExtendRequest(list(range(15)), pos, ids[pos:pos + n], True)])[0])
         pos += n
     assert pos == len(ids)
-    assert sorted(set(calls)) == sorted({n for n in chunks if 2 <= n <= kernel.max_rows})
+    assert sorted(set(calls)) == sorted({n for n in chunks if n in kernel.rows()})
     assert (torch.cat(got) - ref).abs().max() < 1e-4

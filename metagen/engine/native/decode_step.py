@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from metagen.engine.native.dispatch import rule
 from metagen.engine.native.library import library
-from metagen.engine.native.small_matmul import MAX_ROWS
 from metagen.engine.native.threads import resolve
 
 if TYPE_CHECKING:
@@ -109,7 +109,8 @@ class DecodeStep:
     def __init__(self, lib: ctypes.CDLL, model: LlamaModel) -> None:
         cfg = model.cfg
         assert model.cos is not None and model.sin is not None, "the model's RoPE tables"
-        self.max_tokens: int = MAX_ROWS[lib.mg_isa()]
+        # the small-row kernel's measured range at torch's thread count now (see .dispatch)
+        self.max_tokens: int = rule(lib.mg_isa(), resolve(None)).highest
         self.threads: int | None = None  # threads per call; None: torch's count at the call
         self._fn = lib.mg_decode_step
         self._fn.restype = ctypes.c_int

@@ -35,7 +35,7 @@ int mg_isa(void) { return MG_ISA; }
  *                                    + sum_{k < kc} x[m, k] * w[k, 0:cols], for m < mr.
  * A full tile (cols = NR * VW) uses plain loads; the last, narrower tile of a row (`full` = 0)
  * masks vector r to its valid lanes `mask[r]`. */
-static inline void tile(const int mr, const int full, const float *x, int64_t ldx, const float *w,
+static inline __attribute__((always_inline)) void tile(const int mr, const int full, const float *x, int64_t ldx, const float *w,
                         int64_t ldw, const float *bias, float *y, int64_t ldy, int64_t kc,
                         int first, const vmask *mask) {
   vec acc[MR][NR];
@@ -189,6 +189,14 @@ static chunk next_chunk(chunk c, int64_t K, int64_t N) {
   return n;
 }
 
+/* Rows in pass `pass` of the fewest passes of at most MR rows that cover M rows, balanced (9 rows
+ * with MR = 4: 3 + 3 + 3, not 4 + 4 + 1, whose one-row tile has too few accumulators to hide the
+ * FMA latency). */
+static inline int mr_of(int64_t M, int64_t pass) {
+  const int64_t passes = (M + MR - 1) / MR;
+  return (int)(M / passes + (pass < M % passes));
+}
+
 /* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL], where w and y have rows of ld >= N
  * floats (N of them used: a slice of columns of wider matrices). M, K, N >= 1.
  * Up to MR rows: stream_rows. More: chunked tiles, where the passes after the first over a chunk
@@ -209,8 +217,8 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
     const int64_t share = (nx.kc * row_lines + tiles - 1) / tiles;
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; column in row */
     const float *row = w + nx.k0 * ld + nx.c0;
-    for (int64_t m0 = 0; m0 < M; m0 += MR) {
-      const int64_t mr = M - m0 < MR ? M - m0 : MR;
+    for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
+      const int mr = mr_of(M, pass);
       for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
         const int64_t cols = c.c0 + c.nc - j;
         vmask mask[NR];

@@ -7,15 +7,11 @@ kernel keeps those products at the one-row cost plus the arithmetic. :func:`load
 wherever the kernel cannot help or cannot be built, and callers then use ``torch.mm``.
 
 On several threads (torch's count; see :mod:`.threads`) each thread computes one contiguous
-slice of the output columns. Measured on a 2-core AMD EPYC (Zen 4, AVX-512) VM, all the
-benchmark target's products on two threads (``python -m benchmarks.small_matmul --threads 2``,
-best of 5, two runs, a shared machine), ms, MKL ``x @ W`` / this kernel:
-1 row 11.1 / 6.0 and 11.3 / 6.4; 2 rows 17.8 / 8.0 and 17.6 / 10.2; 4 rows 24.3 / 9.9 and
-22.6 / 13.7; 8 rows 22.9 / 16.6 and 22.8 / 17.8; 16 rows 27.3 / 23.7 and 26.4 / 25.2; 24 rows
-30.2 / 23.9 and 30.4 / 33.7; 32 rows 34.9 / 29.6 and 38.0 / 44.2. So on several threads the
-kernel takes 1 to :data:`MAX_ROWS` rows, one row included: it also keeps torch's OpenMP team
-idle, whose workers otherwise spin after each product and compete for the cores with the native
-pool's. From 24 rows MKL's threaded product is as fast or faster: it keeps those.
+slice of the output columns. Which row counts it takes, per ISA and thread count, is measured
+against MKL (:mod:`.dispatch`, whose docstring names the machines of the shipped tables), up to
+:data:`~.dispatch.ROW_CAP` rows. Where it also takes one row on several threads, that keeps
+torch's OpenMP team idle, whose workers otherwise spin after each product and compete for the
+cores with the native pool's.
 
 Set ``METAGEN_NATIVE=0`` to turn the kernel off.
 """
@@ -28,12 +24,10 @@ import functools
 import torch
 
 from metagen.errors import InvalidParameterError
+from metagen.engine.native.dispatch import RowRule, rule
 from metagen.engine.native.library import library, open_library
 from metagen.engine.native.threads import resolve
 
-# The most rows for which the kernel beats MKL, per vector width (measured on a Xeon with
-# AVX-512, one thread; the 256-bit path has half the registers and loses from 16 rows).
-MAX_ROWS = {512: 16, 256: 8}
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 
@@ -43,17 +37,24 @@ class SmallMatmul:
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.isa: int = lib.mg_isa()
-        self.max_rows = MAX_ROWS[self.isa]
         self._fn = lib.mg_matmul_threads
         self._fn.restype = None
         self._fn.argtypes = [_P, _P, _P, _P, _I, _I, _I, ctypes.c_int]
 
+    def rows(self, threads: int | None = None) -> RowRule:
+        """The row counts this kernel takes on ``threads`` threads (default: torch's count), by
+        the measured table of its ISA (:mod:`.dispatch`)."""
+        return rule(self.isa, resolve(threads))
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows it takes at torch's current thread count."""
+        return self.rows().highest
+
     def applies(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
         """Whether ``self(x, w, bias)`` is the faster way: float32 CPU tensors, contiguous,
-        no autograd, 2..max_rows rows on one thread (MKL's GEMV streams one row as fast) and
-        1..max_rows on several (the module's table)."""
-        lowest = 1 if torch.get_num_threads() > 1 else 2
-        return (lowest <= x.shape[0] <= self.max_rows and x.dtype == torch.float32
+        no autograd, and a row count :meth:`rows` takes at torch's thread count."""
+        return (x.shape[0] in self.rows() and x.dtype == torch.float32
                 and w.dtype == torch.float32 and x.device.type == "cpu"
                 and w.device.type == "cpu" and x.is_contiguous() and w.is_contiguous()
                 and not x.requires_grad

@@ -1,0 +1,121 @@
+"""Which row counts the small-row kernel takes, read from tables measured per vector ISA.
+
+Whether ``small_matmul.c`` beats MKL for M rows depends on the ISA it was built for, the thread
+count and the machine, so the rule is measured, not assumed: ``python -m benchmarks.small_matmul
+--table metagen/engine/native/dispatch_tables.json`` times both on the benchmark target's
+products and records, per thread count, the row counts the kernel wins (:func:`rule_from`).
+The shipped ``dispatch_tables.json`` holds one table per (ISA, machine), each naming its CPU
+model, build flags and date. Tables shipped (see the file for each one's speedups):
+
+- AVX-512 (``-march=native``) and AVX2 (``-mavx2 -mfma -mno-avx512f``, against MKL limited to
+  AVX2 with ``MKL_ENABLE_INSTRUCTIONS=AVX2``): a 2-core AMD EPYC (Zen 4) KVM VM shared with
+  other jobs, one and two threads.
+
+:func:`rows_for` picks the table of the running ISA whose CPU model is this machine's; where
+none is, the most conservative rule among that ISA's tables (the narrowest range); where the ISA
+has no table, :data:`FALLBACK` (the constants measured before the tables: 2-16 rows with
+AVX-512 and 2-8 with AVX2 on one thread, from 1 row on several). A thread count without an
+entry uses the largest measured count below it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from metagen.engine.native.cpu import cpu_model
+from metagen.errors import InvalidParameterError
+
+TABLES = Path(__file__).with_name("dispatch_tables.json")
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RowRule:
+    """The kernel takes ``lowest <= M <= highest`` rows; ``highest = 0``: it takes none."""
+
+    lowest: int
+    highest: int
+
+    def __contains__(self, rows: object) -> bool:
+        return isinstance(rows, int) and self.lowest <= rows <= self.highest
+
+
+# Per ISA, one thread and several: the rule before measured tables (one Xeon, AVX-512).
+FALLBACK: dict[int, dict[int, RowRule]] = {512: {1: RowRule(2, 16), 2: RowRule(1, 16)},
+                                           256: {1: RowRule(2, 8), 2: RowRule(1, 8)}}
+
+
+# The most rows a table may give the kernel: the range it and the native decode step are tested
+# over (beams, best-of-16, step-search widths); larger counts are measured for information.
+ROW_CAP = 16
+
+
+def rule_from(speedup: dict[int, float]) -> RowRule:
+    """The rule a measurement supports. ``speedup`` maps row counts (1 and 2 among them) to MKL's
+    time over the kernel's. The kernel takes one row if it wins there, and from 2 rows up to the
+    last count before its first loss, at most :data:`ROW_CAP` (measured counts only: a count
+    between two measured wins is taken, none past the last).
+    Raises :class:`~metagen.errors.InvalidParameterError` naming ``speedup`` without rows 1 and 2."""
+    if not {1, 2} <= speedup.keys():
+        raise InvalidParameterError("speedup", sorted(speedup), "must include rows 1 and 2")
+    highest = 0
+    for rows in sorted(r for r in speedup if 2 <= r <= ROW_CAP):
+        if speedup[rows] < 1.0:
+            break
+        highest = rows
+    lowest = 1 if speedup[1] >= 1.0 else 2
+    return RowRule(lowest if highest else 0, highest)
+
+
+def _rules(table: dict[str, Any]) -> dict[int, RowRule]:
+    return {int(t): RowRule(int(r["lowest"]), int(r["highest"]))
+            for t, r in table["by_threads"].items()}
+
+
+def _at(rules: dict[int, RowRule], threads: int) -> RowRule:
+    below = [t for t in rules if t <= threads]
+    return rules[max(below)] if below else rules[min(rules)]
+
+
+@functools.cache
+def load_tables(path: Path = TABLES) -> tuple[dict[str, Any], ...]:
+    """The tables in ``path`` (each: ``isa``, ``cpu``, ``by_threads``), or none where the file is
+    missing or malformed (logged once; dispatch then uses :data:`FALLBACK`)."""
+    try:
+        tables = tuple(json.loads(path.read_text())["tables"])
+        for t in tables:
+            int(t["isa"]), str(t["cpu"]), _rules(t)
+        return tables
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        _log.warning("small-row kernel tables unreadable (%s: %s); using the fallback rule",
+                     path, e)
+        return ()
+
+
+def rows_for(isa: int, threads: int, tables: tuple[dict[str, Any], ...] | None = None,
+             cpu: str | None = None) -> RowRule:
+    """The rows the kernel built for ``isa`` (512 or 256) takes on ``threads`` threads, on the
+    CPU whose model is ``cpu`` (default: this machine's), by the tables (default: the shipped
+    ones). Raises :class:`~metagen.errors.InvalidParameterError` naming ``threads`` below 1."""
+    if threads < 1:
+        raise InvalidParameterError("threads", threads, "must be >= 1")
+    tables = load_tables() if tables is None else tables
+    cpu = cpu_model() if cpu is None else cpu
+    mine = [t for t in tables if int(t["isa"]) == isa]
+    exact = [t for t in mine if t["cpu"] == cpu]
+    if exact or mine:
+        rules = [_at(_rules(t), threads) for t in (exact or mine)]
+        return RowRule(max(r.lowest for r in rules), min(r.highest for r in rules))
+    fallback = FALLBACK.get(isa, {1: RowRule(0, 0)})
+    return _at(fallback, threads)
+
+
+@functools.cache
+def rule(isa: int, threads: int) -> RowRule:
+    """:func:`rows_for` this machine by the shipped tables, cached (dispatch asks per product)."""
+    return rows_for(isa, threads)
