@@ -1,1 +1,2 @@
-"""metagen's performance benchmarks (run from a source checkout): ``metagen bench engine``."""
+"""metagen's performance benchmarks, run from a source checkout (not part of the package):
+``python -m benchmarks.engine_bench``, ``python -m benchmarks.small_matmul`` and the others here."""

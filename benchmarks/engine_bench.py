@@ -1,6 +1,10 @@
 """The engine benchmark: peers side by side on workloads A-E, in one run; JSON + rich table.
 
-    python -m benchmarks.engine_bench [--quick] [--json PATH]    (or: metagen bench engine)
+    python -m benchmarks.engine_bench [--quick] [--json PATH] [--threads 1,default]
+
+(from a source checkout: the harness, its peers and model factory are not part of the installed
+package). Every workload runs at one thread and at torch's default count unless ``--threads``
+says otherwise; the CPU's vector ISA and model head the table and the JSON (``meta.cpu``).
 
 One run measures this machine's roofline, builds the deterministic models
 (:mod:`benchmarks.factory`), runs every available peer on every workload it supports, checks that
@@ -35,11 +39,33 @@ def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
     return all(v == vals[0] for v in vals[1:])
 
 
+def thread_counts(spec: str | None = None) -> list[int]:
+    """``"1,default"`` (the default) -> [1, torch's default count]; duplicates dropped."""
+    default = torch.get_num_threads()
+    counts = [default if p.strip() == "default" else int(p) for p in (spec or "1,default").split(",")]
+    if any(c < 1 for c in counts):
+        raise ValueError(f"thread counts must be >= 1, got {spec!r}")
+    return list(dict.fromkeys(counts))
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU's vector ISA (``avx512f``, ``avx2`` or ``none``), model name and core count, and
+    the ISA metagen's native kernels were built for on it (None: not available)."""
+    from metagen.engine.native import load_small_matmul
+    from metagen.engine.native.cpu import cpu_model, vector_isa
+
+    kernel = load_small_matmul()
+    return {"isa": vector_isa(), "model": cpu_model(), "cores": os.cpu_count(),
+            "kernel_isa": kernel.isa if kernel else None}
+
+
 def run(quick: bool = False, cache_dir: str | Path | None = None,
         workload_names: str = "ABCDEM", log=print, repeats: int | None = None,
-        warmup: bool | None = None) -> dict[str, Any]:
+        warmup: bool | None = None, threads: list[int] | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready result. ``repeats``/``warmup`` override the
-    settings' timed runs per measurement and the untimed first run."""
+    settings' timed runs per measurement and the untimed first run. Every workload runs at each
+    of ``threads`` (default: one thread and torch's default count; every engine gets the same
+    count), each count with its own roofline; M (memory) runs once."""
     sizes = factory.QUICK if quick else factory.FULL
     s = workloads.QUICK_SETTINGS if quick else workloads.FULL_SETTINGS
     if repeats is not None or warmup is not None:
@@ -47,11 +73,44 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
                                 warmup=s.warmup if warmup is None else warmup)
     cache = Path(cache_dir or os.environ.get("METAGEN_BENCH_CACHE")
                  or Path(tempfile.gettempdir()) / "metagen-bench-models")
+    counts = list(dict.fromkeys(threads or thread_counts()))
+    log("building models ...")
+    paths = factory.build_models(cache, sizes, perturb=0.3 if quick else 0.2)
+    before = torch.get_num_threads()
+    parts = []
+    try:
+        for i, count in enumerate(counts):
+            torch.set_num_threads(count)
+            log(f"{count} thread(s):")
+            parts.append(_run_at(paths, sizes, s, quick, workload_names if i == 0
+                                 else workload_names.replace("M", ""), log))
+    finally:
+        torch.set_num_threads(before)
+    return _merge(parts, counts)
+
+
+def _merge(parts: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
+    """One result from one per thread count: rows, checks and not-run entries tagged with their
+    count, each count's roofline under ``rooflines`` (the first also under ``roofline``)."""
+    tag = lambda c: f"{c} thread" + ("s" if c > 1 else "")  # noqa: E731
+    out = dict(parts[0])
+    out["meta"] = parts[0]["meta"] | {"threads": counts, "cpu": cpu_info()}
+    out["rooflines"] = {str(c): p["roofline"] for c, p in zip(counts, parts)}
+    out["rows"] = [r | {"threads": c} for c, p in zip(counts, parts) for r in p["rows"]]
+    out["checks"] = {f"{k}, {tag(c)}": v for c, p in zip(counts, parts)
+                     for k, v in p["checks"].items()}
+    out["not_run"] = [r | {"threads": c} for c, p in zip(counts, parts) for r in p["not_run"]]
+    out["skipped_peers"] = {k: v for p in parts for k, v in p["skipped_peers"].items()}
+    out["peers"] = list(dict.fromkeys(n for p in parts for n in p["peers"]))
+    return out
+
+
+def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_names: str,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    """Every workload on torch's current thread count: roofline, peers loaded, measured."""
     log("measuring roofline ...")
     roof = roofline.measure(mbytes=64 if quick else 512, matmul_n=256 if quick else 1024,
                             repeats=2 if quick else 5)
-    log("building models ...")
-    paths = factory.build_models(cache, sizes, perturb=0.3 if quick else 0.2)
     weight_bytes = factory.param_count(paths["target"]) * 4
     decode_bytes = factory.decode_read_bytes(paths["target"])
     roof_tok_s = roof.decode_tokens_per_s(decode_bytes)
@@ -158,10 +217,15 @@ def print_table(result: dict[str, Any], console=None) -> None:
     from rich.table import Table
 
     console = console or Console(width=max(Console().width, 150))
-    roof = result["roofline"]
+    cpu = result["meta"].get("cpu")
+    if cpu:
+        kernels = f"{cpu['kernel_isa']}-bit" if cpu["kernel_isa"] else "unavailable"
+        console.print(f"CPU: {cpu['model']}, {cpu['cores']} cores, ISA {cpu['isa']}; metagen's "
+                      f"native kernels: {kernels}; threads "
+                      f"{', '.join(map(str, result['meta']['threads']))}")
     table = Table(title="metagen engine benchmark" + (" (quick)" if result["meta"]["quick"] else ""))
-    for col in ("wl", "peer", "variant", "time s median (min-max)", "tok/s", "ratio", "goal",
-                "extra"):
+    for col in ("wl", "thr", "peer", "variant", "time s median (min-max)", "tok/s", "ratio",
+                "goal", "extra"):
         table.add_column(col)
     for row in result["rows"]:
         t = row["time"]
@@ -176,21 +240,33 @@ def print_table(result: dict[str, Any], console=None) -> None:
             extra.append(f"{row['vs_transformers']:.2f}x transformers")
         if "prefill_over_unique" in row:
             extra.append(f"prefill/unique {row['prefill_over_unique']:.2f}")
-        table.add_row(row["workload"], row["peer"], row["variant"],
+        table.add_row(row["workload"], str(row.get("threads", "")), row["peer"], row["variant"],
                       f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})",
                       f"{row['tokens_per_s']:.1f}", _fmt_ratio(row), row.get("target") or "",
                       ", ".join(extra))
     console.print(table)
+    for roof in result.get("rooflines", {"": result["roofline"]}).values():
+        _print_roofline(console, roof)
+    for name, ok in result["checks"].items():
+        mark = {True: "ok", False: "MISMATCH", None: "n/a"}[ok]
+        console.print(f"check: {name}: {mark}")
+    _print_memory(console, result.get("memory"))
+    for name, why in result["skipped_peers"].items():
+        console.print(f"skipped peer {name}: {why}")
+    for r in result.get("not_run", []):
+        console.print(f"not run: {r['workload']} on {r['peer']}: {r['why']}")
+
+
+def _print_roofline(console, roof: dict[str, Any]) -> None:
     console.print(f"roofline: read {roof['read_gb_s']:.1f} GB/s, copy {roof['copy_gb_s']:.1f} GB/s, "
                   f"gemv {roof.get('gemv_gb_s', 0):.1f} GB/s, "
                   f"matmul {roof['matmul_gflop_s']:.1f} GFLOP/s, threads {roof['threads']}; "
                   f"batch-1 decode bound {roof['decode_roofline_tok_s']:.1f} tok/s "
                   f"({roof.get('decode_read_bytes', roof['target_weight_bytes']) / 1e6:.1f} MB "
                   f"of weights read per token)")
-    for name, ok in result["checks"].items():
-        mark = {True: "ok", False: "MISMATCH", None: "n/a"}[ok]
-        console.print(f"check: {name}: {mark}")
-    mem = result.get("memory")
+
+
+def _print_memory(console, mem: dict[str, Any] | None) -> None:
     if mem:
         mib = {k: mem[k] / 2**20 for k in ("weights", "kv_cache", "peak_rss", "base_rss",
                                            "overhead")}
@@ -199,10 +275,6 @@ def print_table(result: dict[str, Any], console=None) -> None:
                       f"{mib['kv_cache']:.0f} + overhead {mib['overhead']:.0f} MiB "
                       f"({mem['stress_tokens']} tokens of requests through a "
                       f"{mem['kv_budget_tokens']}-token cache)")
-    for name, why in result["skipped_peers"].items():
-        console.print(f"skipped peer {name}: {why}")
-    for r in result.get("not_run", []):
-        console.print(f"not run: {r['workload']} on {r['peer']}: {r['why']}")
 
 
 def write_json(result: dict[str, Any], path: str | Path) -> None:
@@ -223,10 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--threads", default="1,default",
+                    help="thread counts to run every workload at; 'default': torch's count")
     args = ap.parse_args(argv)
-    result = run(quick=args.quick, workload_names=args.workloads, repeats=args.repeats,
+    bad = set(args.workloads.upper()) - set("ABCDEM")
+    if bad or not args.workloads:
+        ap.error(f"unknown workload(s) {''.join(sorted(bad))!r}; use letters A-E or M")
+    try:
+        counts = thread_counts(args.threads)
+    except ValueError as e:
+        ap.error(f"--threads: {e}")
+    result = run(quick=args.quick, workload_names=args.workloads.upper(), repeats=args.repeats,
                  warmup=False if args.no_warmup else None, cache_dir=args.cache_dir,
-                 log=lambda m: print(m, file=sys.stderr))
+                 log=lambda m: print(m, file=sys.stderr), threads=counts)
     print_table(result)
     if args.json:
         write_json(result, args.json)

@@ -39,10 +39,11 @@ def _one(tree: Path, threads: str, workloads: str, out: Path) -> dict[str, Any]:
     if threads == "1":
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "benchmarks.engine_bench", "--workloads", workloads,
-                    "--repeats", "1", "--json", str(out)], cwd=tree, env=env, check=True,
+                    "--repeats", "1", "--threads", "default", "--json", str(out)], cwd=tree,
+                   env=env, check=True,
                    stdout=subprocess.DEVNULL)
     result = json.loads(out.read_text())
-    return {"threads": result["meta"]["threads"],
+    return {"threads": result["meta"]["threads"][0],
             "roofline_tok_s": result["roofline"]["decode_roofline_tok_s"],
             **{r["workload"]: _metric(r) for r in result["rows"] if r["peer"] == "metagen"}}
 

@@ -1,27 +1,31 @@
-"""`metagen bench engine --quick` runs end to end on the smallest settings (no timing asserted):
-JSON written, every workload has rows for both peers, and all greedy-token checks pass."""
+"""The engine benchmark (``python -m benchmarks.engine_bench --quick``) runs end to end on the
+smallest settings (no timing asserted): JSON written, every workload has rows for both peers, all
+greedy-token checks pass, and every workload is run and labelled at each thread count, under
+the CPU's ISA. ``metagen bench engine`` prints that command instead of reaching into a checkout."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
+from benchmarks import engine_bench
 from metagen.cli.bench import bench
+from metagen.engine.native.cpu import cpu_model, vector_isa
 
 
 def test_bench_engine_quick_writes_json(tmp_path) -> None:
     out = tmp_path / "bench.json"
-    res = CliRunner().invoke(bench, ["engine", "--quick", "--workloads", "ACDEM", "--json", str(out),
-                                     "--cache-dir", str(tmp_path / "models")])
-    assert res.exit_code == 0, res.output
+    assert engine_bench.main(["--quick", "--workloads", "ACDEM", "--json", str(out),
+                              "--cache-dir", str(tmp_path / "models"), "--threads", "1"]) == 0
     data = json.loads(out.read_text())
-    assert data["meta"]["quick"] is True
+    assert data["meta"]["quick"] is True and data["meta"]["threads"] == [1]
     assert data["roofline"]["bandwidth_gb_s"] > 0 and data["roofline"]["matmul_gflop_s"] > 0
     assert {r["workload"] for r in data["rows"]} == {"A", "C", "D", "E"}
     assert {r["peer"] for r in data["rows"] if r["workload"] == "A"} == {"transformers", "metagen"}
     assert all(ok is not False for ok in data["checks"].values()), data["checks"]
-    assert data["checks"]["A greedy tokens equal across peers"] is True
+    assert data["checks"]["A greedy tokens equal across peers, 1 thread"] is True
     for row in data["rows"]:
         assert len(row["times"]) >= 1 and row["time"]["min"] <= row["time"]["median"]
     e = [r for r in data["rows"] if r["workload"] == "E"]
@@ -32,6 +36,34 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     assert mem["kv_cache"] <= 256 << 10 and mem["stress_tokens"] > mem["kv_budget_tokens"]
 
 
-def test_bench_rejects_unknown_workload() -> None:
-    res = CliRunner().invoke(bench, ["engine", "--workloads", "AZ"])
-    assert res.exit_code != 0 and "unknown workload" in res.output
+def test_every_workload_runs_at_each_thread_count_under_the_cpus_isa(tmp_path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    assert engine_bench.main(["--quick", "--workloads", "AM", "--json", str(out),
+                              "--cache-dir", str(tmp_path / "models"), "--threads", "1,2"]) == 0
+    data = json.loads(out.read_text())
+    cpu = data["meta"]["cpu"]
+    assert cpu["isa"] == vector_isa() in {"avx512f", "avx2", "none"} and cpu["model"] == cpu_model()
+    assert data["meta"]["threads"] == [1, 2]
+    assert {k: r["threads"] for k, r in data["rooflines"].items()} == {"1": 1, "2": 2}
+    runs = sorted((r["threads"], r["peer"]) for r in data["rows"] if r["workload"] == "A")
+    assert runs == [(1, "metagen"), (1, "transformers"), (2, "metagen"), (2, "transformers")]
+    assert {k for k in data["checks"]} == {"A greedy tokens equal across peers, 1 thread",
+                                           "A greedy tokens equal across peers, 2 threads"}
+    assert data["memory"]["peak_rss"] > 0  # M runs once, at the first count
+    table = capsys.readouterr().out
+    assert f"ISA {vector_isa()}" in table.splitlines()[0] and cpu_model() in table.splitlines()[0]
+
+
+def test_bench_rejects_unknown_workload_and_bad_threads() -> None:
+    with pytest.raises(SystemExit) as e:
+        engine_bench.main(["--workloads", "AZ"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        engine_bench.main(["--threads", "0"])
+    assert e.value.code == 2
+
+
+def test_metagen_bench_engine_prints_the_checkout_command() -> None:
+    res = CliRunner().invoke(bench, ["engine", "--quick", "--json", "out dir/b.json"])
+    assert res.exit_code == 2
+    assert "python -m benchmarks.engine_bench --quick --json 'out dir/b.json'" in res.output
