@@ -34,10 +34,12 @@ int mg_isa(void) { return MG_ISA; }
 /* The register tile: y[m, 0:cols] = (first ? bias or 0 : y[m, 0:cols])
  *                                    + sum_{k < kc} x[m, k] * w[k, 0:cols], for m < mr.
  * A full tile (cols = NR * VW) uses plain loads; the last, narrower tile of a row (`full` = 0)
- * masks vector r to its valid lanes `mask[r]`. */
-static inline __attribute__((always_inline)) void tile(const int mr, const int full, const float *x, int64_t ldx, const float *w,
-                        int64_t ldw, const float *bias, float *y, int64_t ldy, int64_t kc,
-                        int first, const vmask *mask) {
+ * masks vector r to its valid lanes `mask[r]`. Forced inline: GCC 12 left it out of line on AVX2,
+ * with `full` a run-time argument, so full tiles ran masked loads with the masks spilled. */
+static inline __attribute__((always_inline)) void tile(const int mr, const int full, const float *x,
+                                                       int64_t ldx, const float *w, int64_t ldw,
+                                                       const float *bias, float *y, int64_t ldy,
+                                                       int64_t kc, int first, const vmask *mask) {
   vec acc[MR][NR];
 #define LOAD(p, r) (full ? vloadu(p) : vload(p, mask[r]))
   UNROLL
