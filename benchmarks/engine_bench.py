@@ -30,6 +30,7 @@ import torch
 from benchmarks import factory, roofline, workloads
 from benchmarks.peers import PEERS, MetagenPeer, Peer, RemotePeer
 from benchmarks.peers.inprocess import bench_device
+from benchmarks.thread_counts import thread_counts
 
 
 def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
@@ -37,15 +38,6 @@ def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
     if len(vals) < 2:
         return None
     return all(v == vals[0] for v in vals[1:])
-
-
-def thread_counts(spec: str | None = None) -> list[int]:
-    """``"1,default"`` (the default) -> [1, torch's default count]; duplicates dropped."""
-    default = torch.get_num_threads()
-    counts = [default if p.strip() == "default" else int(p) for p in (spec or "1,default").split(",")]
-    if any(c < 1 for c in counts):
-        raise ValueError(f"thread counts must be >= 1, got {spec!r}")
-    return list(dict.fromkeys(counts))
 
 
 def cpu_info() -> dict[str, Any]:

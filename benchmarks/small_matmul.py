@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from benchmarks.thread_counts import thread_counts
 from metagen.engine.native import SmallMatmul, dispatch, load_small_matmul
 from metagen.engine.native import small_matmul as sm
 from metagen.engine.native.build import AVX2_FLAGS, NATIVE_FLAGS, build
@@ -97,13 +98,6 @@ def measure(rows: list[int], repeats: int = 7, threads: int = 1,
             row["baseline_speedup"] = med[MKL] / med[BASELINE]
         out.append(row)
     return out
-
-
-def thread_counts(spec: str) -> list[int]:
-    """``"1,default"`` -> [1, torch's default count] (duplicates dropped, order kept)."""
-    default = torch.get_num_threads()
-    counts = [default if part == "default" else int(part) for part in spec.split(",")]
-    return list(dict.fromkeys(counts))
 
 
 def table_entry(result: dict[str, Any]) -> dict[str, Any]:

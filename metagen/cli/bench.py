@@ -1,4 +1,4 @@
-"""``metagen bench engine``: says how to run the engine benchmark, which is not part of the package.
+"""``metagen bench engine``: how to run the engine benchmark (not part of the package).
 
 The harness (``benchmarks/engine_bench.py``), its peers (transformers, llama.cpp, OpenVINO
 GenAI, ...) and the generator of its models live in the source checkout's ``benchmarks/``

@@ -60,7 +60,8 @@ def rule_from(speedup: dict[int, float]) -> RowRule:
     time over the kernel's. The kernel takes one row if it wins there, and from 2 rows up to the
     last count before its first loss, at most :data:`ROW_CAP` (measured counts only: a count
     between two measured wins is taken, none past the last).
-    Raises :class:`~metagen.errors.InvalidParameterError` naming ``speedup`` without rows 1 and 2."""
+    Raises :class:`~metagen.errors.InvalidParameterError` naming ``speedup`` without rows 1
+    and 2."""
     if not {1, 2} <= speedup.keys():
         raise InvalidParameterError("speedup", sorted(speedup), "must include rows 1 and 2")
     highest = 0
