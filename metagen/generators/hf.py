@@ -33,7 +33,7 @@ import torch
 
 from metagen.decoding import SequenceState
 from metagen.device import resolve_device
-from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
+from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.generators.base import Capabilities, Prompt, check_prompts
 from metagen.generators.flops import FlopModel, flop_model_of
 from metagen.generators.hf_rows import (
@@ -44,7 +44,7 @@ from metagen.generators.hf_rows import (
     TrackerStoppingCriteria,
 )
 from metagen.generators.tokenize import (
-    bad_words_ids, continuation_text, encode_prompt, eos_token_ids)
+    bad_words_ids, check_fits_context, continuation_text, encode_prompt, eos_token_ids)
 from metagen.types import Completion, SamplingParams, Usage
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -282,12 +282,7 @@ class HFGenerator:
                     raise InvalidParameterError(name, tok, f"token id out of the vocabulary "
                                                 f"(size {vocab})")
         for ids in prompt_ids:
-            if len(ids) + params.max_tokens > self.context_length:
-                raise InvalidPromptError(
-                    "prompt", f"<{len(ids)} tokens>",
-                    f"prompt of {len(ids)} tokens + max_tokens={params.max_tokens} = "
-                    f"{len(ids) + params.max_tokens} exceeds the model's maximum context length "
-                    f"of {self.context_length} tokens")
+            check_fits_context(ids, params.max_tokens, self.context_length)
 
     @torch.inference_mode()
     def _run(self, rows: list[Row], params: SamplingParams) -> None:

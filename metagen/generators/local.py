@@ -38,7 +38,7 @@ from metagen.engine.loop import EngineLoop, RequestHandle
 from metagen.engine.outputs import PromptLogprobs, RequestOutput
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 from metagen.generators.base import Capabilities, Prompt, check_prompts, render_prompt
-from metagen.generators.tokenize import encode_prompt, scored_sequence
+from metagen.generators.tokenize import check_fits_context, encode_prompt, scored_sequence
 from metagen.types import MAX_LOGPROBS, Completion, SamplingParams, Usage
 
 
@@ -92,11 +92,14 @@ class LocalGenerator:
     def _encode_all(self, prompts: Sequence[Prompt], params: Any,
                     kind: type[SamplingParams | BeamSearchParams] = SamplingParams
                     ) -> list[list[int]]:
-        """The prompts' token ids, each request validated against the model before any work."""
+        """The prompts' token ids, each request validated against the model before any work;
+        a prompt that does not fit the context with ``params.max_tokens`` raises
+        ``InvalidPromptError`` (as the transformers backend does)."""
         if not isinstance(params, kind):
             raise InvalidParameterError("params", params, f"must be a {kind.__name__}")
         ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
-        for p in ids:
+        for p in ids:  # a prompt that cannot fit is the prompt's fault (one item, not the run)
+            check_fits_context(p, params.max_tokens, self.engine.max_model_len)
             self.engine.validate(p, params)
         return ids
 

@@ -41,6 +41,19 @@ def encode_text(tokenizer: Any, text: str, *, add_special_tokens: bool,
     return ids
 
 
+def check_fits_context(prompt_ids: Sequence[int], max_tokens: int, context_length: int) -> None:
+    """``InvalidPromptError`` naming ``prompt`` (with both token counts and the context) when
+    the prompt plus ``max_tokens`` new tokens does not fit in ``context_length``: the prompt,
+    not the shared sampling parameters, is what one request cannot serve, so a caller running
+    many prompts fails only this one (no silent truncation)."""
+    if len(prompt_ids) + max_tokens > context_length:
+        raise InvalidPromptError(
+            "prompt", f"<{len(prompt_ids)} tokens>",
+            f"prompt of {len(prompt_ids)} tokens + max_tokens={max_tokens} = "
+            f"{len(prompt_ids) + max_tokens} exceeds the model's maximum context length "
+            f"of {context_length} tokens")
+
+
 def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:
     """``tokenizer.decode(ids, skip_special_tokens=True)``, through the Rust tokenizer directly
     when that gives the same text (no ``clean_up_tokenization_spaces``): the generation loop

@@ -124,3 +124,19 @@ def test_closing_a_stream_early_aborts_its_request(stories_engine_factory):
     assert gen.loop.call(lambda e: (e.has_unfinished(), len(e.requests), e.blocks.num_free)) \
         == (False, 0, gen.engine.blocks.num_blocks)
     assert gen.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_tokens=5))[0][0].text
+
+
+def test_a_prompt_that_fits_alone_but_not_with_max_tokens_is_the_prompts_error_as_in_hf(
+        local, hf):
+    """A 292-token GSM8K prompt with max_tokens=256 on a 512-token model: both backends refuse
+    the prompt (``InvalidPromptError`` naming ``prompt``, with both numbers), so a caller of many
+    prompts (the eval runner) fails that item alone; one token less fits."""
+    prompt = "Once upon a time"
+    n = len(hf.tokenizer(prompt)["input_ids"])
+    for gen in (local, hf):
+        with pytest.raises(InvalidPromptError) as info:
+            gen.generate([prompt], SamplingParams(max_tokens=512 - n + 1))
+        assert info.value.param == "prompt"
+        assert f"{n} tokens" in str(info.value) and "512" in str(info.value)
+        out = gen.generate([prompt], SamplingParams(max_tokens=512 - n, temperature=0.0))
+        assert out[0][0].finish_reason in ("length", "stop")
