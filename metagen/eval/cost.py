@@ -15,7 +15,7 @@ cannot be known (a remote policy or scorer without a model to count) is NaN and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,3 +102,12 @@ def cost_results(strategy: str, n: int, tokens: float, flops: float) -> list[Ite
     if not math.isnan(flops):
         rows.append(ItemResult(strategy, n, FLOPS, float(flops), {}))
     return rows
+
+
+def own_generated_tokens(rows: Iterable[tuple[str, str, int, str, float]],
+                         shared: Collection[str]) -> int:
+    """Tokens the strategies NOT in ``shared`` generated themselves (``greedy``, the step
+    searches: each item and N its own run): the sum of their :data:`TOKENS` rows, given as the
+    store's ``(item, strategy, n, metric, value)``. The ``shared`` strategies' rows are excluded:
+    they are expected costs of subsets of the one stored sample set, counted once with it."""
+    return round(math.fsum(r[4] for r in rows if r[3] == TOKENS and r[1] not in shared))

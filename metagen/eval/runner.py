@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from metagen.errors import BackendError, InvalidParameterError, InvalidPromptError
 from metagen.eval.atomic import write_json_atomic
 from metagen.eval.breakdown import difficulty_tables
-from metagen.eval.cost import CostModel, cost_model_for, cost_results
+from metagen.eval.cost import CostModel, cost_model_for, cost_results, own_generated_tokens
 from metagen.eval.direct import DIRECT, direct_item
 from metagen.eval.greedy import GREEDY, greedy_item
 from metagen.eval.interrupt import RunInterrupted, raising_on_signals
@@ -379,6 +379,7 @@ def _report(config: EvalConfig, fields: Mapping[str, Any], key: str, store: RunS
     interrupted-and-resumed run and an uninterrupted one."""
     ids = {it.id for it in items}
     done = len(store.done_items() & ids)
+    rows = [r for r in store.results() if r[0] in ids]
     return {
         "status": status, "run_key": key, "config": {**fields, "limit": config.limit},
         "provenance": {"versions": versions(), "hardware": hardware(), "model": dict(config.model),
@@ -390,8 +391,8 @@ def _report(config: EvalConfig, fields: Mapping[str, Any], key: str, store: RunS
         "accounting": {"n_items_total": len(items), "done": done, "failed": len(failed),
                        "skipped": len(items) - done - len(failed)},
         "failures_by_reason": store.failure_counts(), "failed_items": sorted(failed),
-        "generated_tokens": store.token_count(),
-        "results": summarize([r for r in store.results() if r[0] in ids]),
+        "generated_tokens": store.token_count() + own_generated_tokens(rows, SUBSAMPLED),
+        "results": summarize(rows),
         **difficulty_tables(read_run_rows(store, sorted(ids))),
         "times": {"started_at": store.first_started_at(), "session_started_at": started,
                   "ended_at": ended, "sessions": store.sessions(), "resumed_items": resumed},

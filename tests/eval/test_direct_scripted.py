@@ -51,12 +51,16 @@ def test_each_n_is_the_librarys_search_with_the_items_seed(tmp_path, strategy, i
         stored = {(r[0], r[2]): r[4] for r in store.results() if r[3] == "accuracy"}
         traces = dict(store.db.execute("SELECT item_id || ':' || n, trace FROM results "
                                        "WHERE metric = 'accuracy'"))
+    tokens = 0
     for it in ITEMS:
         for n in (1, 4):
             ref = run_step_search(internal, MockGenerator(step), [it.prompt], prm, n,
                                   params=SAMPLING.with_(seed=direct_seed(5, it.id, n)))[0]
             assert stored[(it.id, n)] == float(TASK.grade(ref.text, it.problem))
             assert json.loads(traces[f"{it.id}:{n}"])["text"] == ref.text
+            tokens += ref.usage.generated_tokens
+    # the run's total counts every search's own tokens (a search stores no sample set)
+    assert tokens > 0 and report["generated_tokens"] == tokens
     rows = {r["n"]: r for r in report["results"]}
     assert set(rows) == {1, 4} and all(r["strategy"] == strategy for r in rows.values())
 

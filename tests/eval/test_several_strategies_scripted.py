@@ -39,6 +39,9 @@ def test_one_sample_set_serves_every_subsampled_strategy_as_its_own_run_would(tm
         for metric in ("accuracy", TOKENS):
             assert _values(both, name, metric) == _values(alone, name, metric)
         assert _values(alone, name, "accuracy")  # not vacuous
+    greedy, _ = _run(tmp_path, "greedy", "greedy")
+    # the run's total: the one sample set once, plus greedy's own sample
+    assert both["generated_tokens"] == alone["generated_tokens"] + greedy["generated_tokens"]
 
 
 def test_mbr_at_k_is_the_mean_of_the_librarys_mbr_over_every_subset(tmp_path):
@@ -62,6 +65,7 @@ def test_greedy_is_one_temperature_zero_sample_at_n_1(tmp_path):
     tokens = [len(gen.generate([it.prompt], c.params)[0][0].token_ids)
               for it, c in zip(ITEMS, gen.calls)]
     assert _values(report, "greedy", TOKENS) == {1: pytest.approx(sum(tokens) / len(ITEMS))}
+    assert report["generated_tokens"] == sum(tokens) > 0  # greedy stores no sample set
 
 
 def test_cost_rows_charge_n_times_the_mean_sample(tmp_path):
