@@ -4,18 +4,32 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)  # the process umask can only be read by setting it
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once, at import (setting it is not thread-safe)
+
+
 def write_atomic(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path``: a temp file in the same folder, fsync, ``os.replace``, then
     fsync of the folder so the rename itself survives a crash. The temp file is removed on
-    error; ``path`` is untouched unless the replace happened."""
+    error; ``path`` is untouched unless the replace happened. The file gets the permissions a
+    plain ``open(path, "w")`` would give it: an existing file keeps its mode, a new one gets
+    0o666 less the umask (never the temp file's owner-only 0o600)."""
     target = Path(path)
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_UMASK
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

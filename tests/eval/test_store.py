@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 
 import pytest
 
@@ -91,6 +92,16 @@ def test_atomic_json_replaces_whole_and_leaves_no_temp(tmp_path):
     write_json_atomic(target, {"a": 2, "s": "\u2028\ud800"})
     assert json.loads(target.read_text()) == {"a": 2, "s": "\u2028\ud800"}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_atomic_json_gets_the_mode_a_plain_write_would(tmp_path):
+    plain, target = tmp_path / "plain.json", tmp_path / "results.json"
+    plain.write_text("{}")
+    write_json_atomic(target, {"a": 1})  # new: 0o666 less the umask, as open() gives
+    assert stat.S_IMODE(target.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+    target.chmod(0o640)
+    write_json_atomic(target, {"a": 2})  # existing: keeps its mode
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
 
 
 def test_atomic_json_leaves_the_old_file_when_the_object_is_not_json(tmp_path):
