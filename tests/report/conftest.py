@@ -16,8 +16,12 @@ INSTALL = ("needs Debian's chromium and Playwright: apt-get install -y chromium 
            "pip install playwright (never `playwright install`)")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium per test module: Playwright's sync API keeps an asyncio loop running on the
+    main thread while it is open, so a session-wide browser made every later test that calls
+    ``asyncio.run`` (tests/server, tests/generators) fail with "cannot be called from a running
+    event loop"."""
     executable = shutil.which("chromium")
     if executable is None or importlib.util.find_spec("playwright") is None:
         pytest.skip(INSTALL)
