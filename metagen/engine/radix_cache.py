@@ -4,8 +4,10 @@ Every request — and every step of a search (``prompt + steps so far``) — sta
 tokens here, so only the uncached suffix is prefilled (RadixAttention: Zheng et al. 2024, "SGLang:
 Efficient Execution of Structured Language Model Programs"). Every edge holds a whole number of
 blocks (each key element is the ``block_size`` token ids of one block), so a cached block is
-always full and can be shared read-only; a sequence's partial last block is never cached (as in
-vLLM's full-block prefix caching).
+always full and can be shared read-only. A finished sequence's partial last block is kept
+apart, in :attr:`RadixCache.tails` (:class:`~metagen.engine.tail_cache.TailCache`, keyed by its
+tokens and the whole-block prefix before it): the tree and the tails together are the prefix
+cache, whose blocks :meth:`cached_blocks` lists and :meth:`evict` frees (tails first).
 
 Ownership: the cache holds exactly one reference (``BlockManager.incref``) on every block it
 stores. ``match`` takes none: the caller increfs the blocks it uses and/or locks the matched node
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from itertools import count
 
 from metagen.engine.block_manager import BlockManager, IntegrityError
+from metagen.engine.tail_cache import TailCache
 from metagen.errors import InvalidParameterError
 
 BlockKey = tuple[int, ...]  # the block_size token ids of one block
@@ -92,6 +95,8 @@ class RadixCache:
         # (last_access, id, node) for every unlocked leaf, plus stale entries skipped on pop
         self._heap: list[tuple[int, int, RadixNode]] = []
         self._heap_slack = 64  # entries allowed beyond 4 per cached block before a rebuild
+        # at most a quarter of the blocks, so that kept tails never crowd out running sequences
+        self.tails = TailCache(block_manager, block_manager.num_blocks // 4)
 
     @property
     def root(self) -> RadixNode:
@@ -99,18 +104,19 @@ class RadixCache:
 
     @property
     def num_cached_blocks(self) -> int:
-        """Blocks stored in the tree (each holds one cache reference)."""
-        return self._num_cached
+        """Blocks stored in the tree and the tails (each holds one cache reference)."""
+        return self._num_cached + len(self.tails)
 
     @property
     def evictable_blocks(self) -> int:
         """Cached blocks in unlocked nodes. Evicting them frees those whose only reference is the
-        cache's; blocks a running sequence still holds stay allocated."""
-        return self._num_evictable
+        cache's; blocks a running sequence still holds stay allocated. Tails are never locked."""
+        return self._num_evictable + len(self.tails)
 
     def cached_blocks(self) -> list[int]:
-        """Every block id stored in the tree (no order promised)."""
-        return list(self._owner)
+        """Every block id stored in the tree or the tails, once per cache reference (no order
+        promised)."""
+        return list(self._owner) + self.tails.blocks()
 
     def match(self, tokens: Sequence[int]) -> MatchResult:
         """Longest cached prefix of ``tokens`` in whole blocks. Touches the LRU clock along the
@@ -173,8 +179,9 @@ class RadixCache:
         self._push(node)  # a leaf whose last lock went is a candidate again
 
     def evict(self, num_blocks: int) -> int:
-        """Free up to ``num_blocks`` blocks, least recently used unlocked leaves first; return
-        how many were freed.
+        """Free up to ``num_blocks`` blocks: kept tails first (each is less than a block of
+        tokens to recompute), then least recently used unlocked leaves; return how many were
+        freed.
 
         A leaf is trimmed from its tail; an emptied leaf is removed and a parent that becomes an
         unlocked leaf joins the candidates. A block counts as freed only if the cache's reference
@@ -184,7 +191,7 @@ class RadixCache:
         """
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 0:
             raise InvalidParameterError("num_blocks", num_blocks, "must be a non-negative integer")
-        bm, freed = self.block_manager, 0
+        bm, freed = self.block_manager, self.tails.evict(num_blocks)
         while freed < num_blocks and self._num_evictable and self._heap:
             stamp, _, node = heapq.heappop(self._heap)
             if not self._is_candidate(node) or stamp != node.last_access:
@@ -216,6 +223,7 @@ class RadixCache:
         if locked:
             raise InvalidParameterError("reset", f"{locked} lock(s) held",
                                         "unlock every node before resetting the cache")
+        self.tails.clear()
         self.block_manager.free(list(self._owner))
         for n in self._nodes():
             n.parent = None
@@ -229,7 +237,7 @@ class RadixCache:
         children are keyed by their first block and point back to their parent; ``lock_ref ==
         direct_locks + sum(children lock_ref)``; a parent is accessed no earlier than its children;
         every unlocked leaf is in the eviction heap; each cached block is stored once with refcount
-        >= 1; the counters match the tree. Then checks the block manager."""
+        >= 1 (kept tails too); the counters match the tree. Then checks the block manager."""
         bs, root = self.block_size, self._root
         if root.parent is not None or root.key or root.blocks or root.lock_ref or root.direct_locks:
             raise IntegrityError(f"malformed root {root!r}")
@@ -264,6 +272,9 @@ class RadixCache:
                                  f" map, counter {self._num_cached}")
         if evictable != self._num_evictable:
             raise IntegrityError(f"{evictable} evictable blocks, counter {self._num_evictable}")
+        for b in self.tails.blocks():
+            if self.block_manager.refcount(b) < 1:
+                raise IntegrityError(f"kept tail block {b} has refcount 0")
         self.block_manager.check_integrity()
 
     # -- internals -------------------------------------------------------------------------

@@ -4,10 +4,12 @@ Every step (``schedule``), running sequences go first in arrival order (a decode
 an unfinished prompt a chunk of it), then waiting sequences are admitted while the token budget
 (``max_num_batched_tokens``) and ``max_num_seqs`` allow: long prompts are prefilled in chunks
 (chunked prefill), and requests join and leave the batch at every step. A newly admitted sequence
-first takes the longest cached prefix of its tokens from the radix cache (incref'ing its blocks).
+first takes the longest cached prefix of its tokens from the radix cache (incref'ing its blocks),
+then, where one continues it, the partial last block a finished sequence left (the cache's
+tails, :mod:`metagen.engine.tail_cache`: a search's next step starts on all of its computed KV).
 
 Memory never runs out with a crash: when a sequence needs blocks and none are free, the prefix
-cache is evicted (LRU), then the most recently admitted running sequence is preempted by
+cache is evicted (LRU; kept partial blocks first), then the most recently admitted running sequence is preempted by
 recompute (its blocks are freed and it goes back to the head of the queue, its tokens kept). A
 waiting sequence holds no blocks, so the engine always makes progress as long as one sequence of
 ``max_model_len`` tokens fits in the cache (checked by the engine). A running sequence with
@@ -104,9 +106,13 @@ class Scheduler:
         take = match.blocks[:limit // self.block_size]
         if take:
             self.blocks.incref(take)
-            seq.block_table = list(take)
-            seq.num_computed_tokens = len(take) * self.block_size
-        return len(take) * self.block_size
+        seq.block_table = list(take)
+        seq.num_computed_tokens = len(take) * self.block_size
+        tail = self.radix.tails.take(seq.token_ids, len(take), limit)
+        if tail is not None:  # shared read-only: the first write copies it (_reserve)
+            seq.block_table.append(tail[0])
+            seq.num_computed_tokens += tail[1]
+        return seq.num_computed_tokens
 
     def _reserve(self, seq: Sequence, n: int) -> bool:
         """Make ``block_table`` cover ``num_computed + n`` tokens with writable blocks."""
@@ -158,11 +164,14 @@ class Scheduler:
             self.radix.insert(seq.token_ids[:n * self.block_size], seq.block_table[:n])
 
     def finish(self, seq: Sequence) -> None:
-        """Remove a finished/aborted sequence: cache its blocks, free them, drop it from the lists."""
+        """Remove a finished/aborted sequence: cache its blocks (whole ones in the radix cache,
+        the partial last one in the tail cache), free them, drop it from the lists."""
         if seq.status is Status.RUNNING:
             self.running.remove(seq)
             if seq.error is None:
                 self.cache_prefix(seq)
+                if self.radix is not None:
+                    self.radix.tails.put(seq.token_ids, seq.num_computed_tokens, seq.block_table)
         elif seq.status is Status.WAITING:
             self.waiting.remove(seq)
         self._release(seq)
