@@ -10,7 +10,7 @@ from benchmarks import engine_bench
 
 def test_workload_e_rows_and_prefill_invariant(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("METAGEN_BENCH_PEERS", "metagen")
-    data = engine_bench.run(quick=True, cache_dir=tmp_path / "models", workload_names="E",
+    data = engine_bench.run(quick=True, cache_dir=tmp_path / "models", workload_names="E", threads=[1],
                             log=lambda _m: None)
     search, bon = [r for r in data["rows"] if r["workload"] == "E"]
     assert search["variant"].startswith("step search") and bon["variant"].startswith("best-of-")
