@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from metagen.engine.native.dispatch import rule
+from metagen.engine.native.dispatch import ROW_CAP
 from metagen.engine.native.library import library
 from metagen.engine.native.threads import resolve
 
@@ -109,8 +109,12 @@ class DecodeStep:
     def __init__(self, lib: ctypes.CDLL, model: LlamaModel) -> None:
         cfg = model.cfg
         assert model.cos is not None and model.sin is not None, "the model's RoPE tables"
-        # the small-row kernel's measured range at torch's thread count now (see .dispatch)
-        self.max_tokens: int = rule(lib.mg_isa(), resolve(None)).highest
+        # Every step of up to ROW_CAP tokens (the range the kernels are tested over), whatever
+        # the small-row product table says: the fused step also saves PyTorch's per-operator
+        # dispatch and runs attention natively. On a 16-core Xeon, a table measured there (rows
+        # 0-0 at 16 threads: MKL's spinning workers slowed the kernel in the microbenchmark)
+        # took A from 298 to 51 tok/s when it gated this step too.
+        self.max_tokens: int = ROW_CAP
         self.threads: int | None = None  # threads per call; None: torch's count at the call
         self._fn = lib.mg_decode_step
         self._fn.restype = ctypes.c_int
