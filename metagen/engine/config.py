@@ -46,7 +46,9 @@ class EngineConfig:
     Speculative decoding (engine-wide, see :mod:`metagen.engine.speculative_decoding`):
     ``speculative_model`` (a folder: a small model with the same vocabulary, run on its own
     engine) or ``prompt_lookup`` (prompt lookup with n-grams of at most this many tokens) drafts
-    up to ``num_speculative_tokens`` tokens per decoding row and step.
+    up to ``num_speculative_tokens`` tokens per decoding row and step; with
+    ``adaptive_speculation`` each row drafts as many of them as pays for its running acceptance
+    rate (:mod:`metagen.engine.adaptive_k`).
     """
 
     block_size: int = 16
@@ -63,6 +65,7 @@ class EngineConfig:
     speculative_model: str | None = None
     num_speculative_tokens: int = 4
     prompt_lookup: int | None = None
+    adaptive_speculation: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("block_size", self.block_size)
@@ -78,7 +81,7 @@ class EngineConfig:
                 self.hydragen_min_prefix, bool) or self.hydragen_min_prefix < 0:
             raise InvalidParameterError("hydragen_min_prefix", self.hydragen_min_prefix,
                                         "must be an integer >= 0")
-        for name in ("prefix_cache", "hydragen"):
+        for name in ("prefix_cache", "hydragen", "adaptive_speculation"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidParameterError(name, getattr(self, name), "must be a bool")
         if self.dtype not in ("float32", "bfloat16", "float16"):

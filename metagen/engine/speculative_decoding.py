@@ -21,6 +21,10 @@ Rows that decode normally: requests with mirostat (its state is sequential), bea
 scoring requests, prefill chunks, and a request's first step before its ``n`` samples are forked
 (they speculate from their next step on). Drafts that the step's token budget cannot hold are
 dropped before the forward (:meth:`Speculator.fit`).
+
+With ``adaptive``, each row drafts the ``k`` (at most ``num_speculative_tokens``) that maximises
+its expected tokens per cost, from its own running acceptance rate and the cost of a draft step
+(:mod:`metagen.engine.adaptive_k`); otherwise every row drafts ``num_speculative_tokens``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from metagen.decoding import (
 )
 from metagen.decoding.sampler import top_logprobs_rows
 from metagen.decoding.speculative import speculative_accept
+from metagen.engine.adaptive_k import AcceptanceTracker, best_k, draft_step_cost
 from metagen.engine.proposers import NgramProposer, Proposer
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 
@@ -64,16 +69,34 @@ class SpecStats:
 
 
 class Speculator:
-    """Drafts, fits and verifies the speculative rows of one engine (module docstring)."""
+    """Drafts, fits and verifies the speculative rows of one engine (module docstring).
 
-    def __init__(self, proposer: Proposer, num_speculative_tokens: int = 4) -> None:
+    ``adaptive``: choose each row's ``k`` (module docstring), a draft step costing
+    ``draft_cost`` target decode steps (0: prompt lookup)."""
+
+    def __init__(self, proposer: Proposer, num_speculative_tokens: int = 4,
+                 adaptive: bool = False, draft_cost: float = 0.0) -> None:
         k = num_speculative_tokens
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
             raise InvalidParameterError("num_speculative_tokens", k,
                                         f"must be an integer in [1, {MAX_SPECULATIVE_TOKENS}]")
+        if not isinstance(adaptive, bool):
+            raise InvalidParameterError("adaptive", adaptive, "must be a bool")
+        if not draft_cost >= 0.0:
+            raise InvalidParameterError("draft_cost", draft_cost, "must be >= 0")
         self.proposer, self.k = proposer, k
+        self.adaptive, self.draft_cost = adaptive, float(draft_cost)
         self.stats = SpecStats()
         self._drafted: list[Seq] = []
+        self._trackers: dict[int, AcceptanceTracker] = {}  # seq_id -> its acceptance (adaptive)
+
+    def row_k(self, seq: Seq) -> int:
+        """The drafts ``seq`` asks for this round: ``k``, or with ``adaptive`` the best ``k``
+        for its running acceptance rate."""
+        if not self.adaptive:
+            return self.k
+        tracker = self._trackers.setdefault(seq.seq_id, AcceptanceTracker())
+        return best_k(tracker.rate, self.k, self.draft_cost)
 
     @staticmethod
     def serves(seq: Seq) -> bool:
@@ -88,7 +111,7 @@ class Speculator:
         for seq in engine.scheduler.running:
             if self.serves(seq):
                 p = seq.state.params
-                k = min(self.k, p.max_tokens - len(seq.state.output_ids) - 1,
+                k = min(self.row_k(seq), p.max_tokens - len(seq.state.output_ids) - 1,
                         engine.max_model_len - len(seq.token_ids) - 1)
                 if k > 0:
                     rows.append(seq)
@@ -122,6 +145,7 @@ class Speculator:
         self._drafted = []
 
     def forget(self, seq: Seq) -> None:
+        self._trackers.pop(seq.seq_id, None)
         self.proposer.forget(seq.seq_id)
 
     def verify(self, engine: LLMEngine, rows: Sequence[tuple[Seq, torch.Tensor]]) -> None:
@@ -225,6 +249,8 @@ class Speculator:
             seq.num_computed_tokens = base  # the accepted drafts' KV is claimed one by one
             self.stats.proposed += nd
             self.stats.accepted += na
+            if self.adaptive:
+                self._trackers.setdefault(seq.seq_id, AcceptanceTracker()).update(nd, na)
             for t, tok in enumerate(toks):
                 engine.emit(seq, tok, chosen[t], tops[t])
                 self.stats.emitted += 1
@@ -239,9 +265,11 @@ class Speculator:
 def build_speculator(cfg: EngineConfig, engine: LLMEngine) -> Speculator | None:
     """The speculator ``cfg`` asks for: prompt lookup (``prompt_lookup`` = longest n-gram), a
     draft model (``speculative_model``, a folder with the target's vocabulary, on its own engine
-    with the same block size, dtype and device), or None."""
+    with the same block size, dtype and device), or None; ``adaptive_speculation`` chooses each
+    row's ``k``, a draft step costing its weights' bytes over the target's."""
     if cfg.prompt_lookup is not None:
-        return Speculator(NgramProposer(max_ngram=cfg.prompt_lookup), cfg.num_speculative_tokens)
+        return Speculator(NgramProposer(max_ngram=cfg.prompt_lookup), cfg.num_speculative_tokens,
+                          adaptive=cfg.adaptive_speculation)
     if cfg.speculative_model is None:
         return None
     from metagen.engine.config import EngineConfig
@@ -256,4 +284,6 @@ def build_speculator(cfg: EngineConfig, engine: LLMEngine) -> Speculator | None:
     if draft.vocab_size != engine.vocab_size:
         raise ModelLoadError(f"speculative_model {cfg.speculative_model!r} has a vocabulary of "
                              f"{draft.vocab_size} tokens; the target's has {engine.vocab_size}")
-    return Speculator(DraftModelProposer(draft), cfg.num_speculative_tokens)
+    return Speculator(DraftModelProposer(draft), cfg.num_speculative_tokens,
+                      adaptive=cfg.adaptive_speculation,
+                      draft_cost=draft_step_cost(draft.model, engine.model))

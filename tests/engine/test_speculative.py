@@ -26,11 +26,13 @@ from metagen.types import SamplingParams
 
 
 def engine(model, num_blocks: int, block_size: int = 8, proposer=None, k: int = 4, eos=(),
-           tokenizer=None) -> LLMEngine:
-    """An engine over ``model`` (end tokens ``eos``) speculating with ``proposer``."""
+           tokenizer=None, adaptive: bool = False) -> LLMEngine:
+    """An engine over ``model`` (end tokens ``eos``) speculating with ``proposer`` (with
+    ``adaptive``: k chosen per row, a draft step costing 0.5 target steps)."""
     eng = LLMEngine(model, tokenizer, EngineConfig(num_blocks=num_blocks, block_size=block_size,
                                                    device="cpu"),
-                    speculator=None if proposer is None else Speculator(proposer, k))
+                    speculator=None if proposer is None else Speculator(
+                        proposer, k, adaptive=adaptive, draft_cost=0.5 * adaptive))
     eng.eos_token_ids = tuple(eos)
     return eng
 
@@ -102,6 +104,12 @@ def test_speculative_stops_at_eos_and_max_tokens(setup) -> None:
 def test_speculative_rejects_bad_settings(setup) -> None:
     with pytest.raises(InvalidParameterError, match="num_speculative_tokens"):
         Speculator(NgramProposer(), -1)
+    with pytest.raises(InvalidParameterError, match="adaptive"):
+        Speculator(NgramProposer(), 2, adaptive=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="draft_cost"):
+        Speculator(NgramProposer(), 2, adaptive=True, draft_cost=-0.5)
+    with pytest.raises(InvalidParameterError, match="adaptive_speculation"):
+        EngineConfig(prompt_lookup=3, adaptive_speculation="yes")  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="num_speculative_tokens"):
         EngineConfig(prompt_lookup=3, num_speculative_tokens=0)
     with pytest.raises(InvalidParameterError, match="prompt_lookup"):
@@ -156,8 +164,13 @@ def _exact_three_token_law(hf, ids: list[int], top_k: int, temperature: float
     return law
 
 
-@pytest.mark.parametrize("proposer_kind", ["bad", "ngram"])
-def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind: str) -> None:
+@pytest.mark.parametrize("proposer_kind, adaptive", [("bad", False), ("ngram", False),
+                                                     ("bad", True)])
+def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind: str,
+                                             adaptive: bool) -> None:
+    """With ``adaptive`` (a draft step costing 0.5 target steps), a row's first round drafts 1
+    token (the prior acceptance 0.7 pays for no more), so x2 and x3 come from one round or two
+    instead of one round of 2 drafts: the law of (x1, x2, x3) is the target's either way."""
     tok, hf, target_model, _ = setup
     noisy = load_model(stories_path)  # a draft that agrees often but not always
     gen = torch.Generator().manual_seed(0)
@@ -169,7 +182,7 @@ def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind:
     law = _exact_three_token_law(hf, ids, top_k, temperature)
     proposer = (NgramProposer(max_ngram=2) if proposer_kind == "ngram" else
                 draft(noisy, 1024, 16))
-    target = engine(target_model, 1024, 16, proposer=proposer, k=3)
+    target = engine(target_model, 1024, 16, proposer=proposer, k=3, adaptive=adaptive)
     # the first token is sampled after the prefill; x2 and x3 come from one verification round
     # (two drafts: accepted, or rejected and resampled, then the bonus token)
     params = [SamplingParams(temperature=temperature, top_k=top_k, max_tokens=4, seed=1234 + i)
@@ -193,3 +206,7 @@ def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind:
     assert stat < crit, (stat, crit)
     if proposer_kind == "bad":
         assert 0 < stats.accepted < stats.proposed  # the rule really rejected and accepted
+    if adaptive:  # one draft in a row's first round, at most one more after a rejection
+        assert stats.proposed < 2 * n
+    elif proposer_kind == "bad":  # two drafts in every row's first round (max_tokens: no more)
+        assert stats.proposed >= 2 * n

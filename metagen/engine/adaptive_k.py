@@ -1,0 +1,103 @@
+"""How many tokens to draft: ``k`` chosen per row from its running acceptance rate.
+
+A round of speculative decoding drafts ``k`` tokens and verifies them in one target step. If each
+draft is accepted with probability ``a`` until the first rejection, the round emits on average
+``1 + a + ... + a^k`` tokens (:func:`expected_tokens`; the last one is the target's corrected or
+bonus token). Its cost, in target decode steps, is ``1 + k * (draft_cost + verify_cost)``
+(:func:`round_cost`): ``k`` draft steps of ``draft_cost`` each (0 for prompt lookup) and ``k``
+more tokens in the verification step at ``verify_cost`` each. :func:`best_k` maximises tokens
+per cost. Decoding is weight streaming plus a fixed cost per engine step (scheduling, sampling,
+Python), so a draft step's cost is a ratio of bytes with that fixed cost counted as
+:data:`STEP_OVERHEAD_BYTES` (:func:`draft_step_cost`): a draft of a tenth of the target's weights
+costs ~0.3 target steps on the engine benchmark's pair, a tiny model's draft almost a whole step.
+``verify_cost`` = 0.1 was measured on the engine benchmark's target (a 3-token native step 7.8 ms
+against ~6.5 ms for one token, ``benchmarks/README.md``).
+
+:class:`AcceptanceTracker` estimates a row's ``a`` from its own rounds only (never from the
+other rows of a batch, so a seeded row's drafts do not depend on its batch): with ``A`` drafts
+accepted and ``R`` rounds that ended in a rejection, the maximum-likelihood estimate of a
+geometric stop is ``A / (A + R)``; both counts decay by ``decay`` each round so the estimate
+follows the text (copying a number, then writing new words), from a prior of ``prior`` with the
+weight of one round. ``k`` only changes how fast a row decodes: greedy output is the target's
+greedy output and sampled output follows the target's distribution for every ``k``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from metagen.errors import InvalidParameterError
+
+VERIFY_COST = 0.1  # one more verified token, in target decode steps (module docstring)
+# An engine step's fixed cost (~2 ms on the benchmark's 2-core machine) as the bytes of weights
+# streamed in that time (~8 GB/s there).
+STEP_OVERHEAD_BYTES = 16 << 20
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Mean tokens of a round of ``k`` drafts, each accepted with probability ``acceptance``
+    until the first rejection: ``sum(acceptance**i for i in range(k + 1))``."""
+    return sum(acceptance ** i for i in range(k + 1))
+
+
+def round_cost(k: int, draft_cost: float, verify_cost: float = VERIFY_COST) -> float:
+    """Cost of a round of ``k`` drafts in target decode steps (module docstring)."""
+    return 1.0 + k * (draft_cost + verify_cost)
+
+
+def best_k(acceptance: float, k_max: int, draft_cost: float,
+           verify_cost: float = VERIFY_COST) -> int:
+    """The ``k`` in ``1..k_max`` with the most expected tokens per cost (the smallest on ties).
+
+    ``acceptance`` in [0, 1]; ``draft_cost``, ``verify_cost`` >= 0 (target decode steps)."""
+    if not 0.0 <= acceptance <= 1.0:
+        raise InvalidParameterError("acceptance", acceptance, "must be in [0, 1]")
+    if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:
+        raise InvalidParameterError("k_max", k_max, "must be a positive integer")
+    for name, cost in (("draft_cost", draft_cost), ("verify_cost", verify_cost)):
+        if not cost >= 0.0:
+            raise InvalidParameterError(name, cost, "must be >= 0")
+    rates = [expected_tokens(acceptance, k) / round_cost(k, draft_cost, verify_cost)
+             for k in range(1, k_max + 1)]
+    return 1 + max(range(k_max), key=lambda i: (rates[i], -i))
+
+
+def draft_step_cost(draft: torch.nn.Module, target: torch.nn.Module,
+                    overhead_bytes: int = STEP_OVERHEAD_BYTES) -> float:
+    """A draft decode step's cost in target steps: the ratio of their weights' bytes, each
+    step's fixed cost counted as ``overhead_bytes`` more."""
+    def nbytes(m: torch.nn.Module) -> int:
+        return sum(p.numel() * p.element_size() for p in m.parameters()) + overhead_bytes
+    return nbytes(draft) / nbytes(target)
+
+
+@dataclass(slots=True)
+class AcceptanceTracker:
+    """A row's running acceptance estimate (module docstring)."""
+
+    prior: float = 0.7
+    decay: float = 0.8
+    accepted: float = 0.0
+    rejected: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.prior <= 1.0:
+            raise InvalidParameterError("prior", self.prior, "must be in [0, 1]")
+        if not 0.0 < self.decay <= 1.0:
+            raise InvalidParameterError("decay", self.decay, "must be in (0, 1]")
+        if self.accepted == 0.0 and self.rejected == 0.0:
+            self.accepted, self.rejected = self.prior, 1.0 - self.prior
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def update(self, num_draft: int, num_accepted: int) -> None:
+        """Record a verified round: ``num_accepted`` of ``num_draft`` drafts accepted (a round
+        without drafts records nothing)."""
+        if num_draft <= 0:
+            return
+        self.accepted = self.decay * self.accepted + num_accepted
+        self.rejected = self.decay * self.rejected + (num_accepted < num_draft)

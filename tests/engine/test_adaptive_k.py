@@ -1,0 +1,94 @@
+"""Choosing k for speculative decoding: the round model's golden values and invariants, the
+acceptance tracker's estimate, and parameter errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from metagen.engine.adaptive_k import (
+    AcceptanceTracker, best_k, draft_step_cost, expected_tokens, round_cost,
+)
+from metagen.errors import InvalidParameterError
+
+
+@pytest.mark.parametrize("a", [0.0, 0.3, 0.75, 0.99])
+@pytest.mark.parametrize("k", [0, 1, 4])
+def test_expected_tokens_is_the_geometric_closed_form(a: float, k: int) -> None:
+    assert expected_tokens(a, k) == pytest.approx((1 - a ** (k + 1)) / (1 - a))
+
+
+def test_best_k_golden_values() -> None:
+    # the benchmark pair: a = 0.8, draft 0.3, verify 0.1 -> rates 1.286, 1.356, 1.342, 1.292
+    assert best_k(0.8, 6, draft_cost=0.3, verify_cost=0.1) == 2
+    assert best_k(1.0, 6, draft_cost=0.0) == 6  # free drafts, always accepted: as many as allowed
+    assert best_k(0.0, 6, draft_cost=0.0) == 1  # never accepted: the least
+    assert best_k(0.9, 6, draft_cost=0.05, verify_cost=0.05) == 6
+    assert round_cost(2, 0.3, 0.1) == pytest.approx(1.8)
+
+
+def test_best_k_is_monotone_in_acceptance_and_cost() -> None:
+    grid = [i / 50 for i in range(51)]
+    for cost in (0.0, 0.1, 0.3, 0.7):
+        ks = [best_k(a, 16, cost) for a in grid]
+        assert ks == sorted(ks)  # more acceptance, never fewer drafts
+        assert ks[-1] > ks[0]
+    for a in (0.5, 0.8, 0.95):
+        ks = [best_k(a, 16, c / 20) for c in range(21)]
+        assert ks == sorted(ks, reverse=True)  # dearer drafts, never more of them
+
+
+def test_tracker_estimates_the_geometric_acceptance() -> None:
+    t = AcceptanceTracker(prior=0.7, decay=1.0)
+    assert t.rate == pytest.approx(0.7)
+    t.update(2, 2)  # all accepted: no rejection
+    t.update(3, 1)  # one accepted, then a rejection
+    t.update(0, 0)  # no drafts: nothing learned
+    assert t.rate == pytest.approx((0.7 + 3) / (0.7 + 3 + 0.3 + 1))
+    # a rate of 0.8 per draft, drawn: the estimate converges to it
+    gen = torch.Generator().manual_seed(0)
+    t = AcceptanceTracker(decay=1.0)
+    for _ in range(4000):
+        u = torch.rand(4, generator=gen).tolist()
+        na = next((i for i, x in enumerate(u) if x >= 0.8), 4)
+        t.update(4, na)
+    assert t.rate == pytest.approx(0.8, abs=0.02)
+
+
+def test_tracker_follows_a_change_with_decay() -> None:
+    fast, slow = AcceptanceTracker(decay=0.8), AcceptanceTracker(decay=1.0)
+    for t in (fast, slow):
+        for _ in range(30):
+            t.update(4, 4)
+    assert fast.rate > 0.99
+    for t in (fast, slow):
+        for _ in range(10):
+            t.update(4, 0)
+    # every draft rejected for 10 rounds: the decayed estimate has left 1 (accepted weight
+    # 20 * 0.8**10 = 2.1 against 5 * (1 - 0.8**10) = 4.5 rejections); without decay it stays high
+    assert fast.rate == pytest.approx(0.32, abs=0.01)
+    assert slow.rate > 0.9
+
+
+def test_draft_step_cost_is_a_byte_ratio() -> None:
+    small, big = torch.nn.Linear(10, 10), torch.nn.Linear(10, 30)  # 110 and 330 parameters
+    assert draft_step_cost(small, big, overhead_bytes=0) == pytest.approx(110 / 330)
+    assert draft_step_cost(small, big, overhead_bytes=440) == pytest.approx(880 / 1760)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"acceptance": 1.5, "k_max": 4, "draft_cost": 0.1}, "acceptance"),
+    ({"acceptance": 0.5, "k_max": 0, "draft_cost": 0.1}, "k_max"),
+    ({"acceptance": 0.5, "k_max": 4, "draft_cost": float("nan")}, "draft_cost"),
+    ({"acceptance": 0.5, "k_max": 4, "draft_cost": 0.1, "verify_cost": -1.0}, "verify_cost"),
+])
+def test_best_k_rejects_bad_parameters(kwargs: dict, name: str) -> None:
+    with pytest.raises(InvalidParameterError, match=name):
+        best_k(**kwargs)
+
+
+def test_tracker_rejects_bad_parameters() -> None:
+    with pytest.raises(InvalidParameterError, match="prior"):
+        AcceptanceTracker(prior=2.0)
+    with pytest.raises(InvalidParameterError, match="decay"):
+        AcceptanceTracker(decay=0.0)
