@@ -93,6 +93,10 @@ class SamplingParams:
     - ``seed`` makes sample ``i`` a pure function of (seed, i), whatever else is in the batch;
       ``None`` or -1 means random.
     - ``logprobs`` k >= 0 returns the top-k alternatives of the model's own distribution per token.
+    - ``regex``, ``json_schema`` (dict or JSON string), ``grammar`` (Lark) and ``choice`` (a list
+      of strings) constrain the output to a language; at most one may be set, and a malformed one
+      is rejected here naming the field (V19; :mod:`metagen.constraints`). EOS is allowed only
+      where the language accepts.
     """
 
     n: int = 1
@@ -119,6 +123,10 @@ class SamplingParams:
     ignore_eos: bool = False
     seed: int | None = None
     logprobs: int | None = None
+    regex: str | None = None
+    json_schema: Mapping[str, Any] | str | None = None
+    grammar: str | None = None
+    choice: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -172,6 +180,29 @@ class SamplingParams:
                 put(self, "seed", None)
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        self._check_constraint()
+
+    def _check_constraint(self) -> None:
+        if self.regex is None and self.json_schema is None and self.grammar is None \
+                and self.choice is None:
+            return
+        from metagen import constraints  # llguidance stays optional and unimported until used
+        values = {}
+        for name in constraints.CONSTRAINT_FIELDS:
+            values[name] = constraints.normalize_constraint(name, getattr(self, name))
+            object.__setattr__(self, name, values[name])
+        chosen = constraints.active_constraint(values)
+        if chosen is not None:
+            constraints.check_syntax(*chosen)
+
+    @property
+    def constraint(self) -> tuple[str, Any] | None:
+        """``(field, value)`` of the output constraint, or ``None`` (see the class docstring)."""
+        for name in ("regex", "json_schema", "grammar", "choice"):
+            value = getattr(self, name)
+            if value is not None:
+                return name, value
+        return None
 
     def _check_logit_bias(self) -> None:
         if self.logit_bias is None:

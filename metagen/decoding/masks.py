@@ -88,6 +88,18 @@ def keep_only(logits: torch.Tensor, allowed: torch.Tensor, active: torch.Tensor)
     return logits.masked_fill(~allowed & active[:, None], NEG_INF)
 
 
+def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``(B, V)`` bool from a ``(B, W)`` int32 bitmask (token ``t`` is bit ``t % 32`` of word
+    ``t // 32``, llguidance's layout); tokens past ``32 * W`` are False."""
+    bits = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    flat = ((bitmask[:, :, None] >> bits) & 1).bool().reshape(bitmask.shape[0], -1)
+    if flat.shape[1] >= vocab_size:
+        return flat[:, :vocab_size]
+    pad = torch.zeros((flat.shape[0], vocab_size - flat.shape[1]), dtype=torch.bool,
+                      device=flat.device)
+    return torch.cat([flat, pad], dim=1)
+
+
 def banned_by_bad_words(tokens: Sequence[int], bad_words_ids: Sequence[Sequence[int]]) -> list[int]:
     """Last tokens of the bad words that the next token would complete.
 

@@ -3,7 +3,8 @@
 Order (each stage sees the previous stage's output; removed tokens are ``-inf``):
 
 1. hard constraints and biases: ``logit_bias`` (added) -> ``allowed_token_ids`` (everything else
-   removed) -> ``bad_words`` -> ``no_repeat_ngram_size`` -> end-token suppression
+   removed) -> the output constraint (``regex`` / ``json_schema`` / ``grammar`` / ``choice``:
+   what the language forbids next removed, :mod:`metagen.decoding.constraint_mask`) -> ``bad_words`` -> ``no_repeat_ngram_size`` -> end-token suppression
    (``min_tokens``: EOS and ``stop_token_ids`` while the output is shorter; ``ignore_eos``: EOS
    always);
 2. penalties: repetition (prompt + output) -> presence and frequency (output);
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 import torch
 
 from metagen.decoding.batch import BatchParams, gather_params
+from metagen.decoding.constraint_mask import apply_constraints
 from metagen.decoding.masks import (
     apply_bias, banned_by_bad_words, banned_by_ngram, bias_matrix, keep_only, mask_ids,
     rows_to_mask, suppressed_end_tokens,
@@ -79,6 +81,8 @@ def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor
     if any(a is not None for a in allowed):
         active = torch.tensor([a is not None for a in allowed], dtype=torch.bool, device=dev)
         x = keep_only(x, rows_to_mask(allowed, vocab, dev), active)
+    if any(s.constraint is not None for s in seqs):
+        x = apply_constraints(x, seqs)
     banned: list[list[int] | None] = []
     for s in seqs:
         p = s.params

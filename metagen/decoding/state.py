@@ -9,8 +9,24 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
 
 from metagen.types import SEED_MAX, SamplingParams
+
+
+class TokenConstraint(Protocol):
+    """A sequence's output language (:class:`metagen.decoding.grammar.GrammarMatcher`)."""
+
+    def copy(self) -> TokenConstraint:
+        """An independent copy in the same state."""
+
+    def sync(self, output_ids: list[int]) -> bool:
+        """Follow ``output_ids`` (rolling back as needed); False if the language refuses them."""
+
+    def fill(self, bitmask: torch.Tensor, row: int) -> None:
+        """Write the allowed next tokens into ``bitmask[row]`` (int32 bits, CPU)."""
 
 
 def fresh_seed() -> int:
@@ -44,6 +60,7 @@ class SequenceState:
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     mirostat_mu: float | None = None
     rng_seed: int | None = None
+    constraint: TokenConstraint | None = None
 
     def __post_init__(self) -> None:
         if self.rng_seed is None:
@@ -63,4 +80,5 @@ class SequenceState:
             params=self.params, prompt_ids=list(self.prompt_ids), output_ids=list(self.output_ids),
             sample_index=sample_index, eos_token_ids=self.eos_token_ids,
             bad_words_ids=self.bad_words_ids, mirostat_mu=self.mirostat_mu,
-            rng_seed=self.rng_seed)
+            rng_seed=self.rng_seed,
+            constraint=None if self.constraint is None else self.constraint.copy())

@@ -43,6 +43,7 @@ import torch
 
 from metagen.beam_params import BeamSearchParams
 from metagen.decoding import SequenceState, decode_step
+from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.masks import bad_words_ids
 from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
@@ -112,6 +113,7 @@ class LLMEngine:
         self._req_ids = itertools.count()
         self.scorer = EngineScorer(self)
         self.speculator = speculator if speculator is not None else build_speculator(cfg, self)
+        self.constraints = ConstraintSource(tokenizer, self.vocab_size, self.eos_token_ids)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None,
@@ -141,8 +143,10 @@ class LLMEngine:
         ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         if isinstance(params, BeamSearchParams):
             return ids, check_beam_params(params, len(ids), self.max_model_len, self.blocks)
-        return ids, check_params(params, len(ids), self.vocab_size, self.max_model_len,
-                                 self.tokenizer is not None)
+        checked = check_params(params, len(ids), self.vocab_size, self.max_model_len,
+                               self.tokenizer is not None)
+        self.constraints.check(checked)  # compiled (and cached) now: rejected at request time
+        return ids, checked
 
     def add_request(self, prompt_ids: Sequence[int],
                     params: SamplingParams | BeamSearchParams | None = None,
@@ -160,10 +164,11 @@ class LLMEngine:
                 checked, self.eos_token_ids, self.tokenizer, ids))
             self.enqueue(req, SequenceState(sp, list(ids)), Detokenizer(None, ()))
             return rid
+        matcher = self.constraints.matcher(checked)
         req = Request(rid, ids, checked)
         bad = bad_words_ids(self.tokenizer, checked.bad_words) if checked.bad_words else ()
         state = SequenceState(checked, list(ids), eos_token_ids=self.eos_token_ids,
-                              bad_words_ids=bad)
+                              bad_words_ids=bad, constraint=matcher)
         seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop))
         seq.pending_fork = checked.n - 1
         return rid
