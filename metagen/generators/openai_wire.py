@@ -23,7 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from metagen.constraints import CONSTRAINT_FIELDS
 from metagen.errors import BackendProtocolError, CapabilityError, InvalidParameterError
+from metagen.generators.openai_structured import structured_fields, unsupported
 from metagen.generators.base import Prompt, continues_assistant
 from metagen.types import SEED_MAX, Completion, FinishReason, SamplingParams
 
@@ -122,7 +124,11 @@ def check_supported(params: SamplingParams, dialect: Dialect) -> None:
     cannot honour (including top-k logprobs without token ids)."""
     ext = _EXTENSIONS[dialect.name]
     lacking = [name for name in params.to_dict()
-               if name not in _STANDARD and name not in ext and _is_set(params, name)]
+               if name not in _STANDARD and name not in ext and name not in CONSTRAINT_FIELDS
+               and _is_set(params, name)]
+    constraint = unsupported(params, dialect.name)
+    if constraint is not None:
+        lacking.append(f"{constraint} (structured output)")
     if params.logprobs and not dialect.token_ids:
         lacking.append(f"logprobs={params.logprobs} (top-k alternatives need token ids)")
     if lacking:
@@ -180,6 +186,7 @@ def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int
             if name == "top_k":  # 0 and -1 both disable top-k here; llama.cpp takes 0
                 value = max(value, 0)
             body[wire] = list(value) if isinstance(value, tuple) else value
+    body.update(structured_fields(params, dialect.name))
     if dialect.name == "vllm":
         body["include_stop_str_in_output"] = False
     return (CHAT if chat else COMPLETIONS), body
