@@ -88,11 +88,15 @@ def keep_only(logits: torch.Tensor, allowed: torch.Tensor, active: torch.Tensor)
     return logits.masked_fill(~allowed & active[:, None], NEG_INF)
 
 
+_BYTE_BITS = ((torch.arange(256)[:, None] >> torch.arange(8)) & 1).bool()  # (256, 8)
+
+
 def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """``(B, V)`` bool from a ``(B, W)`` int32 bitmask (token ``t`` is bit ``t % 32`` of word
     ``t // 32``, llguidance's layout); tokens past ``32 * W`` are False."""
-    bits = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-    flat = ((bitmask[:, :, None] >> bits) & 1).bool().reshape(bitmask.shape[0], -1)
+    table = _BYTE_BITS.to(bitmask.device)  # one gather: byte value -> its 8 bits, low first
+    octets = bitmask.contiguous().view(torch.uint8).to(torch.int64)  # little-endian words
+    flat = table[octets].reshape(bitmask.shape[0], -1)
     if flat.shape[1] >= vocab_size:
         return flat[:, :vocab_size]
     pad = torch.zeros((flat.shape[0], vocab_size - flat.shape[1]), dtype=torch.bool,

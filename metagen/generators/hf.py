@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from metagen.decoding import SequenceState
+from metagen.decoding.grammar import ConstraintSource
 from metagen.device import resolve_device
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.generators.base import Capabilities, Prompt, check_prompts
@@ -146,6 +147,7 @@ class HFGenerator:
         head = model.get_output_embeddings()
         self.vocab_size = int(head.weight.shape[0] if head is not None
                               else model.config.vocab_size)
+        self.constraints = ConstraintSource(tokenizer, self.vocab_size, tuple(self.eos_ids))
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
             else model.config
         self.context_length = int(getattr(config, "max_position_embeddings", None)
@@ -212,8 +214,10 @@ class HFGenerator:
         prompt_ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
         self._check_request(prompt_ids, params)
         bad = bad_words_ids(self.tokenizer, params.bad_words)
+        matcher = self.constraints.matcher(params)  # compiled before any row runs (V19)
         rows = [Row(i, SequenceState(params=params, prompt_ids=list(ids), sample_index=j,
-                                     eos_token_ids=self.eos_ids, bad_words_ids=bad))
+                                     eos_token_ids=self.eos_ids, bad_words_ids=bad,
+                                     constraint=None if matcher is None else matcher.copy()))
                 for i, ids in enumerate(prompt_ids) for j in range(params.n)]
         for lo in range(0, len(rows), self.max_batch_rows):
             self._run(rows[lo:lo + self.max_batch_rows], params)
