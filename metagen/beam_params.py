@@ -10,9 +10,11 @@ arrives.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, Union
 
+from metagen.constraints import check_constraint_fields, constraint_of
 from metagen.errors import InvalidParameterError
 from metagen.types import MAX_TOKENS_CAP, MAX_WORK_TOKENS, SEED_MAX
 
@@ -60,6 +62,10 @@ class BeamSearchParams:
     diversity_penalty: float = 0.0
     stochastic: bool = False
     seed: int | None = None
+    regex: str | None = None
+    json_schema: Mapping[str, Any] | str | None = None
+    grammar: str | None = None
+    choice: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -91,6 +97,14 @@ class BeamSearchParams:
             raise InvalidParameterError(
                 "num_beams", self.num_beams, f"num_beams * max_tokens exceeds the work cap "
                 f"{MAX_WORK_TOKENS}")
+        check_constraint_fields(self)
+
+    @property
+    def constraint(self) -> tuple[str, Any] | None:
+        """``(field, value)`` of the output constraint, or ``None``: as on
+        :class:`~metagen.types.SamplingParams`, every beam stays in the language, and beam scores
+        are log-probabilities renormalized over the tokens the language allows."""
+        return constraint_of(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict of every field."""

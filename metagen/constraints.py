@@ -97,6 +97,27 @@ def active_constraint(values: Mapping[str, Any]) -> tuple[str, Any] | None:
     return chosen[0] if chosen else None
 
 
+def check_constraint_fields(params: Any) -> None:
+    """Normalize the constraint fields of the frozen dataclass ``params`` in place and check
+    them: the value shapes, at most one set, its syntax (:func:`check_syntax`)."""
+    values = {}
+    for name in CONSTRAINT_FIELDS:
+        values[name] = normalize_constraint(name, getattr(params, name))
+        object.__setattr__(params, name, values[name])
+    chosen = active_constraint(values)
+    if chosen is not None:
+        check_syntax(*chosen)
+
+
+def constraint_of(params: Any) -> tuple[str, Any] | None:
+    """``(field, value)`` of the constraint set on ``params`` (checked fields), else ``None``."""
+    for name in CONSTRAINT_FIELDS:
+        value = getattr(params, name, None)
+        if value is not None:
+            return name, value
+    return None
+
+
 def grammar_text(name: str, value: Any) -> str:
     """llguidance's grammar for constraint ``name`` with normalized ``value`` (llguidance
     installed; syntax not checked here)."""

@@ -187,22 +187,13 @@ class SamplingParams:
                 and self.choice is None:
             return
         from metagen import constraints  # llguidance stays optional and unimported until used
-        values = {}
-        for name in constraints.CONSTRAINT_FIELDS:
-            values[name] = constraints.normalize_constraint(name, getattr(self, name))
-            object.__setattr__(self, name, values[name])
-        chosen = constraints.active_constraint(values)
-        if chosen is not None:
-            constraints.check_syntax(*chosen)
+        constraints.check_constraint_fields(self)
 
     @property
     def constraint(self) -> tuple[str, Any] | None:
         """``(field, value)`` of the output constraint, or ``None`` (see the class docstring)."""
-        for name in ("regex", "json_schema", "grammar", "choice"):
-            value = getattr(self, name)
-            if value is not None:
-                return name, value
-        return None
+        from metagen.constraints import constraint_of
+        return constraint_of(self)
 
     def _check_logit_bias(self) -> None:
         if self.logit_bias is None:

@@ -17,13 +17,20 @@ its mask allows only EOS.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from metagen.constraints import grammar_text, require_llguidance
 from metagen.errors import InvalidParameterError
-from metagen.types import SamplingParams
+
+
+class Constrained(Protocol):
+    """Request parameters that may carry an output constraint (SamplingParams,
+    BeamSearchParams)."""
+
+    @property
+    def constraint(self) -> tuple[str, Any] | None: ...
 
 
 class GrammarMatcher:
@@ -148,12 +155,12 @@ class ConstraintSource:
             self._compiler = GrammarCompiler(*self._args)
         return self._compiler
 
-    def check(self, params: SamplingParams) -> None:
+    def check(self, params: Constrained) -> None:
         """Compile ``params.constraint`` now (cached), raising as :meth:`matcher` does."""
         if params.constraint is not None:
             self.matcher(params)
 
-    def matcher(self, params: SamplingParams) -> GrammarMatcher | None:
+    def matcher(self, params: Constrained) -> GrammarMatcher | None:
         """A fresh matcher for ``params.constraint`` (``None`` when unconstrained). Raises
         :class:`InvalidParameterError` naming the field when the backend has no tokenizer or the
         constraint does not compile."""

@@ -35,6 +35,7 @@ from metagen.beam_params import BeamSearchParams
 from metagen.decoding.beam import (
     BeamMove, BeamParams, BeamState, Finished, StochasticBeamState, beam_step, best_hypotheses,
     diversity_penalty, stochastic_beam_step)
+from metagen.decoding.constraint_mask import apply_constraints
 from metagen.decoding.state import fresh_seed
 from metagen.engine.outputs import RequestOutput
 from metagen.errors import NumericalError
@@ -81,7 +82,7 @@ class BeamDriver:
         live = self._live()
         if any(s.seq_id not in self.ready for s in live):
             return  # wait (parked) until every live beam has its logits
-        rows = torch.stack([self.ready[s.seq_id] for s in live])  # (W_live, V)
+        rows = constrained(torch.stack([self.ready[s.seq_id] for s in live]), live)  # (W, V)
         self.ready.clear()
         log_probs = torch.log_softmax(rows.float(), dim=-1)
         # log_probs hold NaN iff a row held NaN or +inf, or no finite value; their sum is NaN
@@ -149,7 +150,8 @@ class StochasticBeamDriver:
             self.ready[seq.seq_id] = row
         if any(s.seq_id not in self.ready for s in self.beams):
             return
-        rows = torch.stack([self.ready[s.seq_id] for s in self.beams])  # (R, V)
+        rows = constrained(torch.stack([self.ready[s.seq_id] for s in self.beams]),
+                           self.beams)  # (R, V)
         self.ready.clear()
         lp = torch.log_softmax(rows.double(), dim=-1)
         if math.isnan(float(lp.sum())):  # a row held NaN or +inf, or no finite value
@@ -171,6 +173,15 @@ class StochasticBeamDriver:
         return RequestOutput(request.request_id, request.prompt_ids, comps,
                              [self.error] * len(comps) if comps else [self.error],
                              request.num_cached_tokens)
+
+
+def constrained(rows: torch.Tensor, beams: Sequence[Seq]) -> torch.Tensor:
+    """``rows`` (one per beam) with what each beam's output constraint forbids set to -inf
+    (unchanged without a constraint): the log-softmax after it renormalizes over the language."""
+    states = [s.state for s in beams]
+    if all(st.constraint is None for st in states):
+        return rows
+    return apply_constraints(rows, states)
 
 
 def advance(engine: LLMEngine, live: list[Seq], moves: list[tuple[list[Seq], BeamMove]]

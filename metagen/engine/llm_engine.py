@@ -142,7 +142,9 @@ class LLMEngine:
         """Raise InvalidPromptError / InvalidParameterError for a request the engine cannot serve."""
         ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         if isinstance(params, BeamSearchParams):
-            return ids, check_beam_params(params, len(ids), self.max_model_len, self.blocks)
+            beam = check_beam_params(params, len(ids), self.max_model_len, self.blocks)
+            self.constraints.check(beam)
+            return ids, beam
         checked = check_params(params, len(ids), self.vocab_size, self.max_model_len,
                                self.tokenizer is not None)
         self.constraints.check(checked)  # compiled (and cached) now: rejected at request time
@@ -162,7 +164,9 @@ class LLMEngine:
             sp = SamplingParams(temperature=0.0, max_tokens=checked.max_tokens, ignore_eos=True)
             req = Request(rid, ids, sp, driver=make_beam_driver(
                 checked, self.eos_token_ids, self.tokenizer, ids))
-            self.enqueue(req, SequenceState(sp, list(ids)), Detokenizer(None, ()))
+            self.enqueue(req, SequenceState(sp, list(ids),
+                                            constraint=self.constraints.matcher(checked)),
+                         Detokenizer(None, ()))
             return rid
         matcher = self.constraints.matcher(checked)
         req = Request(rid, ids, checked)

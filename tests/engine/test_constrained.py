@@ -180,3 +180,36 @@ def test_constraint_without_tokenizer_is_refused(spec_models) -> None:
     with pytest.raises(InvalidParameterError, match="tokenizer") as info:
         eng.add_request([1, 2, 3], SamplingParams(regex="a+"))
     assert info.value.param == "regex"
+
+
+def test_beam_search_keeps_a_matcher_per_beam(stories) -> None:
+    """Every hypothesis of a constrained beam search is in the language (beams fork and extend
+    their own matchers); one beam is constrained greedy decoding."""
+    from metagen.beam_params import BeamSearchParams
+    ids = stories.tokenizer("Once upon a time")["input_ids"]
+
+    def beam_search(engine, prompts, params):
+        return [engine.run_until_done([engine.add_request(p, params)])[0].outputs
+                for p in prompts]
+
+    pattern = r"(Tom|Lily) (ran|sat|ate)( and (ran|sat|ate)){0,3}\."
+    out = beam_search(stories, [ids], BeamSearchParams(num_beams=4, num_return_sequences=4,
+                                                       max_tokens=30, regex=pattern))[0]
+    texts = [c.text for c in out]
+    assert len({c.token_ids for c in out}) == 4  # distinct beams (texts may tokenize alike)
+    assert all(re.fullmatch(pattern, t) for t in texts), texts
+    one = beam_search(stories, [ids], BeamSearchParams(num_beams=1, max_tokens=30,
+                                                       regex=pattern))[0][0]
+    greedy = stories.generate([ids], SamplingParams(temperature=0.0, max_tokens=30,
+                                                    regex=pattern))[0].outputs[0]
+    assert one.token_ids == greedy.token_ids
+
+
+def test_beam_search_invalid_constraint_fails_at_request_time(stories) -> None:
+    from metagen.beam_params import BeamSearchParams
+    with pytest.raises(InvalidParameterError) as info:
+        BeamSearchParams(num_beams=2, regex="(")
+    assert info.value.param == "regex"
+    with pytest.raises(InvalidParameterError) as info:
+        stories.add_request([1, 2, 3], BeamSearchParams(num_beams=2, regex=r"[^\s\S]"))
+    assert info.value.param == "regex"
