@@ -10,6 +10,7 @@ Step-level search and refinement (the second half): step_beam_search, dvts, best
 tree_of_thoughts, mcts, rebase, self_refine, refine_with_feedback, treefinement.
 """
 
+from metagen.strategies.adaptive_vote import adaptive_self_consistency
 from metagen.strategies.best_first import best_first
 from metagen.strategies.best_of_n import BestOfN, best_of_n
 from metagen.strategies.budget import UNLIMITED, Budget
@@ -51,6 +52,7 @@ __all__ = [
     "StepDefinition",
     "StrategyGenerator",
     "WeightedVote",
+    "adaptive_self_consistency",
     "argmax_first",
     "best_first",
     "best_of_n",
