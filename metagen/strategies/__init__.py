@@ -15,6 +15,7 @@ from metagen.strategies.best_first import best_first
 from metagen.strategies.best_of_n import BestOfN, best_of_n
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.compose import StrategyGenerator
+from metagen.strategies.deepconf import deepconf
 from metagen.strategies.dvts import dvts
 from metagen.strategies.mbr import MBR, expected_utility, mbr, mbr_prune
 from metagen.strategies.mcts import mcts
@@ -56,6 +57,7 @@ __all__ = [
     "argmax_first",
     "best_first",
     "best_of_n",
+    "deepconf",
     "dvts",
     "expected_utility",
     "mbr",

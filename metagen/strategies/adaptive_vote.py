@@ -49,11 +49,11 @@ from metagen.tasks.answer_key import AnswerKey
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
-def check_confidence(value: object) -> float:
-    """``value`` as a float in (0, 1), else ``InvalidParameterError`` naming ``confidence``."""
+def check_confidence(value: object, name: str = "confidence") -> float:
+    """``value`` as a float in (0, 1), else ``InvalidParameterError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not 0.0 < float(value) < 1.0:
-        raise InvalidParameterError("confidence", value, "must be a number in (0, 1)")
+        raise InvalidParameterError(name, value, "must be a number in (0, 1)")
     return float(value)
 
 
