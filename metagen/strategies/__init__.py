@@ -20,6 +20,7 @@ from metagen.strategies.dvts import dvts
 from metagen.strategies.mbr import MBR, expected_utility, mbr, mbr_prune
 from metagen.strategies.mcts import mcts
 from metagen.strategies.parallel import run_parallel
+from metagen.strategies.particle_filter import particle_filtering
 from metagen.strategies.rebase import rebase
 from metagen.strategies.refine import Feedback, refine_with_feedback, self_refine
 from metagen.strategies.rejection import rejection_sampling
@@ -66,6 +67,7 @@ __all__ = [
     "rebase",
     "refine_with_feedback",
     "rejection_sampling",
+    "particle_filtering",
     "run_parallel",
     "run_step_search",
     "self_consistency",
