@@ -25,7 +25,8 @@ ACCURACY = "accuracy"
 
 #: strategies run at each N: the eval name -> ``run_step_search``'s name (all need a PRM)
 DIRECT: dict[str, str] = {"step_beam_search": "step_beam", "dvts": "dvts",
-                          "best_first": "best_first", "mcts": "mcts", "rebase": "rebase"}
+                          "best_first": "best_first", "mcts": "mcts", "rebase": "rebase",
+                          "particle_filtering": "particle_filtering"}
 
 
 def direct_item(strategy: str, task: TaskSpec, item: EvalItem, generator: Any, prm: Any,

@@ -20,8 +20,9 @@ Contracts: each round is one ``generate`` call for all unfinished particles of a
 of one particle are merged into one prefix with ``n`` = copies, so they get different samples) and
 one PRM call; seeds, budgets, failures and usage as in
 :class:`~metagen.strategies.step_search.StepSearch`. Resampling draws its one uniform per round
-from ``random.Random(seed)`` (``seed`` defaults to ``params.seed``), so a seeded run on a seeded
-generator is reproducible. A particle whose step failed keeps its previous node (it is retried
+from a per-prompt ``random.Random(f"{seed}|{prompt!r}")`` (``seed`` defaults to ``params.seed``;
+unseeded when both are None), so a seeded run on a seeded generator is reproducible and a prompt
+resamples the same whether it is searched alone or in a batch. A particle whose step failed keeps its previous node (it is retried
 next round; a prompt whose every particle keeps failing ends at ``max_depth`` rounds). ``trace``
 has ``resampled`` (the rounds at which each prompt resampled) and ``ess`` per round.
 """
@@ -74,7 +75,9 @@ def particle_filtering(generator: Generator, prompts: Sequence[Prompt], prm: Pro
     search = StepSearch("particle_filtering", generator, prompts, prm, params=params,
                         steps=steps, aggregation=aggregation, budget=budget,
                         max_depth=max_depth)
-    rng = random.Random(search.params.seed if seed is None else seed)
+    seed = search.params.seed if seed is None else seed
+    rngs = [random.Random() if seed is None else random.Random(f"{seed}|{t.prompt!r}")
+            for t in search.trees]
     pops: list[list[SearchNode]] = [[t.root] * particles for t in search.trees]
     resampled: list[list[int]] = [[] for _ in pops]
     ess_log: list[list[float]] = [[] for _ in pops]
@@ -96,7 +99,7 @@ def particle_filtering(generator: Generator, prompts: Sequence[Prompt], prm: Pro
             ess = effective_sample_size(weights)
             ess_log[p].append(ess)
             if ess < ess_threshold * particles:
-                pops[p] = [pop[j] for j in systematic_resample(weights, rng.random())]
+                pops[p] = [pop[j] for j in systematic_resample(weights, rngs[p].random())]
                 resampled[p].append(round_)
     by_tree = {id(t): p for p, t in enumerate(search.trees)}
     return search.results(

@@ -5,20 +5,21 @@ options derived from ``n``, the number of step samples per search step, so that 
 compared at (roughly) matched generated tokens; the caller reports each Result's
 ``usage.generated_tokens`` on the x-axis, which is the exact matched quantity.
 
-====================  =================================================================
-name                  options at scale ``n``
-====================  =================================================================
-``step_beam``         ``width = max(1, n // 4)``, ``branching = min(4, n)`` (Snell et al.'s M=4)
-``dvts``              ``subtrees = max(1, n // 4)``, ``branching = min(4, n)``
-``rebase``            ``width = n``
-``mcts``              ``branching = min(4, n)``, ``iterations = n``
-``best_first``        ``branching = min(4, n)``, ``max_expansions = n``
-====================  =================================================================
+======================  =================================================================
+name                    options at scale ``n``
+======================  =================================================================
+``step_beam``           ``width = max(1, n // 4)``, ``branching = min(4, n)`` (Snell et al.'s M=4)
+``dvts``                ``subtrees = max(1, n // 4)``, ``branching = min(4, n)``
+``rebase``              ``width = n``
+``mcts``                ``branching = min(4, n)``, ``iterations = n``
+``best_first``          ``branching = min(4, n)``, ``max_expansions = n``
+``particle_filtering``  ``particles = n``
+======================  =================================================================
 
-At ``n`` samples per step and solutions of ``d`` steps, beam search, DVTS and REBASE generate
-about ``n * d`` steps; MCTS and best-first at most ``branching * n`` (one expansion per
-iteration, fewer when finished leaves are revisited or solutions found), which is of the same
-order for the testbed's typical ``d`` of 2-4 steps.
+At ``n`` samples per step and solutions of ``d`` steps, beam search, DVTS, REBASE and particle
+filtering generate about ``n * d`` steps; MCTS and best-first at most ``branching * n`` (one
+expansion per iteration, fewer when finished leaves are revisited or solutions found), which is
+of the same order for the testbed's typical ``d`` of 2-4 steps.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from metagen.scorers.base import ProcessRewardLike
 from metagen.strategies.best_first import best_first
 from metagen.strategies.dvts import dvts
 from metagen.strategies.mcts import mcts
+from metagen.strategies.particle_filter import particle_filtering
 from metagen.strategies.rebase import rebase
 from metagen.strategies.step_beam import positive_int, step_beam_search
 from metagen.types import Result
@@ -59,6 +61,7 @@ STEP_SEARCHES: dict[str, tuple[Callable[..., list[Result]], Callable[[int], dict
     "rebase": (rebase, lambda n: {"width": n}),
     "mcts": (mcts, _mcts),
     "best_first": (best_first, _best_first),
+    "particle_filtering": (particle_filtering, lambda n: {"particles": n}),
 }
 
 

@@ -62,16 +62,19 @@ def test_systematic_resample_copies_are_floor_or_ceil_of_n_w():
 
 
 def test_scripted_resampling_moves_particles_to_the_likely_step():
+    # the documented per-prompt draws for seed 2: u = 0.0594 (round 0), 0.4464 (round 1)
+    rng = random.Random(f"2|{'Q:' + chr(10)!r}")
+    u0, u1 = rng.random(), rng.random()
+    assert (round(u0, 4), round(u1, 4)) == (0.0594, 0.4464)
     gen = ScriptedStepGenerator(tree_script("Q:\n", depth=2))
-    prm = ScriptedPRM(TABLE)
-    [res] = particle_filtering(gen, ["Q:\n"], prm, particles=4, temperature=0.1, seed=0,
-                               params=SEEDED)
-    # round 0: 4 first steps from one prefix; ESS 1.66 < 2 -> resampled to [0, 1, 1, 1]; round 1:
-    # the three copies of "1" share one prefix with n = 3, so they get different samples
-    assert [(p, c.n) for p, c in gen.calls] == [(["Q:\n"], 4), (["Q:\n0\n"], 1),
-                                                 (["Q:\n1\n"], 3)]
+    [res] = particle_filtering(gen, ["Q:\n"], ScriptedPRM(TABLE), particles=4, temperature=0.1,
+                               seed=2, params=SEEDED)
+    # round 0: 4 first steps from one prefix, scores .8 .9 .3 .2: ESS 1.66 < 2, resampled with
+    # u0 to [0, 0, 1, 1]; round 1: two copies of "0" and of "1" share their prefixes (n = 2,
+    # different samples); "00" (0.95) takes 0.97 of the weight and u1 puts every copy on it
+    assert systematic_resample(softmax_weights([0.8, 0.9, 0.3, 0.2], 0.1), u0) == [0, 0, 1, 1]
+    assert [(p, c.n) for p, c in gen.calls] == [(["Q:\n"], 4), (["Q:\n0\n", "Q:\n1\n"], 2)]
     assert res.trace["nodes"] == 1 + 4 + 4
-    # after round 1 ("00": 0.95 against "10", "11", "12") everything is resampled onto "00"
     assert res.trace["resampled"] == [0, 1]
     assert res.trace["ess"][0] == pytest.approx(1.6562244597)
     assert [c.text for c in res.candidates] == ["0\n00 #### 00"] * 4

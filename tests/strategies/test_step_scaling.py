@@ -15,6 +15,7 @@ def test_options_at_scale():
     assert step_search_options("rebase", 8) == {"width": 8}
     assert step_search_options("mcts", 8) == {"branching": 4, "iterations": 8}
     assert step_search_options("best_first", 1) == {"branching": 1, "max_expansions": 1}
+    assert step_search_options("particle_filtering", 8) == {"particles": 8}
     with pytest.raises(InvalidParameterError):
         step_search_options("beam", 4)
     with pytest.raises(InvalidParameterError):
