@@ -95,23 +95,57 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, fl
     return mean_stderr([x - y for x, y in zip(a, b)])
 
 
+#: rows replayed on self-consistency@16's own samples (name -> stopping rule options): the
+#: samples adaptive SC would have drawn, in index order, in rounds of 4 — the stopping rule's
+#: cost without the sampling noise of a second run
+REPLAYS: dict[str, dict[str, Any]] = {
+    "adaptive_sc_beta@16 (replay)": {"rule": "beta", "confidence": 0.95},
+    "adaptive_sc_window@16 (replay)": {"rule": "window", "window": 4}}
+
+
+def row_of(name: str, twin: str | None, correct: list[float], tokens: list[int],
+           seconds: float) -> dict[str, Any]:
+    acc, se = mean_stderr(correct)
+    return {"name": name, "twin": twin, "problems": len(correct), "accuracy": acc,
+            "accuracy_se": se, "mean_tokens": sum(tokens) / len(tokens), "seconds": seconds,
+            "correct": correct, "tokens": tokens}
+
+
 def run_row(name: str, generator: Any, prm: Any, problems: list[Any], seed: int,
-            chunk: int) -> dict[str, Any]:
+            chunk: int) -> tuple[dict[str, Any], list[Result]]:
     from metagen.testbed import format_prompt, grade
     runner = ROWS[name][1]
     correct: list[float] = []
     tokens: list[int] = []
+    kept: list[Result] = []
     start = time.perf_counter()
     for i in range(0, len(problems), chunk):
         part = problems[i:i + chunk]
         results = runner(generator, prm, [format_prompt(p) for p in part], seed + i)
+        kept += results
         for r, p in zip(results, part):
             correct.append(float(bool(r.best is not None and grade(r.text, p.answer))))
             tokens.append(r.usage.generated_tokens)
-    acc, se = mean_stderr(correct)
-    return {"name": name, "twin": ROWS[name][0], "problems": len(problems), "accuracy": acc,
-            "accuracy_se": se, "mean_tokens": sum(tokens) / len(tokens),
-            "seconds": time.perf_counter() - start, "correct": correct, "tokens": tokens}
+    return row_of(name, ROWS[name][0], correct, tokens, time.perf_counter() - start), kept
+
+
+def replay_row(name: str, sc_results: list[Result], problems: list[Any]) -> dict[str, Any]:
+    """Adaptive SC replayed on self-consistency's samples (see :data:`REPLAYS`)."""
+    from metagen.strategies import SelfConsistency
+    from metagen.strategies.stopping import samples_needed
+    from metagen.testbed import format_prompt, grade
+
+    selector = SelfConsistency()
+    correct: list[float] = []
+    tokens: list[int] = []
+    for r, p in zip(sc_results, problems):
+        classes = selector._classes(r.candidates)[1]
+        k = samples_needed(classes, 4, **REPLAYS[name])
+        pick = selector.select([format_prompt(p)], [r.candidates[:k]])[0]
+        correct.append(float(bool(grade(r.candidates[:k][pick.index].text, p.answer))))
+        tokens.append(sum(c.num_tokens for c in r.candidates[:k]))
+    twin = "self_consistency@16 (samples)"
+    return row_of(name, twin, correct, tokens, 0.0)
 
 
 def compare(row: dict[str, Any], rows: dict[str, dict[str, Any]]) -> None:
@@ -159,7 +193,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         if old.get("problems") == args.problems and old.get("seed") == args.seed:
             rows = {r["name"]: r for r in old["rows"]}
     for name in names:
-        rows[name] = run_row(name, generator, prm, problems, args.seed, args.chunk)
+        rows[name], results = run_row(name, generator, prm, problems, args.seed, args.chunk)
+        if name == "self_consistency@16":
+            # the twin of the replays: the same samples' tokens (usage apportions the batch)
+            rows[name + " (samples)"] = row_of(
+                name + " (samples)", None, rows[name]["correct"],
+                [sum(c.num_tokens for c in r.candidates) for r in results], 0.0)
+            for replay in REPLAYS:
+                rows[replay] = replay_row(replay, results, problems)
         for r in rows.values():
             compare(r, rows)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                   indent=1))
         print(markdown({name: rows[name]}).splitlines()[-1], f"({rows[name]['seconds']:.0f} s)",
               flush=True)
+        if name == "self_consistency@16":
+            print(markdown({k: rows[k] for k in REPLAYS}), flush=True)
     print(markdown(rows))
 
 

@@ -11,7 +11,7 @@ the prefix cache saved, so they are not estimates like the subsampled strategies
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from metagen.errors import BackendError, InsufficientSamples, InvalidPromptError
@@ -19,7 +19,7 @@ from metagen.eval.cost import cost_results
 from metagen.eval.seeds import direct_seed
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
-from metagen.types import SamplingParams
+from metagen.types import Result, SamplingParams
 
 ACCURACY = "accuracy"
 
@@ -36,12 +36,24 @@ def direct_item(strategy: str, task: TaskSpec, item: EvalItem, generator: Any, p
     why, one entry per failed sample or failed call)."""
     from metagen.strategies.step_scaling import run_step_search
 
+    def run(n: int, params: SamplingParams) -> Result:
+        return run_step_search(DIRECT[strategy], generator, [item.prompt], prm, n,
+                               params=params, **args)[0]
+    return runs_at_each_n(strategy, task, item, sampling, ns, run_seed, run)
+
+
+def runs_at_each_n(strategy: str, task: TaskSpec, item: EvalItem, sampling: SamplingParams,
+                   ns: tuple[int, ...], run_seed: int, run: Callable[[int, SamplingParams], Result]
+                   ) -> tuple[list[ItemResult], list[tuple[int | None, str]]]:
+    """``run(n, params)`` at every N with ``params = sampling`` seeded by
+    :func:`~metagen.eval.seeds.direct_seed`: the accuracy and cost rows, or no rows and the
+    failures (a backend error, failed samples by reason, or ``no_answer``) at the first N that
+    failed."""
     results: list[ItemResult] = []
     for n in ns:
         params = sampling.with_(n=1, seed=direct_seed(run_seed, item.id, n))
         try:
-            result = run_step_search(DIRECT[strategy], generator, [item.prompt], prm, n,
-                                     params=params, **args)[0]
+            result = run(n, params)
         except (BackendError, InsufficientSamples, InvalidPromptError) as exc:
             return [], [(None, type(exc).__name__)]
         failures: list[tuple[int | None, str]] = [

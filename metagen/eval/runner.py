@@ -8,8 +8,8 @@ failed or empty samples logged by reason and retried (``attempts`` per session, 
 resume); each scorer those strategies read (the reward model, the policy's confidence) scoring
 every sample once; the per-N metrics (:mod:`metagen.eval.metrics`) and costs
 (:mod:`metagen.eval.cost`). ``greedy`` (:mod:`metagen.eval.greedy`) and the step searches
-(:data:`~metagen.eval.direct.DIRECT`) run on their own, the searches at each N, each its own
-seeded run. An item's results, scores and done mark are stored in one transaction (its samples
+(:data:`~metagen.eval.direct.DIRECT`) and the adaptive strategies
+(:data:`~metagen.eval.adaptive.ADAPTIVE`) run on their own, at each N, each its own seeded run. An item's results, scores and done mark are stored in one transaction (its samples
 as they are drawn). Items run ``concurrency`` at a time in threads
 (:mod:`metagen.eval.threads`) or on a pool's workers; only the calling thread writes the store. The
 output folder is checked and the run key claimed before any model is loaded. ``results.json``
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from metagen.errors import BackendError, InvalidParameterError, InvalidPromptError
+from metagen.eval.adaptive import ADAPTIVE, adaptive_item
 from metagen.eval.atomic import write_json_atomic
 from metagen.eval.breakdown import difficulty_tables
 from metagen.eval.cost import CostModel, cost_model_for, cost_results, own_generated_tokens
@@ -69,7 +70,7 @@ def parse_strategies(value: str | Sequence[str]) -> tuple[str, ...]:
     name, or none, raises ``InvalidParameterError`` naming ``strategy``."""
     names = value.split(",") if isinstance(value, str) else list(value)
     out = tuple(str(x).strip() for x in names if str(x).strip())
-    known = [*SUBSAMPLED, *DIRECT, GREEDY]
+    known = [*SUBSAMPLED, *DIRECT, *ADAPTIVE, GREEDY]
     if not out or len(set(out)) != len(out) or any(x not in known for x in out):
         raise InvalidParameterError("strategy", value, "must be distinct names among "
                                     f"{', '.join(known)} in this version")
@@ -220,7 +221,7 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
 
                     backends = load_backends(config, load_generator(), loaders)
                     workers = concurrency if thread_safe(backends.generator) and not (
-                        set(config.strategies) & set(DIRECT)) else 1
+                        set(config.strategies) & (set(DIRECT) | set(ADAPTIVE))) else 1
                     pool = ThreadPool(task, backends, workers) if workers > 1 else None
                     store.note_backend(type(backends.generator).__name__)
                     for i, item in enumerate(todo if pool is None else ()):
@@ -330,6 +331,10 @@ def _run_direct(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Ba
         if strategy == GREEDY:
             results, failures = greedy_item(task, item, backends.generator, config.sampling,
                                             backends.cost)
+        elif strategy in ADAPTIVE:
+            results, failures = adaptive_item(strategy, task, item, backends.generator,
+                                              config.sampling, config.ns, config.seed,
+                                              config.strategy_args)
         else:
             results, failures = direct_item(strategy, task, item, backends.generator,
                                             backends.scorers.get(PRM), config.sampling,

@@ -62,3 +62,19 @@ def vote_decided(classes: Sequence[int | None], rule: StopRule, *, confidence: f
         raise InvalidParameterError("rule", rule, f"must be one of {', '.join(STOP_RULES)}")
     top, second = top_two(classes)
     return top > 0 and beta_leader_probability(top, second) >= confidence
+
+
+def samples_needed(classes: Sequence[int | None], batch: int, rule: StopRule, *,
+                   confidence: float = 0.95, window: int = 4) -> int:
+    """How many of the ordered samples ``classes`` adaptive self-consistency draws when its
+    rounds of ``batch`` receive them in this order: the first multiple of ``batch`` (capped at
+    ``len(classes)``) at which :func:`vote_decided` holds, else ``len(classes)``. Replaying a
+    fixed run's samples through it isolates what the stopping rule costs from sampling noise."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise InvalidParameterError("batch", batch, "must be a positive integer")
+    k = 0
+    while k < len(classes):
+        k = min(k + batch, len(classes))
+        if vote_decided(classes[:k], rule, confidence=confidence, window=window):
+            return k
+    return len(classes)

@@ -13,6 +13,7 @@ from metagen.strategies import adaptive_self_consistency, self_consistency
 from metagen.strategies.budget import Budget
 from metagen.strategies.stopping import (
     beta_leader_probability,
+    samples_needed,
     top_two,
     vote_decided,
     window_unanimous,
@@ -119,3 +120,20 @@ def test_bad_options_are_refused_before_any_call(kw, name):
     with pytest.raises(InvalidParameterError, match=name):
         adaptive_self_consistency(gen, "Q", **{**KW, **kw})
     assert gen.num_calls == 0
+
+
+def test_samples_needed_replays_the_rounds_on_golden_sequences():
+    assert samples_needed([0] * 16, 4, "beta") == 4                       # 4-0: 31/32
+    assert samples_needed([0, 1, 0, 0] + [0] * 12, 4, "beta") == 8        # 3-1 no, 7-1 yes
+    assert samples_needed([0, 1] * 8, 4, "beta") == 16                    # never decided
+    assert samples_needed([0, 1, 3, 3, 3, 3, 2, 2], 2, "window") == 6     # last 4 agree at 6
+    assert samples_needed([0, 1, 2, 3, 3, 3, 3, 3], 2, "window") == 8
+    assert samples_needed([0, 0, 0], 4, "beta") == 3                      # short: all of them
+
+
+def test_scripted_strategy_draws_what_samples_needed_predicts():
+    outs = ["#### 1", "#### 2", "#### 1", "#### 1", "#### 1", "#### 1", "#### 1", "#### 1",
+            "#### 2", "#### 2"]
+    res = adaptive_self_consistency(MockGenerator(outs), "Q", n=10, batch=2, **KW)
+    classes = [0 if o.endswith("1") else 1 for o in outs]
+    assert len(res.candidates) == samples_needed(classes, 2, "beta") == 8   # 7-1: 0.98
