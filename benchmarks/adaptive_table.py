@@ -8,7 +8,8 @@ run each): self-consistency at N=16 and adaptive self-consistency (Beta rule at 
 4; ESC's window rule, window 4); DeepConf offline (16 full traces, keep the top 10 %) and online
 (4 warm-up traces, then 12 stopped at the threshold; and with the consensus stop at 0.95 in
 waves of 4); PRM step beam search and DVTS at 16 samples per step and particle filtering with 16,
-8 and 4 particles (softmax temperature 0.1, resampling at ESS < N/2, the testbed PRM).
+8 and 4 particles (softmax temperature 0.1, resampling at ESS < N/2); their process reward is the
+demo's default, the testbed verifier's (ORM model's) confidence in the solution so far.
 
 Each row reports accuracy with its standard error, mean generated tokens per problem, and against
 its twin the token saving (twin tokens / row tokens) and the paired accuracy difference with its
@@ -179,11 +180,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--json", default=str(DEFAULT_JSON))
     args = ap.parse_args(argv)
     from metagen.eval.demo import load_testbed_policy
-    from metagen.scorers import HFProcessRewardModel
+    from metagen.eval.reward import load_reward
     from metagen.testbed import make_problems, model_path
 
     generator = load_testbed_policy("local")
-    prm = HFProcessRewardModel.from_pretrained(model_path("prm"), batch_size=64)
+    # the demo's default process reward: the testbed verifier's confidence in the solution so
+    # far (the trained PRM does not rank one problem's solutions, see metagen/testbed/README.md)
+    prm = load_reward(model_path("orm"))
     problems = make_problems("test", args.problems, seed=0)
     names = args.only.split(",") if args.only else list(ROWS)
     out = Path(args.json)
