@@ -9,8 +9,9 @@ resume); each scorer those strategies read (the reward model, the policy's confi
 every sample once; the per-N metrics (:mod:`metagen.eval.metrics`) and costs
 (:mod:`metagen.eval.cost`). ``greedy`` (:mod:`metagen.eval.greedy`) and the step searches
 (:data:`~metagen.eval.direct.DIRECT`) and the adaptive strategies
-(:data:`~metagen.eval.adaptive.ADAPTIVE`) run on their own, at each N, each its own seeded run. An item's results, scores and done mark are stored in one transaction (its samples
-as they are drawn). Items run ``concurrency`` at a time in threads
+(:data:`~metagen.eval.adaptive.ADAPTIVE`) run on their own, at each N, each its own seeded run.
+An item's results, scores and done mark are stored in one transaction (its samples as they are
+drawn). Items run ``concurrency`` at a time in threads
 (:mod:`metagen.eval.threads`) or on a pool's workers; only the calling thread writes the store. The
 output folder is checked and the run key claimed before any model is loaded. ``results.json``
 is rewritten atomically at the end, with status ``complete`` (every item done) or ``partial``
