@@ -155,7 +155,8 @@ class _Routes:
             try:
                 self.backend.validate(ids, req.params)
             except InvalidParameterError as exc:
-                raise api_error(exc) from None
+                wire = (req.wire_names or {}).get(exc.param or "")
+                raise (ApiError(400, str(exc), param=wire) if wire else api_error(exc)) from None
             if not req.prompt_texts[p]:
                 req.prompt_texts[p] = decode_ids(self.backend.tokenizer, ids)
 

@@ -5,7 +5,9 @@ typos), never silently ignored; ``null`` means "not given". Sampling fields are 
 plus vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``ignore_eos``, ``stop_token_ids``, ``allowed_token_ids``, ``include_stop_str_in_output``,
 ``return_tokens_as_token_ids``, ``echo`` / ``prompt_logprobs``, ``add_generation_prompt`` /
-``continue_final_message``), ``metagen`` (a strategy, :mod:`metagen.server.strategy`) and
+``continue_final_message``), structured output (vLLM's ``structured_outputs`` and
+``guided_*``, OpenAI's ``response_format``: :mod:`metagen.server.structured`), ``metagen`` (a
+strategy, :mod:`metagen.server.strategy`) and
 metagen's own :class:`SamplingParams` fields by name. Values go
 to :class:`SamplingParams` unconverted, so a bad one (a string for a number, ``top_p`` 1.5, ``n``
 0) is the same typed error as in Python, answered as a 400 naming the field as the client spelt
@@ -30,6 +32,7 @@ from typing import Any
 from metagen.errors import InvalidParameterError
 from metagen.generators.tokenize import encode_text
 from metagen.server.errors import ApiError, bad_request
+from metagen.server.structured import STRUCTURED_FIELDS, constraint_fields
 from metagen.types import MAX_LOGPROBS, MAX_TOKENS_CAP, SamplingParams
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -40,7 +43,8 @@ _DIRECT = ("n", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_
            "bad_words", "min_tokens", "stop", "stop_token_ids", "ignore_eos", "seed")
 _COMMON = frozenset(_DIRECT) | {"model", "max_tokens", "logit_bias", "stream", "stream_options",
                                 "user", "include_stop_str_in_output",
-                                "return_tokens_as_token_ids", "logprobs", "metagen"}
+                                "return_tokens_as_token_ids", "logprobs", "metagen",
+                                *STRUCTURED_FIELDS}
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "prompt_logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "top_logprobs", "max_completion_tokens",
                          "add_generation_prompt", "continue_final_message", "prompt_logprobs"}
@@ -64,6 +68,7 @@ class GenerationRequest:
     tokens_as_ids: bool = False
     include_stop: bool = False
     messages: list[dict[str, str]] | None = None  # a chat request's conversation
+    wire_names: Mapping[str, str] | None = None  # SamplingParams field -> the client's name
 
     @property
     def echo_logprobs(self) -> bool:
@@ -130,6 +135,9 @@ def sampling_params(body: Mapping[str, Any], max_tokens: int, logprobs: int | No
     kwargs: dict[str, Any] = {k: body[k] for k in _DIRECT if k in body}
     if "logit_bias" in body:
         kwargs["logit_bias"] = _logit_bias(body["logit_bias"])
+    constraint, wire = constraint_fields(body)
+    kwargs.update(constraint)
+    renamed = {**renamed, **wire}
     try:
         return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kwargs)
     except InvalidParameterError as exc:
@@ -178,7 +186,8 @@ def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
         stream=stream, include_usage=_stream_options(body, stream), echo=echo,
         prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
-        include_stop=_flag(body, "include_stop_str_in_output", False))
+        include_stop=_flag(body, "include_stop_str_in_output", False),
+        wire_names=constraint_fields(body)[1])
 
 
 def _prompt_logprobs(body: Mapping[str, Any]) -> int | None:
@@ -265,7 +274,8 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
         chat=True, prompts=[ids], prompt_texts=[text], params=params, stream=stream,
         include_usage=_stream_options(body, stream), prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
-        include_stop=_flag(body, "include_stop_str_in_output", False), messages=messages)
+        include_stop=_flag(body, "include_stop_str_in_output", False), messages=messages,
+        wire_names=constraint_fields(body)[1])
 
 
 def _messages(value: Any, max_messages: int) -> list[dict[str, str]]:
