@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 import click
 
 from metagen.cli.flags import float_flag, int_flag
-from metagen.cli.remote import open_remote, pop_remote, quiet_remote_logs, remote_options
+from metagen.cli.generate import QUANTIZATION_FLAG, engine_backend
+from metagen.cli.remote import (open_remote, pop_remote, quiet_remote_logs, refuse_local_only,
+                                remote_options)
 from metagen.errors import InvalidParameterError
 
 T = TypeVar("T")
@@ -79,6 +81,7 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--max-tokens", default="256", show_default=True)
 @click.option("--backend", default="auto", show_default=True,
               help="Local backend: auto, local (the engine) or hf.")
+@QUANTIZATION_FLAG
 @click.option("--out", required=True, metavar="DIR", help="Run folder (store and results.json).")
 @click.option("--concurrency", default="16", show_default=True, metavar="K",
               help="Items in flight at once over the one backend (the engine and servers; the "
@@ -98,7 +101,8 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: str | None,
                  prm: str | None,
                  strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
-                 temperature: str, top_p: str, max_tokens: str, backend: str, out: str,
+                 temperature: str, top_p: str, max_tokens: str, backend: str,
+                 quantization: str | None, out: str,
                  concurrency: str, force_resume: bool, ray_address: str | None,
                  ray_workers: str, **flags: Any) -> None:
     """Evaluate STRATEGY (one, or several comma-separated over one sample set) on TASK (gsm8k,
@@ -113,7 +117,13 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
             raise InvalidParameterError("model", None, "give --model PATH (a model folder) or "
                                         "--base-url URL --model NAME")
     remote = pop_remote(flags)
-    model = ({"path": str(Path(local_path).resolve()), "backend": backend} if local_path
+    if remote:
+        refuse_local_only({"quantization": quantization}, "applies to a local model; a server "
+                          "chooses its own weights where it is launched")
+    else:
+        backend = engine_backend(backend, quantization)
+    model = ({"path": str(Path(local_path).resolve()), "backend": backend,
+              **({"quantization": quantization} if quantization else {})} if local_path
              else {"base_url": remote["base_url"], "model": remote["model"], "revision": None})
     config = EvalConfig(
         task=task, model=model, strategy=strategy, ns=parse_ns(ns),
@@ -136,7 +146,7 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         if remote:
             return open_remote({**remote, "base_url": urls[index % len(urls)]})
         from metagen.cli.generate import load_generator as load
-        return load(backend, str(local_path))[1]
+        return load(backend, str(local_path), quantization=quantization)[1]
 
     spec = get_task(task)
 

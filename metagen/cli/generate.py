@@ -282,6 +282,24 @@ def _beam_params(search: dict[str, Any]) -> Any:
         length_penalty=1.0 if length is None else length)
 
 
+def engine_backend(backend: str, quantization: str | None) -> str:
+    """The backend that runs ``--quantization``: the built-in engine (``auto`` becomes
+    ``local``); transformers (``hf``) cannot, and raises
+    :class:`~metagen.errors.InvalidParameterError` naming ``quantization``."""
+    if quantization is None:
+        return backend
+    if backend == "hf":
+        raise InvalidParameterError("quantization", quantization, "quantized weights run on the "
+                                    "built-in engine: use --backend local (or auto)")
+    return "local" if backend == "auto" else backend
+
+
+QUANTIZATION_FLAG = click.option(
+    "--quantization", default=None, metavar="int8",
+    help="Quantize the weights at load: int8 (weight-only, per-channel scales; built-in "
+    "engine only).")
+
+
 def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
     """Engine options of ``--speculative-model`` / ``--prompt-lookup`` (None ones dropped)."""
     return {"speculative_model": search["speculative_model"],
@@ -335,6 +353,7 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
               "backend's: auto for local, cpu for hf).")
 @click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the "
               "checkpoint's).")
+@QUANTIZATION_FLAG
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--stream", is_flag=True, help="Print the text as it is generated (one "
               "completion, not with --json).")
@@ -342,7 +361,8 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
 @remote_options
 @click.pass_context
 def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: str | None,
-             dtype: str | None, as_json: bool, stream: bool, **flags: Any) -> None:
+             dtype: str | None, quantization: str | None, as_json: bool, stream: bool,
+             **flags: Any) -> None:
     """Generate completions of PROMPT with the model in folder MODEL, or with --base-url URL
     --model NAME (and no MODEL) on an OpenAI-compatible server."""
     remote = pop_remote(flags)
@@ -352,7 +372,8 @@ def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: st
     beam = _beam_params(search)
     spec = _speculative_options(search)
     if remote:
-        backend = _check_remote(backend, beam, dict(device=device, dtype=dtype, **spec))
+        backend = _check_remote(backend, beam, dict(device=device, dtype=dtype,
+                                                     quantization=quantization, **spec))
     elif backend == REMOTE_BACKEND:
         raise InvalidParameterError("backend", backend, "needs --base-url URL and --model NAME")
     elif any(v is not None for v in spec.values()):
@@ -361,6 +382,8 @@ def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: st
             raise InvalidParameterError(name, search[name], "speculative decoding runs on the "
                                         "built-in engine: use --backend local (or auto)")
         backend = "local"  # speculation needs the engine: auto must not fall back
+    if not remote:
+        backend = engine_backend(backend, quantization)
     if stream:
         if beam is not None:
             raise InvalidParameterError("stream", True, "beam search returns its hypotheses "
@@ -373,7 +396,8 @@ def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: st
             gen = stack.enter_context(contextlib.closing(open_remote(remote)))
         else:
             with _quiet_loading():
-                backend, gen = load_generator(backend, model, device=device, dtype=dtype, **spec)
+                backend, gen = load_generator(backend, model, device=device, dtype=dtype,
+                                              quantization=quantization, **spec)
         failed = _run(gen, backend, model, prompt, params, beam, as_json, stream, remote)
     if failed:
         ctx.exit(1)

@@ -3,8 +3,8 @@
 Binds ``127.0.0.1`` unless ``--host`` says otherwise. ``--api-key KEY`` (or the environment
 variable ``METAGEN_API_KEY``, which keeps the key out of the process list) makes every route but
 ``/health`` require ``Authorization: Bearer KEY``; the key is never printed or logged. Engine
-options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``) go to
-:class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
+options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``,
+``--quantization``) go to :class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
 folder is a one-line error and exit status 2.
 
 ``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
@@ -40,6 +40,8 @@ import click
 @click.option("--max-num-seqs", default=None, type=int, help="Running batch size (engine).")
 @click.option("--dtype", default=None, help="Model dtype (engine option).")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
+@click.option("--quantization", default=None, metavar="int8",
+              help="Quantize the weights at load: int8 (engine option).")
 @click.option("--orm", "orms", multiple=True, metavar="NAME=PATH",
               help="An outcome reward model strategy requests can name (repeatable).")
 @click.option("--prm", "prms", multiple=True, metavar="NAME=PATH",
@@ -49,7 +51,8 @@ import click
 def serve(model: Path, host: str, port: int, api_key: str | None,
           served_model_name: str | None, max_concurrent: int, max_body_bytes: int,
           num_blocks: int | None, max_num_seqs: int | None, dtype: str | None,
-          device: str | None, orms: tuple[str, ...], prms: tuple[str, ...],
+          device: str | None, quantization: str | None, orms: tuple[str, ...],
+          prms: tuple[str, ...],
           shutdown_timeout: int) -> None:
     """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
     from metagen.server import LocalBackend, ServerConfig, create_app
@@ -60,7 +63,8 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
                           max_concurrent=max_concurrent, max_body_bytes=max_body_bytes)
     options: dict[str, Any] = {k: v for k, v in (("num_blocks", num_blocks),
                                                  ("max_num_seqs", max_num_seqs),
-                                                 ("dtype", dtype), ("device", device))
+                                                 ("dtype", dtype), ("device", device),
+                                                 ("quantization", quantization))
                                if v is not None}
     orm_paths = parse_named_paths(orms, "--orm")
     prm_paths = parse_named_paths(prms, "--prm")

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from metagen.engine.models.config import ModelConfig
 
 DType = Literal["float32", "bfloat16", "float16"]
+Quantization = Literal["int8"]
+QUANTIZATIONS: tuple[str, ...] = ("int8",)
 DEFAULT_KV_CACHE_BYTES = 64 << 20  # the KV budget when neither num_blocks nor kv_cache_bytes
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -24,6 +26,14 @@ def _positive_int(name: str, value: object, allow_none: bool = False) -> None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidParameterError(name, value, "must be a positive integer")
+
+
+def check_quantization(value: object) -> None:
+    """Raise :class:`~metagen.errors.InvalidParameterError` naming ``quantization`` unless
+    ``value`` is ``None`` (weights as loaded) or one of :data:`QUANTIZATIONS`."""
+    if value is not None and (not isinstance(value, str) or value not in QUANTIZATIONS):
+        raise InvalidParameterError("quantization", value,
+                                    f"must be None or one of: {', '.join(QUANTIZATIONS)}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -49,6 +59,9 @@ class EngineConfig:
     up to ``num_speculative_tokens`` tokens per decoding row and step; with
     ``adaptive_speculation`` each row drafts as many of them as pays for its running acceptance
     rate (:mod:`metagen.engine.adaptive_k`).
+    ``quantization`` "int8" quantizes the linear projections (and an untied LM head) at load,
+    weight-only, one float32 scale per output channel (:mod:`metagen.engine.models.quantize`):
+    a quarter of the weight bytes to stream per decoding step; ``None`` keeps them as loaded.
     """
 
     block_size: int = 16
@@ -66,6 +79,7 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     prompt_lookup: int | None = None
     adaptive_speculation: bool = False
+    quantization: Quantization | None = None
 
     def __post_init__(self) -> None:
         _positive_int("block_size", self.block_size)
@@ -105,6 +119,7 @@ class EngineConfig:
         if self.prompt_lookup is not None and self.speculative_model is not None:
             raise InvalidParameterError("prompt_lookup", self.prompt_lookup,
                                         "give either speculative_model or prompt_lookup")
+        check_quantization(self.quantization)
 
     def torch_dtype(self) -> torch.dtype:
         import torch

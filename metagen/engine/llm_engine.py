@@ -123,7 +123,8 @@ class LLMEngine:
         The folder's tokenizer is loaded unless one is given (``tokenizer=False``: none)."""
         cfg = config or EngineConfig(**options)
         positions = cfg.max_positions(ModelConfig.from_folder(path))
-        model = load_model(path, cfg.torch_dtype(), cfg.torch_device(), positions)
+        model = load_model(path, cfg.torch_dtype(), cfg.torch_device(), positions,
+                           cfg.quantization)
         if tokenizer is False:  # asked for none
             tokenizer = None
         elif tokenizer is None and any((Path(path) / f).exists()

@@ -27,10 +27,11 @@ BLOCK = 4
 NUM_BLOCKS = 256
 
 
-def _runners(folder, hydragen: bool, isa: str = "native") -> tuple[ModelRunner, ModelRunner]:
+def _runners(folder, hydragen: bool, isa: str = "native", quantization: str | None = None
+             ) -> tuple[ModelRunner, ModelRunner]:
     """A runner with the native step (this machine's build, or the AVX2 path built explicitly)
-    and a PyTorch-only runner, on one model."""
-    model = load_model(folder)
+    and a PyTorch-only runner, on one model (its projections quantized as asked)."""
+    model = load_model(folder, quantization=quantization)
     cfg = model.cfg
 
     def kv() -> KVCache:
@@ -63,12 +64,28 @@ def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen, path
     limited to 0 tokens, so every step runs its products in PyTorch and the attention of its
     short rows natively (as a step wider than the decode step's limit does), mixed with some
     rows too long for that, which attend through PyTorch in the same step."""
-    native, ref = _runners(random_model_dir(kind), hydragen, isa)
+    _check_native_equals_pytorch(*_runners(random_model_dir(kind), hydragen, isa), path,
+                                 hydragen, f"{kind}{hydragen}{path}{isa}")
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("isa", [name for name, _ in variants()])
+def test_int8_native_steps_equal_pytorch_steps(random_model_dir, kind, isa, monkeypatch):
+    """int8 projections: the decode step's int8 products (this ISA's build) against the PyTorch
+    path's dequantized torch products (the few-row int8 kernel turned off for it); llama has an
+    untied (quantized) LM head, qwen2 a q|k|v bias."""
+    monkeypatch.setattr("metagen.engine.models.int8.load_int8_matmul", lambda: None)
+    _check_native_equals_pytorch(*_runners(random_model_dir(kind), True, isa, "int8"), "step",
+                                 True, f"int8{kind}{isa}")
+
+
+def _check_native_equals_pytorch(native: ModelRunner, ref: ModelRunner, path: str,
+                                 hydragen: bool, seed: str) -> None:
     budget_per_step = native.native.max_tokens
     if path == "attention":
         native.native.max_tokens = 0
         budget_per_step = 40
-    rng = random.Random(f"{kind}{hydragen}{path}{isa}")
+    rng = random.Random(seed)
     free = list(range(1, NUM_BLOCKS))
     rng.shuffle(free)  # blocks out of order: slots are not consecutive
 

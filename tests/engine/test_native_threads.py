@@ -78,9 +78,9 @@ class _Seq:
         self.table, self.cached = table, cached
 
 
-def _runners(lib: ctypes.CDLL, folder) -> list[ModelRunner]:
+def _runners(lib: ctypes.CDLL, folder, quantization: str | None = None) -> list[ModelRunner]:
     """One runner per thread count on one model, each with its own KV cache."""
-    model = load_model(folder)
+    model = load_model(folder, quantization=quantization)
     cfg = model.cfg
     out = []
     for t in THREADS:
@@ -146,6 +146,14 @@ def test_decode_step_on_n_threads_equals_one_thread_bitwise(lib, random_model_di
 def test_stories_decode_step_on_n_threads_equals_one_thread_bitwise(lib, stories_path):
     """stories260K: head_dim 8 (masked vectors, the per-query group path), 5 layers."""
     assert _drive(_runners(lib, stories_path), "stories") > 0
+
+
+@pytest.mark.parametrize("kind", ["llama", "stories"])
+def test_int8_decode_step_on_n_threads_equals_one_thread_bitwise(lib, random_model_dir,
+                                                                 stories_path, kind):
+    """int8 projections (llama: an untied LM head too; stories260K: K = 172, a scalar tail)."""
+    folder = stories_path if kind == "stories" else random_model_dir(kind)
+    assert _drive(_runners(lib, folder, "int8"), f"int8{kind}") > 0
 
 
 def test_native_attention_on_n_threads_equals_one_thread_bitwise(lib, random_model_dir):

@@ -19,16 +19,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from metagen.engine.attention import AttentionMetadata, paged_attention
+from metagen.engine.models.int8 import Int8Weight
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.rope import apply_rope, attention_scaling, inv_frequencies, rope_tables
 from metagen.engine.native import load_small_matmul
 from metagen.engine.native.decode_step import DecodeStep, StepPlan
 
 
-def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+Weight = torch.Tensor | Int8Weight  # a float (in, out) projection, or one quantized to int8
+
+
+def project(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None
             ) -> torch.Tensor:
     """x (T, in) @ weight (in, out) [+ bias (out,)] -> (T, out). A few rows on the CPU go to
-    metagen's native kernel (:mod:`metagen.engine.native.small_matmul`), the rest to torch."""
+    metagen's native kernel (:mod:`metagen.engine.native.small_matmul`), the rest to torch; an
+    int8 weight applies itself (:meth:`Int8Weight.apply_to`)."""
+    if isinstance(weight, Int8Weight):
+        return weight.apply_to(x, bias)
     kernel = load_small_matmul()
     if kernel is not None and kernel.applies(x, weight, bias):
         return kernel(x, weight, bias)
@@ -51,15 +58,17 @@ class DecoderLayer(nn.Module):
         h, d = cfg.hidden_size, cfg.head_dim
         qkv_out = (cfg.num_heads + 2 * cfg.num_kv_heads) * d
         self.input_norm = nn.Parameter(torch.ones(h), requires_grad=False)
-        self.qkv = nn.Parameter(torch.empty(h, qkv_out), requires_grad=False)  # (in, out)
+        self.qkv: Weight = nn.Parameter(torch.empty(h, qkv_out),  # (in, out)
+                                        requires_grad=False)
         self.qkv_bias = (nn.Parameter(torch.zeros(qkv_out), requires_grad=False)
                          if cfg.attention_bias else None)
         self.q_norm = nn.Parameter(torch.ones(d), requires_grad=False) if cfg.qk_norm else None
         self.k_norm = nn.Parameter(torch.ones(d), requires_grad=False) if cfg.qk_norm else None
-        self.o = nn.Parameter(torch.empty(cfg.num_heads * d, h), requires_grad=False)
+        self.o: Weight = nn.Parameter(torch.empty(cfg.num_heads * d, h), requires_grad=False)
         self.post_norm = nn.Parameter(torch.ones(h), requires_grad=False)
-        self.gate_up = nn.Parameter(torch.empty(h, 2 * cfg.intermediate_size), requires_grad=False)
-        self.down = nn.Parameter(torch.empty(cfg.intermediate_size, h), requires_grad=False)
+        self.gate_up: Weight = nn.Parameter(torch.empty(h, 2 * cfg.intermediate_size),
+                                            requires_grad=False)
+        self.down: Weight = nn.Parameter(torch.empty(cfg.intermediate_size, h), requires_grad=False)
         self.cfg = cfg
         self.scale = d ** -0.5
 
@@ -94,7 +103,7 @@ class LlamaModel(nn.Module):
         self.embed = nn.Parameter(torch.empty(cfg.vocab_size, cfg.hidden_size), requires_grad=False)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size), requires_grad=False)
-        self.lm_head = (None if cfg.tie_word_embeddings else
+        self.lm_head: Weight | None = (None if cfg.tie_word_embeddings else
                         nn.Parameter(torch.empty(cfg.hidden_size, cfg.vocab_size),
                                      requires_grad=False))  # (in, out) like the projections
         self.max_positions = max_positions or cfg.max_position_embeddings

@@ -12,7 +12,9 @@ from pathlib import Path
 import torch
 
 from metagen.engine.models.config import ModelConfig
+from metagen.engine.config import Quantization, check_quantization
 from metagen.engine.models.llama import LlamaModel
+from metagen.engine.models.quantize import quantize_model
 from metagen.engine.models.safetensors_reader import SafetensorsFiles
 from metagen.errors import ModelLoadError, UnsupportedArchitectureError
 
@@ -130,12 +132,13 @@ def _projection(parts: list[torch.Tensor], dtype: torch.dtype, device: torch.dev
 
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
-               device: torch.device | str = "cpu", max_positions: int | None = None
-               ) -> LlamaModel:
+               device: torch.device | str = "cpu", max_positions: int | None = None,
+               quantization: Quantization | None = None) -> LlamaModel:
     """Build the model of the folder at ``path`` with weights in ``dtype`` on ``device``.
 
     ``max_positions`` is the number of positions the caller will run (the RoPE tables cover
-    exactly that many; default: the config's ``max_position_embeddings``).
+    exactly that many; default: the config's ``max_position_embeddings``). ``quantization``
+    (``"int8"``) quantizes the projections once loaded (:mod:`~.quantize`; ``None``: as loaded).
     :meth:`~metagen.engine.llm_engine.LLMEngine.from_pretrained` passes
     :meth:`~metagen.engine.config.EngineConfig.max_positions`, so a config that claims 10^9
     positions costs no more table than the engine's KV cache can use.
@@ -146,6 +149,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     field for anything else: a missing/malformed folder, an impossible config value, a corrupt or
     truncated file, a missing weight or one whose shape does not match the config.
     """
+    check_quantization(quantization)  # before any file is read
     folder = Path(path)
     cfg = ModelConfig.from_folder(folder)
     raw = _read_tensors(folder)
@@ -183,4 +187,4 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     state = {k: v.to(dtype=dtype, device=device) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)  # names and shapes checked above
     model.build_rope()
-    return model.eval()
+    return quantize_model(model.eval(), quantization)

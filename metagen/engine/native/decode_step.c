@@ -34,6 +34,8 @@
 
 void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y, int64_t M,
                     int64_t K, int64_t N, int64_t c0, int64_t c1);
+void mg_q8_matmul_cols(const float *x, const int8_t *w, const float *scale, const float *bias,
+                       float *y, int64_t M, int64_t K, int64_t N, int64_t c0, int64_t c1);
 
 /* Shapes and shared tables of a model. */
 typedef struct {
@@ -42,9 +44,13 @@ typedef struct {
   const float *cos, *sin; /* (max_positions, head_dim), HF layout (the two halves repeat) */
 } mg_model;
 
-/* One layer's weights; projections are (in, out) row-major. Optional ones are NULL. */
+/* One layer's weights; float32 projections are (in, out) row-major. Optional ones are NULL.
+ * A projection quantized to int8 has its float pointer NULL and instead its *_q weight, (out, in)
+ * int8, and *_s scales, (out,) float32 (int8_matmul.c). */
 typedef struct {
   const float *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o, *post_norm, *gate_up, *down;
+  const int8_t *qkv_q, *o_q, *gate_up_q, *down_q;
+  const float *qkv_s, *o_s, *gate_up_s, *down_s;
 } mg_layer;
 
 /* The step: which tokens, where they sit, what they attend to.
@@ -61,6 +67,16 @@ typedef struct {
 } mg_plan;
 
 #if MG_ISA
+/* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w) or an int8 one (q, s). */
+static void product_cols(const float *x, const float *w, const int8_t *q, const float *s,
+                         const float *bias, float *y, int64_t M, int64_t K, int64_t N, int64_t c0,
+                         int64_t c1) {
+  if (q)
+    mg_q8_matmul_cols(x, q, s, bias, y, M, K, N, c0, c1);
+  else
+    mg_matmul_cols(x, w, bias, y, M, K, N, c0, c1);
+}
+
 #define KB 32 /* keys per online-softmax block */
 #define UNROLL4 _Pragma("GCC unroll 4")
 
@@ -429,13 +445,14 @@ static void norm_tokens(step_job *J, mg_stage *st, const float *w) {
   mg_wait(st, J->T);
 }
 
-/* h += x @ w (unit: a slice of h's columns). */
-static void residual(step_job *J, mg_stage *st, const float *x, const float *w, int64_t K) {
+/* h += x @ W, W float32 (w) or int8 (q, s) (unit: a slice of h's columns). */
+static void residual(step_job *J, mg_stage *st, const float *x, const float *w, const int8_t *q,
+                     const float *s, int64_t K) {
   const int64_t H = J->M->hidden, n = mg_units(H, J->width_h);
   for (STAGE(st, n, u)) {
     int64_t c0, c1;
     mg_cols(H, J->width_h, u, &c0, &c1);
-    mg_matmul_cols(x, w, 0, J->S->tmp, J->T, K, H, c0, c1);
+    product_cols(x, w, q, s, 0, J->S->tmp, J->T, K, H, c0, c1);
     for (int64_t t = 0; t < J->T; t++)
       for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
   }
@@ -455,7 +472,8 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float
   for (STAGE(st, n_qkv, u)) {
     int64_t c0, c1;
     mg_cols(qkv, J->width_qkv, u, &c0, &c1);
-    mg_matmul_cols(S->x, W->qkv, W->qkv_bias, S->qkv, T, M->hidden, qkv, c0, c1);
+    product_cols(S->x, W->qkv, W->qkv_q, W->qkv_s, W->qkv_bias, S->qkv, T, M->hidden, qkv, c0,
+                 c1);
   }
   mg_wait(st++, n_qkv);
   for (STAGE(st, T * (hq + hkv), u)) { /* per head: norm, rope, cache write / fresh state */
@@ -477,13 +495,15 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float
   mg_wait(st++, T * (hq + hkv));
   attention(J, st, kc, vc, tid);
   st += 2;
-  residual(J, st++, S->attn, W->o, hq * D);
+  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, hq * D);
   norm_tokens(J, st++, W->post_norm);
   for (STAGE(st, n_i, u)) { /* the same columns of gate and up: act needs both */
     int64_t c0, c1;
     mg_cols(I, J->width_i, u, &c0, &c1);
-    mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, c0, c1);
-    mg_matmul_cols(S->x, W->gate_up, 0, S->gu, T, M->hidden, 2 * I, I + c0, I + c1);
+    product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, 0, S->gu, T, M->hidden, 2 * I,
+                 c0, c1);
+    product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, 0, S->gu, T, M->hidden, 2 * I,
+                 I + c0, I + c1);
     for (int64_t t = 0; t < T; t++) /* act = silu(gate) * up */
       for (int64_t i = c0; i < c1; i += VW) {
         const vmask m = mask_first(c1 - i);
@@ -494,7 +514,7 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float
       }
   }
   mg_wait(st++, n_i);
-  residual(J, st++, S->act, W->down, I);
+  residual(J, st++, S->act, W->down, W->down_q, W->down_s, I);
 }
 
 static void step_task(void *ctx, int tid, int nth) {

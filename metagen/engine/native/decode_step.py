@@ -38,9 +38,13 @@ class _Model(ctypes.Structure):
                 ("scale", ctypes.c_float), ("cos", _P), ("sin", _P)]
 
 
+_PROJECTIONS = ("qkv", "o", "gate_up", "down")
+
+
 class _Layer(ctypes.Structure):
-    _fields_ = [(name, _P) for name in ("input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o",
-                                        "post_norm", "gate_up", "down")]
+    _fields_ = [(name, _P) for name in (
+        "input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o", "post_norm", "gate_up", "down",
+        *(f"{p}_q" for p in _PROJECTIONS), *(f"{p}_s" for p in _PROJECTIONS))]
 
 
 class _Plan(ctypes.Structure):
@@ -125,11 +129,7 @@ class DecodeStep:
         self._model = _Model(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                              cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
                              cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr())
-        ptr = lambda p: None if p is None else p.data_ptr()  # noqa: E731
-        self._layers = (_Layer * cfg.num_layers)(*(
-            _Layer(ptr(l.input_norm), ptr(l.qkv), ptr(l.qkv_bias), ptr(l.q_norm), ptr(l.k_norm),
-                   ptr(l.o), ptr(l.post_norm), ptr(l.gate_up), ptr(l.down))
-            for l in model.layers))
+        self._layers = (_Layer * cfg.num_layers)(*map(_layer_struct, model.layers))
         self._keep = model  # the pointers above are into its tensors
 
     def applies(self, num_tokens: int) -> bool:
@@ -172,6 +172,28 @@ class DecodeStep:
                       q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), n):
             raise MemoryError("native attention: out of memory for its work buffers")
         return out
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _layer_struct(layer: torch.nn.Module) -> _Layer:
+    """The C view of one :class:`~metagen.engine.models.llama.DecoderLayer`: float32
+    projections by their pointer, int8 ones by their weight and scales (the float pointer
+    NULL)."""
+    from metagen.engine.models.int8 import Int8Weight  # the models package imports this one
+
+    fields: dict[str, int | None] = {
+        name: _ptr(getattr(layer, name))
+        for name in ("input_norm", "qkv_bias", "q_norm", "k_norm", "post_norm")}
+    for p in _PROJECTIONS:
+        w = getattr(layer, p)
+        if isinstance(w, Int8Weight):
+            fields.update({p: None, f"{p}_q": w.q.data_ptr(), f"{p}_s": w.scale.data_ptr()})
+        else:
+            fields.update({p: w.data_ptr(), f"{p}_q": None, f"{p}_s": None})
+    return _Layer(**fields)
 
 
 def _plan_struct(plan: StepPlan) -> _Plan:

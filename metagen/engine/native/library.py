@@ -17,7 +17,8 @@ from pathlib import Path
 from metagen.engine.native.build import NATIVE_FLAGS, NativeBuildError, build
 
 _HERE = Path(__file__).parent
-SOURCES: tuple[Path, ...] = (_HERE / "small_matmul.c", _HERE / "decode_step.c", _HERE / "pool.c")
+SOURCES: tuple[Path, ...] = (_HERE / "small_matmul.c", _HERE / "decode_step.c",
+                             _HERE / "int8_matmul.c", _HERE / "pool.c")
 _log = logging.getLogger(__name__)
 
 

@@ -1,0 +1,39 @@
+"""Quantize a loaded model's weights in place: ``quantization="int8"`` replaces every linear
+projection (q|k|v, o, gate|up, down, and an untied LM head) by an
+:class:`~metagen.engine.models.int8.Int8Weight` (int8, one float32 scale per output channel).
+Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and stays
+too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
+runs on the loaded model, one projection at a time (the float copy of each is freed as it goes).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from metagen.engine.config import Quantization, check_quantization
+from metagen.engine.models.int8 import Int8Weight
+from metagen.engine.models.llama import LlamaModel
+
+PROJECTIONS = ("qkv", "o", "gate_up", "down")
+
+
+def _swap(module: nn.Module, name: str) -> None:
+    weight = getattr(module, name)
+    quantized = Int8Weight.from_in_out(weight)
+    delattr(module, name)  # a registered parameter cannot be reassigned a module
+    setattr(module, name, quantized)
+
+
+def quantize_model(model: LlamaModel, quantization: Quantization | None) -> LlamaModel:
+    """``model`` with its projections quantized as the module docstring says (``None``: as
+    is); returns the same object. Raises :class:`~metagen.errors.InvalidParameterError` naming
+    ``quantization`` for an unknown scheme, before touching the model."""
+    check_quantization(quantization)
+    if quantization is None:
+        return model
+    for layer in model.layers:
+        for name in PROJECTIONS:
+            _swap(layer, name)
+    if model.lm_head is not None:
+        _swap(model, "lm_head")
+    return model

@@ -1,0 +1,82 @@
+"""``x @ W^T * scale`` for a few float32 rows and int8 weights, by the C kernel
+``int8_matmul.c`` (built at first use with the rest of the native library).
+
+The weight is ``(out, in)`` int8 with one float32 scale per output channel (see
+:mod:`metagen.engine.models.int8`); the kernel widens and converts each weight vector in
+registers, so no dequantized copy is ever written, and a decoding step streams a quarter of the
+float32 bytes. On several threads (torch's count, :mod:`.threads`) each computes one contiguous
+slice of the output channels: the result is the same bit for bit for any count.
+:func:`load` returns ``None`` where the library cannot be built; callers then use the PyTorch
+fallback (a dequantized product). Set ``METAGEN_NATIVE=0`` to turn it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from metagen.engine.native.library import library, open_library
+from metagen.engine.native.threads import resolve
+from metagen.errors import InvalidParameterError
+
+MAX_ROWS = 16  # the decode step's most tokens; more rows are prefill, where MKL's GEMM wins
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+
+
+class Int8Matmul:
+    """A loaded kernel library. ``isa`` is its vector width in bits (512 or 256)."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.isa: int = lib.mg_isa()
+        self._fn = lib.mg_q8_matmul_threads
+        self._fn.restype = None
+        self._fn.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int]
+
+    @staticmethod
+    def applies(x: torch.Tensor) -> bool:
+        """Whether the kernel takes activations ``x``: 1 to :data:`MAX_ROWS` contiguous float32
+        CPU rows without autograd (the weight side is checked by the caller's type)."""
+        return (x.dim() == 2 and 1 <= x.shape[0] <= MAX_ROWS and x.dtype == torch.float32
+                and x.device.type == "cpu" and x.is_contiguous() and not x.requires_grad)
+
+    def __call__(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+                 bias: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+        """x (M, K) float32 @ (q (N, K) int8 * scale (N, 1))^T [+ bias (N,)] -> (M, N) float32,
+        on ``threads`` threads (default: torch's count). All operands contiguous CPU tensors.
+        Raises :class:`~metagen.errors.InvalidParameterError` naming ``q`` when the shapes or
+        dtypes do not fit."""
+        n_threads = resolve(threads)
+        m, k = x.shape
+        n = q.shape[0]
+        if (q.dtype != torch.int8 or q.dim() != 2 or q.shape[1] != k or scale.shape != (n,)
+                or scale.dtype != torch.float32 or not q.is_contiguous()
+                or not scale.is_contiguous()
+                or (bias is not None and (bias.shape != (n,) or bias.dtype != torch.float32
+                                          or not bias.is_contiguous()))):
+            raise InvalidParameterError(
+                "q", (tuple(q.shape), q.dtype), f"does not fit x {tuple(x.shape)}, scale "
+                f"{tuple(scale.shape)} and bias {None if bias is None else tuple(bias.shape)} "
+                "(want contiguous int8 (N, K), float32 (N,) scale and bias)")
+        y = torch.empty((m, n), dtype=torch.float32)
+        if m and n:
+            if k == 0:
+                return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()
+            self._fn(x.data_ptr(), q.data_ptr(), scale.data_ptr(),
+                     None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n, n_threads)
+        return y
+
+
+def load_from(flags: tuple[str, ...]) -> Int8Matmul:
+    """Build (or reuse) the native library with these compiler flags and bind the kernel; raises
+    :class:`~metagen.engine.native.build.NativeBuildError` (or :class:`OSError`) on failure."""
+    return Int8Matmul(open_library(flags))
+
+
+@functools.cache
+def load() -> Int8Matmul | None:
+    """The kernel for this machine, or ``None`` where :func:`~.library.library` is ``None``."""
+    lib = library()
+    return None if lib is None else Int8Matmul(lib)

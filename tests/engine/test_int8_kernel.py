@@ -1,0 +1,162 @@
+"""Weight-only int8: the quantize/dequantize round trip and its bound, the native int8 product
+(both vector paths) against a float64 torch product with the dequantized weight, bit-equal on
+1-4 threads, and the torch fallback of :class:`Int8Weight` against the kernel."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metagen.engine.models.int8 import Int8Weight, dequantize_int8, quantize_int8
+from metagen.engine.native import build as native_build
+from metagen.engine.native import int8_matmul as im
+from metagen.engine.native.int8_matmul import Int8Matmul
+from metagen.engine.native.library import open_library
+from metagen.errors import InvalidParameterError
+
+from ._native_variants import variants
+
+
+@settings(max_examples=60, deadline=None)
+@given(out=st.integers(1, 40), n_in=st.integers(1, 70), spread=st.sampled_from([1e-3, 1.0, 1e3]),
+       seed=st.integers(0, 2**16))
+def test_round_trip_within_half_a_step_per_channel(out, n_in, spread, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(out, n_in, generator=g) * spread * torch.rand(out, 1, generator=g)
+    q, scale = quantize_int8(w)
+    assert q.dtype == torch.int8 and scale.dtype == torch.float32 and scale.shape == (out,)
+    assert int(q.abs().max()) <= 127
+    # each channel's largest magnitude is exactly +-127 steps
+    assert torch.equal(q.abs().amax(dim=1), torch.full((out,), 127, dtype=torch.int8))
+    err = (dequantize_int8(q, scale).double() - w.double()).abs()
+    step = scale.double()[:, None]
+    assert (err <= step / 2 * (1 + 1e-5) + 1e-30).all()
+    assert torch.allclose(scale.double(), w.double().abs().amax(dim=1) / 127, rtol=1e-6)
+
+
+def test_zero_channels_dequantize_to_exact_zeros():
+    w = torch.tensor([[0.0, 0.0, 0.0], [1.0, -0.5, 0.25]])
+    q, scale = quantize_int8(w)
+    assert scale[0] == 0 and torch.equal(q[0], torch.zeros(3, dtype=torch.int8))
+    assert torch.equal(q[1], torch.tensor([127, -64, 32], dtype=torch.int8))  # round half even
+    assert torch.equal(dequantize_int8(q, scale)[0], torch.zeros(3))
+
+
+def test_quantize_rejects_bad_weights():
+    for bad in (torch.ones(3), torch.ones(2, 2, dtype=torch.int32),
+                torch.tensor([[1.0, float("nan")]]), torch.tensor([[float("inf"), 1.0]])):
+        with pytest.raises(InvalidParameterError, match="invalid w="):
+            quantize_int8(bad)
+
+
+@pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
+def kernel(request, tmp_path_factory) -> Int8Matmul:
+    if native_build.compiler() is None:
+        pytest.skip("no C compiler")
+    os.environ["METAGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("native_cache"))
+    try:
+        k = im.load_from(request.param[1])
+    except native_build.NativeBuildError as e:
+        pytest.skip(f"this machine cannot build the {request.param[0]} path: {e}")
+    finally:
+        del os.environ["METAGEN_CACHE_DIR"]
+    if request.param[0] == "avx2":
+        assert k.isa == 256
+    return k
+
+
+def _case(m: int, k: int, n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    q, scale = quantize_int8(torch.randn(n, k, generator=g))
+    return torch.randn(m, k, generator=g), q, scale, torch.randn(n, generator=g)
+
+
+# M crosses the 6/4-row register tile, K the 16/8-lane vector (scalar tail), N the 4/3-channel
+# tile (repeated-row tail) and the 16-column thread slices.
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 20), k=st.sampled_from([1, 3, 8, 16, 17, 40, 129, 512]),
+       n=st.sampled_from([1, 2, 3, 4, 5, 16, 23, 65, 130, 1001]), with_bias=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_kernel_equals_the_dequantized_product(kernel, m, k, n, with_bias, seed):
+    x, q, scale, bias = _case(m, k, n, seed)
+    b = bias if with_bias else None
+    got = kernel(x, q, scale, b)
+    w = dequantize_int8(q, scale).double()  # (n, k)
+    ref = x.double() @ w.t() + (bias.double() if with_bias else 0)
+    assert got.shape == (m, n) and got.dtype == torch.float32
+    # float32 sums of k products in another order: a few ulps of sum |x_i w_i|
+    bound = 1e-6 * (x.double().abs() @ w.abs().t() + (bias.double().abs() if with_bias else 0)
+                    + 1)
+    assert ((got.double() - ref).abs() <= bound * 8).all()
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 7, 16])
+@pytest.mark.parametrize("n", [8, 40, 130, 1001])
+def test_threaded_product_equals_one_thread_bitwise(kernel, m, n):
+    x, q, scale, bias = _case(m, 37, n, m * 10_000 + n)
+    for b in (None, bias):
+        ref = kernel(x, q, scale, b, threads=1)
+        for t in (2, 3, 4):
+            assert torch.equal(kernel(x, q, scale, b, threads=t), ref), (t, b is None)
+
+
+def test_kernel_rejects_operands_that_do_not_fit(kernel):
+    x, q, scale, bias = _case(2, 8, 5, 0)
+    for args in ((q[:, :7].contiguous(), scale, None), (q.float(), scale, None),
+                 (q, scale[:4], None), (q, scale.double(), None), (q, scale, bias[:3])):
+        with pytest.raises(InvalidParameterError, match="invalid q="):
+            kernel(x, *args)
+    with pytest.raises(InvalidParameterError, match="threads"):
+        kernel(x, q, scale, threads=0)
+
+
+def test_applies_to_a_few_contiguous_float32_rows():
+    assert Int8Matmul.applies(torch.randn(1, 8)) and Int8Matmul.applies(torch.randn(16, 8))
+    assert not Int8Matmul.applies(torch.randn(17, 8))  # prefill: the torch fallback
+    assert not Int8Matmul.applies(torch.randn(0, 8))
+    assert not Int8Matmul.applies(torch.randn(4, 8).double())
+    assert not Int8Matmul.applies(torch.randn(8, 4).t())
+    assert not Int8Matmul.applies(torch.randn(4, 8, requires_grad=True))
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 40])
+def test_int8_weight_native_and_fallback_agree(m, monkeypatch):
+    """Int8Weight applies itself natively for 1-16 rows and by a dequantized torch product
+    otherwise (or with no native library): both compute ``x @ W`` with W (in, out) dequantized."""
+    g = torch.Generator().manual_seed(m)
+    w = torch.randn(48, 70, generator=g)  # (in, out), as the engine stores projections
+    x, bias = torch.randn(m, 48, generator=g), torch.randn(70, generator=g)
+    iw = Int8Weight.from_in_out(w)
+    assert iw.shape == (48, 70) and iw.q.shape == (70, 48)
+    ref = x.double() @ dequantize_int8(iw.q, iw.scale).double().t() + bias.double()
+    got = iw.apply_to(x, bias)
+    monkeypatch.setattr("metagen.engine.models.int8.load_int8_matmul", lambda: None)
+    fallback = iw.apply_to(x, bias)
+    for y in (got, fallback):
+        assert y.dtype == torch.float32 and (y.double() - ref).abs().max() < 1e-4
+    # bfloat16 activations take the fallback and stay bfloat16
+    assert iw.apply_to(x.bfloat16()).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("isa", [name for name, _ in variants()])
+def test_column_slices_computed_apart_equal_the_whole_product(isa):
+    """The per-slice function the decode step calls: slices of output channels that do not
+    align with the 4/3-channel tile, computed apart, equal the whole product bit for bit."""
+    try:
+        lib = open_library(dict(variants())[isa])
+    except Exception as e:  # no compiler or no vector path
+        pytest.skip(f"no native {isa} library: {e}")
+    x, q, scale, bias = _case(7, 40, 50, 7)
+    y = torch.empty(7, 50)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    lib.mg_q8_matmul_cols.argtypes = [p, p, p, p, p, i, i, i, i, i]
+    lib.mg_q8_matmul_cols.restype = None
+    for c0, c1 in ((0, 17), (17, 17), (17, 33), (33, 50)):
+        lib.mg_q8_matmul_cols(x.data_ptr(), q.data_ptr(), scale.data_ptr(), bias.data_ptr(),
+                              y.data_ptr(), 7, 40, 50, c0, c1)
+    assert torch.equal(y, Int8Matmul(lib)(x, q, scale, bias, threads=1))
