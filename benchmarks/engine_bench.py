@@ -33,6 +33,13 @@ from benchmarks.peers.inprocess import bench_device
 from benchmarks.thread_counts import thread_counts
 
 
+def full_precision(outputs: dict[str, Any]) -> list[str]:
+    """The keys of ``outputs`` (peer name, or ``peer/...``) whose peer runs float32 weights: a
+    quantized peer decodes near, not equal to, the others."""
+    quantized = {cls.name for cls in PEERS if cls.quantization is not None}
+    return [k for k in outputs if k.split("/")[0] not in quantized]
+
+
 def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
     vals = [outputs[k] for k in keys if k in outputs]
     if len(vals) < 2:
@@ -106,6 +113,8 @@ def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_na
     weight_bytes = factory.param_count(paths["target"]) * 4
     decode_bytes = factory.decode_read_bytes(paths["target"])
     roof_tok_s = roof.decode_tokens_per_s(decode_bytes)
+    int8_bytes = factory.quantized_decode_read_bytes(paths["target"], "int8")
+    roofs = {None: roof_tok_s, "int8": roof.decode_tokens_per_s(int8_bytes)}
     peers: list[Peer] = []
     skipped: dict[str, str] = {}
     wanted = os.environ.get("METAGEN_BENCH_PEERS")  # comma-separated names, in-process ones too
@@ -129,8 +138,8 @@ def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_na
                 continue
             peers.append(peer)
     try:
-        return _measure(peers, skipped, paths, sizes, s, roof, roof_tok_s, weight_bytes,
-                        decode_bytes, quick, workload_names, log)
+        return _measure(peers, skipped, paths, sizes, s, roof, roofs, weight_bytes,
+                        decode_bytes, int8_bytes, quick, workload_names, log)
     finally:
         for peer in peers:
             if isinstance(peer, RemotePeer):
@@ -138,17 +147,22 @@ def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_na
 
 
 def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path], sizes: Any,
-             s: Any, roof: Any, roof_tok_s: float, weight_bytes: int, decode_bytes: int,
+             s: Any, roof: Any, roofs: dict[str | None, float], weight_bytes: int,
+             decode_bytes: int, int8_bytes: int,
              quick: bool, workload_names: str, log: Callable[[str], None]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     not_run: list[dict[str, Any]] = []
-    checks: dict[str, bool | None] = {}
+    checks: dict[str, bool | float | None] = {}
     v = sizes.vocab
     if "A" in workload_names:
         log("workload A ...")
-        r, out = workloads.workload_a(peers, s, v, roof_tok_s, not_run)
+        r, out = workloads.workload_a(peers, s, v, roofs, not_run)
         rows += r
-        checks["A greedy tokens equal across peers"] = _check_same(out, list(out))
+        checks["A greedy tokens equal across peers"] = _check_same(out, full_precision(out))
+        if "metagen" in out and "metagen-int8" in out:  # reported, not required
+            a, b = out["metagen"], out["metagen-int8"]
+            checks["A int8 greedy tokens equal metagen float32 (share)"] = sum(
+                x == y for x, y in zip(a, b)) / max(1, len(a))
     if "B" in workload_names:
         log("workload B ...")
         rows += workloads.workload_b(peers, s, v, not_run)
@@ -156,14 +170,14 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
         log("workload C ...")
         r, out = workloads.workload_c(peers, s, v, not_run)
         rows += r
-        checks["C beam tokens equal across peers"] = _check_same(out, list(out))
+        checks["C beam tokens equal across peers"] = _check_same(out, full_precision(out))
     if "D" in workload_names:
         log("workload D ...")
         r, out = workloads.workload_d(peers, s, v, not_run)
         rows += r
         for mode in ("draft", "ngram"):
             checks[f"D {mode}: speculative == greedy, all peers"] = _check_same(
-                out, [k for k in out if f"/{mode}/" in k])
+                out, [k for k in full_precision(out) if f"/{mode}/" in k])
     metagen = next((p for p in peers if isinstance(p, MetagenPeer)), None)
     if "E" in workload_names and metagen is not None:
         log("workload E ...")
@@ -190,7 +204,9 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
                  "target_params": weight_bytes // 4, "models": {k: str(p) for k, p in paths.items()}},
         "roofline": roof.to_dict() | {"target_weight_bytes": weight_bytes,
                                       "decode_read_bytes": decode_bytes,
-                                      "decode_roofline_tok_s": roof_tok_s},
+                                      "decode_roofline_tok_s": roofs[None],
+                                      "int8_decode_read_bytes": int8_bytes,
+                                      "int8_decode_roofline_tok_s": roofs["int8"]},
         "peers": [p.name for p in peers], "skipped_peers": skipped, "not_run": not_run,
         "rows": rows, "checks": checks, "memory": memory,
     }
@@ -240,7 +256,8 @@ def print_table(result: dict[str, Any], console=None) -> None:
     for roof in result.get("rooflines", {"": result["roofline"]}).values():
         _print_roofline(console, roof)
     for name, ok in result["checks"].items():
-        mark = {True: "ok", False: "MISMATCH", None: "n/a"}[ok]
+        mark = f"{ok:.3f}" if isinstance(ok, float) else {True: "ok", False: "MISMATCH",
+                                                            None: "n/a"}[ok]
         console.print(f"check: {name}: {mark}")
     _print_memory(console, result.get("memory"))
     for name, why in result["skipped_peers"].items():
@@ -256,6 +273,9 @@ def _print_roofline(console, roof: dict[str, Any]) -> None:
                   f"batch-1 decode bound {roof['decode_roofline_tok_s']:.1f} tok/s "
                   f"({roof.get('decode_read_bytes', roof['target_weight_bytes']) / 1e6:.1f} MB "
                   f"of weights read per token)")
+    if "int8_decode_roofline_tok_s" in roof:
+        console.print(f"int8 weights: batch-1 decode bound {roof['int8_decode_roofline_tok_s']:.1f}"
+                      f" tok/s ({roof['int8_decode_read_bytes'] / 1e6:.1f} MB per token)")
 
 
 def _print_memory(console, mem: dict[str, Any] | None) -> None:

@@ -142,3 +142,14 @@ def decode_read_bytes(path: str | Path) -> int:
     table, of which it reads one row (negligible). With untied embeddings (as here) that table
     is ~28 % of the target's parameters, so counting it would understate the roofline."""
     return sum(n * b for key, n, b in _tensors(path) if not key.endswith("embed_tokens.weight"))
+
+
+def quantized_decode_read_bytes(path: str | Path, quantization: str) -> int:
+    """:func:`decode_read_bytes` of the model as metagen holds it with ``quantization``: its
+    stored tensors (int8 projections and their float32 scales, float32 norms and biases) but the
+    input embedding table, counted from the loaded model itself."""
+    from metagen.engine.models.loader import load_model
+
+    model = load_model(path, quantization=quantization)  # type: ignore[arg-type]
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    return sum(t.numel() * t.element_size() for name, t in tensors if name != "embed")

@@ -108,7 +108,10 @@ def compare_peers(rows: list[dict[str, Any]]) -> None:
             if ref is not None:
                 r["vs_transformers"] = r["tokens_per_s"] / ref["tokens_per_s"]
         me = next((r for r in mine if r["peer"] == "metagen"), None)
-        others = [r for r in mine if r["peer"] != "metagen"]
+        others = [r for r in mine if not r["peer"].startswith("metagen")]  # float32 peers
+        q8 = next((r for r in mine if r["peer"] == "metagen-int8"), None)
+        if me is not None and q8 is not None:
+            q8["vs_metagen_fp32"] = q8["tokens_per_s"] / me["tokens_per_s"]
         if me is not None and others:
             best = max(others, key=lambda r: r["tokens_per_s"])
             me["vs_best_peer"] = me["tokens_per_s"] / best["tokens_per_s"]
@@ -133,9 +136,11 @@ def _row(workload: str, peer: Peer, variant: str, times: list[float], tokens: in
             "tokens": tokens, **extra}
 
 
-def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float,
+def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: dict[str | None, float],
                not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
-    """Batch-1 greedy; decode rate = (new - 1) / (t(new) - t(1)) against the roofline."""
+    """Batch-1 greedy; decode rate = (new - 1) / (t(new) - t(1)) against the roofline of the
+    peer's weight format (``roof_tok_s[peer.quantization]``: a quantized model streams fewer
+    bytes per token, so its bound is higher)."""
     prompt = random_prompt(s.a_prompt, vocab, 1)
     rows, outputs = [], {}
     for peer in peers:
@@ -146,7 +151,7 @@ def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: float,
             continue
         t_all, toks, t_one, _ = got
         decode = [(s.a_new - 1) / max(a - b, 1e-9) for a, b in zip(t_all, t_one)]
-        frac = [d / roof_tok_s for d in decode]
+        frac = [d / roof_tok_s[peer.quantization] for d in decode]
         outputs[peer.name] = toks
         rows.append(_row("A", peer, "greedy b=1", t_all, s.a_new, decode_tok_s=summary(decode),
                          ratio_runs=frac, ratio=summary(frac), ratio_name="of roofline",

@@ -3,7 +3,7 @@ people use today (OpenVINO GenAI, onnxruntime-genai, llama.cpp, CTranslate2) eac
 environment behind a pipe (:mod:`benchmarks.peers.remote`)."""
 
 from benchmarks.peers.base import Peer, Unsupported
-from benchmarks.peers.inprocess import MetagenPeer, TransformersPeer
+from benchmarks.peers.inprocess import MetagenInt8Peer, MetagenPeer, TransformersPeer
 from benchmarks.peers.remote import (
     CTranslate2Peer,
     LlamaCppPeer,
@@ -13,9 +13,9 @@ from benchmarks.peers.remote import (
     RemotePeer,
 )
 
-PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, OpenVINOGenAIPeer,
+PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, MetagenInt8Peer, OpenVINOGenAIPeer,
                            OnnxRuntimeGenAIPeer, LlamaCppPeer, CTranslate2Peer]
 
-__all__ = ["PEERS", "CTranslate2Peer", "LlamaCppPeer", "MetagenPeer", "OnnxRuntimeGenAIPeer",
+__all__ = ["PEERS", "CTranslate2Peer", "LlamaCppPeer", "MetagenInt8Peer", "MetagenPeer", "OnnxRuntimeGenAIPeer",
            "OpenVINOGenAIPeer", "Peer", "PeerError", "RemotePeer", "TransformersPeer",
            "Unsupported"]

@@ -18,6 +18,7 @@ class Unsupported(Exception):
 
 class Peer:
     name = "peer"
+    quantization: str | None = None  # the weights' format when not float32 (e.g. "int8")
 
     def available(self) -> bool:
         return False

@@ -80,7 +80,9 @@ class MetagenPeer(Peer):
         super().load(paths)
         from metagen.engine.models.loader import load_model
 
-        self.models = {k: load_model(p, device=bench_device()) for k, p in paths.items()}
+        self.models = {k: load_model(p, device=bench_device(),
+                                     quantization=self.quantization)  # type: ignore[arg-type]
+                       for k, p in paths.items()}
 
     @staticmethod
     def blocks_for(num_tokens: int) -> int:
@@ -141,3 +143,11 @@ class MetagenPeer(Peer):
         stats = eng.speculator.stats
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds}
         return list(out[0].outputs[0].token_ids)
+
+
+class MetagenInt8Peer(MetagenPeer):
+    """metagen's engine with ``quantization="int8"`` (weight-only, per-channel scales): the
+    same requests on int8 projections and LM head."""
+
+    name = "metagen-int8"
+    quantization = "int8"

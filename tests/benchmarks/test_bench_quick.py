@@ -23,9 +23,14 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     assert data["meta"]["quick"] is True and data["meta"]["threads"] == [1]
     assert data["roofline"]["bandwidth_gb_s"] > 0 and data["roofline"]["matmul_gflop_s"] > 0
     assert {r["workload"] for r in data["rows"]} == {"A", "C", "D", "E"}
-    assert {r["peer"] for r in data["rows"] if r["workload"] == "A"} == {"transformers", "metagen"}
+    assert {r["peer"] for r in data["rows"] if r["workload"] == "A"} == {
+        "transformers", "metagen", "metagen-int8"}
     assert all(ok is not False for ok in data["checks"].values()), data["checks"]
-    assert data["checks"]["A greedy tokens equal across peers, 1 thread"] is True
+    assert data["checks"]["A greedy tokens equal across peers, 1 thread"] is True  # float32
+    assert 0 <= data["checks"]["A int8 greedy tokens equal metagen float32 (share), 1 thread"] <= 1
+    roof = data["roofline"]  # int8 streams about a quarter of the float32 bytes per token
+    assert roof["decode_read_bytes"] / 4 < roof["int8_decode_read_bytes"] < roof[
+        "decode_read_bytes"] / 3
     for row in data["rows"]:
         assert len(row["times"]) >= 1 and row["time"]["min"] <= row["time"]["median"]
     e = [r for r in data["rows"] if r["workload"] == "E"]

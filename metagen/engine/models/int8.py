@@ -77,6 +77,7 @@ class Int8Weight(nn.Module):
         contiguous float32 CPU rows (a float32 bias), else by a dequantized torch product."""
         kernel: Int8Matmul | None = load_int8_matmul()
         if (kernel is not None and kernel.applies(x) and self.q.device.type == "cpu"
+                and self.scale.dtype == torch.float32
                 and (bias is None or bias.dtype == torch.float32)):
             return kernel(x, self.q, self.scale, bias)
         w = self.q.to(x.dtype)
