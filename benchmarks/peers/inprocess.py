@@ -96,7 +96,8 @@ class MetagenPeer(Peer):
         from metagen.engine.llm_engine import LLMEngine
 
         cfg = EngineConfig(block_size=16, num_blocks=num_blocks, prefix_cache=prefix_cache,
-                           max_num_batched_tokens=4096, device=bench_device())
+                           max_num_batched_tokens=4096, device=bench_device(),
+                           quantization=self.quantization)  # type: ignore[arg-type]
         eng = LLMEngine(self.models[model], None, cfg, speculator=speculator)
         eng.eos_token_ids = ()  # as the transformers peer (eos_token_id=None): fixed lengths
         return eng

@@ -54,6 +54,7 @@ from metagen.engine.engine_scoring import EngineScorer, collect_scores
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
+from metagen.engine.models.quantize import quantization_of
 from metagen.engine.native.threads import torch_inline
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
@@ -79,6 +80,11 @@ class LLMEngine:
                  speculator: Speculator | None = None) -> None:
         cfg = config or EngineConfig()
         mc = model.cfg
+        if quantization_of(model) != cfg.quantization:
+            raise InvalidParameterError(
+                "quantization", cfg.quantization, f"the model's projections are stored as "
+                f"{quantization_of(model) or 'loaded'}: quantization applies when loading "
+                "(LLMEngine.from_pretrained, or load_model(..., quantization=...))")
         self.model, self.tokenizer, self.config = model, tokenizer, cfg
         bs = cfg.block_size
         max_len = min(cfg.max_model_len or model.max_positions, model.max_positions,

@@ -76,3 +76,15 @@ def test_stories_int8_greedy_stays_close_to_float32(stories_path):
     got = [o.outputs[0].token_ids[0] for o in q8.generate(contexts, one)]
     agree = sum(a == b for a, b in zip(got, want)) / len(want)
     assert len(want) == 512 and agree >= 0.95, agree
+
+
+def test_engine_config_and_model_must_agree_on_quantization(random_model_dir):
+    """``quantization`` applies at load; an engine over a model stored otherwise says so rather
+    than run float32 weights under an int8 config (or the reverse)."""
+    folder = random_model_dir("llama")
+    for model, asked in ((load_model(folder), "int8"),
+                         (load_model(folder, quantization="int8"), None)):
+        with pytest.raises(InvalidParameterError, match="quantization"):
+            LLMEngine(model, None, EngineConfig(device="cpu", quantization=asked))
+    LLMEngine(load_model(folder, quantization="int8"), None,
+              EngineConfig(device="cpu", quantization="int8"))

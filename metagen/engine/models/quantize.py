@@ -24,6 +24,12 @@ def _swap(module: nn.Module, name: str) -> None:
     setattr(module, name, quantized)
 
 
+def quantization_of(model: LlamaModel) -> Quantization | None:
+    """How ``model``'s projections are stored: ``"int8"`` once :func:`quantize_model` ran on
+    it, else ``None`` (as loaded)."""
+    return "int8" if isinstance(model.layers[0].qkv, Int8Weight) else None
+
+
 def quantize_model(model: LlamaModel, quantization: Quantization | None) -> LlamaModel:
     """``model`` with its projections quantized as the module docstring says (``None``: as
     is); returns the same object. Raises :class:`~metagen.errors.InvalidParameterError` naming

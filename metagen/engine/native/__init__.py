@@ -3,6 +3,8 @@
 
 - :mod:`.small_matmul`: ``x @ W`` for a few rows (``small_matmul.c``);
 - :mod:`.decode_step`: every decoder layer of a step of a few tokens (``decode_step.c``);
+- :mod:`.int8_matmul`: ``x @ W^T * scale`` for a few rows and int8 weights (``int8_matmul.c``),
+  also used by the decode step on a model quantized to int8;
 - ``simd.h``: the AVX-512 / AVX2 vocabulary both are written in;
 - ``pool.c``: the thread pool both split their work across (:mod:`.threads`: torch's count).
 """
