@@ -37,6 +37,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.thread_counts import thread_counts
+from metagen.engine.models.int8 import quantize_int8
+from metagen.engine.native.int8_matmul import Int8Matmul
+from metagen.engine.native.int8_matmul import load as load_int8_matmul
 from metagen.engine.native import SmallMatmul, dispatch, load_small_matmul
 from metagen.engine.native import small_matmul as sm
 from metagen.engine.native.build import AVX2_FLAGS, NATIVE_FLAGS, build
@@ -49,6 +52,7 @@ SHAPES = [(HIDDEN, 3 * HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, 2 * FFN), (FFN, HIDDE
 MKL = "x @ W (in, out)"
 NATIVE = "native kernel"
 BASELINE = "baseline kernel"
+INT8 = "int8 kernel"
 DEFAULT_ROWS = ",".join(map(str, [*range(1, 17), 24, 32]))
 
 
@@ -65,14 +69,18 @@ def kernel_for(isa: str, sources: Path | None = None) -> SmallMatmul | None:
 
 def measure(rows: list[int], repeats: int = 7, threads: int = 1,
             kernel: SmallMatmul | None = None,
-            baseline: SmallMatmul | None = None) -> list[dict[str, Any]]:
+            baseline: SmallMatmul | None = None,
+            int8: Int8Matmul | None = None) -> list[dict[str, Any]]:
     """Per row count: each way's median and best milliseconds per step (``median`` and ``best``
     dicts keyed by way) and the kernel's median speedup over ``x @ W`` (and the ``baseline``
-    kernel's, when given), torch (and so the kernels) on ``threads`` threads."""
+    kernel's, when given), torch (and so the kernels) on ``threads`` threads. With ``int8``, also
+    the same step on the weights quantized to int8 with per-channel scales (``int8 kernel``:
+    ``EngineConfig(quantization="int8")``, 42 MB a step instead of 167)."""
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
     w_in_out = [torch.randn(k, n, generator=g) * 0.02 for k, n in SHAPES]
     w_out_in = [w.t().contiguous() for w in w_in_out]
+    w_int8 = [quantize_int8(w) for w in w_out_in] if int8 is not None else []
     out = []
     for m in rows:
         xs = [torch.randn(m, k, generator=g) for k, _ in SHAPES]
@@ -83,6 +91,8 @@ def measure(rows: list[int], repeats: int = 7, threads: int = 1,
             ways[NATIVE] = lambda: [kernel(x, w) for x, w in zip(xs, w_in_out)]
         if baseline is not None:
             ways[BASELINE] = lambda: [baseline(x, w) for x, w in zip(xs, w_in_out)]
+        if int8 is not None:
+            ways[INT8] = lambda: [int8(x, q, sc) for x, (q, sc) in zip(xs, w_int8)]
         times: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(repeats):
             for name, fn in ways.items():
@@ -153,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": str(args.baseline) if args.baseline else None,
         "by_threads": {}}
     for threads in thread_counts(args.threads):
-        ms = measure(rows, args.repeats, threads, kernel, baseline)
+        ms = measure(rows, args.repeats, threads, kernel, baseline,
+                     load_int8_matmul() if args.isa == "native" else None)
         result["by_threads"][str(threads)] = ms
         ways = list(ms[0]["median"])
         print(f"{args.isa} kernel (isa {result['kernel_isa']}), {threads} thread(s), "

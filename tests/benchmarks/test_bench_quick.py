@@ -51,9 +51,11 @@ def test_every_workload_runs_at_each_thread_count_under_the_cpus_isa(tmp_path, c
     assert data["meta"]["threads"] == [1, 2]
     assert {k: r["threads"] for k, r in data["rooflines"].items()} == {"1": 1, "2": 2}
     runs = sorted((r["threads"], r["peer"]) for r in data["rows"] if r["workload"] == "A")
-    assert runs == [(1, "metagen"), (1, "transformers"), (2, "metagen"), (2, "transformers")]
-    assert {k for k in data["checks"]} == {"A greedy tokens equal across peers, 1 thread",
-                                           "A greedy tokens equal across peers, 2 threads"}
+    assert runs == [(t, p) for t in (1, 2) for p in ("metagen", "metagen-int8", "transformers")]
+    assert {k for k in data["checks"]} == {
+        f"A {what}, {t}" for what in ("greedy tokens equal across peers",
+                                      "int8 greedy tokens equal metagen float32 (share)")
+        for t in ("1 thread", "2 threads")}
     assert data["memory"]["peak_rss"] > 0  # M runs once, at the first count
     table = capsys.readouterr().out
     assert f"ISA {vector_isa()}" in table.splitlines()[0] and cpu_model() in table.splitlines()[0]
