@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
 from metagen.engine.native import build as native_build
 from metagen.engine.native.build import AVX2_FLAGS
 from metagen.engine.native.cpu import cpu_flags
 
-__all__ = ["cpu_flags", "variants"]
+__all__ = ["cpu_flags", "load_variant", "variants"]
+
+K = TypeVar("K")
 
 
 def variants() -> list[tuple[str, tuple[str, ...]]]:
@@ -16,3 +24,23 @@ def variants() -> list[tuple[str, tuple[str, ...]]]:
     if {"avx2", "fma"} <= cpu_flags():
         out.append(("avx2", AVX2_FLAGS))
     return out
+
+
+def load_variant(load_from: Callable[[tuple[str, ...]], K], variant: tuple[str, tuple[str, ...]],
+                 tmp_path_factory: Any) -> K:
+    """``load_from(flags)`` of one :func:`variants` entry, built into a fresh cache folder; skips
+    the test where this machine has no compiler or cannot build that path. An AVX2 build must
+    report the 256-bit ISA."""
+    name, flags = variant
+    if native_build.compiler() is None:
+        pytest.skip("no C compiler")
+    os.environ["METAGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("native_cache"))
+    try:
+        kernel = load_from(flags)
+    except native_build.NativeBuildError as e:
+        pytest.skip(f"this machine cannot build the {name} path: {e}")
+    finally:
+        del os.environ["METAGEN_CACHE_DIR"]
+    if name == "avx2":
+        assert getattr(kernel, "isa") == 256
+    return kernel

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import ctypes
-import os
 
 import pytest
 import torch
@@ -13,13 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metagen.engine.models.int8 import Int8Weight, dequantize_int8, quantize_int8
-from metagen.engine.native import build as native_build
 from metagen.engine.native import int8_matmul as im
 from metagen.engine.native.int8_matmul import Int8Matmul
 from metagen.engine.native.library import open_library
 from metagen.errors import InvalidParameterError
 
-from ._native_variants import variants
+from ._native_variants import load_variant, variants
 
 
 @settings(max_examples=60, deadline=None)
@@ -56,18 +54,7 @@ def test_quantize_rejects_bad_weights():
 
 @pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
 def kernel(request, tmp_path_factory) -> Int8Matmul:
-    if native_build.compiler() is None:
-        pytest.skip("no C compiler")
-    os.environ["METAGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("native_cache"))
-    try:
-        k = im.load_from(request.param[1])
-    except native_build.NativeBuildError as e:
-        pytest.skip(f"this machine cannot build the {request.param[0]} path: {e}")
-    finally:
-        del os.environ["METAGEN_CACHE_DIR"]
-    if request.param[0] == "avx2":
-        assert k.isa == 256
-    return k
+    return load_variant(im.load_from, request.param, tmp_path_factory)
 
 
 def _case(m: int, k: int, n: int, seed: int):

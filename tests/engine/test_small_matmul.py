@@ -3,7 +3,6 @@ and the engine's forward through it against transformers."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -15,23 +14,12 @@ from metagen.engine.native import build as native_build
 from metagen.engine.native import library as native_library
 from metagen.engine.native import small_matmul as sm
 
-from ._native_variants import cpu_flags, variants
+from ._native_variants import cpu_flags, load_variant, variants
 
 
 @pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
 def kernel(request, tmp_path_factory) -> SmallMatmul:
-    if native_build.compiler() is None:
-        pytest.skip("no C compiler")
-    os.environ["METAGEN_CACHE_DIR"] = str(tmp_path_factory.mktemp("native_cache"))
-    try:
-        k = sm.load_from(request.param[1])
-    except NativeBuildError as e:
-        pytest.skip(f"this machine cannot build the {request.param[0]} path: {e}")
-    finally:
-        del os.environ["METAGEN_CACHE_DIR"]
-    if request.param[0] == "avx2":
-        assert k.isa == 256
-    return k
+    return load_variant(sm.load_from, request.param, tmp_path_factory)
 
 
 @pytest.fixture
