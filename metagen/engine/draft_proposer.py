@@ -2,13 +2,14 @@
 
 The draft model needs its own KV cache (it is another model); it gets it as an ordinary engine
 (block manager, radix cache, continuous batching), not a second kind of core. Every target
-sequence that speculates has a mirror request on the draft engine whose rows are driven by
-:class:`DraftDriver` (:mod:`metagen.engine.request_driver`): each draft step samples one token
-from the draft's processed distribution ``q`` (the target row's own parameters, seeds and
-output so far, with counter-based uniforms on stream ``DRAFT_STREAM``) and extends the mirror
-with it. At the start of a round the mirror follows the target: ``truncate`` to the common
-prefix (keeping the draft KV of the accepted drafts) then the target's new tokens. A mirror is
-aborted when its target sequence finishes (its full blocks stay in the draft's prefix cache).
+sequence that speculates has a mirror request on the draft engine (:mod:`metagen.engine.mirrors`)
+whose rows are driven by :class:`DraftDriver` (:mod:`metagen.engine.request_driver`): each draft
+step samples one token from the draft's processed distribution ``q`` (the target row's own
+parameters, seeds and output so far, with counter-based uniforms on stream ``DRAFT_STREAM``)
+and extends the mirror with it. At the start of a round the mirror follows the target:
+``truncate`` to the common prefix (keeping the draft KV of the accepted drafts) then the
+target's new tokens. A mirror is aborted when its target sequence finishes (its full blocks
+stay in the draft's prefix cache).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import torch
 
 from metagen.decoding import SequenceState, greedy_tokens, probs_for_sampling, uniforms_for
 from metagen.decoding.speculative import sample_inverse_cdf
-from metagen.engine.detokenizer import Detokenizer
+from metagen.engine.mirrors import Mirrors
 from metagen.engine.proposers import Proposal
 from metagen.engine.sequence import Request
-from metagen.types import SamplingParams
 
 if TYPE_CHECKING:
     from metagen.engine.llm_engine import LLMEngine
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from metagen.engine.sequence import Sequence as Seq
 
 DRAFT_STREAM = 13  # rng stream of the draft tokens (metagen.decoding.rng)
-_MIRROR_PARAMS = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
 
 
 @dataclass(slots=True, eq=False)
@@ -109,31 +108,7 @@ class DraftModelProposer:
     def __init__(self, draft: LLMEngine) -> None:
         self.draft = draft
         self.driver = DraftDriver()
-        self._mirrors: dict[int, str] = {}  # target key -> mirror request id
-        self._keys: dict[str, int] = {}  # mirror request id -> target key
-
-    def _sync(self, key: int, tokens: Sequence[int]) -> Seq | None:
-        """The mirror of ``key`` holding exactly ``tokens`` (the last one uncomputed at least),
-        or None when the draft engine cannot hold it."""
-        eng = self.draft
-        if len(tokens) >= eng.max_model_len:
-            return None
-        rid = self._mirrors.get(key)
-        if rid is None:
-            rid = eng.new_request_id("mirror")
-            req = Request(rid, list(tokens), _MIRROR_PARAMS, driver=self.driver)
-            self._mirrors[key], self._keys[rid] = rid, key
-            return eng.enqueue(req, SequenceState(_MIRROR_PARAMS, list(tokens)),
-                               Detokenizer(None, ()))
-        seq = eng.requests[rid].seqs[0]
-        common, limit = 0, min(len(seq.token_ids), len(tokens))
-        while common < limit and seq.token_ids[common] == tokens[common]:
-            common += 1
-        if common < seq.num_prompt_tokens:  # cannot happen for one target sequence: restart
-            self.forget(key)
-            return self._sync(key, tokens)
-        eng.truncate(seq.seq_id, common, then=tokens[common:])
-        return seq
+        self.mirrors = Mirrors(draft, self.driver)
 
     def propose(self, keys: Sequence[int], token_lists: Sequence[Sequence[int]],
                 states: Sequence[SequenceState], ks: Sequence[int]) -> Proposal:
@@ -141,7 +116,7 @@ class DraftModelProposer:
         self.driver.rows.clear()
         for key, tokens, state, k in zip(keys, token_lists, states, ks):
             want = min(k, self.draft.max_model_len - len(tokens) - 1)
-            seq = self._sync(key, tokens) if want > 0 else None
+            seq = self.mirrors.sync(key, tokens) if want > 0 else None
             if seq is not None:
                 self.driver.rows[seq.seq_id] = _Row(state, want)
         rows = dict(self.driver.rows)
@@ -151,8 +126,7 @@ class DraftModelProposer:
             if sum(len(r.tokens) for r in rows.values()) == before and \
                     not self.draft.scheduler.has_work():
                 break  # nothing could run (cannot happen with a sane cache): stop drafting
-        by_key = {self._keys[self.draft.seqs[sid].request.request_id]: r
-                  for sid, r in rows.items()}
+        by_key = {self.mirrors.key_of(self.draft.seqs[sid]): r for sid, r in rows.items()}
         self.driver.rows.clear()
         return self._proposal([by_key.get(key) for key in keys], kmax)
 
@@ -179,7 +153,4 @@ class DraftModelProposer:
         return Proposal(drafts, num, probs)
 
     def forget(self, key: int) -> None:
-        rid = self._mirrors.pop(key, None)
-        if rid is not None:
-            del self._keys[rid]
-            self.draft.abort(rid)
+        self.mirrors.forget(key)
