@@ -84,6 +84,9 @@ def __getattr__(name: str):  # lazy: importing metagen must not import torch
     if name == "LocalGenerator":
         from metagen.generators.local import LocalGenerator
         return LocalGenerator
+    if name == "LogitArithmeticGenerator":
+        from metagen.generators.logit_arithmetic import LogitArithmeticGenerator
+        return LogitArithmeticGenerator
     if name == "OpenAIGenerator":  # lazy: importing metagen must not import httpx
         from metagen.generators.openai import OpenAIGenerator
         return OpenAIGenerator

@@ -54,58 +54,63 @@ class LockstepLogits:
         self._collectors = [_Collector() for _ in aux]
         self.mirrors = [Mirrors(engine, c) for engine, c in zip(aux, self._collectors)]
         self._held: dict[int, SequenceState] = {}  # key (id of a main row's state) -> state
-        self._charged: dict[tuple[int, int], float] = {}  # (aux index, key) -> FLOPs counted
+        self._live: dict[int, Seq] = {}  # key -> the main engine's live sequence
 
     def __call__(self, states: Sequence[SequenceState]) -> list[torch.Tensor]:
         """``[(B, V) float32 logits of the rows of `states` under each auxiliary model]``."""
-        live = self._forget_finished()
+        self._forget_finished()
         keys = [id(s) for s in states]
         for key, state in zip(keys, states):
             self._held[key] = state  # held: an id is never reused while its mirror lives
         out = [self._logits(m, c, keys, states) for m, c in zip(self.mirrors, self._collectors)]
         for key in keys:
-            if key in live:
-                self._charge(key, live[key].request)
+            for m in self.mirrors:
+                self._charge(m, key)
         return out
 
-    def _forget_finished(self) -> dict[int, Seq]:
-        """Abort the mirrors of rows that left the main engine; the live rows by key."""
-        live = {id(s.state): s for s in self.main.seqs.values() if not s.is_finished}
-        for key in [k for k in self._held if k not in live]:
+    def _forget_finished(self) -> None:
+        """Abort the mirrors of rows that left the main engine."""
+        self._live = {id(s.state): s for s in self.main.seqs.values() if not s.is_finished}
+        for key in [k for k in self._held if k not in self._live]:
             del self._held[key]
-            for i, m in enumerate(self.mirrors):
+            for m in self.mirrors:
                 m.forget(key)
-                self._charged.pop((i, key), None)
-        return live
 
-    def _charge(self, key: int, request: Request) -> None:
-        """Add the mirrors' FLOPs not yet counted to the main row's ``request``."""
-        for i, m in enumerate(self.mirrors):
-            mirror = m.request_of(key)
-            if mirror is None:
-                continue
-            before = min(self._charged.get((i, key), 0.0), mirror.flops)  # recreated: anew
-            request.flops += mirror.flops - before
-            self._charged[(i, key)] = mirror.flops
+    def _charge(self, mirrors: Mirrors, key: int) -> None:
+        """Move the FLOPs of the mirror of ``key`` to the main row's request."""
+        mirror, row = mirrors.request_of(key), self._live.get(key)
+        if mirror is not None and row is not None:
+            row.request.flops += mirror.flops
+            mirror.flops = 0.0
 
-    @staticmethod
-    def _logits(mirrors: Mirrors, collector: _Collector, keys: list[int],
+    def _logits(self, mirrors: Mirrors, collector: _Collector, keys: list[int],
                 states: Sequence[SequenceState]) -> torch.Tensor:
+        """Step the auxiliary engine of ``mirrors`` until every row has its logits. When a step
+        can schedule nothing (the cache is held by parked mirrors), the mirrors not awaiting
+        logits are aborted (charged first; their full blocks stay in the prefix cache), so
+        each such step frees blocks or raises when there are none to free."""
         engine = mirrors.engine
         collector.logits.clear()
-        seq_ids = []
+        wanted: dict[int, int] = {}  # mirror seq_id -> key
         for key, state in zip(keys, states):
             seq = mirrors.sync(key, state.prompt_ids + state.output_ids)
             if seq is None:
                 raise RuntimeError(f"an auxiliary engine cannot hold a row of "
                                    f"{len(state.prompt_ids) + len(state.output_ids)} tokens "
                                    f"(its max_model_len is {engine.max_model_len})")
-            seq_ids.append(seq.seq_id)
-        while any(s not in collector.logits for s in seq_ids):
+            wanted[seq.seq_id] = key
+        while pending := {s for s in wanted if s not in collector.logits}:
             steps = engine.stats.steps
             engine.step()
-            if engine.stats.steps == steps:  # nothing could be scheduled: no progress possible
+            if engine.stats.steps > steps:
+                continue
+            parked = [k for k in mirrors.keys() if (r := mirrors.request_of(k)) is None
+                      or r.seqs[0].seq_id not in pending]
+            if not parked:
                 raise RuntimeError("an auxiliary engine cannot schedule its rows (KV cache "
                                    "too small for them)")
-        out = torch.stack([collector.logits.pop(s) for s in seq_ids])
+            for key in parked:
+                self._charge(mirrors, key)
+                mirrors.forget(key)
+        out = torch.stack([collector.logits.pop(s) for s in wanted])
         return out.to(torch.float32)

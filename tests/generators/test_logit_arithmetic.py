@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from metagen.decoding.logit_arithmetic import contrastive_scores
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.logit_arithmetic import LogitArithmeticGenerator
 from metagen.generators.tokenize import encode_prompt
@@ -200,3 +201,48 @@ def test_scoring_and_beams_are_refused_and_bad_alpha_named(models):
         assert not g.capabilities.prompt_scoring
         with pytest.raises(CapabilityError):
             g.score(["a"], [["b"]])
+
+
+def _engines(models, names, **aux_options):
+    from metagen.engine.llm_engine import LLMEngine
+
+    main = LLMEngine.from_pretrained(models[names[0]], max_model_len=128)
+    return main, [LLMEngine.from_pretrained(models[n], **aux_options) for n in names[1:]]
+
+
+def test_tight_auxiliary_cache_preempts_mirrors_and_stays_exact(models):
+    """An amateur cache of 10 blocks cannot hold three ~70-token rows at once: its mirrors are
+    preempted and recomputed, and the tokens are still the reference's."""
+    main, [amateur] = _engines(models, ["big", "small"], num_blocks=10, block_size=16)
+    with LogitArithmeticGenerator(main, [("amateur", amateur)], _contrast,
+                                  main_role="expert") as g:
+        _check_equal(g, [models["big"], models["small"]], ref_contrastive(0.1))
+    assert amateur.scheduler.num_preemptions > 0
+    amateur.check_integrity()
+
+
+def _contrast(z: torch.Tensor, aux: Sequence[torch.Tensor]) -> torch.Tensor:
+    return contrastive_scores(z, aux[0], 0.1)
+
+
+def test_scripted_auxiliary_fault_fails_the_call_and_the_next_call_is_exact(models):
+    """A forward of the amateur raising once (scripted fault) fails that call's requests only;
+    the mirrors it dropped are recreated and the next call equals the reference."""
+    main, [amateur] = _engines(models, ["big", "small"])
+    real = amateur.runner.extend
+    calls = {"n": 0}
+
+    def flaky(reqs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("scripted amateur fault")
+        return real(reqs)
+
+    amateur.runner.extend = flaky
+    with LogitArithmeticGenerator(main, [("amateur", amateur)], _contrast,
+                                  main_role="expert") as g:
+        with pytest.raises(RuntimeError, match="scripted amateur fault"):
+            g.generate(PROMPTS, GREEDY)
+        _check_equal(g, [models["big"], models["small"]], ref_contrastive(0.1))
+        main.check_integrity()
+    amateur.check_integrity()
