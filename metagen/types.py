@@ -27,6 +27,7 @@ MAX_ID_LIST = 1_000_000
 LOGIT_BIAS_LIMIT = 100.0
 GREEDY_TEMPERATURE = 1e-5  # temperatures below this are greedy (as in vLLM)
 SEED_MAX = 2**63 - 1
+MAX_HEAL_TOKENS = 8  # prompt tokens token healing may back up over
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 
@@ -97,6 +98,12 @@ class SamplingParams:
       of strings) constrain the output to a language; at most one may be set, and a malformed one
       is rejected here naming the field (V19; :mod:`metagen.constraints`). EOS is allowed only
       where the language accepts.
+    - ``token_healing`` (``True`` = 1, or an integer k in [0, 8]) backs up over the prompt's last
+      k tokens (fewer before a special or byte token) and constrains the first generated tokens
+      to re-produce their text (:mod:`metagen.decoding.healing`). The completion's ``text``
+      starts where the prompt ended (the re-produced text is not repeated); its ``token_ids``
+      and ``logprobs`` include the healed tokens, whose text straddles the prompt's end. Not
+      combinable with an output constraint.
     """
 
     n: int = 1
@@ -127,6 +134,7 @@ class SamplingParams:
     json_schema: Mapping[str, Any] | str | None = None
     grammar: str | None = None
     choice: tuple[str, ...] | None = None
+    token_healing: bool | int = False
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -181,6 +189,20 @@ class SamplingParams:
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         self._check_constraint()
+        self._check_healing()
+
+    def _check_healing(self) -> None:
+        if not isinstance(self.token_healing, bool):
+            _check_int("token_healing", self.token_healing, 0, MAX_HEAL_TOKENS)
+        if self.token_healing and self.constraint is not None:
+            raise InvalidParameterError(
+                "token_healing", self.token_healing, f"cannot be combined with an output "
+                f"constraint ({self.constraint[0]}): the healed tokens re-produce prompt text")
+
+    @property
+    def heal_tokens(self) -> int:
+        """How many prompt tokens token healing may back up over (0: off)."""
+        return int(self.token_healing)
 
     def _check_constraint(self) -> None:
         if self.regex is None and self.json_schema is None and self.grammar is None \

@@ -3,10 +3,12 @@
 Order (each stage sees the previous stage's output; removed tokens are ``-inf``):
 
 1. hard constraints and biases: ``logit_bias`` (added) -> ``allowed_token_ids`` (everything else
-   removed) -> the output constraint (``regex`` / ``json_schema`` / ``grammar`` / ``choice``:
-   what the language forbids next removed, :mod:`metagen.decoding.constraint_mask`) -> ``bad_words`` -> ``no_repeat_ngram_size`` -> end-token suppression
-   (``min_tokens``: EOS and ``stop_token_ids`` while the output is shorter; ``ignore_eos``: EOS
-   always);
+   removed) -> token healing (rows still re-producing the text removed from their prompt keep
+   only the tokens that extend it, :mod:`metagen.decoding.healing`) -> the output constraint
+   (``regex`` / ``json_schema`` / ``grammar`` / ``choice``: what the language forbids next
+   removed, :mod:`metagen.decoding.constraint_mask`) -> ``bad_words`` ->
+   ``no_repeat_ngram_size`` -> end-token suppression (``min_tokens``: EOS and
+   ``stop_token_ids`` while the output is shorter; ``ignore_eos``: EOS always);
 2. penalties: repetition (prompt + output) -> presence and frequency (output);
 3. temperature;
 4. truncation: top-k -> top-p -> min-p -> typical -> epsilon -> eta; for rows with
@@ -81,6 +83,11 @@ def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor
     if any(a is not None for a in allowed):
         active = torch.tensor([a is not None for a in allowed], dtype=torch.bool, device=dev)
         x = keep_only(x, rows_to_mask(allowed, vocab, dev), active)
+    if any(s.heal is not None for s in seqs):
+        healing = [None if s.heal is None else s.heal.allowed(s.output_ids) for s in seqs]
+        if any(h is not None for h in healing):
+            active = torch.tensor([h is not None for h in healing], dtype=torch.bool, device=dev)
+            x = keep_only(x, rows_to_mask(healing, vocab, dev), active)
     if any(s.constraint is not None for s in seqs):
         x = apply_constraints(x, seqs)
     banned: list[list[int] | None] = []

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import torch
 
+from metagen.decoding.healing import Healing
 from metagen.types import SEED_MAX, SamplingParams
 
 
@@ -61,6 +62,7 @@ class SequenceState:
     mirostat_mu: float | None = None
     rng_seed: int | None = None
     constraint: TokenConstraint | None = None
+    heal: Healing | None = None
 
     def __post_init__(self) -> None:
         if self.rng_seed is None:
@@ -81,4 +83,5 @@ class SequenceState:
             sample_index=sample_index, eos_token_ids=self.eos_token_ids,
             bad_words_ids=self.bad_words_ids, mirostat_mu=self.mirostat_mu,
             rng_seed=self.rng_seed,
-            constraint=None if self.constraint is None else self.constraint.copy())
+            constraint=None if self.constraint is None else self.constraint.copy(),
+            heal=self.heal)

@@ -12,20 +12,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from metagen.decoding.healing import text_after
+
 _CONTEXT_TOKENS = 4
 
 
 class Detokenizer:
     """Text of one sequence's output tokens; detects stop strings."""
 
-    __slots__ = ("tokenizer", "stop", "hold", "context", "base", "text", "searched", "stopped_at")
+    __slots__ = ("tokenizer", "stop", "hold", "context", "base", "healed", "text", "searched",
+                 "stopped_at")
 
-    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], stop: Sequence[str] = ()) -> None:
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], stop: Sequence[str] = (),
+                 healed: Sequence[int] = ()) -> None:
+        """``healed``: prompt tokens removed by token healing after ``prompt_ids``; the text
+        starts after the output re-produces them."""
         self.tokenizer = tokenizer
+        self.healed = bool(healed)
         self.stop = tuple(stop)
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.context = list(prompt_ids[-_CONTEXT_TOKENS:])
-        self.base = self._decode(self.context) if tokenizer is not None else ""
+        self.base = self._decode(self.context + list(healed)) if tokenizer is not None else ""
         self.text = ""
         self.searched = 0  # characters of text already searched for stop strings
         self.stopped_at: str | None = None
@@ -38,7 +45,7 @@ class Detokenizer:
         if self.tokenizer is None or self.stopped_at is not None:
             return self.stopped_at
         full = self._decode(self.context + list(output_ids))
-        self.text = full[len(self.base):] if full.startswith(self.base) else self._decode(output_ids)
+        self.text = text_after(self.base, full, lambda: self._decode(output_ids), self.healed)
         if not check_stop or not self.stop:
             self.searched = max(0, len(self.text) - self.hold)
             return None

@@ -44,6 +44,7 @@ import torch
 from metagen.beam_params import BeamSearchParams
 from metagen.decoding import SequenceState, decode_step
 from metagen.decoding.grammar import ConstraintSource
+from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.decoding.masks import bad_words_ids
 from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
@@ -176,11 +177,15 @@ class LLMEngine:
                          Detokenizer(None, ()))
             return rid
         matcher = self.constraints.matcher(checked)
+        heal = None
+        if checked.heal_tokens:  # the request runs on the kept ids (see SamplingParams)
+            ids, heal = heal_prompt(ids, vocab_index(self.tokenizer), checked.heal_tokens)
         req = Request(rid, ids, checked)
         bad = bad_words_ids(self.tokenizer, checked.bad_words) if checked.bad_words else ()
         state = SequenceState(checked, list(ids), eos_token_ids=self.eos_token_ids,
-                              bad_words_ids=bad, constraint=matcher)
-        seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop))
+                              bad_words_ids=bad, constraint=matcher, heal=heal)
+        seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop,
+                                                   heal.removed_ids if heal else ()))
         seq.pending_fork = checked.n - 1
         return rid
 

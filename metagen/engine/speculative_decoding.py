@@ -162,7 +162,8 @@ class Speculator:
             drafts = seq.token_ids[base:]
             states += [SequenceState(st.params, st.prompt_ids, st.output_ids + drafts[:t],
                                      st.sample_index, st.eos_token_ids, st.bad_words_ids,
-                                     rng_seed=st.rng_seed, constraint=st.constraint)
+                                     rng_seed=st.rng_seed, constraint=st.constraint,
+                                     heal=st.heal)
                        for t in range(seq.num_draft + 1)]  # one matcher, synced row by row
         flat = torch.cat([lg for _, lg in rows])  # (sum of num_draft + 1, V)
         if engine.logits_hook is not None:

@@ -49,7 +49,7 @@ def check_params(params: Any, prompt_len: int, vocab_size: int, max_model_len: i
         if tok >= vocab_size:
             raise InvalidParameterError("logit_bias", tok, f"keys must be < vocab size {vocab_size}")
     if not has_tokenizer:
-        for name in ("stop", "bad_words"):
+        for name in ("stop", "bad_words", "token_healing"):
             if getattr(params, name):
                 raise InvalidParameterError(name, getattr(params, name),
                                             "needs an engine with a tokenizer")

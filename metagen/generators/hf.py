@@ -33,6 +33,7 @@ import torch
 
 from metagen.decoding import SequenceState
 from metagen.decoding.grammar import ConstraintSource
+from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.device import resolve_device
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.generators.base import Capabilities, Prompt, check_prompts
@@ -215,10 +216,13 @@ class HFGenerator:
         self._check_request(prompt_ids, params)
         bad = bad_words_ids(self.tokenizer, params.bad_words)
         matcher = self.constraints.matcher(params)  # compiled before any row runs (V19)
+        healed = [heal_prompt(ids, vocab_index(self.tokenizer), params.heal_tokens)
+                  if params.heal_tokens else (ids, None) for ids in prompt_ids]
         rows = [Row(i, SequenceState(params=params, prompt_ids=list(ids), sample_index=j,
                                      eos_token_ids=self.eos_ids, bad_words_ids=bad,
-                                     constraint=None if matcher is None else matcher.copy()))
-                for i, ids in enumerate(prompt_ids) for j in range(params.n)]
+                                     constraint=None if matcher is None else matcher.copy(),
+                                     heal=heal))
+                for i, (ids, heal) in enumerate(healed) for j in range(params.n)]
         for lo in range(0, len(rows), self.max_batch_rows):
             self._run(rows[lo:lo + self.max_batch_rows], params)
         out: list[list[Completion]] = [[] for _ in prompt_ids]

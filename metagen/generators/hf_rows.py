@@ -54,6 +54,13 @@ class Row:
     checked_chars: int = 0           # continuation characters already searched for stops
     error: NumericalError | None = None
 
+    def text(self, tokenizer: Any, ids: Sequence[int]) -> str:
+        """The text of output ``ids`` after the prompt (after the text token healing removed
+        from it, when it did)."""
+        heal = self.seq.heal
+        return continuation_text(tokenizer, self.seq.prompt_ids, ids,
+                                 heal.removed_ids if heal is not None else ())
+
     def completion(self, tokenizer: Any) -> Completion:
         """The finished row as a :class:`Completion` (see the module docstring)."""
         ids = self.seq.output_ids
@@ -61,8 +68,7 @@ class Row:
             text = self.stopped_text
         else:
             ended_by_token = self.finish == "stop"
-            text = continuation_text(tokenizer, self.seq.prompt_ids,
-                                     ids[:-1] if ended_by_token else ids)
+            text = self.text(tokenizer, ids[:-1] if ended_by_token else ids)
         want_top = self.seq.params.logprobs is not None
         return Completion(
             text=text, token_ids=tuple(ids), logprobs=tuple(self.logprobs),
@@ -129,7 +135,7 @@ class RowTracker:
             row.finish, row.stop_reason = "stop", token
             return
         if params.stop:
-            text = continuation_text(self.tokenizer, row.seq.prompt_ids, row.seq.output_ids)
+            text = row.text(self.tokenizer, row.seq.output_ids)
             hit = find_stop(text, params.stop, row.checked_chars) \
                 if n_out >= params.min_tokens else None
             row.checked_chars = len(text)

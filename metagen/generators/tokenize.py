@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from metagen.decoding.masks import bad_words_ids  # noqa: F401  (re-exported; lives with the masks)
+from metagen.decoding.healing import text_after
 from metagen.errors import InvalidPromptError
 from metagen.generators.base import Prompt, render_prompt
 
@@ -64,16 +65,19 @@ def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
-def continuation_text(tokenizer: Any, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> str:
-    """Text of ``output_ids`` as it reads after ``prompt_ids`` (special tokens skipped)."""
+def continuation_text(tokenizer: Any, prompt_ids: Sequence[int], output_ids: Sequence[int],
+                      healed: Sequence[int] = ()) -> str:
+    """Text of ``output_ids`` as it reads after ``prompt_ids`` (special tokens skipped).
+
+    ``healed`` are prompt tokens that token healing removed after ``prompt_ids``: the output
+    re-produces their text first, and the result starts after it (``""`` while the output has
+    re-produced only part of it)."""
     if not output_ids:
         return ""
     context = list(prompt_ids[-CONTEXT_TOKENS:])
-    head = decode_ids(tokenizer, context)
-    whole = decode_ids(tokenizer, context + list(output_ids))
-    if whole.startswith(head):
-        return whole[len(head):]
-    return decode_ids(tokenizer, output_ids)
+    return text_after(decode_ids(tokenizer, context + list(healed)),
+                      decode_ids(tokenizer, context + list(output_ids)),
+                      lambda: decode_ids(tokenizer, output_ids), partial=bool(healed))
 
 
 def find_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str] | None:
