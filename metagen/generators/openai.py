@@ -113,7 +113,7 @@ class OpenAIGenerator:
     """Generator over an OpenAI-compatible HTTP server. See the module docstring.
 
     ``base_url`` is the API root (``http://127.0.0.1:8000/v1``; ``/v1`` is appended when the URL
-    has no path). ``dialect`` (``openai``, ``vllm``, ``sglang``, ``llamacpp``,
+    has no path). ``dialect`` (``openai``, ``vllm``, ``metagen``, ``sglang``, ``llamacpp``,
     ``llamacpp-python``) selects the sampling extensions sent; None probes ``GET /models`` once
     (its ``owned_by``; llama-cpp-python's by the answer's shape) and falls back to standard
     fields only. ``backoff_base`` / ``backoff_cap`` / ``max_retry_after`` tune the retry policy
@@ -160,7 +160,7 @@ class OpenAIGenerator:
         with a declared ``num_params``. Probes the server when the dialect is not known yet."""
         dialect = self.dialect
         return Capabilities(logits=False, logprobs=dialect.token_ids,
-                            prompt_scoring=dialect.name == "vllm",
+                            prompt_scoring=dialect.wire == "vllm",
                             prefix_cache=False, constraints=False, seeded=dialect.seeded,
                             flops=self.num_params is not None)
 
@@ -396,7 +396,7 @@ class OpenAIGenerator:
                                             "each item must be a list of strings")
             texts.append(prompt)
         dialect = self._dialect or await self._probe()
-        if dialect.name != "vllm":
+        if dialect.wire != "vllm":
             raise CapabilityError(f"a {dialect.name!r} server cannot score prompts (needs "
                                   "prompt-only echo with logprobs: vLLM)")
         deadline = self._http.deadline()

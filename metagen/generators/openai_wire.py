@@ -38,6 +38,11 @@ _EXTENSIONS: dict[str, dict[str, str]] = {
     "vllm": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
              "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
              "stop_token_ids": "stop_token_ids", "allowed_token_ids": "allowed_token_ids"},
+    # metagen's own server: vLLM's wire, and metagen's SamplingParams fields under their names
+    "metagen": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+                "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
+                "stop_token_ids": "stop_token_ids", "allowed_token_ids": "allowed_token_ids",
+                "token_healing": "token_healing"},
     "sglang": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
                "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
                "stop_token_ids": "stop_token_ids"},
@@ -67,9 +72,10 @@ _FINISH: dict[str, FinishReason] = {"stop": "stop", "eos": "stop", "tool_calls":
 @dataclass(slots=True, frozen=True)
 class Dialect:
     """Which server family we talk to: ``openai`` (standard fields only), ``vllm``, ``sglang``,
-    ``llamacpp`` (llama.cpp's own server) or ``llamacpp-python`` (llama-cpp-python's). Only vLLM
-    returns token ids (``return_tokens_as_token_ids``), which top-k
-    logprobs need, since :class:`Completion` keys alternatives by token id."""
+    ``llamacpp`` (llama.cpp's own server), ``llamacpp-python`` (llama-cpp-python's) or
+    ``metagen`` (metagen's server: vLLM's wire plus metagen's own fields, e.g.
+    ``token_healing``). Only vLLM's wire returns token ids (``return_tokens_as_token_ids``),
+    which top-k logprobs need, since :class:`Completion` keys alternatives by token id."""
 
     name: str = "openai"
 
@@ -79,8 +85,14 @@ class Dialect:
                                         f"must be one of {sorted(_EXTENSIONS)}")
 
     @property
+    def wire(self) -> str:
+        """The request and response format spoken: ``vllm`` for metagen's server, else the
+        name."""
+        return "vllm" if self.name == "metagen" else self.name
+
+    @property
     def token_ids(self) -> bool:
-        return self.name == "vllm"
+        return self.wire == "vllm"
 
     @property
     def seeded(self) -> bool:
@@ -103,7 +115,7 @@ def dialect_from_models(data: Any) -> Dialect:
     if models and owners == {"me"} and all(isinstance(m.get("permissions"), list)
                                            for m in models):
         return Dialect("llamacpp-python")
-    for name, marks in (("vllm", ("vllm",)), ("sglang", ("sglang",)),
+    for name, marks in (("metagen", ("metagen",)), ("vllm", ("vllm",)), ("sglang", ("sglang",)),
                         ("llamacpp", ("llamacpp", "llama.cpp", "llama-cpp"))):
         if any(mark in owner for owner in owners for mark in marks):
             return Dialect(name)
@@ -126,7 +138,7 @@ def check_supported(params: SamplingParams, dialect: Dialect) -> None:
     lacking = [name for name in params.to_dict()
                if name not in _STANDARD and name not in ext and name not in CONSTRAINT_FIELDS
                and _is_set(params, name)]
-    constraint = unsupported(params, dialect.name)
+    constraint = unsupported(params, dialect.wire)
     if constraint is not None:
         lacking.append(f"{constraint} (structured output)")
     if params.logprobs and not dialect.token_ids:
@@ -139,7 +151,7 @@ def check_supported(params: SamplingParams, dialect: Dialect) -> None:
 def check_prompt(prompt: Prompt, dialect: Dialect) -> None:
     """Raise :class:`CapabilityError` for a conversation ending with an assistant message (to be
     continued, not answered) on a server without ``continue_final_message`` (vLLM, SGLang)."""
-    if continues_assistant(prompt) and dialect.name not in ("vllm", "sglang"):
+    if continues_assistant(prompt) and dialect.wire not in ("vllm", "sglang"):
         raise CapabilityError(f"a {dialect.name!r} server cannot continue a final assistant "
                               "message (needs continue_final_message: vLLM, SGLang)")
 
@@ -186,8 +198,8 @@ def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int
             if name == "top_k":  # 0 and -1 both disable top-k here; llama.cpp takes 0
                 value = max(value, 0)
             body[wire] = list(value) if isinstance(value, tuple) else value
-    body.update(structured_fields(params, dialect.name))
-    if dialect.name == "vllm":
+    body.update(structured_fields(params, dialect.wire))
+    if dialect.wire == "vllm":
         body["include_stop_str_in_output"] = False
     return (CHAT if chat else COMPLETIONS), body
 

@@ -40,7 +40,8 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16
 _DIRECT = ("n", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff",
            "eta_cutoff", "mirostat_tau", "mirostat_eta", "repetition_penalty",
            "presence_penalty", "frequency_penalty", "no_repeat_ngram_size", "allowed_token_ids",
-           "bad_words", "min_tokens", "stop", "stop_token_ids", "ignore_eos", "seed")
+           "bad_words", "min_tokens", "stop", "stop_token_ids", "ignore_eos", "seed",
+           "token_healing")
 _COMMON = frozenset(_DIRECT) | {"model", "max_tokens", "logit_bias", "stream", "stream_options",
                                 "user", "include_stop_str_in_output",
                                 "return_tokens_as_token_ids", "logprobs", "metagen",

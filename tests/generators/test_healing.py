@@ -12,7 +12,9 @@ import torch
 
 import metagen
 from metagen.errors import CapabilityError, InvalidParameterError
-from metagen.generators.openai_wire import Dialect, check_supported
+from metagen.generators.openai_wire import (
+    Dialect, build_request, check_supported, dialect_from_models,
+)
 from metagen.types import SamplingParams
 
 POLICY = Path(metagen.__file__).parent / "testbed" / "models" / "policy"
@@ -134,11 +136,17 @@ def test_testbed_policy_continues_its_own_answer(cut):
     assert (head + healed.text).startswith(whole.text)
 
 
-def test_openai_servers_refuse_token_healing():
+def test_openai_servers_refuse_token_healing_but_metagen_takes_it():
     for name in ("openai", "vllm", "sglang", "llamacpp"):
         with pytest.raises(CapabilityError, match="token_healing"):
             check_supported(SamplingParams(token_healing=True), Dialect(name))
     check_supported(SamplingParams(token_healing=False), Dialect("vllm"))
+    check_supported(SamplingParams(token_healing=True), Dialect("metagen"))  # its own server
+    _, body = build_request("m", "Once upon a ti", SamplingParams(token_healing=2), 0,
+                            Dialect("metagen"))
+    assert body["token_healing"] == 2
+    assert dialect_from_models({"data": [{"id": "m", "owned_by": "metagen (vllm-compatible)"}]}
+                               ).name == "metagen"
 
 
 def test_an_engine_without_tokenizer_refuses(stories_path):

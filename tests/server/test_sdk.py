@@ -145,9 +145,17 @@ def _sample_refs(ref_gen, prompt, params: SamplingParams):
             for i in range(params.n)]
 
 
-def test_openai_generator_detects_the_vllm_dialect(remote):
-    assert remote.dialect.name == "vllm"
+def test_openai_generator_detects_the_metagen_dialect(remote):
+    assert remote.dialect.name == "metagen" and remote.dialect.wire == "vllm"
     assert remote.capabilities.prompt_scoring and remote.capabilities.logprobs
+
+
+def test_openai_generator_passes_token_healing_to_metagen(remote, ref_gen):
+    params = SamplingParams(temperature=0.0, max_tokens=10, token_healing=2, logprobs=1)
+    [[got]] = remote.generate(["Once upon a ti"], params)
+    [[want]] = ref_gen.generate(["Once upon a ti"], params)
+    assert got.text == want.text and got.text.startswith("me")
+    assert got.token_ids == want.token_ids
 
 
 @pytest.mark.parametrize("prompt", [PROMPT, MESSAGES,
