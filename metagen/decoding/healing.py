@@ -15,6 +15,9 @@ concatenation of its tokens' strings, so "extends the removed text" is a plain p
   ``rest`` (healing continues with what remains). Once ``rest`` is empty the output is free.
 - :class:`VocabIndex` answers both questions from a sorted index of the vocabulary, built once
   per tokenizer (:func:`vocab_index`).
+- :func:`text_after` is the text contract: a healed completion's text starts where the user's
+  prompt ended (the re-produced text is not repeated; it is empty while only part of the removed
+  text has been re-produced).
 """
 
 from __future__ import annotations

@@ -163,7 +163,9 @@ class LLMEngine:
                     request_id: str | None = None) -> str:
         """Queue a request; returns its id. Validates first. ``SamplingParams``: ``n`` samples;
         ``BeamSearchParams``: one beam search whose output holds ``num_return_sequences``
-        hypotheses (see :mod:`metagen.engine.beam_search`)."""
+        hypotheses (see :mod:`metagen.engine.beam_search`). With ``token_healing`` the request
+        runs on the prompt without its healed tokens (the output's ``prompt_ids``), and its
+        samples re-produce their text first (:mod:`metagen.decoding.healing`)."""
         ids, checked = self.validate(prompt_ids, params or SamplingParams())
         rid = request_id if request_id is not None else self.new_request_id("req")
         if rid in self.requests:

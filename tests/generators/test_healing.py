@@ -154,3 +154,9 @@ def test_an_engine_without_tokenizer_refuses(stories_path):
     engine = LLMEngine.from_pretrained(stories_path, tokenizer=False)
     with pytest.raises(InvalidParameterError, match="token_healing"):
         engine.add_request([1, 403, 407], SamplingParams(token_healing=True))
+
+
+def test_stream_yields_the_text_after_the_prompt(local):
+    params = greedy(10, token_healing=2)
+    [[whole]] = local.generate(["Once upon a ti"], params)
+    assert "".join(local.stream("Once upon a ti", params)) == whole.text
