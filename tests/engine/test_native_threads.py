@@ -4,8 +4,8 @@ Each thread computes a disjoint slice of every product's output columns, heads a
 units with the one-thread instructions, so the thread count must not change a single bit: the
 products against the whole-matrix one-thread ``mg_matmul``; the decode step and native attention
 on 2, 3 and 4 threads against 1 thread, over the paged cache with several rows, multi-token rows
-and Hydragen prefix groups, on random-weight models and stories260K. And the engine with torch's
-default thread count decodes as transformers does.
+and Hydragen prefix groups, on random-weight models and stories260K. (The engine at torch's
+default thread count decoding as transformers does is ``test_decode_step.py``'s stories test.)
 """
 
 from __future__ import annotations
@@ -170,24 +170,6 @@ def test_native_attention_on_n_threads_equals_one_thread_bitwise(lib, random_mod
     outs = [runner.native.attention(q, runner.kv.k[1], runner.kv.v[1], plan, threads=t)
             for t in THREADS]
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
-
-
-def test_engine_greedy_with_default_threads_equals_transformers(
-        stories_path, stories_engine_factory, hf_greedy):
-    """torch's default thread count (not forced to one): every decode step runs natively, on
-    those threads, and greedy decoding matches transformers'."""
-    from metagen.types import SamplingParams
-
-    engine = stories_engine_factory(block_size=16)
-    if engine.runner.native is None:
-        pytest.skip("no native library on this machine")
-    prompt = engine.tokenizer("Once upon a time")["input_ids"]
-    greedy = SamplingParams(temperature=0.0, max_tokens=120, ignore_eos=True, logprobs=0)
-    out = engine.generate([prompt], greedy)[0].outputs[0]
-    ref_tokens, ref_lps = hf_greedy(stories_path, prompt, 120, banned=engine.eos_token_ids)
-    assert engine.runner.native_steps >= 119
-    assert list(out.token_ids) == ref_tokens
-    assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < 1e-4
 
 
 def test_a_forked_child_runs_threaded_kernels(lib):
