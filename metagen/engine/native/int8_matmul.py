@@ -17,11 +17,11 @@ import functools
 
 import torch
 
+from metagen.engine.native.dispatch import ROW_CAP
 from metagen.engine.native.library import library, open_library
 from metagen.engine.native.threads import resolve
 from metagen.errors import InvalidParameterError
 
-MAX_ROWS = 16  # the decode step's most tokens; more rows are prefill, where MKL's GEMM wins
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 
@@ -37,9 +37,10 @@ class Int8Matmul:
 
     @staticmethod
     def applies(x: torch.Tensor) -> bool:
-        """Whether the kernel takes activations ``x``: 1 to :data:`MAX_ROWS` contiguous float32
-        CPU rows without autograd (the weight side is checked by the caller's type)."""
-        return (x.dim() == 2 and 1 <= x.shape[0] <= MAX_ROWS and x.dtype == torch.float32
+        """Whether the kernel takes activations ``x``: 1 to ``dispatch.ROW_CAP`` contiguous
+        float32 CPU rows without autograd (the decode step's most tokens; more rows are prefill,
+        where MKL's GEMM wins; the weight side is checked by the caller's type)."""
+        return (x.dim() == 2 and 1 <= x.shape[0] <= ROW_CAP and x.dtype == torch.float32
                 and x.device.type == "cpu" and x.is_contiguous() and not x.requires_grad)
 
     def __call__(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
