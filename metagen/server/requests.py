@@ -130,9 +130,10 @@ def _logit_bias(value: Any) -> dict[int, Any]:
 
 
 def sampling_params(body: Mapping[str, Any], max_tokens: int, logprobs: int | None,
-                    renamed: Mapping[str, str]) -> SamplingParams:
-    """``SamplingParams`` from the body's fields; a refusal is a 400 naming the field as the
-    client spelt it (``renamed`` maps SamplingParams names to wire names)."""
+                    renamed: Mapping[str, str]) -> tuple[SamplingParams, dict[str, str]]:
+    """``SamplingParams`` from the body's fields, and the wire names of its constraint fields
+    (for the backend's later refusals); a refusal here is a 400 naming the field as the client
+    spelt it (``renamed`` maps SamplingParams names to wire names)."""
     kwargs: dict[str, Any] = {k: body[k] for k in _DIRECT if k in body}
     if "logit_bias" in body:
         kwargs["logit_bias"] = _logit_bias(body["logit_bias"])
@@ -140,7 +141,7 @@ def sampling_params(body: Mapping[str, Any], max_tokens: int, logprobs: int | No
     kwargs.update(constraint)
     renamed = {**renamed, **wire}
     try:
-        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kwargs)
+        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kwargs), wire
     except InvalidParameterError as exc:
         raise bad_request(renamed.get(exc.param, exc.param), str(exc)) from None
     except (TypeError, ValueError) as exc:  # a value of a type no check expected
@@ -181,14 +182,14 @@ def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
     prompt_lp = _prompt_logprobs(body)
     max_tokens = _max_tokens(body, "max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
     generate = not (echo and max_tokens == 0)
-    params = sampling_params(body, max_tokens if generate else 1, logprobs, {})
+    params, wire = sampling_params(body, max_tokens if generate else 1, logprobs, {})
     return GenerationRequest(
         chat=False, prompts=prompts, prompt_texts=texts, params=params, generate=generate,
         stream=stream, include_usage=_stream_options(body, stream), echo=echo,
         prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
         include_stop=_flag(body, "include_stop_str_in_output", False),
-        wire_names=constraint_fields(body)[1])
+        wire_names=wire)
 
 
 def _prompt_logprobs(body: Mapping[str, Any]) -> int | None:
@@ -269,14 +270,15 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     left = max(1, min(max_model_len - len(ids), MAX_TOKENS_CAP))
     max_tokens = _max_tokens(body, name, left)
-    params = sampling_params(body, max_tokens, (0 if top is None else top) if want else None,
-                             {"logprobs": "top_logprobs", "max_tokens": name})
+    params, wire = sampling_params(body, max_tokens,
+                                   (0 if top is None else top) if want else None,
+                                   {"logprobs": "top_logprobs", "max_tokens": name})
     return GenerationRequest(
         chat=True, prompts=[ids], prompt_texts=[text], params=params, stream=stream,
         include_usage=_stream_options(body, stream), prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
         include_stop=_flag(body, "include_stop_str_in_output", False), messages=messages,
-        wire_names=constraint_fields(body)[1])
+        wire_names=wire)
 
 
 def _messages(value: Any, max_messages: int) -> list[dict[str, str]]:

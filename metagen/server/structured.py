@@ -41,18 +41,21 @@ def constraint_fields(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     name = given[0]
     value = body[name]
     if name in _GUIDED:
-        return {_GUIDED[name]: _choices(value, name)}, {_GUIDED[name]: name}
-    if name == "structured_outputs":
-        return _structured_outputs(value)
-    return _response_format(value)
+        found: tuple[str, Any, str] | None = (_GUIDED[name], value, name)
+    elif name == "structured_outputs":
+        found = _structured_outputs(value)
+    else:
+        found = _response_format(value)
+    if found is None:
+        return {}, {}
+    field, value, wire = found
+    if field == "choice" and isinstance(value, list):
+        value = tuple(value)  # SamplingParams checks a tuple of choices
+    return {field: value}, {field: wire}
 
 
-def _choices(value: Any, wire: str) -> Any:
-    """A JSON list of choices as the tuple :class:`SamplingParams` checks; other values as given."""
-    return tuple(value) if wire.endswith("choice") and isinstance(value, list) else value
-
-
-def _structured_outputs(value: Any) -> tuple[dict[str, Any], dict[str, str]]:
+def _structured_outputs(value: Any) -> tuple[str, Any, str]:
+    """(SamplingParams field, value, wire name) of a ``structured_outputs`` object."""
     if not isinstance(value, dict):
         raise bad_request("structured_outputs", "structured_outputs must be an object with one "
                           f"of {', '.join(_STRUCTURED_KEYS)}")
@@ -65,23 +68,22 @@ def _structured_outputs(value: Any) -> tuple[dict[str, Any], dict[str, str]]:
         raise bad_request("structured_outputs", "structured_outputs takes exactly one of "
                           f"{', '.join(_STRUCTURED_KEYS)}")
     key = keys[0]
-    field = _STRUCTURED_KEYS[key]
-    wire = f"structured_outputs.{key}"
-    return {field: _choices(value[key], wire)}, {field: wire}
+    return _STRUCTURED_KEYS[key], value[key], f"structured_outputs.{key}"
 
 
-def _response_format(value: Any) -> tuple[dict[str, Any], dict[str, str]]:
+def _response_format(value: Any) -> tuple[str, Any, str] | None:
+    """(SamplingParams field, value, wire name) of a ``response_format``; None for text."""
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "text":
-        return {}, {}
+        return None
     if kind == "json_object":
-        return {"json_schema": {"type": "object"}}, {"json_schema": "response_format"}
+        return "json_schema", {"type": "object"}, "response_format"
     if kind == "json_schema":
         spec = value.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if schema is None:
             raise bad_request("response_format.json_schema.schema", "response_format of type "
                               "json_schema needs json_schema.schema (a JSON schema object)")
-        return {"json_schema": schema}, {"json_schema": "response_format.json_schema.schema"}
+        return "json_schema", schema, "response_format.json_schema.schema"
     raise bad_request("response_format", "response_format.type must be 'text', 'json_object' "
                       "or 'json_schema'")
