@@ -56,7 +56,7 @@ from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.models.quantize import quantization_of
-from metagen.engine.native.threads import torch_inline
+from metagen.engine.native.threads import torch_inline, torch_threads
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.scheduler import Scheduler
@@ -116,6 +116,7 @@ class LLMEngine:
         self.seqs: dict[int, Seq] = {}
         self.stats = EngineStats()
         self.logits_hook: LogitsHook | None = None
+        self._threads = torch.get_num_threads()  # torch's count at the current step's call
         self._ids = itertools.count()
         self._req_ids = itertools.count()
         self.scorer = EngineScorer(self)
@@ -398,6 +399,7 @@ class LLMEngine:
                         rows.append(self.seqs[cid])
                         row_logits.append(lg[-1:])
                     seq.pending_fork = 0
+        self._threads = torch.get_num_threads()  # what a logits hook runs on (see below)
         with torch_inline():  # small per-row work: no OpenMP workers left spinning
             if rows:
                 self._sample(rows, torch.cat(row_logits))
@@ -419,8 +421,7 @@ class LLMEngine:
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         states = [s.state for s in rows]
-        if self.logits_hook is not None:
-            logits = self.logits_hook(logits, states)
+        logits = self.apply_logits_hook(logits, states)
         out = decode_step(logits, states)  # logits (B, V)
         tokens = out.tokens.tolist()
         lps = out.logprobs.tolist()
@@ -430,6 +431,16 @@ class LLMEngine:
                 self._finish(seq, "error")
                 continue
             self.emit(seq, tokens[i], lps[i], out.top_logprobs[i])
+
+    def apply_logits_hook(self, logits: torch.Tensor, states: list[SequenceState]
+                          ) -> torch.Tensor:
+        """``logits_hook(logits, states)`` (or ``logits`` without one), on the thread count the
+        step was called with: a hook may run models of its own (the lockstep generator's
+        auxiliary engines), which the per-row work's one thread would slow down."""
+        if self.logits_hook is None:
+            return logits
+        with torch_threads(self._threads):
+            return self.logits_hook(logits, states)
 
     def emit(self, seq: Seq, tok: int, logprob: float, top: dict[int, float] | None) -> None:
         """Emit one sampled (or verified) token: output, logprobs, stop checks."""

@@ -165,9 +165,7 @@ class Speculator:
                                      rng_seed=st.rng_seed, constraint=st.constraint,
                                      heal=st.heal)
                        for t in range(seq.num_draft + 1)]  # one matcher, synced row by row
-        flat = torch.cat([lg for _, lg in rows])  # (sum of num_draft + 1, V)
-        if engine.logits_hook is not None:
-            flat = engine.logits_hook(flat, states)
+        flat = engine.apply_logits_hook(torch.cat([lg for _, lg in rows]), states)  # (N, V)
         raw_lp = log_softmax_rows(flat)
         greedy = all(seq.state.params.is_greedy for seq, _ in rows)
         if greedy:

@@ -212,20 +212,29 @@ def test_concurrent_callers_get_the_one_thread_results(lib):
     assert all(torch.equal(a, b) for a, b in zip(got, refs))
 
 
-def test_per_row_work_after_the_forward_runs_torch_inline(stories_path):
-    """Sampling and the drivers run with torch on one thread (no OpenMP region to leave workers
-    spinning into the next native step); the caller's thread count is restored after."""
+def test_per_row_work_after_the_forward_runs_torch_inline(stories_path, monkeypatch):
+    """Sampling runs with torch on one thread (no OpenMP region to leave workers spinning into
+    the next native step, spied on the scripted sampler), a logits hook on the caller's thread
+    count (it may run models: the lockstep generator's); the count is restored after."""
+    import metagen.engine.llm_engine as llm_engine
     from metagen.engine.config import EngineConfig
     from metagen.engine.llm_engine import LLMEngine
     from metagen.types import SamplingParams
 
     engine = LLMEngine(load_model(stories_path), None, EngineConfig(device="cpu", block_size=8))
-    seen: list[int] = []
+    in_hook: list[int] = []
+    in_sampler: list[int] = []
 
     def hook(logits, states):
-        seen.append(torch.get_num_threads())
+        in_hook.append(torch.get_num_threads())
         return logits
 
+    def spied_decode_step(logits, states):
+        in_sampler.append(torch.get_num_threads())
+        return decode_step(logits, states)
+
+    decode_step = llm_engine.decode_step
+    monkeypatch.setattr(llm_engine, "decode_step", spied_decode_step)
     engine.logits_hook = hook
     before = torch.get_num_threads()
     torch.set_num_threads(3)
@@ -234,4 +243,5 @@ def test_per_row_work_after_the_forward_runs_torch_inline(stories_path):
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
-    assert len(out[0].outputs[0].token_ids) == 4 and seen == [1, 1, 1, 1]
+    assert len(out[0].outputs[0].token_ids) == 4
+    assert in_sampler == [1, 1, 1, 1] and in_hook == [3, 3, 3, 3]

@@ -18,7 +18,7 @@ A to 0.92x until the sampler's one-row gather was removed).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 
@@ -36,19 +36,24 @@ def resolve(threads: int | None) -> int:
 
 
 @contextmanager
-def torch_inline() -> Iterator[None]:
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's thread count is ``threads`` while inside and what it was after."""
+    before = torch.get_num_threads()
+    if before == threads:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def torch_inline() -> AbstractContextManager[None]:
     """Run torch's operators on the calling thread alone while inside: no OpenMP region starts,
     so no worker is left spinning into the next step's native call. For the small work between
     two forwards (sampling, beam and speculative bookkeeping over ``(rows, vocab)``), which one
     thread does in well under a millisecond. Measured on a 16-core Xeon (AVX-512), beam 4
     (workload C): 50 tok/s at torch's 16 threads, 144 with ``GOMP_SPINCOUNT=0``; the spinning
     workers, not the work, cost the difference. ``torch.set_num_threads`` costs ~0.25 us."""
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return torch_threads(1)
