@@ -46,11 +46,6 @@ class SmallMatmul:
         the measured table of its ISA (:mod:`.dispatch`)."""
         return rule(self.isa, resolve(threads))
 
-    @property
-    def max_rows(self) -> int:
-        """The most rows it takes at torch's current thread count."""
-        return self.rows().highest
-
     def applies(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
         """Whether ``self(x, w, bias)`` is the faster way: float32 CPU tensors, contiguous,
         no autograd, and a row count :meth:`rows` takes at torch's thread count."""
