@@ -6,15 +6,18 @@ penalties and greedy argmax apply to them as to any model's logits):
 
 - contrastive decoding (Li et al. 2023): among the *plausible* tokens, those whose expert
   probability is at least ``alpha`` times the expert's most likely token's, the score is
-  ``log p_expert - log p_amateur``; every other token gets ``-inf``. With ``beta`` it is the
-  improved form of O'Brien & Lewis 2023, ``(1 + beta) * z_expert - beta * z_amateur`` on the raw
+  ``log p_expert - log p_amateur``; every other token gets ``-inf``. The amateur's distribution
+  is taken at temperature ``tau`` (``amateur_temperature``): ``p_amateur = softmax(z_amateur /
+  tau)``, the paper's tau 0.5 for a small amateur sharpening it. With ``beta`` it is the improved
+  form of O'Brien & Lewis 2023, ``(1 + beta) * z_expert - beta * z_amateur / tau`` on the raw
   logits, under the same cut.
 - DExperts (Liu et al. 2021): ``z_base + alpha * (z_expert - z_antiexpert)``.
 - proxy tuning (Liu et al. 2024): ``z_base + (z_tuned - z_untuned)``, the small tuned and
   untuned models steering the large base.
 
 Parameters are checked (``InvalidParameterError`` naming the parameter) by :func:`check_alpha`,
-:func:`check_beta` and :func:`check_weight`, which the generator calls once at construction.
+:func:`check_beta`, :func:`check_amateur_temperature` and :func:`check_weight`, which the
+generator calls once at construction.
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ def check_beta(beta: float | None) -> float | None:
     return float(beta)
 
 
+def check_amateur_temperature(tau: float) -> float:
+    """The amateur's temperature: a finite number > 0 (1 leaves its logits as they are)."""
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0.0 or \
+            not math.isfinite(tau):
+        raise InvalidParameterError("amateur_temperature", tau, "must be a finite number > 0")
+    return float(tau)
+
+
 def check_weight(name: str, value: float) -> float:
     """A finite real weight (DExperts' ``alpha``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
@@ -61,9 +72,11 @@ def plausible(expert: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 def contrastive_scores(expert: torch.Tensor, amateur: torch.Tensor, alpha: float = 0.1,
-                       beta: float | None = None) -> torch.Tensor:
-    """Contrastive decoding scores (see the module docstring); float32 ``(B, V)``."""
-    e, a = expert.to(torch.float32), amateur.to(torch.float32)
+                       beta: float | None = None, amateur_temperature: float = 1.0
+                       ) -> torch.Tensor:
+    """Contrastive decoding scores (see the module docstring); float32 ``(B, V)``.
+    ``amateur_temperature`` 1 leaves the amateur's logits bit for bit as they are."""
+    e, a = expert.to(torch.float32), amateur.to(torch.float32) / amateur_temperature
     if beta is None:
         scores = log_softmax_rows(e) - log_softmax_rows(a)
     else:

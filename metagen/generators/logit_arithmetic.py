@@ -31,7 +31,7 @@ import torch
 from metagen.beam_params import BeamSearchParams
 from metagen.decoding import SequenceState
 from metagen.decoding.logit_arithmetic import (
-    check_alpha, check_beta, check_weight, contrastive_scores, dexperts_logits,
+    check_alpha, check_amateur_temperature, check_beta, check_weight, contrastive_scores, dexperts_logits,
     proxy_tuning_logits,
 )
 from metagen.engine.config import EngineConfig
@@ -79,15 +79,17 @@ class LogitArithmeticGenerator(LocalGenerator):
 
     @classmethod
     def contrastive(cls, expert: ModelSource, amateur: ModelSource, *, alpha: float = 0.1,
-                    beta: float | None = None, **engine_options: Any
-                    ) -> LogitArithmeticGenerator:
+                    beta: float | None = None, amateur_temperature: float = 1.0,
+                    **engine_options: Any) -> LogitArithmeticGenerator:
         """Contrastive decoding: ``log p_expert - log p_amateur`` over the tokens with
         ``p_expert >= alpha * max p_expert`` (``beta``: the ``(1 + beta) z_e - beta z_a``
-        form). Paths are loaded with ``engine_options`` (:class:`EngineConfig` fields)."""
+        form), the amateur's logits divided by ``amateur_temperature`` first (Li et al. 2023
+        use 0.5). Paths are loaded with ``engine_options`` (:class:`EngineConfig` fields)."""
         a, b = check_alpha(alpha), check_beta(beta)
+        tau = check_amateur_temperature(amateur_temperature)
         main = _engine(expert, engine_options)
         return cls(main, [("amateur", _engine(amateur, engine_options))],
-                   lambda z, aux: contrastive_scores(z, aux[0], a, b), main_role="expert")
+                   lambda z, aux: contrastive_scores(z, aux[0], a, b, tau), main_role="expert")
 
     @classmethod
     def dexperts(cls, base: ModelSource, expert: ModelSource, antiexpert: ModelSource, *,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from metagen.decoding.logit_arithmetic import (
-    check_alpha, check_beta, check_weight, contrastive_scores, dexperts_logits, plausible,
+    check_alpha, check_amateur_temperature, check_beta, check_weight, contrastive_scores, dexperts_logits, plausible,
     proxy_tuning_logits,
 )
 from metagen.errors import InvalidParameterError
@@ -32,6 +32,24 @@ def test_contrastive_improved_form_golden_on_raw_logits():
     # p_e = softmax(expert) = [.665, .245, .090, .0006]: tokens 0 and 1 pass 0.3 * 0.665
     expected = torch.tensor([[1.5 * 2.0 - 0.5 * 1.0, 1.5 * 1.0 - 0.5 * 3.0, -INF, -INF]])
     torch.testing.assert_close(out, expected)
+
+
+def test_amateur_temperature_golden_and_one_is_bit_for_bit_the_default():
+    expert = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    amateur = torch.tensor([[2.0, 0.0, 1.0, 1.0]])
+    out = contrastive_scores(expert, amateur, alpha=0.5, amateur_temperature=0.5)
+    # p_a = softmax([4, 0, 2, 2]) = e^[4, 0, 2, 2] / z with z = e^4 + 1 + 2 e^2
+    z = math.exp(4.0) + 1.0 + 2.0 * math.exp(2.0)
+    expected = torch.tensor([[math.log(0.5) - (4.0 - math.log(z)),
+                              math.log(0.3) - (0.0 - math.log(z)), -INF, -INF]])
+    torch.testing.assert_close(out, expected)
+    beta = contrastive_scores(expert, amateur, alpha=0.5, beta=0.5, amateur_temperature=0.5)
+    torch.testing.assert_close(beta[0, :2], 1.5 * expert[0, :2] - 0.5 * 2.0 * amateur[0, :2])
+    g = torch.Generator().manual_seed(1)
+    e, a = torch.randn(4, 50, generator=g) * 4, torch.randn(4, 50, generator=g) * 4
+    for b in (None, 0.5):
+        assert torch.equal(contrastive_scores(e, a, 0.1, b, amateur_temperature=1.0),
+                           contrastive_scores(e, a, 0.1, b))
 
 
 def test_plausibility_cut_edges():
@@ -68,11 +86,14 @@ def test_dexperts_and_proxy_tuning_golden():
 @pytest.mark.parametrize("check,bad", [
     (check_alpha, -0.1), (check_alpha, 1.5), (check_alpha, float("nan")), (check_alpha, True),
     (check_beta, -1.0), (check_beta, INF), (check_beta, "0.5"),
+    (check_amateur_temperature, 0.0), (check_amateur_temperature, -0.5),
+    (check_amateur_temperature, INF), (check_amateur_temperature, float("nan")),
+    (check_amateur_temperature, True), (check_amateur_temperature, "0.5"),
 ])
 def test_bad_parameters_name_the_parameter(check, bad):
     with pytest.raises(InvalidParameterError) as err:
         check(bad)
-    assert err.value.param in ("alpha", "beta")
+    assert err.value.param in ("alpha", "beta", "amateur_temperature")
 
 
 def test_bad_weight_names_it():

@@ -90,14 +90,16 @@ def hf_lockstep(folders: Sequence[Path], prompt: list[int], steps: int, combine:
     return out
 
 
-def ref_contrastive(alpha: float, beta: float | None = None) -> RefCombine:
-    """Li et al.: log p_e - log p_a where p_e >= alpha * max p_e (O'Brien & Lewis with beta)."""
+def ref_contrastive(alpha: float, beta: float | None = None, tau: float = 1.0) -> RefCombine:
+    """Li et al.: log p_e - log p_a where p_e >= alpha * max p_e, p_a = softmax(z_a / tau)
+    (O'Brien & Lewis with beta)."""
     def combine(z: list[torch.Tensor]) -> torch.Tensor:
         pe = torch.softmax(z[0].double(), -1)
+        za = z[1].double() / tau
         if beta is None:
-            s = pe.log() - torch.softmax(z[1].double(), -1).log()
+            s = pe.log() - torch.softmax(za, -1).log()
         else:
-            s = (1 + beta) * z[0].double() - beta * z[1].double()
+            s = (1 + beta) * z[0].double() - beta * za
         return torch.where(pe >= alpha * pe.max(), s, torch.tensor(float("-inf"),
                                                                     dtype=torch.float64))
     return combine
@@ -128,6 +130,18 @@ def test_contrastive_stories_vs_perturbed_amateur_equals_reference(models, beta)
     plain = hf_lockstep([models["stories"]], encode_prompt(g.tokenizer, PROMPTS[0]), STEPS,
                         lambda z: z[0])
     assert plain != got[0]
+
+
+def test_amateur_temperature_half_equals_reference_and_changes_the_choice(models):
+    """Li et al.'s tau = 0.5 on the amateur, token for token against transformers; the
+    sharpened amateur picks other tokens than tau = 1 somewhere."""
+    folders = [models["stories"], models["perturbed"]]
+    with LogitArithmeticGenerator.contrastive(*folders, alpha=0.1,
+                                              amateur_temperature=0.5) as g:
+        got = _check_equal(g, folders, ref_contrastive(0.1, tau=0.5))
+    untempered = hf_lockstep(folders, encode_prompt(g.tokenizer, PROMPTS[0]), STEPS,
+                             ref_contrastive(0.1))
+    assert untempered != got[0]
 
 
 def test_dexperts_equals_reference(models):
@@ -197,6 +211,10 @@ def test_scoring_and_beams_are_refused_and_bad_alpha_named(models):
     with pytest.raises(InvalidParameterError) as err:
         LogitArithmeticGenerator.contrastive(models["big"], models["small"], alpha=2.0)
     assert err.value.param == "alpha"
+    with pytest.raises(InvalidParameterError) as err:
+        LogitArithmeticGenerator.contrastive(models["big"], models["small"],
+                                             amateur_temperature=0.0)
+    assert err.value.param == "amateur_temperature"
     with LogitArithmeticGenerator.contrastive(models["big"], models["small"]) as g:
         assert not g.capabilities.prompt_scoring
         with pytest.raises(CapabilityError):
