@@ -16,7 +16,7 @@ from typing import Any, Literal, Union
 
 from metagen.constraints import check_constraint_fields, constraint_of
 from metagen.errors import InvalidParameterError
-from metagen.types import MAX_TOKENS_CAP, MAX_WORK_TOKENS, SEED_MAX
+from metagen.types import MAX_TOKENS_CAP, MAX_WORK_TOKENS, SEED_MAX, check_token_healing
 
 MAX_BEAMS = 64  # cap on beam width (bounds the work and KV one request may ask for)
 
@@ -49,8 +49,16 @@ class BeamSearchParams:
     - ``stochastic``: stochastic beam search (Kool et al. 2019): ``num_beams`` sequences sampled
       without replacement; ``seed`` makes it reproducible (None: a fresh seed). Not combinable
       with groups.
+    - ``regex``, ``json_schema``, ``grammar``, ``choice``: an output constraint, as on
+      :class:`~metagen.types.SamplingParams` (see :attr:`constraint`).
+    - ``token_healing`` (``True`` = 1, or k in [0, 8]), as on
+      :class:`~metagen.types.SamplingParams`: the search runs on the prompt without its last k
+      healable tokens and every beam's first token(s) re-produce their text; a hypothesis's text
+      starts where the prompt ended, its ``token_ids`` include the healed tokens. Not combinable
+      with an output constraint.
 
-    Scores are raw model log-probabilities (no temperature, truncation or penalties).
+    Scores are raw model log-probabilities (no temperature, truncation or penalties); the healed
+    tokens' are the model's own, not renormalized over the tokens that heal.
     """
 
     num_beams: int
@@ -66,6 +74,7 @@ class BeamSearchParams:
     json_schema: Mapping[str, Any] | str | None = None
     grammar: str | None = None
     choice: tuple[str, ...] | None = None
+    token_healing: bool | int = False
 
     def __post_init__(self) -> None:
         _check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -98,6 +107,7 @@ class BeamSearchParams:
                 "num_beams", self.num_beams, f"num_beams * max_tokens exceeds the work cap "
                 f"{MAX_WORK_TOKENS}")
         check_constraint_fields(self)
+        check_token_healing(self.token_healing, self.constraint)
 
     @property
     def constraint(self) -> tuple[str, Any] | None:
@@ -105,6 +115,11 @@ class BeamSearchParams:
         :class:`~metagen.types.SamplingParams`, every beam stays in the language, and beam scores
         are log-probabilities renormalized over the tokens the language allows."""
         return constraint_of(self)
+
+    @property
+    def heal_tokens(self) -> int:
+        """How many prompt tokens token healing may back up over (0: off)."""
+        return int(self.token_healing)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict of every field."""

@@ -58,6 +58,17 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+def check_token_healing(value: Any, constraint: tuple[str, Any] | None) -> None:
+    """``token_healing`` is a bool or an integer in [0, MAX_HEAL_TOKENS], and off when an
+    output ``constraint`` is set; else :class:`InvalidParameterError` naming it."""
+    if not isinstance(value, bool):
+        _check_int("token_healing", value, 0, MAX_HEAL_TOKENS)
+    if value and constraint is not None:
+        raise InvalidParameterError(
+            "token_healing", value, f"cannot be combined with an output constraint "
+            f"({constraint[0]}): the healed tokens re-produce prompt text")
+
+
 def _check_ids(name: str, value: Any, *, allow_empty: bool) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise InvalidParameterError(name, value, "must be a sequence of token ids")
@@ -189,15 +200,7 @@ class SamplingParams:
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         self._check_constraint()
-        self._check_healing()
-
-    def _check_healing(self) -> None:
-        if not isinstance(self.token_healing, bool):
-            _check_int("token_healing", self.token_healing, 0, MAX_HEAL_TOKENS)
-        if self.token_healing and self.constraint is not None:
-            raise InvalidParameterError(
-                "token_healing", self.token_healing, f"cannot be combined with an output "
-                f"constraint ({self.constraint[0]}): the healed tokens re-produce prompt text")
+        check_token_healing(self.token_healing, self.constraint)
 
     @property
     def heal_tokens(self) -> int:

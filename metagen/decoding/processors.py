@@ -74,6 +74,19 @@ def bad_from_max(row_max: torch.Tensor) -> torch.Tensor:
     return ~torch.isfinite(row_max)
 
 
+def apply_healing(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
+    """``x`` (``(B, V)``: logits or log-probabilities) with ``-inf`` wherever a row still
+    re-producing its healed prompt text may not go (:class:`~metagen.decoding.healing.Healing`);
+    ``x`` itself when no row is healing."""
+    if all(s.heal is None for s in seqs):
+        return x
+    healing = [None if s.heal is None else s.heal.allowed(s.output_ids) for s in seqs]
+    if all(h is None for h in healing):
+        return x
+    active = torch.tensor([h is not None for h in healing], dtype=torch.bool, device=x.device)
+    return keep_only(x, rows_to_mask(healing, x.shape[1], x.device), active)
+
+
 def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
     vocab, dev = x.shape[1], x.device
     biases = [s.params.logit_bias for s in seqs]
@@ -83,11 +96,7 @@ def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor
     if any(a is not None for a in allowed):
         active = torch.tensor([a is not None for a in allowed], dtype=torch.bool, device=dev)
         x = keep_only(x, rows_to_mask(allowed, vocab, dev), active)
-    if any(s.heal is not None for s in seqs):
-        healing = [None if s.heal is None else s.heal.allowed(s.output_ids) for s in seqs]
-        if any(h is not None for h in healing):
-            active = torch.tensor([h is not None for h in healing], dtype=torch.bool, device=dev)
-            x = keep_only(x, rows_to_mask(healing, vocab, dev), active)
+    x = apply_healing(x, seqs)
     if any(s.constraint is not None for s in seqs):
         x = apply_constraints(x, seqs)
     banned: list[list[int] | None] = []

@@ -20,6 +20,13 @@ their text (empty without a tokenizer), ``cumulative_logprob`` the beam score (t
 length-penalised ``sum logprob / length ** length_penalty``; stochastic: the sequence's summed
 log-probability), ``logprobs`` None (per-token values are not tracked), ``finish_reason`` "stop"
 when it ended with an end token, else "length".
+
+With an output constraint, each step's log-probabilities are renormalized over the tokens the
+language allows. With token healing (the request runs on the prompt without its healed tokens),
+a beam still re-producing the removed text may take only the tokens that extend it
+(:mod:`metagen.decoding.healing`), scored by the model's own log-probabilities (not
+renormalized: every hypothesis heals the same text, so the search ranks them by their
+probability given the prompt's text); a hypothesis's ``text`` starts where the prompt ended.
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ from metagen.decoding.beam import (
     BeamMove, BeamParams, BeamState, Finished, StochasticBeamState, beam_step, best_hypotheses,
     diversity_penalty, stochastic_beam_step)
 from metagen.decoding.constraint_mask import apply_constraints
-from metagen.decoding.state import fresh_seed
+from metagen.decoding.healing import text_after
+from metagen.decoding.processors import apply_healing
+from metagen.decoding.state import SequenceState, fresh_seed
 from metagen.engine.outputs import RequestOutput
 from metagen.errors import NumericalError
 from metagen.types import Completion
@@ -50,12 +59,13 @@ class BeamDriver:
     """Beam search (``num_beam_groups`` 1) or diverse beam search over one request.
 
     ``groups[g]`` are the live sequences of group ``g`` in ``states[g].running`` order; before
-    the first step every group holds the prompt's one sequence."""
+    the first step every group holds the prompt's one sequence. ``healed``: the prompt tokens
+    token healing removed after ``prompt_ids``."""
 
     def __init__(self, params: BeamSearchParams, eos_token_ids: tuple[int, ...],
-                 tokenizer: Any, prompt_ids: Sequence[int]) -> None:
+                 tokenizer: Any, prompt_ids: Sequence[int], healed: Sequence[int] = ()) -> None:
         self.params = BeamParams.of(params, eos_token_ids)
-        self.tokenizer, self.prompt_ids = tokenizer, list(prompt_ids)
+        self.tokenizer, self.prompt_ids, self.healed = tokenizer, list(prompt_ids), tuple(healed)
         g = self.params.num_beam_groups
         self.states = [BeamState(self.params.group_size) for _ in range(g)]
         self.groups: list[list[Seq]] | None = None  # set at the first logits
@@ -84,7 +94,7 @@ class BeamDriver:
             return  # wait (parked) until every live beam has its logits
         rows = constrained(torch.stack([self.ready[s.seq_id] for s in live]), live)  # (W, V)
         self.ready.clear()
-        log_probs = torch.log_softmax(rows.float(), dim=-1)
+        log_probs = apply_healing(torch.log_softmax(rows.float(), dim=-1), live_states(live))
         # log_probs hold NaN iff a row held NaN or +inf, or no finite value; their sum is NaN
         # iff one of them is (log-softmax gives no +inf, so -inf entries only sum to -inf)
         if math.isnan(float(log_probs.sum())):
@@ -120,7 +130,7 @@ class BeamDriver:
 
     def output(self, request: Request) -> RequestOutput:
         hyps = self.hypotheses()
-        comps = [_completion(self.tokenizer, self.prompt_ids, h.tokens, h.score,
+        comps = [_completion(self.tokenizer, self.prompt_ids, self.healed, h.tokens, h.score,
                              self.params.eos_token_ids) for h in hyps]
         return RequestOutput(request.request_id, request.prompt_ids, comps,
                              [self.error] * max(len(comps), 1 if self.error else 0),
@@ -130,12 +140,12 @@ class BeamDriver:
 class StochasticBeamDriver:
     """Stochastic beam search (Kool et al. 2019) over one request; randomness from a
     ``torch.Generator`` seeded with ``params.seed`` (a fresh seed when None), so a request's
-    sample does not depend on the others in the batch."""
+    sample does not depend on the others in the batch. ``healed`` as for :class:`BeamDriver`."""
 
     def __init__(self, params: BeamSearchParams, eos_token_ids: tuple[int, ...],
-                 tokenizer: Any, prompt_ids: Sequence[int]) -> None:
+                 tokenizer: Any, prompt_ids: Sequence[int], healed: Sequence[int] = ()) -> None:
         self.params = BeamParams.of(params, eos_token_ids)
-        self.tokenizer, self.prompt_ids = tokenizer, list(prompt_ids)
+        self.tokenizer, self.prompt_ids, self.healed = tokenizer, list(prompt_ids), tuple(healed)
         seed = params.seed if params.seed is not None else fresh_seed()
         self.gen = torch.Generator().manual_seed(seed)
         self.state = StochasticBeamState(params.num_beams)
@@ -153,7 +163,7 @@ class StochasticBeamDriver:
         rows = constrained(torch.stack([self.ready[s.seq_id] for s in self.beams]),
                            self.beams)  # (R, V)
         self.ready.clear()
-        lp = torch.log_softmax(rows.double(), dim=-1)
+        lp = apply_healing(torch.log_softmax(rows.double(), dim=-1), live_states(self.beams))
         if math.isnan(float(lp.sum())):  # a row held NaN or +inf, or no finite value
             self.error = NumericalError("stochastic beam search: logits contain NaN or no "
                                         "finite value")
@@ -168,17 +178,21 @@ class StochasticBeamDriver:
 
     def output(self, request: Request) -> RequestOutput:
         s = self.state
-        comps = [_completion(self.tokenizer, self.prompt_ids, b, lp, self.params.eos_token_ids)
-                 for b, lp in zip(s.beams, s.logprobs)]
+        comps = [_completion(self.tokenizer, self.prompt_ids, self.healed, b, lp,
+                             self.params.eos_token_ids) for b, lp in zip(s.beams, s.logprobs)]
         return RequestOutput(request.request_id, request.prompt_ids, comps,
                              [self.error] * len(comps) if comps else [self.error],
                              request.num_cached_tokens)
 
 
+def live_states(beams: Sequence[Seq]) -> list[SequenceState]:
+    return [s.state for s in beams]
+
+
 def constrained(rows: torch.Tensor, beams: Sequence[Seq]) -> torch.Tensor:
     """``rows`` (one per beam) with what each beam's output constraint forbids set to -inf
     (unchanged without a constraint): the log-softmax after it renormalizes over the language."""
-    states = [s.state for s in beams]
+    states = live_states(beams)
     if all(st.constraint is None for st in states):
         return rows
     return apply_constraints(rows, states)
@@ -213,13 +227,17 @@ def advance(engine: LLMEngine, live: list[Seq], moves: list[tuple[list[Seq], Bea
     return out
 
 
-def _completion(tokenizer: Any, prompt_ids: list[int], tokens: Sequence[int], score: float,
-                eos: tuple[int, ...]) -> Completion:
+def _completion(tokenizer: Any, prompt_ids: list[int], healed: tuple[int, ...],
+                tokens: Sequence[int], score: float, eos: tuple[int, ...]) -> Completion:
     text = ""
     if tokenizer is not None and tokens:
         ctx = prompt_ids[-8:]
-        text = tokenizer.decode(ctx + list(tokens), skip_special_tokens=True)[
-            len(tokenizer.decode(ctx, skip_special_tokens=True)):]
+
+        def decode(ids: Sequence[int]) -> str:
+            return str(tokenizer.decode(list(ids), skip_special_tokens=True))
+
+        text = text_after(decode(ctx + list(healed)), decode(ctx + list(tokens)),
+                          lambda: decode(tokens), partial=bool(healed))
     ended = bool(tokens) and tokens[-1] in eos
     return Completion(text=text, token_ids=tuple(tokens), logprobs=None,
                       cumulative_logprob=float(score) if math.isfinite(score) else None,
@@ -227,9 +245,10 @@ def _completion(tokenizer: Any, prompt_ids: list[int], tokens: Sequence[int], sc
 
 
 def make_beam_driver(params: BeamSearchParams, eos_token_ids: tuple[int, ...], tokenizer: Any,
-                     prompt_ids: Sequence[int]) -> BeamDriver | StochasticBeamDriver:
+                     prompt_ids: Sequence[int], healed: Sequence[int] = ()
+                     ) -> BeamDriver | StochasticBeamDriver:
     cls = StochasticBeamDriver if params.stochastic else BeamDriver
-    return cls(params, eos_token_ids, tokenizer, prompt_ids)
+    return cls(params, eos_token_ids, tokenizer, prompt_ids, healed)
 
 
 def beam_search(engine: LLMEngine, prompts: Sequence[Sequence[int]], params: BeamSearchParams

@@ -151,7 +151,8 @@ class LLMEngine:
         """Raise InvalidPromptError / InvalidParameterError for a request the engine cannot serve."""
         ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         if isinstance(params, BeamSearchParams):
-            beam = check_beam_params(params, len(ids), self.max_model_len, self.blocks)
+            beam = check_beam_params(params, len(ids), self.max_model_len, self.blocks,
+                                     self.tokenizer is not None)
             self.constraints.check(beam)
             return ids, beam
         checked = check_params(params, len(ids), self.vocab_size, self.max_model_len,
@@ -166,29 +167,28 @@ class LLMEngine:
         ``BeamSearchParams``: one beam search whose output holds ``num_return_sequences``
         hypotheses (see :mod:`metagen.engine.beam_search`). With ``token_healing`` the request
         runs on the prompt without its healed tokens (the output's ``prompt_ids``), and its
-        samples re-produce their text first (:mod:`metagen.decoding.healing`)."""
+        samples (beams) re-produce their text first (:mod:`metagen.decoding.healing`)."""
         ids, checked = self.validate(prompt_ids, params or SamplingParams())
         rid = request_id if request_id is not None else self.new_request_id("req")
         if rid in self.requests:
             raise InvalidParameterError("request_id", rid, "is already in use")
-        if isinstance(checked, BeamSearchParams):
-            sp = SamplingParams(temperature=0.0, max_tokens=checked.max_tokens, ignore_eos=True)
-            req = Request(rid, ids, sp, driver=make_beam_driver(
-                checked, self.eos_token_ids, self.tokenizer, ids))
-            self.enqueue(req, SequenceState(sp, list(ids),
-                                            constraint=self.constraints.matcher(checked)),
-                         Detokenizer(None, ()))
-            return rid
         matcher = self.constraints.matcher(checked)
         heal = None
         if checked.heal_tokens:  # the request runs on the kept ids (see SamplingParams)
             ids, heal = heal_prompt(ids, vocab_index(self.tokenizer), checked.heal_tokens)
+        healed = heal.removed_ids if heal else ()
+        if isinstance(checked, BeamSearchParams):
+            sp = SamplingParams(temperature=0.0, max_tokens=checked.max_tokens, ignore_eos=True)
+            req = Request(rid, ids, sp, driver=make_beam_driver(
+                checked, self.eos_token_ids, self.tokenizer, ids, healed))
+            self.enqueue(req, SequenceState(sp, list(ids), constraint=matcher, heal=heal),
+                         Detokenizer(None, ()))
+            return rid
         req = Request(rid, ids, checked)
         bad = bad_words_ids(self.tokenizer, checked.bad_words) if checked.bad_words else ()
         state = SequenceState(checked, list(ids), eos_token_ids=self.eos_token_ids,
                               bad_words_ids=bad, constraint=matcher, heal=heal)
-        seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop,
-                                                   heal.removed_ids if heal else ()))
+        seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop, healed))
         seq.pending_fork = checked.n - 1
         return rid
 

@@ -57,9 +57,13 @@ def check_params(params: Any, prompt_len: int, vocab_size: int, max_model_len: i
 
 
 def check_beam_params(params: BeamSearchParams, prompt_len: int, max_model_len: int,
-                      blocks: BlockManager) -> BeamSearchParams:
-    """Prompt + ``max_tokens`` within the context, and ``num_beams`` full-length beams within
-    the KV cache (a beam search waits for all its beams each step, so they must fit together)."""
+                      blocks: BlockManager, has_tokenizer: bool) -> BeamSearchParams:
+    """Prompt + ``max_tokens`` within the context, ``num_beams`` full-length beams within the KV
+    cache (a beam search waits for all its beams each step, so they must fit together), and a
+    tokenizer for ``token_healing``."""
+    if params.token_healing and not has_tokenizer:
+        raise InvalidParameterError("token_healing", params.token_healing,
+                                    "needs an engine with a tokenizer")
     if prompt_len + params.max_tokens > max_model_len:
         raise InvalidParameterError(
             "max_tokens", params.max_tokens,

@@ -4,8 +4,9 @@ Wraps a backend that has ``beam_search(prompts, BeamSearchParams) -> list[list[C
 (:class:`~metagen.generators.local.LocalGenerator`: plain, diverse and stochastic beams inside
 the engine's continuous batching; :class:`~metagen.generators.hf.HFGenerator`: transformers'
 beam search). ``generate(prompts, params)`` maps ``params.n`` to ``num_return_sequences`` and
-``params.max_tokens`` to ``max_tokens`` (and ``params.seed`` to the stochastic beam's seed); the
-beam settings come from the constructor. Beam search scores raw model log-probabilities, so
+``params.max_tokens`` to ``max_tokens`` (``params.seed`` to the stochastic beam's seed,
+``params.token_healing`` to the beams' token healing); the beam settings come from the
+constructor. Beam search scores raw model log-probabilities, so
 every other sampling field must keep its default (a set one raises ``InvalidParameterError``
 naming it, rather than being silently ignored). Completions: best first, ``cumulative_logprob``
 the beam score, ``logprobs`` None.
@@ -22,7 +23,7 @@ from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Capabilities, Prompt
 from metagen.types import Completion, SamplingParams, Usage
 
-_USED = {"n", "max_tokens", "seed"}
+_USED = {"n", "max_tokens", "seed", "token_healing"}
 _DEFAULTS = SamplingParams()
 
 
@@ -63,7 +64,8 @@ class BeamSearchGenerator:
                     "log-probabilities); leave it at its default")
         seed = params.seed if self.template.stochastic else None
         return replace(self.template, num_return_sequences=params.n,
-                       max_tokens=params.max_tokens, seed=seed)
+                       max_tokens=params.max_tokens, seed=seed,
+                       token_healing=params.token_healing)
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams
                  ) -> list[list[Completion]]:

@@ -240,7 +240,8 @@ class HFGenerator:
         """transformers' beam search (``generate(num_beams=...)``, raw log-probabilities) for
         each prompt: ``params.num_return_sequences`` hypotheses, best first, ``cumulative_logprob``
         the beam score. Diverse (group) and stochastic beams raise: transformers 5 moved group
-        beam search out of the library; use the local engine for them."""
+        beam search out of the library; so do an output constraint and token healing (never
+        silently ignored); use the local engine for them."""
         from metagen.beam_params import BeamSearchParams
 
         start = time.perf_counter()
@@ -251,6 +252,10 @@ class HFGenerator:
             raise InvalidParameterError(name, getattr(params, name), "not available on the hf "
                                         "backend (transformers 5 has no group or stochastic "
                                         "beam search); use the local engine")
+        if params.constraint is not None or params.token_healing:
+            name, value = params.constraint or ("token_healing", params.token_healing)
+            raise InvalidParameterError(name, value, "not available in the hf backend's beam "
+                                        "search; use the local engine")
         prompt_ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
         self._check_request(prompt_ids, SamplingParams(max_tokens=params.max_tokens))
         out: list[list[Completion]] = []

@@ -160,3 +160,18 @@ def test_stream_yields_the_text_after_the_prompt(local):
     params = greedy(10, token_healing=2)
     [[whole]] = local.generate(["Once upon a ti"], params)
     assert "".join(local.stream("Once upon a ti", params)) == whole.text
+
+
+def test_beam_search_generator_heals_on_the_engine_and_hf_refuses(local, stories_gen):
+    """``token_healing`` reaches the engine's beams through BeamSearchGenerator; transformers'
+    beam search cannot heal (nor constrain), and says so rather than ignoring it."""
+    from metagen.beam_params import BeamSearchParams
+    from metagen.generators.beam import BeamSearchGenerator
+    [beams] = BeamSearchGenerator(local, num_beams=3).generate(
+        ["Once upon a ti"], SamplingParams(n=3, max_tokens=6, token_healing=2))
+    assert len(beams) == 3 and all(c.text.startswith("me") for c in beams)
+    for params in (BeamSearchParams(num_beams=2, token_healing=True),
+                   BeamSearchParams(num_beams=2, regex="[a-z]+")):
+        with pytest.raises(InvalidParameterError) as err:
+            stories_gen.beam_search(["Once upon a ti"], params)
+        assert err.value.param == ("regex" if params.regex else "token_healing")
