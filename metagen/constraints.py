@@ -4,8 +4,10 @@ A :class:`~metagen.types.SamplingParams` carries at most one of ``regex``, ``jso
 ``grammar`` (Lark, llguidance's dialect) and ``choice`` (a list of strings). This module turns
 the one that is set into llguidance's grammar text and checks its syntax without a tokenizer,
 so a malformed constraint is an :class:`InvalidParameterError` naming the field when the request
-is made (V19), never mid-generation. Checks that need the tokenizer (a language with no string
-at all, a ``$ref`` loop) are made by the backend that compiles the grammar
+is made (V19), never mid-generation; so is a grammar or JSON schema whose language is empty
+because it can never finish (``start: "a" start``, a schema that requires itself;
+:mod:`metagen.empty_language`). Checks that need the tokenizer (a language without even a first
+byte, such as the regex ``[^\s\S]``) are made by the backend that compiles the grammar
 (:mod:`metagen.decoding.grammar`). llguidance is optional: without it the syntax check is left
 to the backend, and only backends that compile grammars locally need it.
 """
@@ -17,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from metagen.empty_language import json_schema_unproductive, lark_unproductive
 from metagen.errors import CapabilityError, InvalidParameterError
 
 CONSTRAINT_FIELDS = ("regex", "json_schema", "grammar", "choice")
@@ -141,10 +144,30 @@ def _syntax_error(grammar: str) -> str:
 
 def check_syntax(name: str, value: Any) -> None:
     """Raise :class:`InvalidParameterError` naming ``name`` when llguidance rejects the
-    constraint's syntax (an unclosed regex group, an unknown Lark rule). A no-op without
-    llguidance (the backend that compiles the grammar checks it then). Cached per grammar."""
-    if not llguidance_available():
-        return
-    error = _syntax_error(grammar_text(name, value))
-    if error:
-        raise InvalidParameterError(name, value, f"is not a valid {name}: {error.strip()[:300]}")
+    constraint's syntax (an unclosed regex group, an unknown Lark rule; skipped without
+    llguidance: the backend that compiles the grammar checks it then), or when its language is
+    empty because no derivation finishes (:func:`empty_language`). Cached per grammar."""
+    if llguidance_available():
+        error = _syntax_error(grammar_text(name, value))
+        if error:
+            raise InvalidParameterError(name, value,
+                                        f"is not a valid {name}: {error.strip()[:300]}")
+    reason = empty_language(name, value)
+    if reason:
+        raise InvalidParameterError(name, value, f"has an empty language: {reason}")
+
+
+@lru_cache(maxsize=256)
+def empty_language(name: str, value: Any) -> str:
+    """Why constraint ``name`` (normalized ``value``) admits no finite string, or ``""`` when
+    it admits one or the check cannot tell (:mod:`metagen.empty_language`; regexes and choices
+    are left to the compiling backend)."""
+    if name == "grammar":
+        rules = lark_unproductive(value)
+        if rules:
+            return (f"no derivation of rule {rules[0]!r} ever finishes (every alternative of "
+                    f"{', '.join(repr(r) for r in rules)} needs one of them again)")
+    elif name == "json_schema" and json_schema_unproductive(value):
+        return ("no finite document satisfies it (a required part needs the schema itself, or "
+                "an unsatisfiable subschema)")
+    return ""

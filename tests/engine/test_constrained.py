@@ -166,6 +166,8 @@ def test_speculative_constrained_greedy_equals_plain_constrained_greedy(
 @pytest.mark.parametrize("field, value", [
     ("regex", "("), ("regex", r"[^\s\S]"), ("grammar", "start: foo"),
     ("json_schema", {"$ref": "#/definitions/a", "definitions": {"a": {"$ref": "#/definitions/a"}}}),
+    ("grammar", 'start: "a" start'),  # empty languages: no derivation ever finishes
+    ("json_schema", {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}),
 ])
 def test_invalid_constraint_fails_at_request_time(stories, field: str, value) -> None:
     with pytest.raises(InvalidParameterError) as info:

@@ -92,6 +92,15 @@ def test_choice_constrains_every_sample(client, extra):
     ({"response_format": {"type": "xml"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
      "response_format.json_schema.schema"),
+    # empty languages: a character class matching nothing, derivations that never finish
+    ({"guided_regex": r"[^\s\S]"}, "guided_regex"),
+    ({"structured_outputs": {"grammar": 'start: "a" start'}}, "structured_outputs.grammar"),
+    ({"guided_grammar": 'start: x\nx: "b" x'}, "guided_grammar"),
+    ({"guided_json": {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}},
+     "guided_json"),
+    ({"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "array", "items": {"$ref": "#"}, "minItems": 1}}}},
+     "response_format.json_schema.schema"),
 ])
 def test_a_bad_constraint_is_a_400_naming_the_field(client, extra, param):
     with pytest.raises(openai.BadRequestError) as bad:
