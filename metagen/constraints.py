@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from metagen.deep_stack import on_deep_stack
 from metagen.empty_language import json_schema_unproductive, lark_unproductive
 from metagen.errors import CapabilityError, InvalidParameterError
 
@@ -138,8 +139,8 @@ def grammar_text(name: str, value: Any) -> str:
 
 @lru_cache(maxsize=256)
 def _syntax_error(grammar: str) -> str:
-    llg = require_llguidance()
-    return str(llg.LLMatcher.validate_grammar(grammar))
+    llg = require_llguidance()  # a deep grammar would overflow a default stack (deep_stack)
+    return str(on_deep_stack(llg.LLMatcher.validate_grammar, grammar))
 
 
 def check_syntax(name: str, value: Any) -> None:

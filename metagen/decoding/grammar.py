@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from metagen.constraints import grammar_text, require_llguidance
+from metagen.deep_stack import on_deep_stack
 from metagen.errors import InvalidParameterError
 
 
@@ -123,14 +124,18 @@ class GrammarCompiler:
         return template
 
     def _compile(self, name: str, value: Any, grammar: str) -> Any:
-        m = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)
-        if not m.is_error():  # the first mask finds an empty language and $ref loops
-            probe = self._llg_torch.allocate_token_bitmask(1, self.vocab_size)
-            self._llg_torch.fill_next_token_bitmask(m, probe, 0)
+        m = on_deep_stack(self._build, grammar)  # recursive in llguidance: see deep_stack
         if m.is_error():
             reason = m.get_error().strip().splitlines()[0][:300] if m.get_error() else "error"
             raise InvalidParameterError(name, value, f"cannot be compiled, or its language has "
                                         f"no string: {reason}")
+        return m
+
+    def _build(self, grammar: str) -> Any:
+        m = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if not m.is_error():  # the first mask finds an empty language and $ref loops
+            probe = self._llg_torch.allocate_token_bitmask(1, self.vocab_size)
+            self._llg_torch.fill_next_token_bitmask(m, probe, 0)
         return m
 
     @property
