@@ -11,8 +11,9 @@ only productive parts" (Hopcroft & Ullman's emptiness test for context-free gram
 Both are conservative: what they cannot read (a construct they do not parse, a ``%json`` block,
 an imported terminal, a schema keyword they do not model) counts as productive, so they never
 refuse a grammar whose language has a string; a syntax error is left to llguidance's own check.
-Regex terminals count as productive (an empty one is found by llguidance's first mask when it
-comes first). Pure functions of the text; the caller caches them by grammar.
+Regex terminals count as productive here: whether one matches any string is llguidance's to say,
+so the backend that compiles the grammar asks it for each of :func:`lark_regexes`
+(:mod:`metagen.decoding.grammar`). Pure functions of the text; the caller caches them by grammar.
 """
 
 from __future__ import annotations
@@ -260,6 +261,15 @@ def lark_unproductive(grammar: str) -> list[str] | None:
         return None
     return ["start"] + sorted(n for n in _reachable("start", rules) if n not in productive
                               and n != "start")
+
+
+def lark_regexes(grammar: str) -> list[str]:
+    """The distinct regex terminals (``/.../flags``) of Lark ``grammar``, in order of first use;
+    ``[]`` when the text cannot be read here."""
+    try:
+        return list(dict.fromkeys(v for k, v in _tokens(grammar) if k == "regex"))
+    except _Unreadable:
+        return []
 
 
 def _reachable(start: str, rules: dict[str, list[tuple[str, str]]]) -> set[str]:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from metagen.beam_params import BeamSearchParams
-from metagen.empty_language import json_schema_unproductive, lark_unproductive
+from metagen.empty_language import json_schema_unproductive, lark_regexes, lark_unproductive
 from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
 
@@ -84,6 +84,12 @@ def test_lark_grammars_that_never_finish_name_their_rules(grammar, rules):
 @pytest.mark.parametrize("grammar", OK_LARK)
 def test_ordinary_lark_grammars_pass(grammar):
     assert lark_unproductive(grammar) is None
+
+
+def test_regex_terminals_are_listed_once_for_the_compiler_to_probe():
+    grammar = 'start: A B "/no/"  // /comment/\nA: /a+/\nB: /b/i | /a+/'
+    assert lark_regexes(grammar) == ["/a+/", "/b/i"]
+    assert lark_regexes('start: /a/ @') == []  # not read here: nothing to probe
 
 
 @pytest.mark.parametrize("schema", EMPTY_SCHEMAS)

@@ -4,8 +4,9 @@
 vocabulary, done once per backend) and compiles each request's constraint once per grammar text
 (an LRU of ``cache_size`` templates); :meth:`GrammarCompiler.matcher` hands every request a fresh
 :class:`GrammarMatcher` copied from the template. Compiling rejects, naming the field, what the
-tokenizer-free syntax check cannot see: a language without any string (``[^\\s\\S]``), a JSON
-schema whose ``$ref`` loops, a grammar llguidance cannot build (V19).
+tokenizer-free syntax check cannot see: a language without any string (``[^\\s\\S]``), a Lark
+regex terminal matching no string, a JSON schema whose ``$ref`` loops, a grammar llguidance cannot
+build (V19).
 
 :class:`GrammarMatcher` follows a sequence's output lazily: :meth:`GrammarMatcher.sync` brings it
 to any ``output_ids`` by rolling back to the common prefix and consuming the rest, so a fork
@@ -23,6 +24,7 @@ import torch
 
 from metagen.constraints import grammar_text, require_llguidance
 from metagen.deep_stack import on_deep_stack
+from metagen.empty_language import lark_regexes
 from metagen.errors import InvalidParameterError
 
 
@@ -129,7 +131,19 @@ class GrammarCompiler:
             reason = m.get_error().strip().splitlines()[0][:300] if m.get_error() else "error"
             raise InvalidParameterError(name, value, f"cannot be compiled, or its language has "
                                         f"no string: {reason}")
+        if name == "grammar":
+            self._check_regexes(value)
         return m
+
+    def _check_regexes(self, grammar: str) -> None:
+        """Refuse Lark ``grammar`` when one of its regex terminals matches no string: a branch
+        through it is a dead end that llguidance's masks do not foresee (after ``"a"`` in
+        ``start: "a" /[^\\s\\S]/`` only EOS is left, ending a non-string as if complete)."""
+        for regex in lark_regexes(grammar):
+            probe = on_deep_stack(self._build, self._llg.grammar_from("lark", f"start: {regex}"))
+            if probe.is_error() and "NoExtension" in (probe.get_error() or ""):
+                raise InvalidParameterError("grammar", grammar, f"its terminal {regex[:200]} "
+                                            "matches no string (a dead end mid-generation)")
 
     def _build(self, grammar: str) -> Any:
         m = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)

@@ -112,6 +112,22 @@ def test_eos_waits_until_the_language_accepts(stories) -> None:
     assert len(out[0]) == 12 and re.fullmatch("[a-z ]{12}", out[0])
 
 
+def test_too_few_tokens_for_a_document_end_at_length(stories) -> None:
+    """max_tokens too small to finish a JSON document: a prefix of one, finish_reason
+    "length", no error; and recursive but terminating grammars are accepted and run."""
+    [out] = stories.generate([[1, 403, 407]], SamplingParams(
+        temperature=0.0, max_tokens=3, json_schema=SCHEMA))
+    c = out.outputs[0]
+    assert c.finish_reason == "length" and len(c.token_ids) == 3 and c.text.startswith("{")
+    tree = {"type": "object", "required": ["kids"], "properties": {
+        "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}}}
+    for params in (SamplingParams(temperature=0.0, max_tokens=40, json_schema=tree),
+                   SamplingParams(temperature=0.0, max_tokens=40,
+                                  grammar='start: "(" start ")" | "x"')):
+        [out] = stories.generate([[1, 403, 407]], params)
+        assert out.outputs[0].finish_reason in ("stop", "length")
+
+
 def test_n_samples_keep_their_own_matchers(stories) -> None:
     """n = 8 forks after one prefill: each sample is in the language on its own, and the
     samples differ (a shared matcher would corrupt or align them)."""
@@ -167,6 +183,8 @@ def test_speculative_constrained_greedy_equals_plain_constrained_greedy(
     ("regex", "("), ("regex", r"[^\s\S]"), ("grammar", "start: foo"),
     ("json_schema", {"$ref": "#/definitions/a", "definitions": {"a": {"$ref": "#/definitions/a"}}}),
     ("grammar", 'start: "a" start'),  # empty languages: no derivation ever finishes
+    ("grammar", 'start: "a" /[^\\s\\S]/'),  # a terminal matching nothing: a dead end
+    ("grammar", 'start: "a" | "b" /x[^\\s\\S]/i'),  # ... even in one branch only
     ("json_schema", {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}),
 ])
 def test_invalid_constraint_fails_at_request_time(stories, field: str, value) -> None:

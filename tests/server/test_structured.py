@@ -96,6 +96,7 @@ def test_choice_constrains_every_sample(client, extra):
     ({"guided_regex": r"[^\s\S]"}, "guided_regex"),
     ({"structured_outputs": {"grammar": 'start: "a" start'}}, "structured_outputs.grammar"),
     ({"guided_grammar": 'start: x\nx: "b" x'}, "guided_grammar"),
+    ({"guided_grammar": 'start: "a" /[^\\s\\S]/'}, "guided_grammar"),  # a dead-end terminal
     ({"guided_json": {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}},
      "guided_json"),
     ({"response_format": {"type": "json_schema", "json_schema": {
