@@ -36,6 +36,25 @@ def check_quantization(value: object) -> None:
                                     f"must be None or one of: {', '.join(QUANTIZATIONS)}")
 
 
+def _check_kv_window(sinks: object, window: object, block_size: int) -> None:
+    """Raise :class:`~metagen.errors.InvalidParameterError` naming the parameter unless
+    ``window`` is None or a positive multiple of ``block_size``, and ``sinks`` an integer >= 0
+    (> 0 only with a window)."""
+    if not isinstance(sinks, int) or isinstance(sinks, bool) or sinks < 0:
+        raise InvalidParameterError("kv_sink_tokens", sinks, "must be an integer >= 0")
+    if window is None:
+        if sinks:
+            raise InvalidParameterError("kv_sink_tokens", sinks,
+                                        "needs kv_window_tokens (without a window every token "
+                                        "is kept)")
+        return
+    _positive_int("kv_window_tokens", window)
+    assert isinstance(window, int)
+    if window % block_size:
+        raise InvalidParameterError("kv_window_tokens", window,
+                                    f"must be a multiple of block_size ({block_size})")
+
+
 @dataclass(slots=True, frozen=True)
 class EngineConfig:
     """Engine settings.
@@ -62,6 +81,11 @@ class EngineConfig:
     ``quantization`` "int8" quantizes the linear projections (and an untied LM head) at load,
     weight-only, one float32 scale per output channel (:mod:`metagen.engine.models.quantize`):
     a quarter of the weight bytes to stream per decoding step; ``None`` keeps them as loaded.
+    Token dropping (:mod:`metagen.engine.kv_window`, StreamingLLM): with ``kv_window_tokens``
+    set (a positive multiple of ``block_size``), each sequence keeps the blocks of its first
+    ``kv_sink_tokens`` tokens (rounded up to whole blocks; 0 = no sinks) and of its most recent
+    ``kv_window_tokens`` tokens plus the block being written, and releases the blocks in between;
+    ``None`` keeps everything. ``kv_sink_tokens`` needs a window.
     """
 
     block_size: int = 16
@@ -80,6 +104,8 @@ class EngineConfig:
     prompt_lookup: int | None = None
     adaptive_speculation: bool = False
     quantization: Quantization | None = None
+    kv_sink_tokens: int = 0
+    kv_window_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _positive_int("block_size", self.block_size)
@@ -120,6 +146,7 @@ class EngineConfig:
             raise InvalidParameterError("prompt_lookup", self.prompt_lookup,
                                         "give either speculative_model or prompt_lookup")
         check_quantization(self.quantization)
+        _check_kv_window(self.kv_sink_tokens, self.kv_window_tokens, self.block_size)
 
     def torch_dtype(self) -> torch.dtype:
         import torch

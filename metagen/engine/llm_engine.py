@@ -53,6 +53,7 @@ from metagen.engine.detokenizer import Detokenizer
 from metagen.engine import engine_drivers
 from metagen.engine.engine_scoring import EngineScorer, collect_scores
 from metagen.engine.kv_cache import KVCache, bytes_per_block
+from metagen.engine.kv_window import first_recent_block, sink_blocks
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.models.quantize import quantization_of
@@ -240,6 +241,7 @@ class LLMEngine:
             child.prompt_cached = parent.prompt_cached
             if parent.status is Status.RUNNING:
                 child.block_table = list(parent.block_table)
+                child.dropped_blocks = parent.dropped_blocks
                 child.num_computed_tokens = parent.num_computed_tokens
                 self.blocks.incref(child.block_table)
                 self.scheduler.add_running(child, after=after)
@@ -254,12 +256,15 @@ class LLMEngine:
         then append ``then``: drops later output tokens, their logprobs and the KV past the kept
         tokens (mirostat state is not rolled back). The KV of kept tokens stays; when nothing is
         left to compute, the last kept token is recomputed (its logits give the next token).
-        A draft model's proposer uses it to follow the target's accepted tokens."""
+        A draft model's proposer uses it to follow the target's accepted tokens. With a KV
+        window, rolling back to where the next token would attend to blocks already dropped
+        raises :class:`~metagen.errors.InvalidParameterError` (changing nothing)."""
         seq = self.seqs[seq_id]
         if seq.is_finished or seq.num_draft or \
                 not seq.num_prompt_tokens <= num_tokens <= len(seq.token_ids):
             raise InvalidParameterError("num_tokens", num_tokens, "must be within a live "
                                         "sequence's output (prompt length .. current length)")
+        self._check_window_rollback(seq, num_tokens, len(then))
         keep_out = num_tokens - seq.num_prompt_tokens
         del seq.token_ids[num_tokens:], seq.state.output_ids[keep_out:]
         del seq.logprobs[keep_out:], seq.top_logprobs[keep_out:]
@@ -272,10 +277,25 @@ class LLMEngine:
         seq.detok.searched = 0
         seq.detok.update(seq.state.output_ids, check_stop=False)
 
+    def _check_window_rollback(self, seq: Seq, num_tokens: int, appended: int) -> None:
+        """Raise unless the token ``truncate(seq, num_tokens, then)`` leaves to compute next
+        attends only to blocks ``seq`` still holds (no KV window: always)."""
+        cfg = self.config
+        computed = min(seq.num_computed_tokens, num_tokens)
+        if computed == num_tokens + appended:  # as truncate: the last token is recomputed
+            computed -= 1
+        first = first_recent_block(computed + 1, cfg.block_size, cfg.kv_sink_tokens,
+                                   cfg.kv_window_tokens)
+        if first < sink_blocks(cfg.block_size, cfg.kv_sink_tokens) + seq.dropped_blocks:
+            raise InvalidParameterError(
+                "num_tokens", num_tokens, f"rolls back past the KV window: the sequence "
+                f"dropped the KV of {seq.dropped_blocks} block(s) that its next token would "
+                "attend to")
+
     def release_tail(self, seq: Seq) -> None:
         """Free the blocks of ``seq`` past those its tokens occupy."""
         keep_blocks = -(-max(seq.num_computed_tokens, len(seq.token_ids)) //
-                        self.config.block_size)
+                        self.config.block_size) - seq.dropped_blocks
         if len(seq.block_table) > keep_blocks:
             self.blocks.free(seq.block_table[keep_blocks:])
             del seq.block_table[keep_blocks:]
@@ -360,9 +380,11 @@ class LLMEngine:
         """Forward the scheduled ``(sequence, new tokens)`` pairs, then hand each row whose
         logits are ready to its consumer: scoring, speculative verification, its request's
         driver, or sampling; finish what ended."""
-        reqs = [ExtendRequest(s.block_table, s.num_computed_tokens,
+        bs = self.config.block_size
+        reqs = [ExtendRequest(s.block_table, s.num_computed_tokens - s.dropped_blocks * bs,
                               s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n],
-                              all_logits=s.score_from is not None or s.num_draft > 0)
+                              all_logits=s.score_from is not None or s.num_draft > 0,
+                              dropped_tokens=s.dropped_blocks * bs)
                 for s, n in batch]
         logits = self.runner.extend(reqs)
         rows: list[Seq] = []
@@ -370,10 +392,10 @@ class LLMEngine:
         verify: list[tuple[Seq, torch.Tensor]] = []
         driven: dict[int, tuple[Any, list[Seq], list[torch.Tensor]]] = {}
         touched: list[Request] = []
-        for (seq, n), lg in zip(batch, logits):
+        for (seq, n), lg, r in zip(batch, logits, reqs):
             start = seq.num_computed_tokens
             seq.num_computed_tokens += n
-            self._count_compute(seq.request, start, n)
+            self._count_compute(seq.request, r.num_cached, n)
             touched.append(seq.request)
             if seq.score_from is not None:
                 if collect_scores(seq, start, lg):
@@ -410,7 +432,8 @@ class LLMEngine:
         return self._collect_finished(touched)
 
     def _count_compute(self, req: Request, start: int, n: int) -> None:
-        """Count ``n`` tokens computed at positions ``start ..`` for ``req`` and in the totals."""
+        """Count ``n`` tokens computed after ``start`` attended cached tokens (their positions,
+        unless a KV window dropped some) for ``req`` and in the totals."""
         mc = self.model.cfg
         ctx = n * start + n * (n + 1) // 2  # sum of context lengths of the n new tokens
         flops = 2.0 * mc.num_params * n + 4.0 * mc.num_layers * mc.num_heads * mc.head_dim * ctx

@@ -11,7 +11,12 @@ Each :class:`ExtendRequest` is one sequence with ``num_cached`` tokens already i
 ``num_cached + len(new_token_ids)`` positions and the blocks written to must be exclusively owned
 (copy-on-write done by the caller). The new tokens' K/V are written into their slots; the result
 is, per request, float32 logits of shape (1, V) for the last new token, or (len(new), V) for all
-of them when ``all_logits`` (prompt scoring, speculative verification). Rolling a sequence back
+of them when ``all_logits`` (prompt scoring, speculative verification). A row with token
+dropping (:mod:`metagen.engine.kv_window`) sets ``dropped_tokens``: that many tokens of its context
+(whole blocks after its kept leading ones) are gone, ``block_table`` lists the kept blocks only
+and ``num_cached`` counts the kept tokens; its new tokens attend to the kept slots, are written
+after them, and are rotated (RoPE) at their original positions ``num_cached + dropped_tokens ..``.
+Rolling a sequence back
 (``truncate``) needs nothing from the runner: positions past ``num_cached`` are simply rewritten
 by the next extend.
 
@@ -52,6 +57,7 @@ class ExtendRequest:
     num_cached: int
     new_token_ids: Sequence[int]
     all_logits: bool = False
+    dropped_tokens: int = 0
 
 
 def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int, min_tokens: int = 0
@@ -135,7 +141,7 @@ class ModelRunner:
     def _chunk(self, reqs: Sequence[ExtendRequest], rows: list[int], offsets: list[int]
                ) -> tuple[RowChunk, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One row chunk and, for its valid queries: flat token index, position in the chunk's
-        padded output, cache slot, absolute position."""
+        padded output, cache slot, absolute (RoPE) position."""
         bs = self.block_size
         sub = [reqs[i] for i in rows]
         b = len(sub)
@@ -164,6 +170,7 @@ class ModelRunner:
         q_index = flat * q_valid
         out_pos = (torch.arange(b)[:, None] * m + ar_m)[q_valid]
         slots = pos_slots.gather(1, qpos.clamp(max=nblk * bs - 1))[q_valid]
+        dropped = torch.tensor([r.dropped_tokens for r in sub], dtype=torch.long)
         dev = self.device
         groups = [PrefixGroup(torch.tensor(g, dtype=torch.long, device=dev),
                               pos_slots[g[0], :n * bs].to(dev),
@@ -173,7 +180,7 @@ class ModelRunner:
         chunk = RowChunk(q_index.to(dev), kv_slots.to(dev),
                          None if all_visible else mask.to(dev), groups,
                          _consecutive_start(kv_slots) if b == 1 and not groups else None)
-        return chunk, flat[q_valid], out_pos, slots, qpos[q_valid]
+        return chunk, flat[q_valid], out_pos, slots, (qpos + dropped[:, None])[q_valid]
 
     def _metadata(self, reqs: Sequence[ExtendRequest], native_rows: Sequence[int] = ()
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
@@ -244,13 +251,14 @@ class ModelRunner:
         """The native plan of ``reqs``, with their Hydragen groups."""
         return StepPlan.build(self.block_size, [r.block_table for r in reqs],
                               [r.num_cached for r in reqs],
-                              [len(r.new_token_ids) for r in reqs], self._prefix_groups(reqs))
+                              [len(r.new_token_ids) for r in reqs], self._prefix_groups(reqs),
+                              [r.dropped_tokens for r in reqs])
 
     def _native_safe(self, reqs: Sequence[ExtendRequest]) -> bool:
         """Whether every position of ``reqs`` has a RoPE row and every block id a cache block:
         the C code reads and writes where these point without checks, so anything else goes to
         PyTorch, which raises its own error."""
-        top = max(r.num_cached + len(r.new_token_ids) for r in reqs)
+        top = max(r.num_cached + r.dropped_tokens + len(r.new_token_ids) for r in reqs)
         return (top <= self.model.max_positions
                 and all(0 <= b < self.kv.num_blocks for r in reqs for b in r.block_table))
 

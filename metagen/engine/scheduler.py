@@ -12,7 +12,12 @@ Memory never runs out with a crash: when a sequence needs blocks and none are fr
 cache is evicted (LRU; kept partial blocks first), then the most recently admitted running sequence is preempted by
 recompute (its blocks are freed and it goes back to the head of the queue, its tokens kept). A
 waiting sequence holds no blocks, so the engine always makes progress as long as one sequence of
-``max_model_len`` tokens fits in the cache (checked by the engine). A running sequence with
+``max_model_len`` tokens fits in the cache (checked by the engine). With a KV window
+(``EngineConfig.kv_window_tokens``, :mod:`metagen.engine.kv_window`) a sequence releases the
+blocks its next token no longer attends to before each of its steps (a block shared with the
+prefix cache or a sibling is only dereferenced), and only blocks whose KV equals the full
+cache's go to the prefix cache: all of them while none was dropped, else the sink blocks. A
+running sequence with
 nothing to compute is *parked* by its request's driver (see
 :mod:`metagen.engine.request_driver`): it keeps its blocks and is skipped.
 """
@@ -24,6 +29,7 @@ from collections.abc import Callable
 
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import EngineConfig
+from metagen.engine.kv_window import first_recent_block, sink_blocks
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.sequence import Sequence, Status
 
@@ -114,13 +120,30 @@ class Scheduler:
             seq.num_computed_tokens += tail[1]
         return seq.num_computed_tokens
 
+    def _drop(self, seq: Sequence) -> None:
+        """Release the blocks the KV window no longer keeps for the next token of ``seq``."""
+        window = self.config.kv_window_tokens
+        if window is None:
+            return
+        bs, sink_tokens = self.block_size, self.config.kv_sink_tokens
+        sinks = sink_blocks(bs, sink_tokens)
+        first = first_recent_block(seq.num_computed_tokens + 1, bs, sink_tokens, window)
+        k = min(first - sinks - seq.dropped_blocks, len(seq.block_table) - sinks)
+        if k > 0:
+            self.blocks.free(seq.block_table[sinks:sinks + k])
+            del seq.block_table[sinks:sinks + k]
+            seq.dropped_blocks += k
+
     def _reserve(self, seq: Sequence, n: int) -> bool:
-        """Make ``block_table`` cover ``num_computed + n`` tokens with writable blocks."""
+        """Make ``block_table`` cover ``num_computed + n`` tokens with writable blocks (after
+        dropping what the KV window releases)."""
+        self._drop(seq)
         bs = self.block_size
-        target_blocks = -(-(seq.num_computed_tokens + n) // bs)
+        target_blocks = -(-(seq.num_computed_tokens + n) // bs) - seq.dropped_blocks
         table = seq.block_table
         need = max(0, target_blocks - len(table))
-        cow = [j for j in range(seq.num_computed_tokens // bs, min(len(table), target_blocks))
+        first_written = seq.num_computed_tokens // bs - seq.dropped_blocks
+        cow = [j for j in range(first_written, min(len(table), target_blocks))
                if self.blocks.refcount(table[j]) > 1]
         total = need + len(cow)
         if self.blocks.num_free < total and self.radix is not None:
@@ -145,6 +168,7 @@ class Scheduler:
         if seq.block_table:
             self.blocks.free(seq.block_table)
         seq.block_table = []
+        seq.dropped_blocks = 0
         seq.num_computed_tokens = 0
 
     def preempt(self, seq: Sequence) -> None:
@@ -156,10 +180,14 @@ class Scheduler:
         self.num_preemptions += 1
 
     def cache_prefix(self, seq: Sequence) -> None:
-        """Insert the full computed blocks of ``seq`` into the prefix cache."""
+        """Insert the full computed blocks of ``seq`` into the prefix cache (only its sink blocks
+        once the KV window dropped some: the later ones attended to a window, not to the full
+        prefix, and the dropped ones are gone)."""
         if self.radix is None:
             return
         n = min(seq.num_computed_tokens, len(seq.token_ids)) // self.block_size
+        if seq.dropped_blocks:
+            n = min(n, sink_blocks(self.block_size, self.config.kv_sink_tokens))
         if n:
             self.radix.insert(seq.token_ids[:n * self.block_size], seq.block_table[:n])
 
@@ -170,7 +198,7 @@ class Scheduler:
             self.running.remove(seq)
             if seq.error is None:
                 self.cache_prefix(seq)
-                if self.radix is not None:
+                if self.radix is not None and not seq.dropped_blocks:
                     self.radix.tails.put(seq.token_ids, seq.num_computed_tokens, seq.block_table)
         elif seq.status is Status.WAITING:
             self.waiting.remove(seq)

@@ -22,7 +22,10 @@ class Sequence:
     """One sample: its tokens, KV blocks and decoding state.
 
     ``token_ids`` is prompt + output; the KV of ``token_ids[:num_computed_tokens]`` is in the cache
-    in ``block_table`` (position p lives in block ``block_table[p // block_size]``). A sequence
+    in ``block_table`` (position p lives in block ``block_table[p // block_size]``; with token
+    dropping, :mod:`metagen.engine.kv_window`, the ``dropped_blocks`` logical blocks after the
+    sink blocks are gone from the table, and a later block ``j`` is ``block_table[j -
+    dropped_blocks]``). A sequence
     has work to do while ``num_computed_tokens < len(token_ids)``; when the two are equal after a
     forward step it samples its next token. ``score_from`` marks a scoring sequence: it only
     prefills and collects log p(token_ids[j]) for j >= score_from (with ``score_top`` set, also
@@ -41,6 +44,7 @@ class Sequence:
     detok: Detokenizer
     status: Status = Status.WAITING
     block_table: list[int] = field(default_factory=list)
+    dropped_blocks: int = 0  # blocks released by the KV window (see above)
     num_computed_tokens: int = 0
     pending_fork: int = 0
     prompt_cached: bool = False  # the prompt's full blocks were inserted into the prefix cache

@@ -60,10 +60,11 @@ typedef struct {
  * A token attends to its row's positions own_from[r] .. its own position; positions before
  * own_from[r] (0 unless the row is in a prefix group) come from its group: group g holds the rows
  * group_rows[group_off[g] .. group_off[g + 1]), which share their first own_from[r] positions
- * in the same blocks. */
+ * in the same blocks. Row r's tokens are rotated (RoPE) at their position + rope_off[r] (the
+ * tokens token dropping removed from the row's table before them). */
 typedef struct {
   int64_t n_rows, block_size, max_blocks, n_groups;
-  const int64_t *tables, *start, *tok_off, *own_from, *group_off, *group_rows;
+  const int64_t *tables, *start, *tok_off, *own_from, *group_off, *group_rows, *rope_off;
 } mg_plan;
 
 #if MG_ISA
@@ -479,7 +480,8 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float
   for (STAGE(st, T * (hq + hkv), u)) { /* per head: norm, rope, cache write / fresh state */
     const int64_t t = u / (hq + hkv), i = u % (hq + hkv);
     float *x = S->qkv + t * qkv + i * D;
-    const float *c = M->cos + S->tok_pos[t] * D, *s = M->sin + S->tok_pos[t] * D;
+    const int64_t rp = S->tok_pos[t] + J->P->rope_off[S->tok_row[t]];
+    const float *c = M->cos + rp * D, *s = M->sin + rp * D;
     const float *norm = i < hq ? W->q_norm : W->k_norm;
     if (norm) rms_norm(x, norm, x, D, M->eps);
     rope(x, c, s, D);

@@ -50,7 +50,7 @@ class _Layer(ctypes.Structure):
 class _Plan(ctypes.Structure):
     _fields_ = [("n_rows", _I), ("block_size", _I), ("max_blocks", _I), ("n_groups", _I),
                 ("tables", _P), ("start", _P), ("tok_off", _P), ("own_from", _P),
-                ("group_off", _P), ("group_rows", _P)]
+                ("group_off", _P), ("group_rows", _P), ("rope_off", _P)]
 
 
 @dataclass(slots=True)
@@ -63,6 +63,8 @@ class StepPlan:
     positions from ``own_from[r]`` up to its own; the positions before ``own_from[r]`` (a shared
     prefix) it attends together with its group: group g is the rows
     ``group_rows[group_off[g] .. group_off[g + 1] - 1]``, which share those positions' blocks.
+    Row r's tokens are rotated (RoPE) at their position plus ``rope_off[r]``: the tokens of its
+    context that token dropping removed from its table (:mod:`metagen.engine.kv_window`).
     """
 
     block_size: int
@@ -72,13 +74,16 @@ class StepPlan:
     own_from: torch.Tensor  # (R,)
     group_off: torch.Tensor  # (G + 1,)
     group_rows: torch.Tensor  # (sum of group sizes,)
+    rope_off: torch.Tensor  # (R,)
 
     @classmethod
     def build(cls, block_size: int, block_tables: Sequence[Sequence[int]],
               starts: Sequence[int], lengths: Sequence[int],
-              groups: Sequence[tuple[Sequence[int], int]]) -> StepPlan:
-        """From per-row block tables, cached counts and new-token counts, and the prefix groups
-        as (rows, shared blocks) pairs."""
+              groups: Sequence[tuple[Sequence[int], int]],
+              dropped: Sequence[int] | None = None) -> StepPlan:
+        """From per-row block tables, cached counts and new-token counts, the prefix groups
+        as (rows, shared blocks) pairs, and the rows' dropped token counts (``rope_off``;
+        default none)."""
         width = max(len(t) for t in block_tables)
         own_from = [0] * len(block_tables)
         rows: list[int] = []
@@ -93,15 +98,17 @@ class StepPlan:
             tok_off.append(tok_off[-1] + n)
         t = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
         return cls(block_size, t([list(b) + [0] * (width - len(b)) for b in block_tables]),
-                   t(list(starts)), t(tok_off), t(own_from), t(offsets), t(rows))
+                   t(list(starts)), t(tok_off), t(own_from), t(offsets), t(rows),
+                   t(list(dropped) if dropped is not None else [0] * len(block_tables)))
 
     def positions_and_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(T,) int64 each: every flat token's position and its cache slot."""
+        """(T,) int64 each: every flat token's RoPE position (``rope_off`` included) and its
+        cache slot."""
         lens = self.tok_off[1:] - self.tok_off[:-1]
         row = torch.repeat_interleave(torch.arange(lens.shape[0]), lens)  # (T,)
         pos = self.start[row] + torch.arange(row.shape[0]) - self.tok_off[row]
         block = self.tables[row, pos // self.block_size]
-        return pos, block * self.block_size + pos % self.block_size
+        return pos + self.rope_off[row], block * self.block_size + pos % self.block_size
 
 
 class DecodeStep:
@@ -200,7 +207,7 @@ def _plan_struct(plan: StepPlan) -> _Plan:
     return _Plan(plan.tables.shape[0], plan.block_size, plan.tables.shape[1],
                  plan.group_off.shape[0] - 1, plan.tables.data_ptr(), plan.start.data_ptr(),
                  plan.tok_off.data_ptr(), plan.own_from.data_ptr(), plan.group_off.data_ptr(),
-                 plan.group_rows.data_ptr())
+                 plan.group_rows.data_ptr(), plan.rope_off.data_ptr())
 
 
 def for_model(model: LlamaModel) -> DecodeStep | None:

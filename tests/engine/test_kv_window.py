@@ -1,0 +1,215 @@
+"""Token dropping (attention sinks + recent window): validation, the pure block policy, and the
+engine against an independent reference -- transformers' own forward with an explicit attention
+mask that hides the dropped positions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from metagen.engine.config import EngineConfig
+from metagen.engine.kv_window import first_recent_block, kept_blocks, sink_blocks
+from metagen.engine.llm_engine import LLMEngine
+from metagen.errors import InvalidParameterError
+from metagen.types import SamplingParams
+
+BS, SINKS, WINDOW = 4, 4, 16  # 1 sink block, 4 window blocks: at most 6 blocks per sequence
+PROMPT = [1, 400, 30, 20, 99, 5, 6]
+LOGIT_ATOL = 2e-4  # float32 rounding of two implementations over 5 layers (logits are O(10))
+
+
+# -- validation --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(kv_sink_tokens=-1, kv_window_tokens=16), "kv_sink_tokens"),
+    (dict(kv_sink_tokens=True, kv_window_tokens=16), "kv_sink_tokens"),
+    (dict(kv_sink_tokens=2.0, kv_window_tokens=16), "kv_sink_tokens"),
+    (dict(kv_sink_tokens=4), "kv_sink_tokens"),  # sinks without a window
+    (dict(kv_window_tokens=0), "kv_window_tokens"),
+    (dict(kv_window_tokens=-16), "kv_window_tokens"),
+    (dict(kv_window_tokens=24), "kv_window_tokens"),  # not a multiple of block_size 16
+    (dict(kv_window_tokens=16.0), "kv_window_tokens"),
+    (dict(kv_window_tokens="16"), "kv_window_tokens"),
+])
+def test_bad_window_settings_raise_naming_the_parameter(kwargs, name):
+    with pytest.raises(InvalidParameterError, match=name):
+        EngineConfig(**kwargs)
+
+
+def test_good_window_settings():
+    EngineConfig(kv_window_tokens=32)  # window without sinks
+    EngineConfig(block_size=4, kv_sink_tokens=1, kv_window_tokens=4)
+    assert EngineConfig().kv_window_tokens is None and EngineConfig().kv_sink_tokens == 0
+
+
+# -- the pure policy ---------------------------------------------------------------------------
+
+def test_kept_blocks_golden():
+    assert kept_blocks(0, 4, 4, 8) == []
+    assert kept_blocks(13, 4, 4, 8) == [0, 1, 2, 3]  # nothing to drop yet
+    assert kept_blocks(17, 4, 4, 8) == [0, 2, 3, 4]  # block 1 dropped
+    assert kept_blocks(40, 4, 5, 8) == [0, 1, 7, 8, 9]  # 5 sink tokens: two sink blocks
+    assert kept_blocks(40, 4, 0, 8) == [7, 8, 9]  # no sinks
+    assert kept_blocks(40, 4, 0, None) == list(range(10))
+    assert sink_blocks(4, 0) == 0 and sink_blocks(4, 1) == 1 and sink_blocks(4, 8) == 2
+    assert first_recent_block(40, 4, 4, 8) == 7 and first_recent_block(40, 4, 4, None) == 1
+
+
+@pytest.mark.parametrize("bs, sinks, window", [(4, 4, 16), (4, 0, 4), (16, 5, 32), (1, 3, 2)])
+def test_kept_blocks_invariants(bs, sinks, window):
+    prev_first = 0
+    for n in range(1, 300):
+        kept = kept_blocks(n, bs, sinks, window)
+        last = (n - 1) // bs
+        assert kept == sorted(set(kept)) and kept[-1] == last  # the block being written
+        assert len(kept) <= sink_blocks(bs, sinks) + window // bs + 1
+        visible = {p for p in range(n) if p // bs in kept}
+        assert set(range(min(n, sinks))) <= visible  # the sinks
+        assert set(range(max(0, n - 1 - window), n)) <= visible  # at least `window` recent
+        first = first_recent_block(n, bs, sinks, window)
+        assert first >= prev_first  # the dropped run only grows
+        prev_first = first
+
+
+# -- the engine against transformers with an explicit mask --------------------------------------
+
+def _reference_logits(path, tokens, steps):
+    """Logits (len(tokens), V) of transformers' forward where a token computed in a step that
+    starts at position c sees (causally) the first ``ceil(SINKS / BS)`` blocks, the ``WINDOW / BS``
+    whole blocks before the block of c, and everything from that block on -- the documented
+    contract, restated independently of the engine's code."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    t = len(tokens)
+    k = torch.arange(t)
+    mask = torch.zeros(t, t, dtype=torch.bool)
+    sink_end = -(-SINKS // BS) * BS
+    for start, end in steps:
+        recent_from = (start // BS - WINDOW // BS) * BS
+        for q in range(start, end):
+            mask[q] = (k <= q) & ((k < sink_end) | (k >= recent_from))
+    with torch.no_grad():
+        return model(torch.tensor([tokens]), attention_mask=mask[None, None]).logits[0]
+
+
+def _decode_steps(prompt_len, total, cached=0):
+    """The engine's steps for a prompt prefilled in one chunk after ``cached`` prefix-cache
+    tokens, then one token per step."""
+    head = [(0, cached)] if cached else []
+    return head + [(cached, prompt_len)] + [(p, p + 1) for p in range(prompt_len, total)]
+
+
+def _engine(path, runner_path="native", **options):
+    options = dict(block_size=BS, num_blocks=256, kv_sink_tokens=SINKS, kv_window_tokens=WINDOW,
+                   hydragen_min_prefix=0) | options
+    engine = LLMEngine.from_pretrained(path, tokenizer=False, **options)
+    if runner_path == "torch":  # every row through the PyTorch metadata path
+        engine.runner.native = None
+    elif runner_path == "native-attention" and engine.runner.native is not None:
+        engine.runner.native.max_tokens = 0  # products in PyTorch, attention natively
+    return engine
+
+
+def _record_logits(engine):
+    seen: list[torch.Tensor] = []
+
+    def hook(logits, states):
+        seen.append(logits.clone())
+        return logits
+
+    engine.logits_hook = hook
+    return seen
+
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=90, ignore_eos=True)
+
+
+def test_window_larger_than_the_generation_equals_the_full_cache(stories_path):
+    full = _engine(stories_path, kv_sink_tokens=0, kv_window_tokens=None)
+    wide = _engine(stories_path, kv_window_tokens=128)  # > prompt + 90 tokens
+    a, b = (e.generate([PROMPT], GREEDY)[0].outputs[0] for e in (full, wide))
+    assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+
+
+@pytest.mark.parametrize("runner_path", ["native", "native-attention", "torch"])
+def test_every_step_equals_masked_reference(stories_path, runner_path):
+    engine = _engine(stories_path, runner_path)
+    seen = _record_logits(engine)
+    out = engine.generate([PROMPT], GREEDY)[0].outputs[0]
+    tokens = PROMPT + list(out.token_ids)
+    assert len(tokens) // BS > sink_blocks(BS, SINKS) + WINDOW // BS + 1 + 10  # really dropping
+    ref = _reference_logits(stories_path, tokens, _decode_steps(len(PROMPT), len(tokens)))
+    got = torch.cat(seen)  # (90, V): the logits of the last prompt token, then of each output
+    want = ref[len(PROMPT) - 1:len(tokens) - 1]
+    assert (got - want).abs().max() < LOGIT_ATOL
+    # and the window changed the model's view: the full-context logits differ
+    full = _reference_logits(stories_path, tokens, [(0, len(tokens))])
+    assert (full[len(PROMPT) - 1:-1] - want).abs().max() > 100 * LOGIT_ATOL
+    engine.check_integrity()
+
+
+def test_memory_is_bounded_per_sequence(stories_path):
+    engine = _engine(stories_path, prefix_cache=False)
+    bound = sink_blocks(BS, SINKS) + WINDOW // BS + 1
+    engine.add_request(PROMPT, SamplingParams(temperature=1.0, seed=3, n=3, max_tokens=200,
+                                              ignore_eos=True))
+    peak = 0
+    while engine.has_unfinished():
+        engine.step()
+        for seq in engine.scheduler.running:
+            assert len(seq.block_table) <= bound
+        peak = max(peak, engine.blocks.num_used)
+        engine.check_integrity()
+    assert peak <= 3 * bound  # against 3 * 52 blocks with the full cache
+    assert engine.blocks.num_used == 0
+
+
+@pytest.mark.parametrize("runner_path", ["native", "torch"])
+def test_forked_samples_each_follow_the_masked_reference(stories_path, runner_path):
+    engine = _engine(stories_path, runner_path)
+    params = SamplingParams(temperature=1.0, seed=7, n=3, max_tokens=60, ignore_eos=True,
+                            logprobs=0)
+    outs = engine.generate([PROMPT], params)[0].outputs
+    assert len({o.token_ids for o in outs}) == 3
+    for o in outs:
+        tokens = PROMPT + list(o.token_ids)
+        ref = _reference_logits(stories_path, tokens, _decode_steps(len(PROMPT), len(tokens)))
+        lp = torch.log_softmax(ref[len(PROMPT) - 1:-1], -1)
+        want = lp.gather(1, torch.tensor(o.token_ids)[:, None])[:, 0]
+        assert (torch.tensor(o.logprobs) - want).abs().max() < LOGIT_ATOL
+    engine.check_integrity()
+
+
+def test_prefix_cache_never_offers_dropped_or_windowed_blocks(stories_path):
+    engine = _engine(stories_path)
+    first = engine.generate([PROMPT], GREEDY)[0].outputs[0]
+    tokens = PROMPT + list(first.token_ids)
+    match = engine.radix.match(tokens)  # type: ignore[union-attr]
+    assert len(match.blocks) <= max(len(PROMPT) // BS, sink_blocks(BS, SINKS))
+    # a continuation of the whole sequence starts from what was cached, and is still exact
+    prompt2 = tokens[:60]
+    seen = _record_logits(engine)
+    second = engine.generate([prompt2], GREEDY)[0]
+    cached = second.num_cached_tokens
+    assert 0 < cached <= len(match.blocks) * BS
+    tokens2 = prompt2 + list(second.outputs[0].token_ids)
+    ref = _reference_logits(stories_path, tokens2, _decode_steps(len(prompt2), len(tokens2),
+                                                                 cached))
+    assert (torch.cat(seen) - ref[len(prompt2) - 1:-1]).abs().max() < LOGIT_ATOL
+    engine.check_integrity()
+
+
+def test_truncate_past_the_window_raises_and_changes_nothing(stories_path):
+    engine = _engine(stories_path, prefix_cache=False)
+    rid = engine.add_request(PROMPT, SamplingParams(temperature=0.0, max_tokens=80,
+                                                    ignore_eos=True))
+    for _ in range(60):
+        engine.step()
+    seq = engine.requests[rid].seqs[0]
+    before = (list(seq.token_ids), list(seq.block_table), seq.dropped_blocks)
+    with pytest.raises(InvalidParameterError, match="num_tokens"):
+        engine.truncate(seq.seq_id, len(PROMPT) + 1)
+    assert (list(seq.token_ids), list(seq.block_table), seq.dropped_blocks) == before
+    engine.truncate(seq.seq_id, len(seq.token_ids) - 2)  # within the window: fine
+    engine.run_until_done([rid])
+    engine.check_integrity()
