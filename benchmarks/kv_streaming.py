@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 from metagen.engine.kv_cache import bytes_per_block
 from metagen.engine.llm_engine import LLMEngine
+from metagen.engine.native.build import cpu_identity
 from metagen.testbed.modeling import model_path
 from metagen.testbed.problems import format_prompt, make_problems
 from metagen.types import SamplingParams
@@ -133,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = ap.parse_args(argv)
-    result: dict[str, Any] = {"meta": {"cpu": platform.processor() or platform.machine(),
-                                       "block_size": BLOCK, "args": vars(args) | {
-                                           "json": str(args.json)}}}
+    cpu = cpu_identity().splitlines()[0].split(":", 1)[-1].strip()
+    result: dict[str, Any] = {"meta": {"cpu": cpu, "block_size": BLOCK, "args": {
+        k: v for k, v in vars(args).items() if k != "json"}}}
     result["memory"] = memory_rows(args.tokens)
     for r in result["memory"]:
         print(f"memory  sinks={r['sinks']:>3} window={r['window']!s:>4} "

@@ -529,14 +529,21 @@ class LLMEngine:
                              tops, ranks)
 
     def check_integrity(self) -> None:
-        """Block refcounts equal the references held by live sequences plus the cache."""
+        """Block refcounts equal the references held by live sequences plus the cache; no
+        sequence dropped (KV window) a block its next token attends to."""
         self.blocks.check_integrity()
         if self.radix is not None:
             self.radix.check_integrity()
+        cfg = self.config
+        sinks = sink_blocks(cfg.block_size, cfg.kv_sink_tokens)
         expected = [0] * self.blocks.num_blocks
         for seq in self.scheduler.running + list(self.scheduler.waiting):
             for b in seq.block_table:
                 expected[b] += 1
+            first = first_recent_block(seq.num_computed_tokens + 1, cfg.block_size,
+                                       cfg.kv_sink_tokens, cfg.kv_window_tokens)
+            assert seq.dropped_blocks == 0 or sinks + seq.dropped_blocks <= first, \
+                f"sequence {seq.seq_id} dropped blocks its next token attends to"
         if self.radix is not None:
             for b in self.radix.cached_blocks():
                 expected[b] += 1

@@ -177,6 +177,7 @@ def test_forked_samples_each_follow_the_masked_reference(stories_path, runner_pa
         lp = torch.log_softmax(ref[len(PROMPT) - 1:-1], -1)
         want = lp.gather(1, torch.tensor(o.token_ids)[:, None])[:, 0]
         assert (torch.tensor(o.logprobs) - want).abs().max() < LOGIT_ATOL
+    assert engine.runner.hydragen_rows > 0  # the samples attended their shared sinks together
     engine.check_integrity()
 
 
