@@ -36,10 +36,12 @@ def check_quantization(value: object) -> None:
                                     f"must be None or one of: {', '.join(QUANTIZATIONS)}")
 
 
-def _check_kv_window(sinks: object, window: object, block_size: int) -> None:
+def _check_kv_window(sinks: object, window: object, block_size: int, speculative: bool) -> None:
     """Raise :class:`~metagen.errors.InvalidParameterError` naming the parameter unless
-    ``window`` is None or a positive multiple of ``block_size``, and ``sinks`` an integer >= 0
-    (> 0 only with a window)."""
+    ``window`` is None or a positive multiple of ``block_size`` (and then no ``speculative``
+    decoding: a verification step's tokens would all attend to the blocks kept for its first
+    one, so it would not equal plain windowed decoding), and ``sinks`` an integer >= 0 (> 0
+    only with a window)."""
     if not isinstance(sinks, int) or isinstance(sinks, bool) or sinks < 0:
         raise InvalidParameterError("kv_sink_tokens", sinks, "must be an integer >= 0")
     if window is None:
@@ -53,6 +55,9 @@ def _check_kv_window(sinks: object, window: object, block_size: int) -> None:
     if window % block_size:
         raise InvalidParameterError("kv_window_tokens", window,
                                     f"must be a multiple of block_size ({block_size})")
+    if speculative:
+        raise InvalidParameterError("kv_window_tokens", window, "cannot be combined with "
+                                    "speculative decoding (speculative_model, prompt_lookup)")
 
 
 @dataclass(slots=True, frozen=True)
@@ -85,7 +90,8 @@ class EngineConfig:
     set (a positive multiple of ``block_size``), each sequence keeps the blocks of its first
     ``kv_sink_tokens`` tokens (rounded up to whole blocks; 0 = no sinks) and of its most recent
     ``kv_window_tokens`` tokens plus the block being written, and releases the blocks in between;
-    ``None`` keeps everything. ``kv_sink_tokens`` needs a window.
+    ``None`` keeps everything. ``kv_sink_tokens`` needs a window; a window excludes speculative
+    decoding.
     """
 
     block_size: int = 16
@@ -146,7 +152,8 @@ class EngineConfig:
             raise InvalidParameterError("prompt_lookup", self.prompt_lookup,
                                         "give either speculative_model or prompt_lookup")
         check_quantization(self.quantization)
-        _check_kv_window(self.kv_sink_tokens, self.kv_window_tokens, self.block_size)
+        _check_kv_window(self.kv_sink_tokens, self.kv_window_tokens, self.block_size,
+                         self.speculative_model is not None or self.prompt_lookup is not None)
 
     def torch_dtype(self) -> torch.dtype:
         import torch

@@ -121,6 +121,9 @@ class LLMEngine:
         self._ids = itertools.count()
         self._req_ids = itertools.count()
         self.scorer = EngineScorer(self)
+        if speculator is not None and cfg.kv_window_tokens is not None:
+            raise InvalidParameterError("speculator", speculator, "cannot be combined with a KV "
+                                        "window (EngineConfig.kv_window_tokens)")
         self.speculator = speculator if speculator is not None else build_speculator(cfg, self)
         self.constraints = ConstraintSource(tokenizer, self.vocab_size, self.eos_token_ids)
 

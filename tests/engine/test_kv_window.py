@@ -30,10 +30,21 @@ LOGIT_ATOL = 2e-4  # float32 rounding of two implementations over 5 layers (logi
     (dict(kv_window_tokens=24), "kv_window_tokens"),  # not a multiple of block_size 16
     (dict(kv_window_tokens=16.0), "kv_window_tokens"),
     (dict(kv_window_tokens="16"), "kv_window_tokens"),
+    (dict(kv_window_tokens=16, prompt_lookup=3), "kv_window_tokens"),
+    (dict(kv_window_tokens=16, speculative_model="/nonexistent"), "kv_window_tokens"),
 ])
 def test_bad_window_settings_raise_naming_the_parameter(kwargs, name):
     with pytest.raises(InvalidParameterError, match=name):
         EngineConfig(**kwargs)
+
+
+def test_a_given_speculator_with_a_window_raises(stories_path):
+    from metagen.engine.models import load_model
+    from metagen.engine.proposers import NgramProposer
+    from metagen.engine.speculative_decoding import Speculator
+    with pytest.raises(InvalidParameterError, match="speculator"):
+        LLMEngine(load_model(stories_path), config=EngineConfig(kv_window_tokens=16),
+                  speculator=Speculator(NgramProposer(max_ngram=3)))
 
 
 def test_good_window_settings():
