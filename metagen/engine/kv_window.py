@@ -8,7 +8,10 @@ granularity: a sequence keeps the blocks holding its first ``sink_tokens`` token
 sees at least ``window_tokens`` recent tokens, at most ``window_tokens + block_size - 1``); the
 blocks in between are released as the sequence grows. They form one run, right after the sink
 blocks, that only grows: a sequence's kept blocks are always "sinks, then a contiguous recent
-run".
+run". Blocks are released before each step of the sequence, for the step's first new token: the
+tokens of a multi-token step (a prefill chunk, a scoring request) all see the blocks kept for
+the first one plus the step's own, so a prompt prefilled in one chunk attends causally to all of
+itself, and a sequence preempted by recompute is recomputed in chunks.
 
 Keys are cached with RoPE applied at their original positions, so new tokens keep their
 original positions too. This variant bounds memory and attention compute for long generations
