@@ -14,8 +14,9 @@ Three measurements, full KV cache against ``EngineConfig(kv_sink_tokens, kv_wind
   machine is shared);
 - agreement: greedy tokens over 256 generated tokens (EOS ignored: past its answer the policy
   goes on with text of its own) on ``--prompts`` testbed test prompts, for several (sinks,
-  window) settings, windows without sinks included: the fraction of positions with the full
-  cache's token, and the number of leading tokens before the first difference.
+  window) settings -- windows with and without sinks, and pairs that hold the same number of
+  blocks -- the fraction of positions with the full cache's token, and the number of leading
+  tokens before the first difference.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from metagen.engine.kv_cache import bytes_per_block
+from metagen.engine.kv_window import sink_blocks
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.native.build import cpu_identity
 from metagen.testbed.modeling import model_path
@@ -36,7 +38,9 @@ from metagen.types import SamplingParams
 
 BLOCK = 16
 SPEED_WINDOW = (16, 128)  # (sinks, window) of the speed and memory rows
-AGREEMENT_SETTINGS = [(0, 32), (16, 32), (0, 64), (16, 64), (64, 64), (0, 128), (16, 128)]
+# fixed windows with and without sinks, and pairs holding the same blocks (4, 5 and 9)
+AGREEMENT_SETTINGS = [(0, 32), (16, 32), (0, 48), (16, 48), (0, 64), (16, 64), (64, 64),
+                      (0, 128), (16, 112), (16, 128)]
 AGREEMENT_TOKENS = 256
 DEFAULT_JSON = Path(__file__).parent / "results" / "kv_streaming_testbed_cpu_2core.json"
 
@@ -118,7 +122,9 @@ def agreement_rows(n_prompts: int) -> tuple[list[dict[str, Any]], list[int]]:
         same = [sum(a == b for a, b in zip(r, g)) / AGREEMENT_TOKENS for r, g in zip(ref, got)]
         lead = [next((i for i, (a, b) in enumerate(zip(r, g)) if a != b), AGREEMENT_TOKENS)
                 for r, g in zip(ref, got)]
-        rows.append({"sinks": sinks, "window": window, "position_agreement": same,
+        rows.append({"sinks": sinks, "window": window,
+                     "max_blocks": sink_blocks(BLOCK, sinks) + window // BLOCK + 1,
+                     "position_agreement": same,
                      "position_agreement_mean": statistics.mean(same),
                      "leading_identical": lead,
                      "leading_identical_mean": statistics.mean(lead),
@@ -144,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     result["agreement"], result["meta"]["prompt_tokens"] = agreement_rows(args.prompts)
     for r in result["agreement"]:
         print(f"agree   sinks={r['sinks']:>3} window={r['window']:>4} "
+              f"blocks<={r['max_blocks']:>2} "
               f"positions={r['position_agreement_mean']:.3f} "
               f"leading={r['leading_identical_mean']:.1f} "
               f"identical={r['identical_prompts']}/{args.prompts}")
