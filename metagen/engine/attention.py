@@ -14,11 +14,17 @@ partial attentions are combined exactly by :func:`merge_attention` using their l
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from metagen.engine.kv_quant import read_dequantized, write_quantized
+
+# Reads K and V at cache slots (n,), consecutive from the int when it is set -> two (n, Hkv, D).
+KVReader = Callable[[torch.Tensor, int | None], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(slots=True)
@@ -109,18 +115,30 @@ def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tenso
 
 def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
                     k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                    scale: float) -> torch.Tensor:
+                    scale: float, kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
+                    ) -> torch.Tensor:
     """Write the new K/V into the cache, attend every new query over its row's context.
 
     q (T, Hq, D), k_new/v_new (T, Hkv, D), k_cache/v_cache (num_blocks, block_size, Hkv, D)
-    (mutated: the new tokens' slots are written). Returns (T, Hq, D).
+    (mutated: the new tokens' slots are written). ``kv_scales``: for an int8 cache, the K and V
+    scales (num_blocks, Hkv) (mutated with the writes, :func:`~metagen.engine.kv_quant.
+    write_quantized`); each chunk and Hydragen prefix then dequantizes exactly the entries it
+    gathers, never the whole cache (int8 caches never attend natively). Returns (T, Hq, D).
     """
     hkv, d = k_cache.shape[-2], k_cache.shape[-1]
-    kc = k_cache.view(-1, hkv, d)  # (S, Hkv, D) with S = num_blocks * block_size
-    vc = v_cache.view(-1, hkv, d)
-    kc.index_copy_(0, meta.slot_mapping, k_new)
-    vc.index_copy_(0, meta.slot_mapping, v_new)
-    outs = [_attend_chunk(q, kc, vc, chunk, scale) for chunk in meta.chunks]
+    read: KVReader
+    if kv_scales is None:
+        kc = k_cache.view(-1, hkv, d)  # (S, Hkv, D) with S = num_blocks * block_size
+        vc = v_cache.view(-1, hkv, d)
+        kc.index_copy_(0, meta.slot_mapping, k_new)
+        vc.index_copy_(0, meta.slot_mapping, v_new)
+        read = functools.partial(_kv_at, kc, vc)
+    else:
+        assert meta.native is None, "the native attention reads float caches only"
+        for cache, scales, new in ((k_cache, kv_scales[0], k_new), (v_cache, kv_scales[1], v_new)):
+            write_quantized(cache, scales, meta.slot_mapping, new)
+        read = functools.partial(_kv_dequantized, k_cache, v_cache, kv_scales, q.dtype)
+    outs = [_attend_chunk(q, read, chunk, scale) for chunk in meta.chunks]
     if meta.native is not None:
         outs.append(meta.native(q, k_cache, v_cache))
     out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (sum b*M, Hq, D)
@@ -137,15 +155,25 @@ def _kv_at(kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, start: int |
     return kc.index_select(0, slots), vc.index_select(0, slots)
 
 
-def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: RowChunk,
-                  scale: float) -> torch.Tensor:
-    """Attention of one row chunk; returns (b * M, Hq, D)."""
-    hkv, d = kc.shape[-2], kc.shape[-1]
+def _kv_dequantized(k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    kv_scales: tuple[torch.Tensor, torch.Tensor], dtype: torch.dtype,
+                    slots: torch.Tensor, start: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_kv_at` of an int8 cache (num_blocks, block_size, Hkv, D): the entries at
+    ``slots``, dequantized to ``dtype``."""
+    return (read_dequantized(k_cache, kv_scales[0], slots, start, dtype),
+            read_dequantized(v_cache, kv_scales[1], slots, start, dtype))
+
+
+def _attend_chunk(q: torch.Tensor, read: KVReader, chunk: RowChunk, scale: float
+                  ) -> torch.Tensor:
+    """Attention of one row chunk over the K/V that ``read`` returns; returns (b * M, Hq, D)."""
+    d = q.shape[-1]
     b, m = chunk.q_index.shape
     c = chunk.kv_slots.shape[1]
     hq = q.shape[1]
     qp = q.index_select(0, chunk.q_index.view(-1)).view(b, m, hq, d)  # (b, M, Hq, D)
-    kp, vp = _kv_at(kc, vc, chunk.kv_slots.view(-1), chunk.kv_start)  # kv_start: b == 1
+    kp, vp = read(chunk.kv_slots.view(-1), chunk.kv_start)  # kv_start: b == 1
+    hkv = kp.shape[1]
     kp, vp = kp.view(b, c, hkv, d), vp.view(b, c, hkv, d)  # (b, C, Hkv, D)
     if not chunk.groups:  # no log-sum-exp needed: one fused kernel
         mask = None if chunk.mask is None else chunk.mask[:, None]
@@ -156,7 +184,7 @@ def _attend_chunk(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, chunk: Ro
     out, lse = attend(qp, kp, vp, chunk.mask, scale)
     for group in chunk.groups:
         r = group.rows.shape[0]
-        kg, vg = _kv_at(kc, vc, group.prefix_slots, group.prefix_start)  # once per group
+        kg, vg = read(group.prefix_slots, group.prefix_start)  # once per group
         kg, vg = kg[None], vg[None]  # (1, P, Hkv, D)
         qg = qp.index_select(0, group.rows).reshape(1, r * m, hq, d)
         out_p, lse_p = attend(qg, kg, vg, None, scale)

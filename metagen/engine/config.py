@@ -7,6 +7,7 @@ from os import PathLike
 from typing import TYPE_CHECKING, Literal
 
 from metagen.device import resolve_device
+from metagen.engine.kv_layout import block_bytes
 from metagen.errors import InvalidParameterError
 
 if TYPE_CHECKING:
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
 DType = Literal["float32", "bfloat16", "float16"]
 Quantization = Literal["int8"]
 QUANTIZATIONS: tuple[str, ...] = ("int8",)
+KVCacheDType = Literal["auto", "int8"]
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "int8")
 DEFAULT_KV_CACHE_BYTES = 64 << 20  # the KV budget when neither num_blocks nor kv_cache_bytes
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -92,6 +95,10 @@ class EngineConfig:
     ``kv_window_tokens`` tokens plus the block being written, and releases the blocks in between;
     ``None`` keeps everything. ``kv_sink_tokens`` needs a window; a window excludes speculative
     decoding.
+    ``kv_cache_dtype`` "auto" stores K/V in the model's dtype; "int8" stores them as int8 with
+    one float32 scale per layer, block and kv head (:mod:`metagen.engine.kv_quant`): the byte
+    budget counts both, so it holds ~4x the tokens of a float32 cache; attention then runs in
+    PyTorch, not the native decode step.
     """
 
     block_size: int = 16
@@ -112,6 +119,7 @@ class EngineConfig:
     quantization: Quantization | None = None
     kv_sink_tokens: int = 0
     kv_window_tokens: int | None = None
+    kv_cache_dtype: KVCacheDType = "auto"
 
     def __post_init__(self) -> None:
         _positive_int("block_size", self.block_size)
@@ -154,12 +162,21 @@ class EngineConfig:
         check_quantization(self.quantization)
         _check_kv_window(self.kv_sink_tokens, self.kv_window_tokens, self.block_size,
                          self.speculative_model is not None or self.prompt_lookup is not None)
+        if not isinstance(self.kv_cache_dtype, str) or self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InvalidParameterError("kv_cache_dtype", self.kv_cache_dtype,
+                                        f"must be one of: {', '.join(KV_CACHE_DTYPES)}")
 
     def torch_dtype(self) -> torch.dtype:
         import torch
 
         return {"float32": torch.float32, "bfloat16": torch.bfloat16,
                 "float16": torch.float16}[self.dtype]
+
+    def kv_torch_dtype(self, model_dtype: torch.dtype) -> torch.dtype:
+        """The KV cache's element type for a model of ``model_dtype``."""
+        import torch
+
+        return torch.int8 if self.kv_cache_dtype == "int8" else model_dtype
 
     def torch_device(self) -> str:
         """The device to load on (see :func:`resolve_device`)."""
@@ -170,11 +187,12 @@ class EngineConfig:
         tables are built for this many. It is ``max_model_len`` (default: the model's
         ``max_position_embeddings``), at most the sliding window, and at most the tokens the KV
         cache holds (``num_blocks`` x ``block_size``; else the ``kv_cache_bytes`` budget,
-        default 64 MiB, in whole blocks). A config claiming 10^9 positions therefore costs a
-        table no larger than what the cache can use."""
+        default 64 MiB, in whole blocks of the ``kv_cache_dtype`` layout). A config claiming
+        10^9 positions therefore costs a table no larger than what the cache can use."""
         wanted = min(self.max_model_len or model.max_position_embeddings,
                      model.sliding_window or model.max_position_embeddings)
-        block_bytes = (2 * model.num_layers * self.block_size * model.num_kv_heads
-                       * model.head_dim * _DTYPE_BYTES[self.dtype])
-        blocks = self.num_blocks or (self.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES) // block_bytes
+        int8 = self.kv_cache_dtype == "int8"
+        per_block = block_bytes(model.num_layers, self.block_size, model.num_kv_heads,
+                                model.head_dim, 1 if int8 else _DTYPE_BYTES[self.dtype], int8)
+        blocks = self.num_blocks or (self.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES) // per_block
         return max(1, min(wanted, blocks * self.block_size))

@@ -2,7 +2,9 @@
 
 The block manager decides which block holds what; this class only owns the memory, sizes it from
 a byte budget, and copies blocks for copy-on-write. Its memory is allocated once, at construction,
-and never grows: the budget is never exceeded.
+and never grows: the budget is never exceeded. With ``dtype`` int8, K and V are stored as int8
+with float32 scales ``k_scale``/``v_scale`` of shape (L, num_blocks, Hkv), one per layer, block
+and kv head (:mod:`metagen.engine.kv_quant`).
 """
 
 from __future__ import annotations
@@ -11,37 +13,49 @@ from collections.abc import Sequence
 
 import torch
 
+from metagen.engine.kv_layout import block_bytes
 from metagen.engine.native.threads import torch_inline
 
 
 def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
                     dtype: torch.dtype) -> int:
-    """Bytes of K plus V for one block across all layers."""
+    """Bytes of K plus V for one block across all layers (an int8 block's scales included)."""
     elem = torch.empty((), dtype=dtype).element_size()
-    return 2 * num_layers * block_size * num_kv_heads * head_dim * elem
+    return block_bytes(num_layers, block_size, num_kv_heads, head_dim, elem,
+                       scaled=dtype == torch.int8)
 
 
 class KVCache:
-    """K/V tensors of shape (num_layers, num_blocks, block_size, num_kv_heads, head_dim)."""
+    """K/V tensors of shape (num_layers, num_blocks, block_size, num_kv_heads, head_dim), and
+    for an int8 cache their scales (num_layers, num_blocks, num_kv_heads)."""
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: torch.device | str) -> None:
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.scales: tuple[torch.Tensor, torch.Tensor] | None = None
+        if dtype == torch.int8:
+            scale_shape = (num_layers, num_blocks, num_kv_heads)
+            self.scales = (torch.zeros(scale_shape, device=device),
+                           torch.zeros(scale_shape, device=device))
         self.num_blocks = num_blocks
         self.block_size = block_size
 
     @property
     def nbytes(self) -> int:
-        return self.k.nelement() * self.k.element_size() * 2
+        """Bytes allocated for K, V and (int8) their scales."""
+        scales = 0 if self.scales is None else sum(s.nelement() * s.element_size()
+                                                     for s in self.scales)
+        return self.k.nelement() * self.k.element_size() * 2 + scales
 
     def copy_blocks(self, src: Sequence[int], dst: Sequence[int]) -> None:
-        """Copy the contents of blocks ``src[i]`` into ``dst[i]`` in every layer (copy-on-write)."""
+        """Copy the contents of blocks ``src[i]`` into ``dst[i]`` in every layer (copy-on-write),
+        with their scales."""
         if not src:
             return
         s = torch.tensor(list(src), dtype=torch.long, device=self.k.device)
         d = torch.tensor(list(dst), dtype=torch.long, device=self.k.device)
         with torch_inline():  # a few blocks: an OpenMP region would cost more than the copy
-            self.k.index_copy_(1, d, self.k.index_select(1, s))
-            self.v.index_copy_(1, d, self.v.index_select(1, s))
+            for t in (self.k, self.v) + (self.scales or ()):
+                t.index_copy_(1, d, t.index_select(1, s))

@@ -91,7 +91,8 @@ class LLMEngine:
         bs = cfg.block_size
         max_len = min(cfg.max_model_len or model.max_positions, model.max_positions,
                       mc.sliding_window or model.max_positions)
-        per_block = bytes_per_block(mc.num_layers, bs, mc.num_kv_heads, mc.head_dim, model.dtype)
+        kv_dtype = cfg.kv_torch_dtype(model.dtype)
+        per_block = bytes_per_block(mc.num_layers, bs, mc.num_kv_heads, mc.head_dim, kv_dtype)
         if cfg.num_blocks is not None:
             num_blocks = cfg.num_blocks
         elif cfg.kv_cache_bytes is not None:
@@ -103,7 +104,7 @@ class LLMEngine:
                                         f"too small: one block needs {per_block} bytes")
         self.max_model_len = min(max_len, num_blocks * bs)
         self.kv = KVCache(mc.num_layers, num_blocks, bs, mc.num_kv_heads, mc.head_dim,
-                          model.dtype, model.device)
+                          kv_dtype, model.device)
         self.blocks = BlockManager(num_blocks, bs)
         self.radix = RadixCache(self.blocks) if cfg.prefix_cache else None
         self.scheduler = Scheduler(cfg, self.blocks, self.radix, self.kv.copy_blocks)

@@ -98,6 +98,7 @@ class ModelRunner:
         self.device = model.device
         self.block_size = kv_cache.block_size
         self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
+        # the native step reads float32 caches only: an int8 cache attends in PyTorch
         self.native = (native_decode_step(model)
                        if native and kv_cache.k.dtype == torch.float32 else None)
         self.native_steps = 0  # steps run by the native decode step (a counter)
@@ -118,7 +119,7 @@ class ModelRunner:
         multi-token ones, and a new chunk whenever the padded transient tensors would pass
         ATTN_CHUNK_BYTES."""
         cfg = self.model.cfg
-        elem = self.kv.k.element_size()
+        elem = self.model.dtype.itemsize  # an int8 cache's gathered K/V are dequantized
         order = ([i for i in candidates if lens[i] == 1]
                  + [i for i in candidates if lens[i] > 1])
         chunks: list[list[int]] = []
@@ -245,7 +246,8 @@ class ModelRunner:
             short = []
         self.native_attention_steps += bool(short)
         input_ids, positions, meta, offsets = self._metadata(reqs, short)
-        return self.model(input_ids, positions, self.kv.k, self.kv.v, meta), offsets
+        return self.model(input_ids, positions, self.kv.k, self.kv.v, meta,
+                          self.kv.scales), offsets
 
     def _plan(self, reqs: Sequence[ExtendRequest]) -> StepPlan:
         """The native plan of ``reqs``, with their Hydragen groups."""

@@ -3,10 +3,16 @@ the general gather paths."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from metagen.engine.attention import PrefixGroup, RowChunk, _attend_chunk
+from metagen.engine.attention import PrefixGroup, RowChunk, _attend_chunk, _kv_at
 from metagen.engine.model_runner import _consecutive_start
+
+
+def _attend(q, kc, vc, chunk):
+    return _attend_chunk(q, functools.partial(_kv_at, kc, vc), chunk, 0.3)
 
 
 def test_consecutive_start_golden():
@@ -27,8 +33,8 @@ def test_view_path_equals_gather_path_for_prefill_and_decode():
         kvpos, qpos = torch.arange(c), torch.arange(c - m, c)
         mask = (kvpos[None, :] <= qpos[:, None])[None]  # (1, M, C)
         q_index = torch.arange(m)[None]
-        gather = _attend_chunk(q, kc, vc, RowChunk(q_index, kv_slots, mask), 0.3)
-        view = _attend_chunk(q, kc, vc, RowChunk(q_index, kv_slots, mask, kv_start=start), 0.3)
+        gather = _attend(q, kc, vc, RowChunk(q_index, kv_slots, mask))
+        view = _attend(q, kc, vc, RowChunk(q_index, kv_slots, mask, kv_start=start))
         assert torch.equal(view, gather)
 
 
@@ -46,11 +52,11 @@ def test_hydragen_prefix_view_equals_prefix_gather():
     def chunk(start):
         return RowChunk(q_index, suffix, mask, [PrefixGroup(torch.arange(rows), prefix, start)])
 
-    view = _attend_chunk(q, kc, vc, chunk(16), 0.3)
-    gather = _attend_chunk(q, kc, vc, chunk(None), 0.3)
+    view = _attend(q, kc, vc, chunk(16))
+    gather = _attend(q, kc, vc, chunk(None))
     assert torch.equal(view, gather)
     # and both equal plain attention over prefix + suffix slots
     full = torch.cat([prefix.expand(rows, p), suffix], 1)
-    ref = _attend_chunk(q, kc, vc, RowChunk(q_index, full, torch.ones(rows, 1, p + s,
-                                                                      dtype=torch.bool)), 0.3)
+    ref = _attend(q, kc, vc, RowChunk(q_index, full, torch.ones(rows, 1, p + s,
+                                                                      dtype=torch.bool)))
     assert (view - ref).abs().max() < 1e-5

@@ -73,8 +73,8 @@ class DecoderLayer(nn.Module):
         self.scale = d ** -0.5
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
-                ) -> torch.Tensor:
+                k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         cfg = self.cfg
         t, d = h.shape[0], cfg.head_dim
         x = rms_norm(h, self.input_norm, cfg.rms_norm_eps)
@@ -87,7 +87,8 @@ class DecoderLayer(nn.Module):
                             rms_norm(qk[:, cfg.num_heads:], self.k_norm, cfg.rms_norm_eps)], 1)
         qk = apply_rope(qk, cos, sin)  # q and k heads rotated together
         q, k = qk[:, :cfg.num_heads], qk[:, cfg.num_heads:]
-        attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)  # (T, Hq, D)
+        attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale,
+                               kv_scales)  # (T, Hq, D)
         h = h + project(attn.reshape(t, nq), self.o)
         x = rms_norm(h, self.post_norm, cfg.rms_norm_eps)
         gate, up = project(x, self.gate_up).chunk(2, dim=-1)
@@ -129,15 +130,18 @@ class LlamaModel(nn.Module):
         return self.embed.device
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+                v_cache: torch.Tensor, meta: AttentionMetadata,
+                kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """input_ids, positions (T,) -> final hidden states (T, hidden). Writes K/V into the cache
-        (k_cache/v_cache: (L, num_blocks, block_size, Hkv, D))."""
+        (k_cache/v_cache: (L, num_blocks, block_size, Hkv, D); for an int8 cache, ``kv_scales``
+        are its K and V scales (L, num_blocks, Hkv))."""
         assert self.cos is not None and self.sin is not None, "call build_rope() first"
         cos = self.cos.index_select(0, positions)  # (T, D)
         sin = self.sin.index_select(0, positions)
         h = self.embed.index_select(0, input_ids)  # (T, H)
         for i, layer in enumerate(self.layers):
-            h = layer(h, cos, sin, k_cache[i], v_cache[i], meta)
+            scales = None if kv_scales is None else (kv_scales[0][i], kv_scales[1][i])
+            h = layer(h, cos, sin, k_cache[i], v_cache[i], meta, scales)
         return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
 
     def forward_native(self, input_ids: torch.Tensor, step: DecodeStep, plan: StepPlan,
