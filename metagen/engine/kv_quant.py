@@ -76,8 +76,9 @@ def write_quantized(cache: torch.Tensor, scales: torch.Tensor, slots: torch.Tens
     grown = (keeps & (new > old)).any(1).nonzero().squeeze(1)
     if grown.numel():
         b = ub.index_select(0, grown)
-        cache.index_copy_(0, b, requantize(cache.index_select(0, b), old.index_select(0, grown),
-                                           new.index_select(0, grown)))
+        cache.index_copy_(0, b, requantize(cache.index_select(0, b),  # (G, bs, Hkv, D)
+                                           old.index_select(0, grown)[:, None],  # (G, 1, Hkv)
+                                           new.index_select(0, grown)[:, None]))
     scales.index_copy_(0, ub, new)
     cache.view(nb * bs, hkv, d).index_copy_(0, slots, quantize(xf, new.index_select(0, inv)))
 

@@ -75,7 +75,9 @@ def test_incremental_writes_keep_every_entry_within_its_bound():
     x = _values((12, 2, 8), seed=3, spread=1.0)  # 12 tokens into blocks 2, 5, 1 (bs = 4)
     slots = torch.tensor([8, 9, 10, 11, 20, 21, 22, 23, 4, 5, 6, 7])
     bound = torch.zeros(6, 2)
-    for lo, hi in ((0, 1), (1, 3), (3, 4), (4, 6), (6, 9), (9, 12)):  # ragged steps, like decode
+    steps = ((0, 1), (1, 3), (3, 4), (4, 6), (6, 9), (9, 12))  # ragged steps, like decode
+    for (lo, hi), grow in zip(steps, (1, 1, 4, 1, 1, 3)):
+        x[lo:hi] *= grow  # later tokens larger: the blocks' scales grow
         write_quantized(cache, scales, slots[lo:hi], x[lo:hi])
         blocks = torch.unique(slots[lo:hi] // 4)
         bound[blocks] += scales[blocks]
@@ -85,6 +87,19 @@ def test_incremental_writes_keep_every_entry_within_its_bound():
     for b in (2, 5, 1):  # each block's final scale is its entries' absmax / 127
         held = x[(slots // 4) == b]
         assert torch.allclose(scales[b], held.abs().amax((0, 2)) / 127)
+
+
+def test_one_write_growing_two_blocks_requantizes_each_with_its_own_scales():
+    # x1 then x5: every entry requantized at most once, within (s0 + s1) / 2 <= s1
+    cache, scales = _cache()
+    y = _values((8, 2, 8), seed=7, spread=1.0)
+    pair = torch.tensor([0, 1, 8, 9])
+    write_quantized(cache, scales, pair, y[:4])
+    y[4:] *= 5
+    write_quantized(cache, scales, torch.tensor([2, 10, 3, 11]), y[4:])
+    all_slots = torch.tensor([0, 1, 8, 9, 2, 10, 3, 11])
+    back = read_dequantized(cache, scales, all_slots, None, torch.float32)
+    assert bool(((back - y).abs() <= scales[all_slots // 4][..., None] * (1.0 + EPS)).all())
 
 
 def test_write_from_a_blocks_first_slot_resets_its_scale_and_touches_only_written_blocks():
