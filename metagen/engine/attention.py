@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from metagen.engine.kv_quant import read_dequantized, write_quantized
+from metagen.engine.native.threads import torch_inline
 
 # Reads K and V at cache slots (n,), consecutive from the int when it is set -> two (n, Hkv, D).
 KVReader = Callable[[torch.Tensor, int | None], tuple[torch.Tensor, torch.Tensor]]
@@ -135,8 +136,10 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
         read = functools.partial(_kv_at, kc, vc)
     else:
         assert meta.native is None, "the native attention reads float caches only"
-        for cache, scales, new in ((k_cache, kv_scales[0], k_new), (v_cache, kv_scales[1], v_new)):
-            write_quantized(cache, scales, meta.slot_mapping, new)
+        with torch_inline():  # the step's new tokens and their blocks: too small for OpenMP
+            for cache, scales, new in ((k_cache, kv_scales[0], k_new),
+                                       (v_cache, kv_scales[1], v_new)):
+                write_quantized(cache, scales, meta.slot_mapping, new)
         read = functools.partial(_kv_dequantized, k_cache, v_cache, kv_scales, q.dtype)
     outs = [_attend_chunk(q, read, chunk, scale) for chunk in meta.chunks]
     if meta.native is not None:
