@@ -10,32 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from metagen.strategies import adaptive_self_consistency, self_consistency
+from benchmarks.adaptive_samples import BATCH, N, Recorder, runners
 from metagen.types import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.8, seed=3, max_tokens=64)
-N, BATCH = 16, 4
-NEVER = 1.0 - 1e-9  # above the Beta rule's largest value at N = 16: every prompt draws N
 FLIPS = 0.05  # the share of samples a rounding-level logit difference may change
-
-
-class Recorder:
-    """Forwards to a generator and keeps every call's (prompts, params)."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    @property
-    def capabilities(self):
-        return self.inner.capabilities
-
-    @property
-    def usage(self):
-        return self.inner.usage
-
-    def generate(self, prompts, params):
-        self.calls.append((list(prompts), params))
-        return self.inner.generate(prompts, params)
 
 
 @pytest.fixture(scope="module")
@@ -47,20 +26,16 @@ def runs():
     gen = Recorder(LocalGenerator.from_pretrained(tb.model_path("policy")))
     prompts = [tb.format_prompt(p) for p in tb.make_problems("test", 6, seed=0)]
     out = {}
-    for name, run in (
-            ("sc", lambda: self_consistency(gen, prompts, n=N, params=PARAMS)),
-            ("live", lambda: adaptive_self_consistency(gen, prompts, n=N, batch=BATCH,
-                                                       params=PARAMS)),
-            ("forced", lambda: adaptive_self_consistency(gen, prompts, n=N, batch=BATCH,
-                                                         confidence=NEVER, params=PARAMS))):
+    for name, run in runners(gen).items():  # SC@16, live adaptive SC, adaptive SC drawing all
         gen.calls = []
-        out[name] = (run(), gen.calls)
+        out[name] = (run(prompts, PARAMS), gen.calls)
     return prompts, out
 
 
 def _equal_share(a, b):
     """The share of equal texts among the paired samples of two runs' results."""
-    pairs = [(x.text, y.text) for ra, rb in zip(a, b) for x, y in zip(ra.candidates, rb.candidates)]
+    pairs = [(x.text, y.text) for ra, rb in zip(a, b)
+             for x, y in zip(ra.candidates, rb.candidates)]
     return sum(x == y for x, y in pairs) / len(pairs)
 
 
