@@ -47,6 +47,15 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor,
     return (q.float() * scale.float()[:, None]).to(dtype)
 
 
+def dequantized_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+                        bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x (T, in) @ q (out, in)^T * scale (out,) [+ bias (out,)] in x's dtype and on its device,
+    by torch: the weight is converted to x's dtype for the call (a transient copy of 4 bytes per
+    weight in float32), the scale applied to the product. Any shape, dtype and device."""
+    y = torch.mm(x, q.to(x.dtype).t()) * scale.to(x.dtype)
+    return y if bias is None else y + bias.to(x.dtype)
+
+
 class Int8Weight(nn.Module):
     """A projection quantized to int8: buffers ``q`` (out, in) int8 and ``scale`` (out,) float32.
 
@@ -80,6 +89,4 @@ class Int8Weight(nn.Module):
                 and self.scale.dtype == torch.float32
                 and (bias is None or bias.dtype == torch.float32)):
             return kernel(x, self.q, self.scale, bias)
-        w = self.q.to(x.dtype)
-        y = torch.mm(x, w.t()) * self.scale.to(x.dtype)
-        return y if bias is None else y + bias.to(x.dtype)
+        return dequantized_product(x, self.q, self.scale, bias)
