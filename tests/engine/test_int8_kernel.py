@@ -63,10 +63,11 @@ def _case(m: int, k: int, n: int, seed: int):
     return torch.randn(m, k, generator=g), q, scale, torch.randn(n, generator=g)
 
 
-# M crosses the 6/4-row register tile, K the 16/8-lane vector (scalar tail), N the 4/3-channel
-# tile (repeated-row tail) and the 16-column thread slices.
+# M crosses the 6/4-row register tile and the most rows the engine gives the kernel (16 or 32), K
+# the 16/8-lane vector (scalar tail), N the 4/3-channel tile (repeated-row tail) and the
+# 16-column thread slices.
 @settings(max_examples=60, deadline=None)
-@given(m=st.integers(1, 20), k=st.sampled_from([1, 3, 8, 16, 17, 40, 129, 512]),
+@given(m=st.integers(1, 40), k=st.sampled_from([1, 3, 8, 16, 17, 40, 129, 512]),
        n=st.sampled_from([1, 2, 3, 4, 5, 16, 23, 65, 130, 1001]), with_bias=st.booleans(),
        seed=st.integers(0, 2**16))
 def test_kernel_equals_the_dequantized_product(kernel, m, k, n, with_bias, seed):
@@ -102,19 +103,22 @@ def test_kernel_rejects_operands_that_do_not_fit(kernel):
         kernel(x, q, scale, threads=0)
 
 
-def test_applies_to_a_few_contiguous_float32_rows():
-    assert Int8Matmul.applies(torch.randn(1, 8)) and Int8Matmul.applies(torch.randn(16, 8))
-    assert not Int8Matmul.applies(torch.randn(17, 8))  # prefill: the torch fallback
-    assert not Int8Matmul.applies(torch.randn(0, 8))
-    assert not Int8Matmul.applies(torch.randn(4, 8).double())
-    assert not Int8Matmul.applies(torch.randn(8, 4).t())
-    assert not Int8Matmul.applies(torch.randn(4, 8, requires_grad=True))
+def test_applies_to_a_few_contiguous_float32_rows(kernel):
+    cap = kernel.max_rows
+    assert cap == {512: 32, 256: 16}[kernel.isa]
+    assert kernel.applies(torch.randn(1, 8)) and kernel.applies(torch.randn(cap, 8))
+    assert not kernel.applies(torch.randn(cap + 1, 8))  # prefill: the torch fallback
+    assert not kernel.applies(torch.randn(0, 8))
+    assert not kernel.applies(torch.randn(4, 8).double())
+    assert not kernel.applies(torch.randn(8, 4).t())
+    assert not kernel.applies(torch.randn(4, 8, requires_grad=True))
 
 
-@pytest.mark.parametrize("m", [1, 16, 17, 40])
+@pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 40])
 def test_int8_weight_native_and_fallback_agree(m, monkeypatch):
-    """Int8Weight applies itself natively for 1-16 rows and by a dequantized torch product
-    otherwise (or with no native library): both compute ``x @ W`` with W (in, out) dequantized."""
+    """Int8Weight applies itself natively for the kernel's rows (1-16, 1-32 with AVX-512) and by
+    a dequantized torch product otherwise (or with no native library): both compute ``x @ W``
+    with W (in, out) dequantized."""
     g = torch.Generator().manual_seed(m)
     w = torch.randn(48, 70, generator=g)  # (in, out), as the engine stores projections
     x, bias = torch.randn(m, 48, generator=g), torch.randn(70, generator=g)

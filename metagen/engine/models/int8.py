@@ -8,8 +8,8 @@ dequantizes to exact zeros. Activations stay float32: products compute
 ``(x @ q^T) * scale``, the scale applied once per output element.
 
 :class:`Int8Weight` holds a quantized projection and applies it: natively for 1-16 float32 rows
-on the CPU (:mod:`metagen.engine.native.int8_matmul`), else by a dequantized torch product, so
-every shape, dtype and device works.
+on the CPU (1-32 with AVX-512: :mod:`metagen.engine.native.int8_matmul`), else by a dequantized
+torch product, so every shape, dtype and device works.
 """
 
 from __future__ import annotations
@@ -82,8 +82,10 @@ class Int8Weight(nn.Module):
         return self.q.shape[1], self.q.shape[0]
 
     def apply_to(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """x (T, in) -> x @ dequantized (in, out) [+ bias (out,)], in x's dtype. Natively for 1-16
-        contiguous float32 CPU rows (a float32 bias), else by a dequantized torch product."""
+        """x (T, in) -> x @ dequantized (in, out) [+ bias (out,)], in x's dtype. Natively for
+        the kernel's rows (:meth:`~metagen.engine.native.int8_matmul.Int8Matmul.applies`: 1-16
+        contiguous float32 CPU rows, 1-32 with AVX-512; a float32 bias), else by
+        :func:`dequantized_product`."""
         kernel: Int8Matmul | None = load_int8_matmul()
         if (kernel is not None and kernel.applies(x) and self.q.device.type == "cpu"
                 and self.scale.dtype == torch.float32

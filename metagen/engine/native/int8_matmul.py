@@ -17,10 +17,17 @@ import functools
 
 import torch
 
-from metagen.engine.native.dispatch import ROW_CAP
 from metagen.engine.native.library import library, open_library
 from metagen.engine.native.threads import resolve
 from metagen.errors import InvalidParameterError
+
+# The most rows the kernel takes, per vector width: where it beat the dequantized torch product
+# (a float32 copy of the weight, then MKL) on the benchmark target's projections at one thread
+# (``python -m benchmarks.int8_prefill products``, 2-core AMD EPYC Zen 4 under load): with
+# AVX-512 it took 0.43-0.55x the product's time at 16-32 rows and 0.79-0.94x at 40-64, so 32
+# keeps a clear margin; the AVX2 build was measured once (0.75-0.80x at 24-32 rows on the target,
+# a tie or a loss on the small testbed policy) and keeps the 16 rows it had.
+MAX_ROWS: dict[int, int] = {512: 32, 256: 16}
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -35,12 +42,17 @@ class Int8Matmul:
         self._fn.restype = None
         self._fn.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int]
 
-    @staticmethod
-    def applies(x: torch.Tensor) -> bool:
-        """Whether the kernel takes activations ``x``: 1 to ``dispatch.ROW_CAP`` contiguous
-        float32 CPU rows without autograd (the decode step's most tokens; more rows are prefill,
-        where MKL's GEMM wins; the weight side is checked by the caller's type)."""
-        return (x.dim() == 2 and 1 <= x.shape[0] <= ROW_CAP and x.dtype == torch.float32
+    @property
+    def max_rows(self) -> int:
+        """The most rows :meth:`applies` gives the kernel: :data:`MAX_ROWS` of its vector width."""
+        return MAX_ROWS[self.isa]
+
+    def applies(self, x: torch.Tensor) -> bool:
+        """Whether the kernel takes activations ``x``: 1 to :attr:`max_rows` contiguous float32
+        CPU rows without autograd (decode steps, wide batches; more rows are prefill, where
+        MKL's GEMM on a dequantized copy wins; the weight side is checked by the caller's
+        type)."""
+        return (x.dim() == 2 and 1 <= x.shape[0] <= self.max_rows and x.dtype == torch.float32
                 and x.device.type == "cpu" and x.is_contiguous() and not x.requires_grad)
 
     def __call__(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
