@@ -1,7 +1,7 @@
 """int8 products of many rows (prefill, wide batches): float32 against the int8 ways.
 
     python -m benchmarks.int8_prefill products [--rows 16,32,64,256,1024] [--threads 1,default]
-        [--repeats 5] [--packed-max-rows 64] [--native-max-rows 64] [--json PATH]
+        [--repeats 5] [--packed-max-rows 64] [--native-max-rows 64] [--avx2] [--json PATH]
     python -m benchmarks.int8_prefill prefill [--prompt 512] [--rounds 5] [--json PATH]
 
 ``products``: per model (the benchmark target of :mod:`benchmarks.factory`, and the testbed
@@ -13,14 +13,14 @@ what the int8 engine uses beyond the native kernel's rows: a float32 copy of eac
 call), ``_weight_int8pack_mm`` (PyTorch's weight-only int8 product over the int8 ``(out, in)``
 weight and float32 scales; also with the activations and scales in bfloat16, its vectorised CPU
 path; both only up to ``--packed-max-rows``, as they are slow) and the ``native int8 kernel``
-(:mod:`metagen.engine.native.int8_matmul`, up to ``--native-max-rows``, past the 16 rows the
-engine gives it). Medians (and bests) in milliseconds and each way's median over float32's
+(:mod:`metagen.engine.native.int8_matmul`, up to ``--native-max-rows``; with ``--avx2`` its AVX2
+build too, against MKL on this machine's own ISA). Medians (and bests) in milliseconds and each way's median over float32's
 (``over_fp32``: above 1 is slower), per thread count.
 
 ``prefill``: the target's greedy generation of one token after a PROMPT-token prompt, so the time
 is prefill's, for the float32 and the int8 engine, interleaved per round; medians and ratios.
-Then each engine once more in a fresh process for its peak resident set (``VmHWM``) over the
-resident set after loading and a short warm-up: what the prefill itself adds.
+Then each engine once more in a fresh process for its peak resident set (``VmHWM``, reset after
+loading and a short warm-up) over the resident set then: what the prefill itself adds.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from benchmarks import factory
 from benchmarks.memory import _peak_bytes, _rss_bytes
 from benchmarks.thread_counts import thread_counts
 from metagen.engine.models import int8
+from metagen.engine.native.build import AVX2_FLAGS
+from metagen.engine.native.int8_matmul import Int8Matmul, load_from
 from metagen.engine.native.int8_matmul import load as load_int8_matmul
 
 POLICY = Path(__file__).resolve().parents[1] / "metagen" / "testbed" / "models" / "policy"
@@ -51,6 +53,7 @@ DEQUANT = "dequantize + mm"
 PACKED = "_weight_int8pack_mm"
 PACKED_BF16 = "_weight_int8pack_mm, bfloat16 x"
 NATIVE = "native int8 kernel"
+NATIVE_AVX2 = "native int8 kernel, AVX2 build"
 
 
 def shapes(hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int,
@@ -70,7 +73,7 @@ def models() -> dict[str, list[tuple[int, int]]]:
                                      cfg["intermediate_size"], cfg["num_hidden_layers"])}
 
 
-def _ways(rows: int, packed_max: int, native_max: int
+def _ways(rows: int, packed_max: int, native_max: int, avx2: Int8Matmul | None
           ) -> dict[str, Callable[[torch.Tensor, Any], torch.Tensor]]:
     ways: dict[str, Callable[[torch.Tensor, Any], torch.Tensor]] = {
         FP32: lambda x, w: torch.mm(x, w[0]),
@@ -83,11 +86,14 @@ def _ways(rows: int, packed_max: int, native_max: int
     kernel = load_int8_matmul()
     if kernel is not None and rows <= native_max:
         ways[NATIVE] = lambda x, w: kernel(x, w[1], w[2])
+    if avx2 is not None and rows <= native_max:
+        ways[NATIVE_AVX2] = lambda x, w: avx2(x, w[1], w[2])
     return ways
 
 
 def measure_products(shape_list: list[tuple[int, int]], rows: list[int], threads: int,
-                     repeats: int, packed_max: int, native_max: int) -> list[dict[str, Any]]:
+                     repeats: int, packed_max: int, native_max: int,
+                     avx2: Int8Matmul | None = None) -> list[dict[str, Any]]:
     """Per row count: each way's median and best milliseconds per step on ``threads`` threads
     and each way's median over float32's (``over_fp32``: above 1 is slower)."""
     torch.set_num_threads(threads)
@@ -100,7 +106,7 @@ def measure_products(shape_list: list[tuple[int, int]], rows: list[int], threads
     out = []
     for m in rows:
         xs = {k: torch.randn(m, k, generator=g) for k in {k for k, _ in shape_list}}
-        ways = _ways(m, packed_max, native_max)
+        ways = _ways(m, packed_max, native_max, avx2)
         times: dict[str, list[float]] = {name: [] for name in ways}
         for rep in range(repeats + 1):  # the first round warms up and is not kept
             for name, fn in ways.items():
@@ -164,11 +170,14 @@ def measure_prefill(prompt_len: int, rounds: int) -> dict[str, Any]:
 
 def peak_memory(variant: str, prompt_len: int) -> dict[str, int]:
     """In this (fresh) process: the resident set after loading the variant's engine and a
-    32-token warm-up, and the peak resident set after one PROMPT-token prefill."""
+    32-token warm-up, and the peak resident set during one PROMPT-token prefill (the peak is
+    reset after the warm-up: quantizing at load peaks higher, with the float weights and their
+    int8 copies both resident)."""
     prompt = [3 + i % 500 for i in range(prompt_len)]
     peer = _peer(variant)
     _run(peer, prompt[:32])
     loaded = _rss_bytes()
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: VmHWM := the current resident set
     _run(peer, prompt)
     peak = _peak_bytes()
     return {"rss_loaded_bytes": loaded, "peak_bytes": peak, "prefill_adds_bytes": peak - loaded}
@@ -186,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--packed-max-rows", type=int, default=64,
                    help="time _weight_int8pack_mm up to this many rows (it is slow on CPU)")
     p.add_argument("--native-max-rows", type=int, default=64)
+    p.add_argument("--avx2", action="store_true",
+                   help="also time the native kernel's AVX2 build (MKL keeps its own ISA)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     if a.what == "peak":
@@ -195,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                               "load_average": os.getloadavg()}
     if a.what == "products":
         rows = [int(r) for r in a.rows.split(",")]
+        avx2 = load_from(AVX2_FLAGS) if a.avx2 else None
         result["products"] = {
             name: [r for t in thread_counts(a.threads)
                    for r in measure_products(sl, rows, t, a.repeats, a.packed_max_rows,
-                                              a.native_max_rows)]
+                                              a.native_max_rows, avx2)]
             for name, sl in models().items()}
     else:
         result["prefill"] = measure_prefill(a.prompt, a.rounds)
