@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from metagen.device import resolve_device
 from metagen.engine.kv_layout import block_bytes
+from metagen.engine.kv_window import longest_sequence
 from metagen.errors import InvalidParameterError
 
 if TYPE_CHECKING:
@@ -94,7 +95,12 @@ class EngineConfig:
     ``kv_sink_tokens`` tokens (rounded up to whole blocks; 0 = no sinks) and of its most recent
     ``kv_window_tokens`` tokens plus the block being written, and releases the blocks in between;
     ``None`` keeps everything. ``kv_sink_tokens`` needs a window; a window excludes speculative
-    decoding.
+    decoding. With a window the longest sequence is no longer capped by the cache's size but by
+    what a sequence holds at once: sink blocks + window blocks + 1 + the blocks of one step's
+    new tokens (a prefill or recompute chunk of up to ``max_num_batched_tokens``). When that
+    fits in the cache, sequences run up to ``max_model_len`` (at most the model's
+    ``max_position_embeddings``); else the cap stays the tokens the cache holds, so a small
+    cache wants a small ``max_num_batched_tokens`` too.
     ``kv_cache_dtype`` "auto" stores K/V in the model's dtype; "int8" stores them as int8 with
     one float32 scale per layer, block and kv head (:mod:`metagen.engine.kv_quant`): the byte
     budget counts both, so it holds ~4x the tokens of a float32 cache; attention then runs in
@@ -188,11 +194,18 @@ class EngineConfig:
         ``max_position_embeddings``), at most the sliding window, and at most the tokens the KV
         cache holds (``num_blocks`` x ``block_size``; else the ``kv_cache_bytes`` budget,
         default 64 MiB, in whole blocks of the ``kv_cache_dtype`` layout). A config claiming
-        10^9 positions therefore costs a table no larger than what the cache can use."""
-        wanted = min(self.max_model_len or model.max_position_embeddings,
-                     model.sliding_window or model.max_position_embeddings)
+        10^9 positions therefore costs a table no larger than what the cache can use. With a KV
+        window the cache bound is what a sequence holds at once
+        (:func:`~metagen.engine.kv_window.longest_sequence`: its kept blocks plus one step of
+        ``max_num_batched_tokens``), and ``max_model_len`` is also capped at the model's
+        ``max_position_embeddings``."""
+        mpe = model.max_position_embeddings
+        wanted = min(self.max_model_len or mpe, model.sliding_window or mpe)
+        if self.kv_window_tokens is not None:
+            wanted = min(wanted, mpe)
         int8 = self.kv_cache_dtype == "int8"
         per_block = block_bytes(model.num_layers, self.block_size, model.num_kv_heads,
                                 model.head_dim, 1 if int8 else _DTYPE_BYTES[self.dtype], int8)
         blocks = self.num_blocks or (self.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES) // per_block
-        return max(1, min(wanted, blocks * self.block_size))
+        return max(1, longest_sequence(wanted, blocks, self.block_size, self.kv_sink_tokens,
+                                       self.kv_window_tokens, self.max_num_batched_tokens))

@@ -16,7 +16,10 @@ itself, and a sequence preempted by recompute is recomputed in chunks.
 Keys are cached with RoPE applied at their original positions, so new tokens keep their
 original positions too. This variant bounds memory and attention compute for long generations
 within the model's position range; the paper's re-positioning of the kept keys within the cache
-(which needs pre-RoPE keys) is not done, and the engine's ``max_model_len`` bound still applies.
+(which needs pre-RoPE keys) is not done, so a sequence is still bounded by the model's positions.
+It is not bounded by the cache: what a sequence holds at once (:func:`held_blocks`) is the kept
+blocks plus the blocks of one step's new tokens, so the longest sequence an engine serves
+(:func:`longest_sequence`) is the model's length whenever that many blocks fit in the cache.
 """
 
 from __future__ import annotations
@@ -50,3 +53,33 @@ def kept_blocks(num_tokens: int, block_size: int, sink_tokens: int,
     sinks = min(sink_blocks(block_size, sink_tokens), total)
     recent = first_recent_block(num_tokens, block_size, sink_tokens, window_tokens)
     return list(range(sinks)) + list(range(max(recent, sinks), total))
+
+
+def held_blocks(num_tokens: int, block_size: int, sink_tokens: int, window_tokens: int | None,
+                step_tokens: int) -> int:
+    """The most blocks a sequence of at most ``num_tokens`` tokens holds at once when each of its
+    steps computes at most ``step_tokens`` new tokens (a decode step 1, a prefill chunk or a
+    recompute after preemption up to ``max_num_batched_tokens``). A step starting with ``c``
+    tokens computed holds the blocks kept for token ``c`` plus those its tokens are written to:
+    at most ``sink_blocks + window_tokens / block_size + 1 + ceil((n - 1) / block_size)`` for
+    ``n = min(step_tokens, num_tokens)``, and never more than the whole sequence's blocks (all
+    of them when ``window_tokens`` is None)."""
+    total = -(-num_tokens // block_size)
+    if window_tokens is None:
+        return total
+    step = min(step_tokens, num_tokens)
+    spill = -(-(step - 1) // block_size) if step > 0 else 0
+    return min(total, sink_blocks(block_size, sink_tokens) + window_tokens // block_size + 1
+               + spill)
+
+
+def longest_sequence(max_tokens: int, num_blocks: int, block_size: int, sink_tokens: int,
+                     window_tokens: int | None, step_tokens: int) -> int:
+    """The longest sequence (at most ``max_tokens``) whose :func:`held_blocks` fit in
+    ``num_blocks``: ``max_tokens`` when they do, else what the cache holds whole
+    (``num_blocks * block_size``). Exact, since the lengths that fit are a prefix: for lengths
+    up to ``step_tokens`` the held blocks are the whole sequence's, and beyond it they are the
+    smaller of the whole sequence's and a constant."""
+    if held_blocks(max_tokens, block_size, sink_tokens, window_tokens, step_tokens) <= num_blocks:
+        return max_tokens
+    return min(max_tokens, num_blocks * block_size)

@@ -53,7 +53,8 @@ from metagen.engine.detokenizer import Detokenizer
 from metagen.engine import engine_drivers
 from metagen.engine.engine_scoring import EngineScorer, collect_scores
 from metagen.engine.kv_cache import KVCache, bytes_per_block
-from metagen.engine.kv_window import first_recent_block, sink_blocks
+from metagen.engine.kv_window import (first_recent_block, held_blocks, longest_sequence,
+                                      sink_blocks)
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.models.quantize import quantization_of
@@ -102,7 +103,8 @@ class LLMEngine:
         if num_blocks < 2:
             raise InvalidParameterError("kv_cache_bytes", cfg.kv_cache_bytes,
                                         f"too small: one block needs {per_block} bytes")
-        self.max_model_len = min(max_len, num_blocks * bs)
+        self.max_model_len = longest_sequence(max_len, num_blocks, bs, cfg.kv_sink_tokens,
+                                              cfg.kv_window_tokens, cfg.max_num_batched_tokens)
         self.kv = KVCache(mc.num_layers, num_blocks, bs, mc.num_kv_heads, mc.head_dim,
                           kv_dtype, model.device)
         self.blocks = BlockManager(num_blocks, bs)
@@ -156,8 +158,11 @@ class LLMEngine:
         """Raise InvalidPromptError / InvalidParameterError for a request the engine cannot serve."""
         ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
         if isinstance(params, BeamSearchParams):
-            beam = check_beam_params(params, len(ids), self.max_model_len, self.blocks,
-                                     self.tokenizer is not None)
+            cfg = self.config
+            held = held_blocks(len(ids) + params.max_tokens, cfg.block_size, cfg.kv_sink_tokens,
+                               cfg.kv_window_tokens, cfg.max_num_batched_tokens)
+            beam = check_beam_params(params, len(ids), self.max_model_len, held,
+                                     self.blocks.num_blocks, self.tokenizer is not None)
             self.constraints.check(beam)
             return ids, beam
         checked = check_params(params, len(ids), self.vocab_size, self.max_model_len,

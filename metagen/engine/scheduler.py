@@ -12,7 +12,8 @@ Memory never runs out with a crash: when a sequence needs blocks and none are fr
 cache is evicted (LRU; kept partial blocks first), then the most recently admitted running sequence is preempted by
 recompute (its blocks are freed and it goes back to the head of the queue, its tokens kept). A
 waiting sequence holds no blocks, so the engine always makes progress as long as one sequence of
-``max_model_len`` tokens fits in the cache (checked by the engine). With a KV window
+``max_model_len`` tokens fits in the cache (checked by the engine; with a KV window, what such a
+sequence holds at once, :func:`~metagen.engine.kv_window.held_blocks`). With a KV window
 (``EngineConfig.kv_window_tokens``, :mod:`metagen.engine.kv_window`) a sequence releases the
 blocks its next token no longer attends to before each of its steps (a block shared with the
 prefix cache or a sibling is only dereferenced), and only blocks whose KV equals the full

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from metagen.beam_params import BeamSearchParams
-from metagen.engine.block_manager import BlockManager
 from metagen.errors import InvalidParameterError, InvalidPromptError
 from metagen.types import SamplingParams
 
@@ -57,10 +56,11 @@ def check_params(params: Any, prompt_len: int, vocab_size: int, max_model_len: i
 
 
 def check_beam_params(params: BeamSearchParams, prompt_len: int, max_model_len: int,
-                      blocks: BlockManager, has_tokenizer: bool) -> BeamSearchParams:
-    """Prompt + ``max_tokens`` within the context, ``num_beams`` full-length beams within the KV
-    cache (a beam search waits for all its beams each step, so they must fit together), and a
-    tokenizer for ``token_healing``."""
+                      held_blocks: int, num_blocks: int, has_tokenizer: bool) -> BeamSearchParams:
+    """Prompt + ``max_tokens`` within the context, ``num_beams`` full-length beams within the
+    ``num_blocks`` of the KV cache (a beam search waits for all its beams each step, so they must
+    fit together; ``held_blocks`` is the most one beam of prompt + ``max_tokens`` tokens holds at
+    once), and a tokenizer for ``token_healing``."""
     if params.token_healing and not has_tokenizer:
         raise InvalidParameterError("token_healing", params.token_healing,
                                     "needs an engine with a tokenizer")
@@ -69,10 +69,10 @@ def check_beam_params(params: BeamSearchParams, prompt_len: int, max_model_len: 
             "max_tokens", params.max_tokens,
             f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) exceeds the "
             f"maximum context length {max_model_len}")
-    need = params.num_beams * (blocks.blocks_for(prompt_len + params.max_tokens) + 1)
-    if need > blocks.num_blocks:
+    need = params.num_beams * (held_blocks + 1)
+    if need > num_blocks:
         raise InvalidParameterError(
             "num_beams", params.num_beams,
             f"{params.num_beams} beams of up to {prompt_len + params.max_tokens} tokens need up "
-            f"to {need} KV blocks; the cache has {blocks.num_blocks}")
+            f"to {need} KV blocks; the cache has {num_blocks}")
     return params

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from metagen.engine.config import EngineConfig
-from metagen.engine.kv_window import first_recent_block, kept_blocks, sink_blocks
+from metagen.engine.kv_window import (first_recent_block, held_blocks, kept_blocks,
+                                      longest_sequence, sink_blocks)
 from metagen.engine.llm_engine import LLMEngine
 from metagen.errors import InvalidParameterError
+from metagen.testbed.modeling import model_path
 from metagen.types import SamplingParams
 
 BS, SINKS, WINDOW = 4, 4, 16  # 1 sink block, 4 window blocks: at most 6 blocks per sequence
@@ -84,19 +86,19 @@ def test_kept_blocks_invariants(bs, sinks, window):
 
 # -- the engine against transformers with an explicit mask --------------------------------------
 
-def _reference_logits(path, tokens, steps):
+def _reference_logits(path, tokens, steps, bs=BS, sinks=SINKS, window=WINDOW):
     """Logits (len(tokens), V) of transformers' forward where a token computed in a step that
-    starts at position c sees (causally) the first ``ceil(SINKS / BS)`` blocks, the ``WINDOW / BS``
-    whole blocks before the block of c, and everything from that block on -- the documented
-    contract, restated independently of the engine's code."""
+    starts at position c sees (causally) the first ``ceil(sinks / bs)`` blocks, the
+    ``window / bs`` whole blocks before the block of c, and everything from that block on -- the
+    documented contract, restated independently of the engine's code."""
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     t = len(tokens)
     k = torch.arange(t)
     mask = torch.zeros(t, t, dtype=torch.bool)
-    sink_end = -(-SINKS // BS) * BS
+    sink_end = -(-sinks // bs) * bs
     for start, end in steps:
-        recent_from = (start // BS - WINDOW // BS) * BS
+        recent_from = (start // bs - window // bs) * bs
         for q in range(start, end):
             mask[q] = (k <= q) & ((k < sink_end) | (k >= recent_from))
     with torch.no_grad():
@@ -225,3 +227,89 @@ def test_truncate_past_the_window_raises_and_changes_nothing(stories_path):
     engine.truncate(seq.seq_id, len(seq.token_ids) - 2)  # within the window: fine
     engine.run_until_done([rid])
     engine.check_integrity()
+
+
+# -- sequences longer than the cache -----------------------------------------------------------
+
+@pytest.mark.parametrize("bs, sinks, window", [(4, 4, 16), (16, 16, 64), (16, 0, 16), (1, 3, 2)])
+@pytest.mark.parametrize("step", [1, 5, 16, 64])
+def test_held_blocks_bounds_every_step(bs, sinks, window, step):
+    """Every step (c tokens computed, n <= step new ones) holds the blocks kept for token c plus
+    those it writes: never more than held_blocks of the sequence's final length."""
+    for total in range(1, 200):
+        bound = held_blocks(total, bs, sinks, window, step)
+        worst = 0
+        for c in range(total):
+            n = min(step, total - c)
+            kept = set(kept_blocks(c + 1, bs, sinks, window))
+            worst = max(worst, len(kept | set(range(c // bs, (c + n - 1) // bs + 1))))
+        assert worst <= bound
+        assert bound <= -(-total // bs)
+    assert held_blocks(600, 16, 16, None, 64) == 38  # no window: the whole sequence
+    assert held_blocks(600, 16, 16, 64, 1) == 6 and held_blocks(600, 16, 16, 64, 64) == 10
+    assert held_blocks(600, 16, 16, 64, 2048) == 38  # one 600-token recompute chunk
+
+
+@pytest.mark.parametrize("window, step", [(None, 64), (64, 1), (64, 64), (64, 2048), (16, 200)])
+def test_longest_sequence_is_the_longest_that_fits(window, step):
+    for num_blocks in range(1, 40):
+        got = longest_sequence(1000, num_blocks, 16, 16, window, step)
+        fits = [n for n in range(1, 1001) if held_blocks(n, 16, 16, window, step) <= num_blocks]
+        assert fits == list(range(1, got + 1))
+
+
+LONG = dict(block_size=16, num_blocks=12, kv_sink_tokens=16, kv_window_tokens=64,
+            max_num_batched_tokens=64, prefix_cache=False)  # 12 blocks of 16 = 192 tokens
+
+
+@pytest.mark.parametrize("runner_path", ["native", "torch"])
+def test_a_small_cache_generates_past_its_size_and_equals_masked_reference(runner_path):
+    """600 tokens after a 150-token prompt (longer than the window, prefilled in chunks of 64)
+    on a cache of 192 tokens: every step's logits equal the masked reference, and the pool never
+    holds more than sinks + window + 1 + one chunk's blocks."""
+    path = model_path("policy")  # max_position_embeddings 1024 (stories260K has 512)
+    engine = _engine(path, runner_path, **LONG)
+    assert engine.max_model_len == 1024 and engine.model.max_positions == 1024
+    bound = held_blocks(750, 16, 16, 64, 64)
+    assert bound == 10
+    prompt = torch.randint(3, engine.vocab_size, (150,),
+                           generator=torch.Generator().manual_seed(0)).tolist()
+    seen = _record_logits(engine)
+    rid = engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=600,
+                                                    ignore_eos=True))
+    done = []
+    while engine.has_unfinished():
+        done += engine.step()
+        assert engine.blocks.num_used <= bound
+        engine.check_integrity()
+    assert engine.blocks.num_used == 0 and [o.request_id for o in done] == [rid]
+    tokens = prompt + list(done[0].outputs[0].token_ids)
+    assert len(tokens) == 750
+    steps = [(0, 64), (64, 128), (128, 150)] + [(p, p + 1) for p in range(150, 749)]
+    ref = _reference_logits(path, tokens, steps, bs=16, sinks=16, window=64)
+    got = torch.cat(seen)  # (600, V): the last prompt token's logits, then each output's
+    assert (got - ref[149:749]).abs().max() < LOGIT_ATOL
+    assert (got[192 - 149:] - ref[192:749]).abs().max() < LOGIT_ATOL  # past the cache's size
+    full = _reference_logits(path, tokens, [(0, 750)], bs=16, sinks=16, window=64)
+    assert (full[149:749] - ref[149:749]).abs().max() > 100 * LOGIT_ATOL  # the window mattered
+
+
+@pytest.mark.parametrize("changes", [
+    dict(kv_sink_tokens=0, kv_window_tokens=None),  # no window: the whole sequence must fit
+    dict(max_num_batched_tokens=2048),  # a recompute chunk of up to 600 tokens cannot fit
+])
+def test_a_request_whose_held_blocks_cannot_fit_is_refused_at_request_time(changes):
+    engine = _engine(model_path("policy"), **(LONG | changes))
+    assert engine.max_model_len == 192
+    with pytest.raises(InvalidParameterError, match="max_tokens"):
+        engine.add_request(PROMPT, SamplingParams(temperature=0.0, max_tokens=600))
+    assert not engine.has_unfinished()
+    engine.add_request(PROMPT, SamplingParams(temperature=0.0, max_tokens=185))  # fits whole
+
+
+def test_rope_tables_stay_bounded_by_the_model():
+    from metagen.engine.models.config import ModelConfig
+    model = ModelConfig.from_folder(model_path("policy"))
+    long = EngineConfig(**(LONG | dict(max_model_len=10**9)))
+    assert long.max_positions(model) == 1024  # the model's max_position_embeddings
+    assert EngineConfig(**(LONG | dict(max_num_batched_tokens=2048))).max_positions(model) == 192
