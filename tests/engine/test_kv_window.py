@@ -313,3 +313,22 @@ def test_rope_tables_stay_bounded_by_the_model():
     long = EngineConfig(**(LONG | dict(max_model_len=10**9)))
     assert long.max_positions(model) == 1024  # the model's max_position_embeddings
     assert EngineConfig(**(LONG | dict(max_num_batched_tokens=2048))).max_positions(model) == 192
+
+
+def test_sequences_longer_than_the_cache_survive_preemption():
+    """Three 300-token requests on the 12-block cache: their windows (6 blocks each while
+    decoding) do not fit together, so sequences are preempted and recomputed in chunks of 64,
+    each holding at most 10 blocks; all of them finish."""
+    engine = _engine(model_path("policy"), **LONG)
+    params = SamplingParams(temperature=1.0, seed=5, max_tokens=300, ignore_eos=True)
+    rids = [engine.add_request(PROMPT, params) for _ in range(3)]
+    done = []
+    while engine.has_unfinished():
+        done += engine.step()
+        for seq in engine.scheduler.running:
+            assert len(seq.block_table) <= held_blocks(307, 16, 16, 64, 64)
+        engine.check_integrity()
+    assert engine.scheduler.num_preemptions > 0
+    assert sorted(o.request_id for o in done) == sorted(rids)
+    assert all(len(o.outputs[0].token_ids) == 300 for o in done)
+    assert engine.blocks.num_used == 0
