@@ -67,15 +67,16 @@ class AttentionMetadata:
     decode rows are not padded to a prefill's length and each chunk's transient tensors stay
     bounded. ``out_index`` (T,): position of each flat token in the concatenation of the chunks'
     flattened (b * M) outputs, followed by the native output. ``native``: when set, the rows
-    outside the chunks attend natively (``native(q, k_cache, v_cache)`` for one layer, the new
-    K/V already written -> their tokens' (n, Hq, D);
+    outside the chunks attend natively (``native(q, k_cache, v_cache, kv_scales)`` for one
+    layer, the new K/V already written -> their tokens' (n, Hq, D);
     :meth:`~metagen.engine.native.decode_step.DecodeStep.attention`).
     """
 
     slot_mapping: torch.Tensor
     chunks: list[RowChunk]
     out_index: torch.Tensor
-    native: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    native: Callable[[torch.Tensor, torch.Tensor, torch.Tensor,
+                      tuple[torch.Tensor, torch.Tensor] | None], torch.Tensor] | None = None
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -124,7 +125,8 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
     (mutated: the new tokens' slots are written). ``kv_scales``: for an int8 cache, the K and V
     scales (num_blocks, Hkv) (mutated with the writes, :func:`~metagen.engine.kv_quant.
     write_quantized`); each chunk and Hydragen prefix then dequantizes exactly the entries it
-    gathers, never the whole cache (int8 caches never attend natively). Returns (T, Hq, D).
+    gathers, never the whole cache; native attention dequantizes in its kernel. Returns
+    (T, Hq, D).
     """
     hkv, d = k_cache.shape[-2], k_cache.shape[-1]
     read: KVReader
@@ -135,7 +137,6 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
         vc.index_copy_(0, meta.slot_mapping, v_new)
         read = functools.partial(_kv_at, kc, vc)
     else:
-        assert meta.native is None, "the native attention reads float caches only"
         with torch_inline():  # the step's new tokens and their blocks: too small for OpenMP
             for cache, scales, new in ((k_cache, kv_scales[0], k_new),
                                        (v_cache, kv_scales[1], v_new)):
@@ -143,7 +144,7 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
         read = functools.partial(_kv_dequantized, k_cache, v_cache, kv_scales, q.dtype)
     outs = [_attend_chunk(q, read, chunk, scale) for chunk in meta.chunks]
     if meta.native is not None:
-        outs.append(meta.native(q, k_cache, v_cache))
+        outs.append(meta.native(q, k_cache, v_cache, kv_scales))
     out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (sum b*M, Hq, D)
     return out.index_select(0, meta.out_index)
 

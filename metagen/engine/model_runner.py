@@ -40,7 +40,7 @@ import torch
 from metagen.engine.attention import AttentionMetadata, PrefixGroup, RowChunk
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.models.llama import LlamaModel
-from metagen.engine.native.decode_step import StepPlan, for_model as native_decode_step
+from metagen.engine.native.decode_step import DecodeStep, StepPlan, for_model as native_decode_step
 
 
 ATTN_CHUNK_BYTES = 64 << 20  # bound on a row chunk's transient attention tensors
@@ -98,9 +98,9 @@ class ModelRunner:
         self.device = model.device
         self.block_size = kv_cache.block_size
         self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
-        # the native step reads float32 caches only: an int8 cache attends in PyTorch
-        self.native = (native_decode_step(model)
-                       if native and kv_cache.k.dtype == torch.float32 else None)
+        # an int8 cache attends natively but never runs the whole native step, which writes
+        # float32 K/V: its writes stay in PyTorch (kv_quant)
+        self.native = native_decode_step(model) if native else None
         self.native_steps = 0  # steps run by the native decode step (a counter)
         self.native_attention_steps = 0  # steps with PyTorch products, native attention
 
@@ -216,7 +216,7 @@ class ModelRunner:
             out_index[flat] = base + torch.arange(flat.shape[0])
             positions[flat], slot_mapping[flat] = plan.positions_and_slots()
             tokens = None if flat.shape[0] == total else flat
-            native = functools.partial(self.native.attention, plan=plan, tokens=tokens)
+            native = functools.partial(_native_attention, self.native, plan, tokens)
         input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
         dev = self.device
         meta = AttentionMetadata(slot_mapping.to(dev), chunks, out_index.to(dev), native)
@@ -230,10 +230,13 @@ class ModelRunner:
         :data:`NATIVE_ATTENTION_MAX_ROW` new tokens (decoding, beams, samples, verification)
         attends natively, straight over the paged cache, and the products run in PyTorch, as
         does everything else (prefill). In such a step, which way a row attends depends only on
-        its own length, not on the other rows'.
+        its own length, not on the other rows'. With an int8 cache the whole-layer native step
+        never runs (it writes float32 K/V): its K/V are written in PyTorch and every such row
+        attends natively, dequantizing in the kernel.
         """
         native = self.native
-        if native is not None and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
+        if native is not None and self.kv.scales is None \
+                and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
                 and self._native_safe(reqs):
             self.native_steps += 1
             plan = self._plan(reqs)
@@ -285,6 +288,15 @@ class ModelRunner:
         logits = self.model.logits(hidden.index_select(
             0, torch.tensor(rows, dtype=torch.long, device=self.device)))  # (N, V)
         return [logits[s:s + k] for s, k in spans]
+
+
+def _native_attention(step: DecodeStep, plan: StepPlan,
+                      tokens: torch.Tensor | None, q: torch.Tensor, k_cache: torch.Tensor,
+                      v_cache: torch.Tensor, scales: tuple[torch.Tensor, torch.Tensor] | None
+                      ) -> torch.Tensor:
+    """``AttentionMetadata.native`` for one step: ``step``'s native attention of ``plan``'s
+    ``tokens`` over one layer's cache, with its int8 scales when it has them."""
+    return step.attention(q, k_cache, v_cache, plan, tokens, scales=scales)
 
 
 def _consecutive_start(kv_slots: torch.Tensor) -> int | None:

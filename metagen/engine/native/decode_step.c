@@ -111,17 +111,39 @@ static inline int64_t slot_of(const mg_plan *P, int64_t row, int64_t pos) {
          pos % P->block_size;
 }
 
-/* kp[j], vp[j] = kv head hk's key and value at position p0 + j of `row`, for j < nb. */
+/* One layer's cache as attention reads it: float32 K/V (kc, vc), or int8 K/V (kq, vq, kc and vc
+ * NULL) with their float32 scales ks, vs (num_blocks, n_kv_heads), one per block and kv head;
+ * an int8 entry stands for scale * q. deq: the reading thread's scratch of 2 * KB * head_dim
+ * floats, where a key block of an int8 cache is dequantized. */
+typedef struct {
+  const float *kc, *vc;
+  const int8_t *kq, *vq;
+  const float *ks, *vs;
+  float *deq;
+} kv_src;
+
+/* kp[j], vp[j] = kv head hk's key and value at position p0 + j of `row`, for j < nb <= KB:
+ * pointers into a float32 cache, or into C->deq where an int8 block is dequantized as
+ * (float)q * scale, the rounding of kv_quant.dequantize. */
 static void key_block(const mg_model *M, const mg_plan *P, int64_t row, int64_t p0, int64_t nb,
-                      const float *kc, const float *vc, int64_t hk, const float **kp,
-                      const float **vp) {
+                      const kv_src *C, int64_t hk, const float **kp, const float **vp) {
   const int64_t d = M->head_dim, hkv = M->n_kv_heads, bs = P->block_size;
   const int64_t *table = P->tables + row * P->max_blocks;
   int64_t blk = p0 / bs, in_blk = p0 % bs; /* one division per key block, not two per key */
   for (int64_t j = 0; j < nb; j++) {
     const int64_t off = ((table[blk] * bs + in_blk) * hkv + hk) * d;
-    kp[j] = kc + off;
-    vp[j] = vc + off;
+    if (C->kq) {
+      const float sk = C->ks[table[blk] * hkv + hk], sv = C->vs[table[blk] * hkv + hk];
+      float *k = C->deq + j * d, *v = C->deq + (KB + j) * d;
+      const int8_t *qk = C->kq + off, *qv = C->vq + off;
+      for (int64_t c = 0; c < d; c++) k[c] = (float)qk[c] * sk;
+      for (int64_t c = 0; c < d; c++) v[c] = (float)qv[c] * sv;
+      kp[j] = k;
+      vp[j] = v;
+    } else {
+      kp[j] = C->kc + off;
+      vp[j] = C->vc + off;
+    }
     if (++in_blk == bs) in_blk = 0, blk++;
   }
 }
@@ -176,14 +198,14 @@ static void accumulate(float *acc, float corr, const float *p, const float *cons
  * keys and values are read from memory once, not once per token). */
 static void attend(const mg_model *M, const mg_plan *P, const float *const *q, float *const *acc,
                    float *const *mx, float *const *l, int64_t nq, int64_t row, int64_t from,
-                   const int64_t *to, const float *kc, const float *vc, int64_t hk, float *s) {
+                   const int64_t *to, const kv_src *C, int64_t hk, float *s) {
   const int64_t d = M->head_dim;
   int64_t end = from;
   for (int64_t i = 0; i < nq; i++) end = to[i] > end ? to[i] : end;
   for (int64_t p0 = from; p0 < end; p0 += KB) {
     const int64_t nb = end - p0 < KB ? end - p0 : KB;
     const float *kp[KB], *vp[KB];
-    key_block(M, P, row, p0, nb, kc, vc, hk, kp, vp);
+    key_block(M, P, row, p0, nb, C, hk, kp, vp);
     for (int64_t i = 0; i < nq; i++) {
       if (to[i] <= p0) continue;
       const int64_t nbi = to[i] - p0 < nb ? to[i] - p0 : nb;
@@ -212,8 +234,7 @@ static void attend(const mg_model *M, const mg_plan *P, const float *const *q, f
  * (mx = -inf, l = 0, acc = 0), which it overwrites. w: scratch of (2 d + KB) * VW floats. */
 static void attend_group(const mg_model *M, const mg_plan *P, const float *const *q,
                          float *const *acc, float *const *mx, float *const *l, int64_t nq,
-                         int64_t row, int64_t to, const float *kc, const float *vc, int64_t hk,
-                         float *w) {
+                         int64_t row, int64_t to, const kv_src *C, int64_t hk, float *w) {
   const int64_t d = M->head_dim;
   float *qt = w, *at = w + d * VW, *st = w + 2 * d * VW; /* (d, VW), (d, VW), (KB, VW) */
   for (int64_t c = 0; c < d; c++)
@@ -223,7 +244,7 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
   for (int64_t p0 = 0; p0 < to; p0 += KB) {
     const int64_t nb = to - p0 < KB ? to - p0 : KB;
     const float *kp[KB + 3], *vp[KB];
-    key_block(M, P, row, p0, nb, kc, vc, hk, kp, vp);
+    key_block(M, P, row, p0, nb, C, hk, kp, vp);
     for (int64_t j = nb; j < nb + 3; j++) kp[j] = kp[0]; /* padding keys, scores unused */
     for (int64_t j = 0; j < nb; j += 4) { /* st[j] = scores of key j for every query */
       vec s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
@@ -278,7 +299,7 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
 
 /* A thread's own attention buffers: the gathered queries of one work unit and their state. */
 typedef struct {
-  float *s, *grp;
+  float *s, *grp, *deq;
   int64_t *q_to; /* each gathered query's end position (exclusive) */
   const float **q;
   float **acc, **pmx, **pl;
@@ -310,7 +331,7 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
       T * M->inter * f, T * sizeof(int64_t), T * sizeof(int64_t)};
   const size_t per_lane[] = {nq * KB * f, (2 * D + KB) * VW * f, nq * sizeof(int64_t),
                              nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
-                             nq * sizeof(void *)};
+                             nq * sizeof(void *), 2 * KB * D * f};
   size_t total = 0, lane_total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
@@ -336,6 +357,7 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
     L->acc = carve(&p, per_lane[4]);
     L->pmx = carve(&p, per_lane[5]);
     L->pl = carve(&p, per_lane[6]);
+    L->deq = carve(&p, per_lane[7]);
   }
   S->q_base = S->qkv;
   S->q_stride = qkv;
@@ -379,6 +401,8 @@ typedef struct {
   float *h, *kc, *vc;
   int64_t width_qkv, width_h, width_i; /* column units of the products */
   mg_stage *stage;
+  const int8_t *kq, *vq; /* mg_attention_q8: the int8 cache (kc, vc NULL) and its scales */
+  const float *ks, *vs;
 } step_job;
 
 /* Claim loop over the n units of stage st: `for (STAGE(st, n, u)) {...}` runs the body for
@@ -406,6 +430,7 @@ static void attention(step_job *J, mg_stage *st, const float *kc, const float *v
   const scratch *S = J->S;
   const lane *L = S->lanes + tid;
   const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads, g = hq / hkv;
+  const kv_src C = {kc, vc, J->kq, J->vq, J->ks, J->vs, L->deq};
   for (STAGE(st, P->n_groups * hkv, u)) { /* shared prefixes: once per group */
     const int64_t gi = u / hkv, hk = u % hkv, first = P->group_rows[P->group_off[gi]];
     int64_t n = 0;
@@ -416,12 +441,12 @@ static void attention(step_job *J, mg_stage *st, const float *kc, const float *v
     }
     if (D % 4) { /* the query-vectorised path needs head_dim % 4 == 0 */
       for (int64_t i = 0; i < n; i++) L->q_to[i] = P->own_from[first];
-      attend(M, P, L->q, L->acc, L->pmx, L->pl, n, first, 0, L->q_to, kc, vc, hk, L->s);
+      attend(M, P, L->q, L->acc, L->pmx, L->pl, n, first, 0, L->q_to, &C, hk, L->s);
       continue;
     }
     for (int64_t q0 = 0; q0 < n; q0 += VW)
       attend_group(M, P, L->q + q0, L->acc + q0, L->pmx + q0, L->pl + q0,
-                   n - q0 < VW ? n - q0 : VW, first, P->own_from[first], kc, vc, hk, L->grp);
+                   n - q0 < VW ? n - q0 : VW, first, P->own_from[first], &C, hk, L->grp);
   }
   mg_wait(st, P->n_groups * hkv);
   st++;
@@ -429,7 +454,7 @@ static void attention(step_job *J, mg_stage *st, const float *kc, const float *v
     const int64_t r = u / hkv, hk = u % hkv; /* tokens together share the key blocks */
     int64_t n = 0;
     for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, L, t, hk, &n);
-    attend(M, P, L->q, L->acc, L->pmx, L->pl, n, r, P->own_from[r], L->q_to, kc, vc, hk, L->s);
+    attend(M, P, L->q, L->acc, L->pmx, L->pl, n, r, P->own_from[r], L->q_to, &C, hk, L->s);
     for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
       for (int64_t i = t * hq + hk * g; i < t * hq + (hk + 1) * g; i++) {
         const float inv = 1.0f / S->l[i];
@@ -558,13 +583,11 @@ static void attention_task(void *ctx, int tid, int nth) {
   attention(J, J->stage + 1, J->kc, J->vc, tid);
 }
 
-/* Attention alone, for steps whose products run elsewhere: the plan's tokens, whose keys and
- * values are already in this layer's k_cache / v_cache (S, n_kv_heads, head_dim), attend as in
- * mg_decode_step, on up to `threads` threads. q: token t's query head i at
- * q + t * q_stride + i * head_dim; out: (T, n_heads * head_dim). Returns 0, or -1 when out of
- * memory (out is then untouched). */
-int mg_attention(const mg_model *M, const mg_plan *P, const float *q, int64_t q_stride,
-                 float *out, const float *k_cache, const float *v_cache, int threads) {
+/* mg_attention and mg_attention_q8: the plan's tokens attend over a float32 cache (kc, vc) or
+ * an int8 one (kq, vq with scales ks, vs). */
+static int attention_only(const mg_model *M, const mg_plan *P, const float *q, int64_t q_stride,
+                          float *out, const float *kc, const float *vc, const int8_t *kq,
+                          const int8_t *vq, const float *ks, const float *vs, int threads) {
   const int64_t T = P->tok_off[P->n_rows];
   const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
@@ -574,9 +597,31 @@ int mg_attention(const mg_model *M, const mg_plan *P, const float *q, int64_t q_
   S.q_base = q;
   S.q_stride = q_stride;
   S.attn = out;
-  step_job J = {M, 0, P, &S, T, 0, 0, (float *)k_cache, (float *)v_cache, 1, 1, 1, stages};
+  step_job J = {M, 0, P, &S, T, 0, 0, (float *)kc, (float *)vc, 1, 1, 1, stages, kq, vq, ks, vs};
   mg_parallel(nth, attention_task, &J);
   free(S.block);
   return 0;
+}
+
+/* Attention alone, for steps whose products run elsewhere: the plan's tokens, whose keys and
+ * values are already in this layer's k_cache / v_cache (S, n_kv_heads, head_dim), attend as in
+ * mg_decode_step, on up to `threads` threads. q: token t's query head i at
+ * q + t * q_stride + i * head_dim; out: (T, n_heads * head_dim). Returns 0, or -1 when out of
+ * memory (out is then untouched). */
+int mg_attention(const mg_model *M, const mg_plan *P, const float *q, int64_t q_stride,
+                 float *out, const float *k_cache, const float *v_cache, int threads) {
+  return attention_only(M, P, q, q_stride, out, k_cache, v_cache, 0, 0, 0, 0, threads);
+}
+
+/* mg_attention over an int8 cache: k_cache / v_cache (S, n_kv_heads, head_dim) int8 with
+ * k_scale / v_scale (S / block_size, n_kv_heads) float32, entry = scale * q. Each key block is
+ * dequantized once per (row or group, kv head) into the thread's scratch and attended as float32
+ * keys and values, so results agree with dequantize-then-attend to float32 summation rounding,
+ * and are the same bit for bit for any number of threads. */
+int mg_attention_q8(const mg_model *M, const mg_plan *P, const float *q, int64_t q_stride,
+                    float *out, const int8_t *k_cache, const int8_t *v_cache,
+                    const float *k_scale, const float *v_scale, int threads) {
+  return attention_only(M, P, q, q_stride, out, 0, 0, k_cache, v_cache, k_scale, v_scale,
+                        threads);
 }
 #endif

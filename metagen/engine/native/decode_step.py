@@ -133,6 +133,9 @@ class DecodeStep:
         self._attn = lib.mg_attention
         self._attn.restype = ctypes.c_int
         self._attn.argtypes = [_P, _P, _P, _I, _P, _P, _P, ctypes.c_int]
+        self._attn_q8 = lib.mg_attention_q8
+        self._attn_q8.restype = ctypes.c_int
+        self._attn_q8.argtypes = [_P, _P, _P, _I, _P, _P, _P, _P, _P, ctypes.c_int]
         self._model = _Model(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                              cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
                              cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr())
@@ -160,13 +163,19 @@ class DecodeStep:
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   plan: StepPlan, tokens: torch.Tensor | None = None,
-                  threads: int | None = None) -> torch.Tensor:
+                  threads: int | None = None,
+                  scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Attention alone (the step's products run elsewhere): the plan's T tokens, whose K/V
         are already in one layer's ``k_cache``/``v_cache`` (num_blocks, block_size, Hkv, D),
         attend as in :meth:`__call__`. ``q`` (N, Hq, D) float32, each token's heads contiguous
         (its rows may be strided, as a view of the fused q|k|v); the plan's tokens are its rows
         ``tokens`` (T,), or all N rows when ``None`` -> (T, Hq, D). On ``threads`` threads
-        (default: :attr:`threads`), with the same result bit for bit for any count."""
+        (default: :attr:`threads`), with the same result bit for bit for any count.
+
+        An int8 cache (:mod:`metagen.engine.kv_quant`) comes with ``scales``, its K and V
+        scales (num_blocks, Hkv) float32: each key block is dequantized as
+        :func:`~metagen.engine.kv_quant.dequantize` does, in the kernel, and attended in
+        float32, so the result agrees with dequantize-then-attend to float32 rounding."""
         n = resolve(self.threads if threads is None else threads)
         if tokens is not None:
             q = q.index_select(0, tokens)
@@ -175,8 +184,21 @@ class DecodeStep:
         assert q.stride(2) == 1 and q.stride(1) == d and t == int(plan.tok_off[-1])
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
         out = torch.empty((t, hq, d), dtype=torch.float32)
-        if self._attn(ctypes.byref(self._model), ctypes.byref(_plan_struct(plan)), q.data_ptr(),
-                      q.stride(0), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), n):
+        model, plan_c = ctypes.byref(self._model), ctypes.byref(_plan_struct(plan))
+        if k_cache.dtype == torch.int8:
+            assert scales is not None and v_cache.dtype == torch.int8
+            ks, vs = scales
+            assert ks.dtype == vs.dtype == torch.float32 and ks.is_contiguous() \
+                and vs.is_contiguous() and ks.shape == vs.shape == k_cache.shape[:1] + (
+                    k_cache.shape[2],)
+            failed = self._attn_q8(model, plan_c, q.data_ptr(), q.stride(0), out.data_ptr(),
+                                   k_cache.data_ptr(), v_cache.data_ptr(), ks.data_ptr(),
+                                   vs.data_ptr(), n)
+        else:
+            assert k_cache.dtype == v_cache.dtype == torch.float32 and scales is None
+            failed = self._attn(model, plan_c, q.data_ptr(), q.stride(0), out.data_ptr(),
+                                k_cache.data_ptr(), v_cache.data_ptr(), n)
+        if failed:
             raise MemoryError("native attention: out of memory for its work buffers")
         return out
 

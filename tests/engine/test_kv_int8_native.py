@@ -1,0 +1,105 @@
+"""Native attention over the int8 KV cache (``mg_attention_q8``) equals dequantize-then-attend.
+
+Kernel: random int8 caches and scales over several blocks, grouped-query heads (8 query heads on
+2 kv heads), a Hydragen prefix group and a row of several new tokens, on every vector path this
+CPU runs, against float64 attention over :func:`~metagen.engine.kv_quant.read_dequantized`'s
+values. The kernel dequantizes with the same float32 rounding and attends in float32, so the two
+differ by float32 summation rounding only: the bound asserted is 1e-5 on outputs of magnitude
+<= the values' (|v| <= 127 * 0.02 = 2.54).
+
+Engine: on stories260K with an int8 cache, decoding with native attention (the products in
+PyTorch; the whole-layer native step never runs, since it writes float32 K/V) gives the greedy
+tokens of the same engine with native kernels off, and log-probabilities within 1e-4.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from metagen.engine.kv_quant import read_dequantized
+from metagen.engine.models.loader import load_model
+from metagen.engine.native.build import NativeBuildError, compiler
+from metagen.engine.native.decode_step import DecodeStep, StepPlan
+from metagen.engine.native.library import open_library
+from metagen.types import SamplingParams
+
+from ._native_variants import variants
+
+BLOCK, NUM_BLOCKS = 4, 24
+OUT_TOL = 1e-5
+
+
+@pytest.fixture(scope="module", params=variants(), ids=[name for name, _ in variants()])
+def step(request, random_model_dir):
+    """The native step on a random llama (8 query heads, 2 kv heads, head_dim 8), built with
+    this variant's flags."""
+    name, flags = request.param
+    if compiler() is None:
+        pytest.skip("no C compiler")
+    try:
+        lib = open_library(flags)
+    except NativeBuildError as e:
+        pytest.skip(f"this machine cannot build the {name} path: {e}")
+    assert name != "avx2" or lib.mg_isa() == 256
+    return DecodeStep(lib, load_model(random_model_dir("llama")))
+
+
+def _reference(q, kc, vc, ks, vs, plan: StepPlan, scale: float) -> torch.Tensor:
+    """Each token's float64 attention over its row's positions 0 .. its own, dequantized."""
+    hq, hkv = q.shape[1], kc.shape[2]
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for r in range(plan.start.shape[0]):
+        for t in range(int(plan.tok_off[r]), int(plan.tok_off[r + 1])):
+            pos = torch.arange(int(plan.start[r]) + t - int(plan.tok_off[r]) + 1)
+            slots = plan.tables[r, pos // BLOCK] * BLOCK + pos % BLOCK
+            k = read_dequantized(kc, ks, slots, None, torch.float32).double()  # (n, Hkv, D)
+            v = read_dequantized(vc, vs, slots, None, torch.float32).double()
+            k, v = (x.repeat_interleave(hq // hkv, dim=1) for x in (k, v))  # (n, Hq, D)
+            p = torch.softmax(torch.einsum("hd,nhd->hn", q[t].double(), k) * scale, dim=-1)
+            out[t] = torch.einsum("hn,nhd->hd", p, v)
+    return out
+
+
+def _random_cache(hkv: int, d: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    kc, vc = (torch.randint(-127, 128, (NUM_BLOCKS, BLOCK, hkv, d), generator=g,
+                            dtype=torch.int8) for _ in range(2))
+    ks, vs = (torch.rand(NUM_BLOCKS, hkv, generator=g) * 0.02 for _ in range(2))
+    return kc, vc, ks, vs
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_int8_native_attention_equals_dequantize_then_attend(step, threads):
+    model = step._keep
+    cfg = model.cfg
+    kc, vc, ks, vs = _random_cache(cfg.num_kv_heads, cfg.head_dim, seed=threads)
+    # rows 0 and 1 share their first 3 blocks (a Hydragen group); row 1 verifies 3 tokens; row 2
+    # is alone; rows 0 and 2 end inside a block
+    tables = [[3, 7, 1, 9, 12], [3, 7, 1, 20, 15], [5, 2, 8, 11, 0, 4]]
+    plan = StepPlan.build(BLOCK, tables, [17, 14, 21], [1, 3, 2], [([0, 1], 3)])
+    t = int(plan.tok_off[-1])
+    q = torch.randn(t, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim,
+                    generator=torch.Generator().manual_seed(5))[:, :cfg.num_heads]
+    got = step.attention(q, kc, vc, plan, threads=threads, scales=(ks, vs))
+    ref = _reference(q, kc, vc, ks, vs, plan, cfg.head_dim ** -0.5)
+    assert float((got.double() - ref).abs().max()) < OUT_TOL
+    # and the result is the same bit for bit on any number of threads
+    assert torch.equal(got, step.attention(q, kc, vc, plan, threads=1, scales=(ks, vs)))
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_int8_engine_with_native_attention_equals_native_off(stories_engine_factory, n):
+    params = SamplingParams(temperature=0.0 if n == 1 else 1.0, n=n, seed=77, max_tokens=48,
+                            ignore_eos=True)
+    native = stories_engine_factory(kv_cache_dtype="int8", block_size=8)
+    if native.runner.native is None:
+        pytest.skip("no native library on this machine (no C compiler or vector ISA)")
+    off = stories_engine_factory(kv_cache_dtype="int8", block_size=8)
+    off.runner.native = None
+    prompt = native.tokenizer("Once upon a time, in a big forest,")["input_ids"]
+    a, b = (e.generate([prompt], params)[0] for e in (native, off))
+    assert native.runner.native_attention_steps > 0 and native.runner.native_steps == 0
+    assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+    for x, y in zip(a.outputs, b.outputs):
+        assert max(abs(p - r) for p, r in zip(x.logprobs, y.logprobs)) < 1e-4
