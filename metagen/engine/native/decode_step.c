@@ -15,6 +15,8 @@
  * group's shared prefix together, so each prefix key and value is read once per group, then
  * each token attends to its own row's positions from the end of that prefix up to its own.
  * Summation orders differ from PyTorch's: results agree to rounding, not bit for bit.
+ * Attention alone (mg_attention_q8) also reads an int8 cache with one float32 scale per block
+ * and kv head: each key block is dequantized into the thread's scratch, then attended as above.
  *
  * Threads (pool.h): every thread walks the layers' stages (norm | q|k|v product | per-head
  * norm, rope, cache write | prefix-group attention | own-position attention | o product +
