@@ -8,10 +8,11 @@ For each model, from engines built in this run:
   and int8, and their ratio; ``max_seqs``: the most sequences of ``SEQ_LEN`` tokens that a
   ``BUDGET``-byte cache holds, each way.
 - ``decode``: greedy decoding of ``NEW_TOKENS`` tokens after a 16-token prompt, at batch 1 and
-  batch 16, tokens/s of the float32 cache (its default: the native decode step at batch 1), the
-  float32 cache with the native step off (the same PyTorch attention path the int8 cache takes),
-  and the int8 cache; each round runs the three back to back, so the ratios of medians (and of
-  every round) are what a loaded machine can still compare.
+  batch 16, tokens/s of the float32 cache (its default: the native decode step), the float32
+  cache with PyTorch products and native attention (``fp32_attn``: the path an int8 cache takes,
+  which never runs the whole native step), the float32 cache with every native kernel off
+  (``fp32_pytorch``), and the int8 cache; each round runs the four back to back, so the ratios of
+  medians (and of every round) are what a loaded machine can still compare.
 - ``agreement``: greedy decoding of ``AGREE_TOKENS`` tokens from testbed prompts (the policy's
   format; the same texts for stories260K), int8 against float32: per prompt the tokens before the
   first differing one; reported as their mean and as the fraction of all positions that lie
@@ -41,14 +42,19 @@ AGREE_TOKENS = 256
 STORIES = Path(__file__).resolve().parent.parent.parent / "shared" / "models" / "stories260K"
 
 
-def _engine(model: Any, tokenizer: Any, kv: KVCacheDType, native: bool = True) -> Any:
+def _engine(model: Any, tokenizer: Any, kv: KVCacheDType, native: bool = True,
+            step: bool = True) -> Any:
+    """An engine on ``model``; ``native`` False: every native kernel off; ``step`` False: the
+    native decode step off (PyTorch products, native attention)."""
     from metagen.engine.config import EngineConfig
     from metagen.engine.llm_engine import LLMEngine
 
     engine = LLMEngine(model, tokenizer, EngineConfig(device="cpu", kv_cache_bytes=BUDGET,
                                                       kv_cache_dtype=kv))
     if not native:
-        engine.runner.native = None  # the runner's PyTorch attention path, as int8 takes
+        engine.runner.native = None
+    elif not step and engine.runner.native is not None:
+        engine.runner.native.max_tokens = 0
     return engine
 
 
@@ -85,6 +91,7 @@ def _decode(engines: dict[str, Any], vocab: int, rounds: int) -> dict[str, Any]:
             "times_s": times, "median_s": med,
             "tok_s": {k: batch * NEW_TOKENS / v for k, v in med.items()},
             "int8_over_fp32_speed": med["fp32"] / med["int8"],
+            "int8_over_fp32_attn_speed": med["fp32_attn"] / med["int8"],
             "int8_over_fp32_pytorch_speed": med["fp32_pytorch"] / med["int8"],
             "per_round_int8_over_fp32": [a / b for a, b in zip(times["fp32"], times["int8"])]}
     return out
@@ -120,6 +127,7 @@ def run(rounds: int, n_prompts: int) -> dict[str, Any]:
         model = load_model(path)
         tok = AutoTokenizer.from_pretrained(str(path))
         engines = {"fp32": _engine(model, tok, "auto"),
+                   "fp32_attn": _engine(model, tok, "auto", step=False),
                    "fp32_pytorch": _engine(model, tok, "auto", native=False),
                    "int8": _engine(model, tok, "int8")}
         prompts = [tok(t)["input_ids"] for t in texts]
@@ -135,12 +143,13 @@ def run(rounds: int, n_prompts: int) -> dict[str, Any]:
 
 def _table(r: dict[str, Any]) -> str:
     rows = ["| model | KV bytes/token fp32 / int8 (ratio) | seqs of 512 in 16 MiB fp32 / int8 "
-            "| tok/s b1 fp32 / fp32-pt / int8 | tok/s b16 fp32 / fp32-pt / int8 "
+            "| tok/s b1 fp32 / fp32-attn / fp32-pt / int8 "
+            "| tok/s b16 fp32 / fp32-attn / fp32-pt / int8 "
             "| greedy agreement (mean tokens before divergence, fraction) |",
             "| --- | --- | --- | --- | --- | --- |"]
     for name in ("testbed_policy", "stories260K"):
         m, d, a = r[name]["memory"], r[name]["decode"], r[name]["agreement"]
-        tps = [" / ".join(f"{d[b]['tok_s'][k]:.0f}" for k in ("fp32", "fp32_pytorch", "int8"))
+        tps = [" / ".join(f"{d[b]['tok_s'][k]:.0f}" for k in ("fp32", "fp32_attn", "fp32_pytorch", "int8"))
                for b in ("batch1", f"batch{BATCH}")]
         rows.append(
             f"| {name} | {m['fp32']['bytes_per_token']:.0f} / {m['int8']['bytes_per_token']:.1f} "
