@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from benchmarks import factory, roofline, workloads
-from benchmarks.peers import PEERS, MetagenPeer, Peer, RemotePeer
+from benchmarks.peers import PEERS, MetagenPeer, Peer, RemotePeer, weight_bits
 from benchmarks.peers.inprocess import bench_device
 from benchmarks.thread_counts import thread_counts
 
@@ -112,11 +112,10 @@ def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_na
                             repeats=2 if quick else 5)
     weight_bytes = factory.param_count(paths["target"]) * 4
     decode_bytes = factory.decode_read_bytes(paths["target"])
-    roof_tok_s = roof.decode_tokens_per_s(decode_bytes)
     int8_bytes = factory.quantized_decode_read_bytes(paths["target"], "int8")
-    roofs = {None: roof_tok_s, "int8": roof.decode_tokens_per_s(int8_bytes)}
     peers: list[Peer] = []
     skipped: dict[str, str] = {}
+    peer_bytes: dict[str, int] = {}  # a quantized peer's decode bytes, in its own format
     wanted = os.environ.get("METAGEN_BENCH_PEERS")  # comma-separated names, in-process ones too
     for cls in PEERS:
         peer = cls()
@@ -131,6 +130,8 @@ def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_na
             log(f"loading {peer.name} ...")
             try:
                 peer.load(paths)
+                if (n := peer.decode_read_bytes("target")) is not None:
+                    peer_bytes[peer.name] = n
             except Exception as e:  # a broken peer install must not stop the others
                 skipped[peer.name] = f"failed to load: {e}"[:300]
                 if isinstance(peer, RemotePeer):
@@ -138,8 +139,8 @@ def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_na
                 continue
             peers.append(peer)
     try:
-        return _measure(peers, skipped, paths, sizes, s, roof, roofs, weight_bytes,
-                        decode_bytes, int8_bytes, quick, workload_names, log)
+        return _measure(peers, skipped, paths, sizes, s, roof, weight_bytes, decode_bytes,
+                        int8_bytes, peer_bytes, quick, workload_names, log)
     finally:
         for peer in peers:
             if isinstance(peer, RemotePeer):
@@ -147,9 +148,12 @@ def _run_at(paths: dict[str, Path], sizes: Any, s: Any, quick: bool, workload_na
 
 
 def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path], sizes: Any,
-             s: Any, roof: Any, roofs: dict[str | None, float], weight_bytes: int,
-             decode_bytes: int, int8_bytes: int,
-             quick: bool, workload_names: str, log: Callable[[str], None]) -> dict[str, Any]:
+             s: Any, roof: Any, weight_bytes: int, decode_bytes: int, int8_bytes: int,
+             peer_bytes: dict[str, int], quick: bool, workload_names: str,
+             log: Callable[[str], None]) -> dict[str, Any]:
+    """``peer_bytes``: the decode bytes of each quantized peer's own model, its roofline's."""
+    roofs = {None: roof.decode_tokens_per_s(decode_bytes),
+             **{name: roof.decode_tokens_per_s(b) for name, b in peer_bytes.items()}}
     rows: list[dict[str, Any]] = []
     not_run: list[dict[str, Any]] = []
     checks: dict[str, bool | float | None] = {}
@@ -159,10 +163,11 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
         r, out = workloads.workload_a(peers, s, v, roofs, not_run)
         rows += r
         checks["A greedy tokens equal across peers"] = _check_same(out, full_precision(out))
-        if "metagen" in out and "metagen-int8" in out:  # reported, not required
-            a, b = out["metagen"], out["metagen-int8"]
-            checks["A int8 greedy tokens equal metagen float32 (share)"] = sum(
-                x == y for x, y in zip(a, b)) / max(1, len(a))
+        for name in sorted(set(out) - set(full_precision(out))):  # reported, not required
+            if "metagen" in out:
+                what = "int8" if name == "metagen-int8" else name
+                checks[f"A {what} greedy tokens equal metagen float32 (share)"] = sum(
+                    x == y for x, y in zip(out["metagen"], out[name])) / max(1, len(out[name]))
     if "B" in workload_names:
         log("workload B ...")
         rows += workloads.workload_b(peers, s, v, not_run)
@@ -193,7 +198,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
     for row in rows:
         row["time"] = workloads.summary(row["times"])
         row["tokens_per_s"] = row["tokens"] / row["time"]["median"]
-    workloads.compare_peers(rows)
+    workloads.compare_peers(rows, {p.name: weight_bits(p.quantization) for p in peers})
     return {
         "meta": {"quick": quick, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                  "torch": torch.__version__, "python": platform.python_version(),
@@ -206,7 +211,11 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
                                       "decode_read_bytes": decode_bytes,
                                       "decode_roofline_tok_s": roofs[None],
                                       "int8_decode_read_bytes": int8_bytes,
-                                      "int8_decode_roofline_tok_s": roofs["int8"]},
+                                      "int8_decode_roofline_tok_s":
+                                          roof.decode_tokens_per_s(int8_bytes),
+                                      "peer_decode_read_bytes": peer_bytes,
+                                      "peer_decode_roofline_tok_s":
+                                          {k: v for k, v in roofs.items() if k is not None}},
         "peers": [p.name for p in peers], "skipped_peers": skipped, "not_run": not_run,
         "rows": rows, "checks": checks, "memory": memory,
     }
@@ -276,6 +285,10 @@ def _print_roofline(console, roof: dict[str, Any]) -> None:
     if "int8_decode_roofline_tok_s" in roof:
         console.print(f"int8 weights: batch-1 decode bound {roof['int8_decode_roofline_tok_s']:.1f}"
                       f" tok/s ({roof['int8_decode_read_bytes'] / 1e6:.1f} MB per token)")
+    for name, n in roof.get("peer_decode_read_bytes", {}).items():
+        console.print(f"{name}: batch-1 decode bound "
+                      f"{roof['peer_decode_roofline_tok_s'][name]:.1f} tok/s ({n / 1e6:.1f} MB of "
+                      f"its own weights per token)")
 
 
 def _print_memory(console, mem: dict[str, Any] | None) -> None:

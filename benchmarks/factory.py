@@ -145,11 +145,16 @@ def decode_read_bytes(path: str | Path) -> int:
 
 
 def quantized_decode_read_bytes(path: str | Path, quantization: str) -> int:
-    """:func:`decode_read_bytes` of the model as metagen holds it with ``quantization``: its
-    stored tensors (int8 projections and their float32 scales, float32 norms and biases) but the
-    input embedding table, counted from the loaded model itself."""
+    """:func:`decode_read_bytes` of the model as metagen holds it with ``quantization``
+    (:func:`held_decode_read_bytes` of the loaded model)."""
     from metagen.engine.models.loader import load_model
 
-    model = load_model(path, quantization=quantization)  # type: ignore[arg-type]
+    return held_decode_read_bytes(load_model(path, quantization=quantization))  # type: ignore[arg-type]
+
+
+def held_decode_read_bytes(model: torch.nn.Module) -> int:
+    """The bytes a batch-1 decode step of a loaded metagen ``model`` streams: its stored tensors
+    (int8 projections and their float32 scales when quantized, float32 norms and biases) but the
+    input embedding table."""
     tensors = [*model.named_parameters(), *model.named_buffers()]
     return sum(t.numel() * t.element_size() for name, t in tensors if name != "embed")

@@ -95,28 +95,43 @@ def attempt(peer: Peer, not_run: list[dict[str, Any]], workload: str,
 
 
 GOALS_VS_BEST_PEER = {"B": 1.2, "C": 1.1}
+GOALS_INT8_VS_BEST_PEER = {"A": 1.1}  # metagen-int8 against the best 8-bit peer
 
 
-def compare_peers(rows: list[dict[str, Any]]) -> None:
-    """Add ``vs_transformers`` (tokens/s over transformers') to every row of B and C, and to
-    metagen's row ``vs_best_peer`` (over the fastest other peer, transformers included) with its
-    goal. Rows need ``tokens_per_s``."""
-    for wl, goal in GOALS_VS_BEST_PEER.items():
+def speed(row: dict[str, Any]) -> float:
+    """The figure peers are compared on: A's decode tokens/s (median; its rows also carry the
+    prefill), every other workload's generated tokens/s. Rows need ``tokens_per_s``."""
+    return row["decode_tok_s"]["median"] if "decode_tok_s" in row else row["tokens_per_s"]
+
+
+def compare_peers(rows: list[dict[str, Any]], bits: dict[str, int]) -> None:
+    """Add ``vs_transformers`` (tokens/s over transformers') to every row of B and C; to
+    metagen's row of A, B and C ``vs_best_peer`` (:func:`speed` over the fastest other peer with
+    float32 weights, transformers included) with its goal; to metagen-int8's row of A, B and C
+    ``vs_metagen_fp32`` and ``vs_best_peer`` over the fastest other peer with 8-bit weights
+    (``bits``: each peer's :func:`benchmarks.peers.weight_bits`; a 4-bit peer is nobody's
+    reference). ``best_peer`` names the reference."""
+    for wl in ("A", "B", "C"):
         mine = [r for r in rows if r["workload"] == wl]
         ref = next((r for r in mine if r["peer"] == "transformers"), None)
         for r in mine:
-            if ref is not None:
+            if ref is not None and wl != "A":
                 r["vs_transformers"] = r["tokens_per_s"] / ref["tokens_per_s"]
         me = next((r for r in mine if r["peer"] == "metagen"), None)
-        others = [r for r in mine if not r["peer"].startswith("metagen")]  # float32 peers
         q8 = next((r for r in mine if r["peer"] == "metagen-int8"), None)
         if me is not None and q8 is not None:
-            q8["vs_metagen_fp32"] = q8["tokens_per_s"] / me["tokens_per_s"]
-        if me is not None and others:
-            best = max(others, key=lambda r: r["tokens_per_s"])
-            me["vs_best_peer"] = me["tokens_per_s"] / best["tokens_per_s"]
-            me["best_peer"] = best["peer"]
-            me["target"] = f">= {goal}x best peer"
+            q8["vs_metagen_fp32"] = speed(q8) / speed(me)
+        for row, width, goal in ((me, 32, GOALS_VS_BEST_PEER.get(wl)),
+                                 (q8, 8, GOALS_INT8_VS_BEST_PEER.get(wl))):
+            others = [r for r in mine
+                      if not r["peer"].startswith("metagen") and bits[r["peer"]] == width]
+            if row is None or not others:
+                continue
+            best = max(others, key=speed)
+            row["vs_best_peer"] = speed(row) / speed(best)
+            row["best_peer"] = best["peer"]
+            if goal is not None:
+                row["target"] = f">= {goal}x best {'8-bit ' if width == 8 else ''}peer"
 
 
 def random_prompt(n: int, vocab: int, seed: int) -> list[int]:
@@ -139,8 +154,8 @@ def _row(workload: str, peer: Peer, variant: str, times: list[float], tokens: in
 def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: dict[str | None, float],
                not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     """Batch-1 greedy; decode rate = (new - 1) / (t(new) - t(1)) against the roofline of the
-    peer's weight format (``roof_tok_s[peer.quantization]``: a quantized model streams fewer
-    bytes per token, so its bound is higher)."""
+    peer's own weights (``roof_tok_s[peer.name]`` for a quantized peer, which streams fewer bytes
+    per token, so its bound is higher; ``roof_tok_s[None]``, float32's, for the others)."""
     prompt = random_prompt(s.a_prompt, vocab, 1)
     rows, outputs = [], {}
     for peer in peers:
@@ -151,7 +166,7 @@ def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: dict[str 
             continue
         t_all, toks, t_one, _ = got
         decode = [(s.a_new - 1) / max(a - b, 1e-9) for a, b in zip(t_all, t_one)]
-        frac = [d / roof_tok_s[peer.quantization] for d in decode]
+        frac = [d / roof_tok_s[peer.name if peer.quantization else None] for d in decode]
         outputs[peer.name] = toks
         rows.append(_row("A", peer, "greedy b=1", t_all, s.a_new, decode_tok_s=summary(decode),
                          ratio_runs=frac, ratio=summary(frac), ratio_name="of roofline",

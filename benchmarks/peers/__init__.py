@@ -2,20 +2,27 @@
 people use today (OpenVINO GenAI, onnxruntime-genai, llama.cpp, CTranslate2) each in its own
 environment behind a pipe (:mod:`benchmarks.peers.remote`)."""
 
-from benchmarks.peers.base import Peer, Unsupported
+from benchmarks.peers.base import Peer, Unsupported, weight_bits
 from benchmarks.peers.inprocess import MetagenInt8Peer, MetagenPeer, TransformersPeer
 from benchmarks.peers.remote import (
     CTranslate2Peer,
     LlamaCppPeer,
+    LlamaCppQ4Peer,
+    LlamaCppQ8Peer,
+    OnnxRuntimeGenAIInt8Peer,
     OnnxRuntimeGenAIPeer,
+    OpenVINOGenAIInt8Peer,
     OpenVINOGenAIPeer,
     PeerError,
     RemotePeer,
 )
 
 PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, MetagenInt8Peer, OpenVINOGenAIPeer,
-                           OnnxRuntimeGenAIPeer, LlamaCppPeer, CTranslate2Peer]
+                           OpenVINOGenAIInt8Peer, OnnxRuntimeGenAIPeer,
+                           OnnxRuntimeGenAIInt8Peer, LlamaCppPeer,
+                           LlamaCppQ8Peer, LlamaCppQ4Peer, CTranslate2Peer]
 
-__all__ = ["PEERS", "CTranslate2Peer", "LlamaCppPeer", "MetagenInt8Peer", "MetagenPeer", "OnnxRuntimeGenAIPeer",
-           "OpenVINOGenAIPeer", "Peer", "PeerError", "RemotePeer", "TransformersPeer",
-           "Unsupported"]
+__all__ = ["PEERS", "CTranslate2Peer", "LlamaCppPeer", "LlamaCppQ4Peer", "LlamaCppQ8Peer",
+           "MetagenInt8Peer", "MetagenPeer", "OnnxRuntimeGenAIInt8Peer", "OnnxRuntimeGenAIPeer",
+           "OpenVINOGenAIInt8Peer", "OpenVINOGenAIPeer", "Peer", "PeerError", "RemotePeer", "TransformersPeer",
+           "Unsupported", "weight_bits"]

@@ -84,6 +84,12 @@ class MetagenPeer(Peer):
                                      quantization=self.quantization)  # type: ignore[arg-type]
                        for k, p in paths.items()}
 
+    def decode_read_bytes(self, model: str) -> int | None:
+        """The quantized model's own bytes (None in float32: the checkpoint's)."""
+        from benchmarks.factory import held_decode_read_bytes
+
+        return held_decode_read_bytes(self.models[model]) if self.quantization else None
+
     @staticmethod
     def blocks_for(num_tokens: int) -> int:
         """KV blocks (of 16) for ``num_tokens`` tokens, plus slack: the cache is allocated (and

@@ -63,7 +63,11 @@ class RemotePeer(Peer):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "METAGEN_PEER_CACHE": str(peers_dir() / self.env / "models")})
         self._call("load", paths={k: str(p) for k, p in paths.items()},
-                   threads=torch.get_num_threads())
+                   threads=torch.get_num_threads(), quantization=self.quantization)
+
+    def decode_read_bytes(self, model: str) -> int | None:
+        """A quantized peer's worker counts the bytes of its converted model."""
+        return self._call("decode_read_bytes", model=model) if self.quantization else None
 
     def close(self) -> None:
         proc = getattr(self, "proc", None)
@@ -114,12 +118,36 @@ class OpenVINOGenAIPeer(RemotePeer):
     name, env, worker = "openvino-genai", "openvino-genai", "openvino_genai_worker"
 
 
+class OpenVINOGenAIInt8Peer(OpenVINOGenAIPeer):
+    """OpenVINO GenAI on ``--weight-format int8`` weights (NNCF: per-channel asymmetric int8)."""
+
+    name, quantization = "openvino-genai-int8", "int8"
+
+
 class OnnxRuntimeGenAIPeer(RemotePeer):
     name, env, worker = "onnxruntime-genai", "onnxruntime-genai", "onnxruntime_genai_worker"
 
 
+class OnnxRuntimeGenAIInt8Peer(OnnxRuntimeGenAIPeer):
+    """onnxruntime-genai on its builder's ``-p int8`` weights (MatMulNBits, 8 bits)."""
+
+    name, quantization = "onnxruntime-genai-int8", "int8"
+
+
 class LlamaCppPeer(RemotePeer):
     name, env, worker = "llama.cpp", "llama.cpp", "llama_cpp_worker"
+
+
+class LlamaCppQ8Peer(LlamaCppPeer):
+    """llama.cpp on a Q8_0 GGUF (blocks of 32 int8 weights and one fp16 scale: 34 bytes)."""
+
+    name, quantization = "llama.cpp-q8_0", "q8_0"
+
+
+class LlamaCppQ4Peer(LlamaCppPeer):
+    """llama.cpp on a Q4_0 GGUF, quantized by llama.cpp's own quantizer (its default mix)."""
+
+    name, quantization = "llama.cpp-q4_0", "q4_0"
 
 
 class CTranslate2Peer(RemotePeer):

@@ -31,6 +31,7 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     roof = data["roofline"]  # int8 streams about a quarter of the float32 bytes per token
     assert roof["decode_read_bytes"] / 4 < roof["int8_decode_read_bytes"] < roof[
         "decode_read_bytes"] / 3
+    assert roof["peer_decode_read_bytes"] == {"metagen-int8": roof["int8_decode_read_bytes"]}
     for row in data["rows"]:
         assert len(row["times"]) >= 1 and row["time"]["min"] <= row["time"]["median"]
     e = [r for r in data["rows"] if r["workload"] == "E"]

@@ -3,7 +3,8 @@
 #   bash benchmarks/peers/setup/openvino-genai.sh <env-dir>
 # Runtime: openvino-genai (LLMPipeline / ContinuousBatchingPipeline). Export (done by the worker,
 # on first use of a model): optimum-intel's `optimum-cli export openvino --weight-format fp32`,
-# which needs torch; torch is the local CPU build, installed first so that pip never resolves a
+# then, for the int8 peer, NNCF's weight compression (what `--weight-format int8` runs); export
+# needs torch; torch is the local CPU build, installed first so that pip never resolves a
 # CUDA torch. optimum-intel is installed without its dependencies and they are listed here: it
 # requires torchvision, whose PyPI build for another torch breaks `import transformers` there,
 # and the export of a causal LM never uses it. Idempotent: a second run only checks the stamp.
@@ -19,8 +20,8 @@ pins=(
   "optimum==2.3.0" "transformers>=4.51,<5.6" "huggingface-hub>=0.23.2,<1.22"
   "setuptools" "requests>=2.33,<3.0" "numpy" "safetensors"
 )
-stamp="$env_dir/.metagen-openvino-genai-$ov_version-optimum-intel-2.2.0"
-if [ -f "$stamp" ] && "$env_dir/bin/python" -c "import openvino_genai, optimum.intel" 2>/dev/null
+stamp="$env_dir/.metagen-openvino-genai-$ov_version-optimum-intel-2.2.0-nncf-3.4.0"
+if [ -f "$stamp" ] && "$env_dir/bin/python" -c "import openvino_genai, optimum.intel, nncf" 2>/dev/null
 then
   echo "openvino-genai $ov_version already installed in $env_dir"
   exit 0
@@ -31,12 +32,15 @@ pip=("$env_dir/bin/python" -m pip install --disable-pip-version-check -q)
 echo "$torch_spec" > "$env_dir/torch-constraint.txt"
 "${pip[@]}" -c "$env_dir/torch-constraint.txt" "${pins[@]}"
 "${pip[@]}" --no-deps "optimum-intel==2.2.0"
+# NNCF: the weight compression behind `--weight-format int8` (the openvino-genai-int8 peer)
+"${pip[@]}" -c "$env_dir/torch-constraint.txt" "nncf==3.4.0"
 "$env_dir/bin/python" -m pip uninstall -y -q torchvision 2>/dev/null || true
 # The checks that matter: the runtime imports, the exporter imports with transformers, and
 # torch is still the CPU build.
 "$env_dir/bin/python" - <<'EOF'
 import openvino_genai, openvino, torch, transformers
 from optimum.intel import OVModelForCausalLM  # noqa: F401  (the exporter's entry point)
+import nncf  # noqa: F401  (int8 weight compression)
 assert torch.version.cuda is None, f"a CUDA torch was installed: {torch.__version__}"
 print("openvino-genai", openvino_genai.__version__, "| openvino", openvino.__version__,
       "| torch", torch.__version__, "| transformers", transformers.__version__)

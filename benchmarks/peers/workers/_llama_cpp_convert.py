@@ -1,4 +1,6 @@
-"""Hugging Face Llama folder -> fp32 GGUF, with the converter llama-cpp-python's sdist vendors.
+"""Hugging Face Llama folder -> GGUF (fp32, Q8_0 or Q4_0), with the converter llama-cpp-python's
+sdist vendors (fp32 and Q8_0: its ``--outtype``) and llama.cpp's own quantizer (Q4_0, from the
+fp32 GGUF, as ``llama-quantize`` makes it: its default mix keeps the output matrix at Q6_K).
 
 The setup script unpacks ``vendor/llama.cpp/convert_hf_to_gguf.py`` (with its ``conversion``
 package and ``gguf-py``) into ``<env>/llama.cpp-convert``. The benchmark's models carry no
@@ -26,11 +28,17 @@ from _serve import converted_dir, mirror_without_tokenizer
 CONVERTER = Path(sys.executable).parent.parent / "llama.cpp-convert" / "convert_hf_to_gguf.py"
 
 
-def gguf_for(hf_folder: str, own_vocab: bool = False) -> Path:
-    """The fp32 GGUF of ``hf_folder`` (``--outtype f32``: no quantisation, no fp16), converted
-    on first use and cached; with the synthetic vocabulary, or its own (``own_vocab``)."""
-    out_dir = converted_dir(hf_folder, "gguf-f32-own-vocab" if own_vocab else "gguf-f32")
-    out = out_dir / "model-f32.gguf"
+def gguf_for(hf_folder: str, own_vocab: bool = False, weights: str = "f32") -> Path:
+    """The GGUF of ``hf_folder`` with ``weights`` "f32" (``--outtype f32``: no quantisation, no
+    fp16), "q8_0" (``--outtype q8_0``) or "q4_0" (:func:`quantized` from the f32 GGUF),
+    converted on first use and cached; with the synthetic vocabulary, or its own
+    (``own_vocab``)."""
+    if weights == "q4_0":
+        return quantized(gguf_for(hf_folder, own_vocab), weights)
+    if weights not in ("f32", "q8_0"):
+        raise ValueError(f"weights={weights!r}: use f32, q8_0 or q4_0")
+    out_dir = converted_dir(hf_folder, f"gguf-{weights}" + ("-own-vocab" if own_vocab else ""))
+    out = out_dir / f"model-{weights}.gguf"
     if out.is_file():
         return out
     if not CONVERTER.is_file():
@@ -41,12 +49,41 @@ def gguf_for(hf_folder: str, own_vocab: bool = False) -> Path:
     with tempfile.TemporaryDirectory(prefix="llama-cpp-hf-") as tmp:
         mirror_without_tokenizer(hf_folder, Path(tmp))
         (Path(tmp) / "tokenizer.model").write_bytes(model_proto(vocab))
-        partial = out_dir / "model-f32.gguf.partial"
+        partial = out.with_name(out.name + ".partial")
         # the converter logs to stdout: send it to stderr (the protocol owns our stdout)
-        subprocess.run([sys.executable, str(CONVERTER), tmp, "--outtype", "f32",
+        subprocess.run([sys.executable, str(CONVERTER), tmp, "--outtype", weights,
                         "--outfile", str(partial)], check=True, stdout=sys.stderr)
     partial.rename(out)
     return out
+
+
+def quantized(f32_gguf: Path, weights: str) -> Path:
+    """``f32_gguf`` quantized by ``llama_model_quantize`` (what ``llama-quantize`` runs) to
+    ``weights`` ("q4_0"), written beside it once."""
+    import ctypes
+
+    import llama_cpp
+
+    out = f32_gguf.with_name(f"model-{weights}.gguf")
+    if out.is_file():
+        return out
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = {"q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}[weights]
+    partial = out.with_name(out.name + ".partial")
+    if llama_cpp.llama_model_quantize(str(f32_gguf).encode(), str(partial).encode(),
+                                      ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama_model_quantize {f32_gguf} -> {weights} failed")
+    partial.rename(out)
+    return out
+
+
+def decode_read_bytes(gguf_file: Path) -> int:
+    """Bytes of the GGUF's tensors but the input embedding table (``token_embd.weight``), each
+    in its stored type (Q8_0: 34 bytes per 32 weights; Q4_0: 18)."""
+    from gguf import GGUFReader
+
+    return sum(int(t.n_bytes) for t in GGUFReader(str(gguf_file)).tensors
+               if t.name != "token_embd.weight")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ onnxruntime-genai; runs inside the peer's own environment (onnx, tokenizers, the
 1. The folder is mirrored (symlinks) into a temporary folder next to a synthetic tokenizer
    (a word-level vocabulary ``<unk> <s> </s> t3 ... t{V-1}``): the model builder loads a tokenizer
    and saves it beside the model, but the benchmark only ever passes token ids.
-2. ``python -m onnxruntime_genai.models.builder -i <tmp> -o <out> -p fp32 -e cpu`` (with
+2. ``python -m onnxruntime_genai.models.builder -i <tmp> -o <out> -p fp32 -e cpu`` (``-p int8``
+   for the int8 peer: the builder's weight-only MatMulNBits, 8 bits, with its defaults; with
    ``--extra_options prune_lm_head=true`` for the export used by plain generation).
 3. The logits get one extra column fixed at ``NO_EOS_LOGIT`` (an ONNX ``Pad`` after the LM head)
    and ``genai_config.json`` names that column, id ``V``, as the only EOS. onnxruntime-genai has
@@ -75,10 +76,10 @@ for argv in json.loads(sys.argv[1]):
 """
 
 
-def convert_all(jobs: list[tuple[str, Path, bool]]) -> None:
+def convert_all(jobs: list[tuple[str, Path, bool]], precision: str = "fp32") -> None:
     """Convert each ``(hf_folder, out, prune)`` whose ``out`` is not yet converted
     (``converted.ok`` marks a finished one) with ``python -m onnxruntime_genai.models.builder
-    -i <hf> -o <out> -p fp32 -e cpu``, plus ``--extra_options prune_lm_head=true`` when
+    -i <hf> -o <out> -p <precision> -e cpu``, plus ``--extra_options prune_lm_head=true`` when
     ``prune``: the prefill then computes the LM head for the last position only, which is all
     plain generation reads but not enough for speculative verification."""
     todo = [(src, out, prune) for src, out, prune in jobs if not (out / DONE).exists()]
@@ -94,7 +95,7 @@ def convert_all(jobs: list[tuple[str, Path, bool]]) -> None:
             mirror_without_tokenizer(hf_folder, src)
             synth_tokenizer(src, int(cfg["vocab_size"]),
                             int(cfg.get("max_position_embeddings", 2048)))
-            argvs.append(["-i", str(src), "-o", str(work / "out"), "-p", "fp32", "-e", "cpu",
+            argvs.append(["-i", str(src), "-o", str(work / "out"), "-p", precision, "-e", "cpu",
                           "-c", str(work / "cache")]
                          + (["--extra_options", "prune_lm_head=true"] if prune else []))
             built.append((hf_folder, out, work / "out", int(cfg["vocab_size"]), prune))
@@ -111,3 +112,22 @@ def convert_all(jobs: list[tuple[str, Path, bool]]) -> None:
                 shutil.rmtree(out)
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(staged), str(out))
+
+
+def decode_read_bytes(model_file: Path) -> int:
+    """Bytes of the model's initializers, each as stored (MatMulNBits' packed weights, scales
+    and zero points included), but those a Gather reads one row of per token (the input
+    embedding): what a batch-1 decode step streams."""
+    import onnx
+    from onnx import numpy_helper
+    from onnx.external_data_helper import uses_external_data
+
+    m = onnx.load(str(model_file), load_external_data=False)
+    gathered = {i for n in m.graph.node if n.op_type.startswith("Gather") for i in n.input}
+
+    def size(t: onnx.TensorProto) -> int:
+        if uses_external_data(t):
+            return int({e.key: e.value for e in t.external_data}["length"])
+        return numpy_helper.to_array(t).nbytes
+
+    return sum(size(t) for t in m.graph.initializer if t.name not in gathered)

@@ -1,6 +1,8 @@
-"""Export Hugging Face Llama folders to fp32 OpenVINO IR for the OpenVINO GenAI worker.
+"""Export Hugging Face Llama folders to fp32 OpenVINO IR for the OpenVINO GenAI worker, and
+compress fp32 IR folders to int8 weights.
 
     python _openvino_genai_export.py SRC DST [SRC DST ...]
+    python _openvino_genai_export.py --int8 FP32_IR DST [FP32_IR DST ...]
 
 What ``optimum-cli export openvino --task text-generation-with-past --weight-format fp32 SRC DST``
 does (optimum-intel's ``main_export``: a stateful IR with ``input_ids, attention_mask,
@@ -59,9 +61,34 @@ def staged(src: str, root: Path) -> Path:
     return stage
 
 
+def compress_int8(ir: str, dst: str) -> None:
+    """What ``--weight-format int8`` does to the model: NNCF's ``compress_weights`` in its
+    default int8 mode (INT8_ASYM: per output channel, uint8 weights with a zero point and a
+    scale, every MatMul and embedding weight); the fp32 IR folder's other files (tokenizer IRs,
+    configs) are copied beside it."""
+    import shutil
+
+    import nncf
+    import openvino as ov
+
+    core = ov.Core()
+    model = nncf.compress_weights(core.read_model(Path(ir) / "openvino_model.xml"),
+                                  mode=nncf.CompressWeightsMode.INT8_ASYM)
+    for f in Path(ir).iterdir():
+        if f.is_file() and not f.name.startswith("openvino_model."):
+            shutil.copy2(f, Path(dst) / f.name)
+    ov.save_model(model, Path(dst) / "openvino_model.xml", compress_to_fp16=False)
+
+
 def main(argv: list[str]) -> None:
+    int8 = argv[:1] == ["--int8"]
+    argv = argv[1:] if int8 else argv
     if not argv or len(argv) % 2:
         raise SystemExit(__doc__)
+    if int8:
+        for ir, dst in zip(argv[::2], argv[1::2]):
+            compress_int8(ir, dst)
+        return
     from optimum.exporters.openvino import main_export
     from optimum.intel import OVConfig
 

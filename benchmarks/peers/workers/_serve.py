@@ -26,9 +26,17 @@ class Worker:
     """Base of a peer worker: ``load`` gets the models' Hugging Face folders; workload methods
     return token ids and may set ``self.last`` (counters reported with the row)."""
 
-    def load(self, paths: dict[str, str], threads: int) -> None:
+    def load(self, paths: dict[str, str], threads: int, quantization: str | None = None) -> None:
+        """Load (converting on first use) every model of ``paths`` in the weight format
+        ``quantization`` (None: float32, as the checkpoint; a quantized peer names its own)."""
         self.paths = paths
         self.threads = threads
+        self.quantization = quantization
+
+    def decode_read_bytes(self, model: str) -> int:
+        """Bytes of weights a batch-1 decode step of ``model`` streams in this worker's format:
+        every stored weight tensor but the input embedding table. Quantized formats only."""
+        raise Unsupported("decode_read_bytes")
 
     def greedy(self, model: str, prompt: list[int], max_new: int) -> list[int]:
         raise Unsupported("greedy")

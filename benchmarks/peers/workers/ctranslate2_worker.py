@@ -54,8 +54,10 @@ def convert_all(hf_folders: list[str]) -> list[Path]:
 
 
 class CTranslate2Worker(Worker):
-    def load(self, paths: dict[str, str], threads: int) -> None:
-        super().load(paths, threads)
+    def load(self, paths: dict[str, str], threads: int, quantization: str | None = None) -> None:
+        super().load(paths, threads, quantization)
+        if quantization is not None:
+            raise Unsupported(f"quantization {quantization!r}: this worker runs float32 only")
         import ctranslate2
 
         self.ct2 = ctranslate2

@@ -1,8 +1,9 @@
 """Engine-benchmark worker for llama.cpp, through llama-cpp-python (run in ``.peers/llama.cpp``).
 
 Models: each Hugging Face folder is converted once to an fp32 GGUF by the converter the sdist
-vendors (:mod:`_llama_cpp_convert`). Every context runs with ``threads`` threads for decode and
-batch. Precision: by default flash attention is off and the KV cache is fp32 (llama.cpp's default
+vendors (:mod:`_llama_cpp_convert`), or to Q8_0 / Q4_0 for ``quantization`` "q8_0" / "q4_0"
+(the KV cache and attention stay as below: only the weights differ). Every context runs with
+``threads`` threads for decode and batch. Precision: by default flash attention is off and the KV cache is fp32 (llama.cpp's default
 is fp16), so attention runs in fp32 and the greedy tokens equal fp32 transformers'.
 ``METAGEN_LLAMA_CPP_FLASH_ATTN=1`` turns flash attention on (as in the issue's 2.8x measurement)
 with an fp16 KV cache: llama.cpp's CPU flash attention casts K and V to fp16 whatever the cache
@@ -26,11 +27,12 @@ Workloads:
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import _llama_cpp_multi as multi
 import llama_cpp
 import numpy as np
-from _llama_cpp_convert import gguf_for
+from _llama_cpp_convert import decode_read_bytes, gguf_for
 from _serve import Unsupported, Worker, serve
 from llama_cpp import _internals as internals
 from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
@@ -69,9 +71,11 @@ class CountingLookup(LlamaPromptLookupDecoding):
 
 
 class LlamaCppWorker(Worker):
-    def load(self, paths: dict[str, str], threads: int) -> None:
-        super().load(paths, threads)
-        self.gguf = {name: str(gguf_for(folder)) for name, folder in paths.items()}
+    def load(self, paths: dict[str, str], threads: int, quantization: str | None = None) -> None:
+        super().load(paths, threads, quantization)
+        weights = quantization or "f32"
+        self.gguf = {name: str(gguf_for(folder, weights=weights))
+                     for name, folder in paths.items()}
         self.llms: dict[tuple[str, str], llama_cpp.Llama] = {}
         self.ctxs: dict[tuple[str, int, int], tuple[object, object]] = {}
         for name in paths:
@@ -105,6 +109,9 @@ class LlamaCppWorker(Worker):
             batch = internals.LlamaBatch(n_tokens=key[2], embd=0, n_seq_max=1, verbose=False)
             self.ctxs[key] = (ctx, batch)
         return self.ctxs[key]
+
+    def decode_read_bytes(self, model: str) -> int:
+        return decode_read_bytes(Path(self.gguf[model]))
 
     @staticmethod
     def take(gen, n: int) -> list[int]:

@@ -1,6 +1,7 @@
 """onnxruntime-genai as a peer of the engine benchmark (runs in ``.peers/onnxruntime-genai``).
 
-Models are converted on first use by onnxruntime-genai's own model builder (fp32, CPU) with one
+Models are converted on first use by onnxruntime-genai's own model builder (fp32, or int8
+weights for ``quantization="int8"``; CPU) with one
 extra never-chosen logit column standing in for EOS, so that every workload generates exactly
 ``max_new`` tokens (see :mod:`_onnxruntime_genai_convert`). Each model is exported twice: with
 ``prune_lm_head`` (the prefill computes last-position logits only; greedy, best-of-n, beam) and
@@ -29,10 +30,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from _onnxruntime_genai_convert import convert_all
+from _onnxruntime_genai_convert import convert_all, decode_read_bytes
 from _serve import Unsupported, Worker, converted_dir, serve
 
-FMT = "oga-fp32-noeos"
+PRECISIONS = {None: "fp32", "int8": "int8"}  # quantization -> the builder's -p
 NGRAM_SIZE = 3
 MAX_ROWS = 32  # onnxruntime-genai: "batch_size must be in [1, 32]"
 
@@ -64,16 +65,20 @@ def speculative_dir(good: Path, draft: Path) -> Path:
 
 
 class OnnxRuntimeGenAIWorker(Worker):
-    def load(self, paths: dict[str, str], threads: int) -> None:
-        super().load(paths, threads)
+    def load(self, paths: dict[str, str], threads: int, quantization: str | None = None) -> None:
+        super().load(paths, threads, quantization)
         import onnxruntime_genai as og
 
+        if quantization not in PRECISIONS:
+            raise Unsupported(f"quantization {quantization!r}: use int8")
         self.og = og
         og.disable_telemetry_events()
-        pruned = {k: converted_dir(p, FMT + "-pruned") for k, p in paths.items()}
-        full = {k: converted_dir(p, FMT) for k, p in paths.items()}
+        fmt = f"oga-{PRECISIONS[quantization]}-noeos"
+        pruned = {k: converted_dir(p, fmt + "-pruned") for k, p in paths.items()}
+        full = {k: converted_dir(p, fmt) for k, p in paths.items()}
         convert_all([(paths[k], pruned[k], True) for k in paths]
-                    + [(paths[k], full[k], False) for k in paths])
+                    + [(paths[k], full[k], False) for k in paths], PRECISIONS[quantization])
+        self.pruned = pruned
         self.models = {k: self._model(d, ("decoder",)) for k, d in pruned.items()}
         self.vocab = {k: json.loads((d / "genai_config.json").read_text())["model"]["vocab_size"]
                       for k, d in pruned.items()}  # V + 1: with the no-EOS column
@@ -82,6 +87,9 @@ class OnnxRuntimeGenAIWorker(Worker):
         for model, mode in (("target", "ngram"), ("good_target", "draft")):  # the benchmark's
             if model in paths and (mode != "draft" or "draft" in paths):  # (others: lazily)
                 self._verifier(model, mode)
+
+    def decode_read_bytes(self, model: str) -> int:
+        return decode_read_bytes(self.pruned[model] / "model.onnx")
 
     def _verifier(self, model: str, mode: str) -> Any:
         key = f"{model}/{mode}"

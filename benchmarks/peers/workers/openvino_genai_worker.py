@@ -2,7 +2,9 @@
 
 Each Hugging Face folder is exported once with optimum-intel (what ``optimum-cli export openvino
 --weight-format fp32`` does: a stateful fp32 OpenVINO IR and the tokenizer's IR; the factory
-models have none, so :mod:`_openvino_genai_export` synthesises one) into :func:`converted_dir`.
+models have none, so :mod:`_openvino_genai_export` synthesises one) into :func:`converted_dir`;
+with ``quantization="int8"`` that IR's weights are then compressed to int8 as ``--weight-format
+int8`` does (NNCF, per-channel asymmetric), activations and the KV cache staying fp32.
 No call uses the tokenizer (only the speculative pipeline's construction does): every call passes
 token ids (``TokenizedInputs`` of shape (1, T)) and reads token ids back
 (``EncodedResults.tokens``).
@@ -41,15 +43,28 @@ from _serve import Unsupported, Worker, converted_dir, serve
 _HERE = Path(__file__).resolve().parent
 
 FORMAT = "openvino-fp32"
+INT8_FORMAT = "openvino-int8"
 
 
-def export(hf_folders: dict[str, str]) -> dict[str, Path]:
-    """The OpenVINO IR folder of each Hugging Face folder; the missing ones are exported in one
-    subprocess (``_openvino_genai_export.py``, optimum-intel) into temporary folders that are
-    renamed into :func:`converted_dir` when complete, so a killed export leaves no half IR."""
-    out = {name: converted_dir(src, FORMAT) for name, src in hf_folders.items()}
-    todo = {name: src for name, src in hf_folders.items()
-            if not (out[name] / "openvino_model.xml").is_file()}
+def export(hf_folders: dict[str, str], quantization: str | None = None) -> dict[str, Path]:
+    """The OpenVINO IR folder of each Hugging Face folder: fp32 (``quantization`` None), or
+    "int8", compressed from the fp32 IR as ``--weight-format int8`` does. The missing ones are
+    made in one subprocess (``_openvino_genai_export.py``)."""
+    fp32 = _convert({n: converted_dir(src, FORMAT) for n, src in hf_folders.items()},
+                    lambda name: hf_folders[name], [])
+    if quantization is None:
+        return fp32
+    if quantization != "int8":
+        raise Unsupported(f"quantization {quantization!r}: use int8")
+    return _convert({n: converted_dir(src, INT8_FORMAT) for n, src in hf_folders.items()},
+                    lambda name: str(fp32[name]), ["--int8"])
+
+
+def _convert(out: dict[str, Path], source: Any, flags: list[str]) -> dict[str, Path]:
+    """Make each missing ``out[name]`` from ``source(name)`` with ``_openvino_genai_export.py
+    *flags SRC DST ...`` into temporary folders that are renamed into place when complete, so a
+    killed export leaves no half IR."""
+    todo = [name for name in out if not (out[name] / "openvino_model.xml").is_file()]
     if not todo:
         return out
     tmps: dict[str, Path] = {}
@@ -58,8 +73,8 @@ def export(hf_folders: dict[str, str]) -> dict[str, Path]:
             out[name].parent.mkdir(parents=True, exist_ok=True)
             tmps[name] = Path(tempfile.mkdtemp(prefix=out[name].name + ".",
                                                dir=out[name].parent))
-        args = [a for name, src in todo.items() for a in (src, str(tmps[name]))]
-        subprocess.run([sys.executable, str(_HERE / "_openvino_genai_export.py"), *args],
+        args = [a for name in todo for a in (source(name), str(tmps[name]))]
+        subprocess.run([sys.executable, str(_HERE / "_openvino_genai_export.py"), *flags, *args],
                        check=True, stdout=sys.stderr)
         for name, tmp in tmps.items():
             shutil.rmtree(out[name], ignore_errors=True)
@@ -70,17 +85,44 @@ def export(hf_folders: dict[str, str]) -> dict[str, Path]:
     return out
 
 
+_DECOMPRESSION = {"Convert", "Subtract", "Multiply", "Reshape"}  # between a weight and its op
+
+
+def ir_decode_read_bytes(xml: Path) -> int:
+    """Bytes of the IR's constants, each in its stored type, but the tables a ``Gather`` reads
+    one row of per token (the input embedding, with its int8 scales and zero points; RoPE
+    tables): what a batch-1 decode step streams."""
+    import openvino as ov
+
+    ops = ov.Core().read_model(xml).get_ops()
+    gathered: set[str] = set()
+    for op in ops:
+        if op.get_type_name() == "Gather":
+            stack = [op.input_value(0).get_node()]
+            while stack:
+                node = stack.pop()
+                if node.get_type_name() == "Constant":
+                    gathered.add(node.get_name())
+                elif node.get_type_name() in _DECOMPRESSION:
+                    stack += [v.get_node() for v in node.input_values()]
+    return sum(op.get_byte_size() for op in ops
+               if op.get_type_name() == "Constant" and op.get_name() not in gathered)
+
+
 class OpenVINOGenAIWorker(Worker):
-    def load(self, paths: dict[str, str], threads: int) -> None:
-        super().load(paths, threads)
+    def load(self, paths: dict[str, str], threads: int, quantization: str | None = None) -> None:
+        super().load(paths, threads, quantization)
         import openvino_genai as ov_genai
 
         self.ov_genai = ov_genai
-        self.ir = export(paths)
+        self.ir = export(paths, quantization)
         self.props: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads,
                                       "INFERENCE_PRECISION_HINT": "f32",
                                       "KV_CACHE_PRECISION": "f32"}
         self.pipes: dict[tuple[str, str], Any] = {}
+
+    def decode_read_bytes(self, model: str) -> int:
+        return ir_decode_read_bytes(self.ir[model] / "openvino_model.xml")
 
     def scheduler(self) -> Any:
         """LLMPipeline's CPU default is continuous batching with a prefix cache that outlives the
