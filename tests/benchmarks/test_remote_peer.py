@@ -19,7 +19,7 @@ sys.path.insert(0, {str(WORKERS)!r})
 from _serve import Worker, serve
 
 class Scripted(Worker):
-    def load(self, paths, threads):
+    def load(self, paths, threads, quantization=None):
         print("a library that prints on stdout")
         self.threads = threads
 
