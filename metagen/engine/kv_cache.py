@@ -3,7 +3,7 @@
 The block manager decides which block holds what; this class only owns the memory, sizes it from
 a byte budget, and copies blocks for copy-on-write. Its memory is allocated once, at construction,
 and never grows: the budget is never exceeded. With ``dtype`` int8, K and V are stored as int8
-with float32 scales ``k_scale``/``v_scale`` of shape (L, num_blocks, Hkv), one per layer, block
+with float32 ``scales`` (K's, V's), each of shape (L, num_blocks, Hkv): one per layer, block
 and kv head (:mod:`metagen.engine.kv_quant`).
 """
 

@@ -23,7 +23,7 @@ from metagen.errors import InvalidParameterError
 
 # The most rows the kernel takes, per vector width: where it beat the dequantized torch product
 # (a float32 copy of the weight, then MKL) on the benchmark target's projections at one thread
-# (``python -m benchmarks.int8_prefill products``, 2-core AMD EPYC Zen 4 under load): with
+# (``python -m benchmarks.int8_prefill products``, 2-core Intel Xeon @ 2.50GHz VM under load): with
 # AVX-512 it took 0.43-0.55x the product's time at 16-32 rows and 0.79-0.94x at 40-64, so 32
 # keeps a clear margin; the AVX2 build was measured once (0.75-0.80x at 24-32 rows on the target,
 # a tie or a loss on the small testbed policy) and keeps the 16 rows it had.
