@@ -43,6 +43,15 @@ def first_recent_block(num_tokens: int, block_size: int, sink_tokens: int,
     return max(sinks, last - window_tokens // block_size)
 
 
+def released_blocks(num_tokens: int, block_size: int, sink_tokens: int,
+                    window_tokens: int | None) -> int:
+    """How many blocks right after the sink blocks a sequence's token at position
+    ``num_tokens - 1`` no longer attends to (0 without a window): the most blocks the sequence
+    may have dropped when that token is computed."""
+    return (first_recent_block(num_tokens, block_size, sink_tokens, window_tokens)
+            - sink_blocks(block_size, sink_tokens))
+
+
 def kept_blocks(num_tokens: int, block_size: int, sink_tokens: int,
                 window_tokens: int | None) -> list[int]:
     """The logical blocks (indices into a full block table) a sequence of ``num_tokens`` tokens

@@ -53,8 +53,7 @@ from metagen.engine.detokenizer import Detokenizer
 from metagen.engine import engine_drivers
 from metagen.engine.engine_scoring import EngineScorer, collect_scores
 from metagen.engine.kv_cache import KVCache, bytes_per_block
-from metagen.engine.kv_window import (first_recent_block, held_blocks, longest_sequence,
-                                      sink_blocks)
+from metagen.engine.kv_window import held_blocks, longest_sequence, released_blocks
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.models.quantize import quantization_of
@@ -293,9 +292,8 @@ class LLMEngine:
         computed = min(seq.num_computed_tokens, num_tokens)
         if computed == num_tokens + appended:  # as truncate: the last token is recomputed
             computed -= 1
-        first = first_recent_block(computed + 1, cfg.block_size, cfg.kv_sink_tokens,
-                                   cfg.kv_window_tokens)
-        if first < sink_blocks(cfg.block_size, cfg.kv_sink_tokens) + seq.dropped_blocks:
+        if released_blocks(computed + 1, cfg.block_size, cfg.kv_sink_tokens,
+                           cfg.kv_window_tokens) < seq.dropped_blocks:
             raise InvalidParameterError(
                 "num_tokens", num_tokens, f"rolls back past the KV window: the sequence "
                 f"dropped the KV of {seq.dropped_blocks} block(s) that its next token would "
@@ -544,14 +542,13 @@ class LLMEngine:
         if self.radix is not None:
             self.radix.check_integrity()
         cfg = self.config
-        sinks = sink_blocks(cfg.block_size, cfg.kv_sink_tokens)
         expected = [0] * self.blocks.num_blocks
         for seq in self.scheduler.running + list(self.scheduler.waiting):
             for b in seq.block_table:
                 expected[b] += 1
-            first = first_recent_block(seq.num_computed_tokens + 1, cfg.block_size,
-                                       cfg.kv_sink_tokens, cfg.kv_window_tokens)
-            assert seq.dropped_blocks == 0 or sinks + seq.dropped_blocks <= first, \
+            assert seq.dropped_blocks <= released_blocks(
+                seq.num_computed_tokens + 1, cfg.block_size, cfg.kv_sink_tokens,
+                cfg.kv_window_tokens), \
                 f"sequence {seq.seq_id} dropped blocks its next token attends to"
         if self.radix is not None:
             for b in self.radix.cached_blocks():

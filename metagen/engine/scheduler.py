@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import EngineConfig
-from metagen.engine.kv_window import first_recent_block, sink_blocks
+from metagen.engine.kv_window import released_blocks, sink_blocks
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.sequence import Sequence, Status
 
@@ -128,8 +128,8 @@ class Scheduler:
             return
         bs, sink_tokens = self.block_size, self.config.kv_sink_tokens
         sinks = sink_blocks(bs, sink_tokens)
-        first = first_recent_block(seq.num_computed_tokens + 1, bs, sink_tokens, window)
-        k = min(first - sinks - seq.dropped_blocks, len(seq.block_table) - sinks)
+        k = min(released_blocks(seq.num_computed_tokens + 1, bs, sink_tokens, window)
+                - seq.dropped_blocks, len(seq.block_table) - sinks)
         if k > 0:
             self.blocks.free(seq.block_table[sinks:sinks + k])
             del seq.block_table[sinks:sinks + k]
