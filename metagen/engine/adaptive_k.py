@@ -66,10 +66,12 @@ def best_k(acceptance: float, k_max: int, draft_cost: float,
 
 def draft_step_cost(draft: torch.nn.Module, target: torch.nn.Module,
                     overhead_bytes: int = STEP_OVERHEAD_BYTES) -> float:
-    """A draft decode step's cost in target steps: the ratio of their weights' bytes, each
-    step's fixed cost counted as ``overhead_bytes`` more."""
+    """A draft decode step's cost in target steps: the ratio of their stored tensors' bytes
+    (parameters and buffers: int8 weights are buffers), each step's fixed cost counted as
+    ``overhead_bytes`` more."""
     def nbytes(m: torch.nn.Module) -> int:
-        return sum(p.numel() * p.element_size() for p in m.parameters()) + overhead_bytes
+        return sum(t.numel() * t.element_size()
+                   for t in (*m.parameters(), *m.buffers())) + overhead_bytes
     return nbytes(draft) / nbytes(target)
 
 

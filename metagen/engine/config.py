@@ -32,11 +32,11 @@ def _positive_int(name: str, value: object, allow_none: bool = False) -> None:
         raise InvalidParameterError(name, value, "must be a positive integer")
 
 
-def check_quantization(value: object) -> None:
-    """Raise :class:`~metagen.errors.InvalidParameterError` naming ``quantization`` unless
-    ``value`` is ``None`` (weights as loaded) or one of :data:`QUANTIZATIONS`."""
+def check_quantization(value: object, name: str = "quantization") -> None:
+    """Raise :class:`~metagen.errors.InvalidParameterError` naming ``name`` unless ``value`` is
+    ``None`` (weights as loaded) or one of :data:`QUANTIZATIONS`."""
     if value is not None and (not isinstance(value, str) or value not in QUANTIZATIONS):
-        raise InvalidParameterError("quantization", value,
+        raise InvalidParameterError(name, value,
                                     f"must be None or one of: {', '.join(QUANTIZATIONS)}")
 
 
@@ -86,7 +86,9 @@ class EngineConfig:
     engine) or ``prompt_lookup`` (prompt lookup with n-grams of at most this many tokens) drafts
     up to ``num_speculative_tokens`` tokens per decoding row and step; with
     ``adaptive_speculation`` each row drafts as many of them as pays for its running acceptance
-    rate (:mod:`metagen.engine.adaptive_k`).
+    rate (:mod:`metagen.engine.adaptive_k`). ``speculative_quantization`` quantizes the draft
+    model's weights as ``quantization`` does the target's (only with ``speculative_model``):
+    the drafts change, never the output, which the target verifies in its own precision.
     ``quantization`` "int8" quantizes the linear projections (and an untied LM head) at load,
     weight-only, one float32 scale per output channel (:mod:`metagen.engine.models.quantize`):
     a quarter of the weight bytes to stream per decoding step; ``None`` keeps them as loaded.
@@ -123,6 +125,7 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     prompt_lookup: int | None = None
     adaptive_speculation: bool = False
+    speculative_quantization: Quantization | None = None
     quantization: Quantization | None = None
     kv_sink_tokens: int = 0
     kv_window_tokens: int | None = None
@@ -167,6 +170,10 @@ class EngineConfig:
             raise InvalidParameterError("prompt_lookup", self.prompt_lookup,
                                         "give either speculative_model or prompt_lookup")
         check_quantization(self.quantization)
+        check_quantization(self.speculative_quantization, "speculative_quantization")
+        if self.speculative_quantization is not None and self.speculative_model is None:
+            raise InvalidParameterError("speculative_quantization", self.speculative_quantization,
+                                        "needs speculative_model (it quantizes the draft model)")
         _check_kv_window(self.kv_sink_tokens, self.kv_window_tokens, self.block_size,
                          self.speculative_model is not None or self.prompt_lookup is not None)
         if not isinstance(self.kv_cache_dtype, str) or self.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -265,7 +265,8 @@ class Speculator:
 def build_speculator(cfg: EngineConfig, engine: LLMEngine) -> Speculator | None:
     """The speculator ``cfg`` asks for: prompt lookup (``prompt_lookup`` = longest n-gram), a
     draft model (``speculative_model``, a folder with the target's vocabulary, on its own engine
-    with the same block size, dtype and device), or None; ``adaptive_speculation`` chooses each
+    with the same block size, dtype and device, its weights quantized as
+    ``speculative_quantization`` says), or None; ``adaptive_speculation`` chooses each
     row's ``k``, a draft step costing its weights' bytes over the target's."""
     if cfg.prompt_lookup is not None:
         return Speculator(NgramProposer(max_ngram=cfg.prompt_lookup), cfg.num_speculative_tokens,
@@ -280,7 +281,8 @@ def build_speculator(cfg: EngineConfig, engine: LLMEngine) -> Speculator | None:
         block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=cfg.max_model_len,
         dtype=cfg.dtype, device=cfg.device, hydragen=cfg.hydragen,
-        hydragen_min_prefix=cfg.hydragen_min_prefix), tokenizer=False)
+        hydragen_min_prefix=cfg.hydragen_min_prefix, quantization=cfg.speculative_quantization),
+        tokenizer=False)
     if draft.vocab_size != engine.vocab_size:
         raise ModelLoadError(f"speculative_model {cfg.speculative_model!r} has a vocabulary of "
                              f"{draft.vocab_size} tokens; the target's has {engine.vocab_size}")

@@ -76,6 +76,17 @@ def test_draft_step_cost_is_a_byte_ratio() -> None:
     assert draft_step_cost(small, big, overhead_bytes=440) == pytest.approx(880 / 1760)
 
 
+def test_draft_step_cost_counts_int8_weights() -> None:
+    """An int8 projection is a buffer (1 byte a weight, one float32 scale per output channel):
+    it counts, at its stored size."""
+    from metagen.engine.models.int8 import Int8Weight
+
+    fp32 = torch.nn.Linear(10, 30, bias=False)  # 300 float32 weights
+    q8 = torch.nn.Module()
+    q8.w = Int8Weight.from_in_out(fp32.weight.detach().T.contiguous())
+    assert draft_step_cost(q8, fp32, overhead_bytes=0) == pytest.approx((300 + 30 * 4) / 1200)
+
+
 @pytest.mark.parametrize("kwargs, name", [
     ({"acceptance": 1.5, "k_max": 4, "draft_cost": 0.1}, "acceptance"),
     ({"acceptance": 0.5, "k_max": 0, "draft_cost": 0.1}, "k_max"),

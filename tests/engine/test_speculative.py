@@ -116,6 +116,10 @@ def test_speculative_rejects_bad_settings(setup) -> None:
         EngineConfig(prompt_lookup=0)
     with pytest.raises(InvalidParameterError, match="prompt_lookup"):
         EngineConfig(prompt_lookup=3, speculative_model="x")
+    with pytest.raises(InvalidParameterError, match="speculative_quantization"):
+        EngineConfig(speculative_model="x", speculative_quantization="int4")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="speculative_quantization"):
+        EngineConfig(prompt_lookup=3, speculative_quantization="int8")
 
 
 def test_requests_speculation_cannot_serve_decode_normally(setup, stories_path) -> None:

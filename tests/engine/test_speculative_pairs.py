@@ -93,6 +93,14 @@ def test_testbed_pair_greedy_equals_transformers(testbed_prompts, adaptive: bool
            num_speculative_tokens=5, adaptive_speculation=adaptive)
 
 
+def test_int8_draft_greedy_equals_transformers(testbed_prompts) -> None:
+    """A draft quantized to int8 drafts other tokens (sometimes), never other output: the
+    float32 target verifies them."""
+    ref = _hf_greedy(model_path("policy"), testbed_prompts, NEW)
+    _check(model_path("policy"), testbed_prompts, ref, speculative_model=str(model_path("draft")),
+           speculative_quantization="int8", num_speculative_tokens=3)
+
+
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_random_pair_greedy_equals_plain(random_pair, adaptive: bool) -> None:
     target, draft = random_pair
@@ -102,7 +110,8 @@ def test_random_pair_greedy_equals_plain(random_pair, adaptive: bool) -> None:
     plain.eos_token_ids = ()
     ref = [list(o.outputs[0].token_ids) for o in plain.generate(
         prompts, SamplingParams(temperature=0, max_tokens=NEW, ignore_eos=True))]
-    for spec in ({"speculative_model": str(draft)}, {"prompt_lookup": 2}):
+    for spec in ({"speculative_model": str(draft)}, {"prompt_lookup": 2},
+                 {"speculative_model": str(draft), "speculative_quantization": "int8"}):
         eng = _engine(target, num_speculative_tokens=6, adaptive_speculation=adaptive, **spec)
         eng.eos_token_ids = ()
         out = eng.generate(prompts, SamplingParams(temperature=0, max_tokens=NEW,
