@@ -180,7 +180,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
         log("workload D ...")
         r, out = workloads.workload_d(peers, s, v, not_run)
         rows += r
-        for mode in ("draft", "ngram"):
+        for mode in ("draft", "draft-int8", "ngram"):
             checks[f"D {mode}: speculative == greedy, all peers"] = _check_same(
                 out, [k for k in full_precision(out) if f"/{mode}/" in k])
     metagen = next((p for p in peers if isinstance(p, MetagenPeer)), None)

@@ -1,6 +1,7 @@
 """Workload D on real models: speculative greedy decoding against the same engine's own greedy.
 
-    python -m benchmarks.spec_real [--problems 16] [--repeats 3] [--k 2] [--k-max 6] [--json PATH]
+    python -m benchmarks.spec_real [--problems 16] [--repeats 3] [--k 2] [--k-max 6]
+                                   [--draft-quantization int8] [--cases NAMES] [--json PATH]
 
 Cases (batch 1, each prompt decoded to its end token or ``max_tokens``):
 
@@ -17,6 +18,8 @@ greedy and speculative runs alternate (greedy, fixed, adaptive, greedy, ...) so 
 comes and goes on a shared machine hits them alike; the speed-up of a repeat is its greedy time
 over its speculative time, reported as min / median / max. The tokens of every speculative run
 are compared with greedy's (reported). Timings are reported, never asserted.
+``--draft-quantization int8`` runs the draft cases with the draft's weights in int8
+(``EngineConfig.speculative_quantization``; the target stays float32).
 """
 
 from __future__ import annotations
@@ -104,22 +107,25 @@ def cases(problems: int) -> list[Case]:
     return out
 
 
-def _spec_options(case: Case, k: int, adaptive: bool) -> dict[str, Any]:
+def _spec_options(case: Case, k: int, adaptive: bool, draft_quantization: str | None
+                  ) -> dict[str, Any]:
     opts: dict[str, Any] = {"num_speculative_tokens": k, "adaptive_speculation": adaptive}
     if case.draft is not None:
         opts["speculative_model"] = str(case.draft)
+        opts["speculative_quantization"] = draft_quantization
     else:
         opts["prompt_lookup"] = 3
     return opts
 
 
-def run_case(case: Case, k: int, k_max: int, repeats: int, log: Callable[[str], Any]
-             ) -> dict[str, Any]:
+def run_case(case: Case, k: int, k_max: int, repeats: int, log: Callable[[str], Any],
+             draft_quantization: str | None = None) -> dict[str, Any]:
     """Greedy, fixed ``k`` and adaptive ``k <= k_max`` on ``case``, interleaved ``repeats``
-    times after an untimed warm-up."""
+    times after an untimed warm-up; a draft model quantized as ``draft_quantization`` says."""
+    dq = draft_quantization
     engines = {"greedy": _engine(case.target, {}, case.ignore_eos),
-               f"k={k}": _engine(case.target, _spec_options(case, k, False), case.ignore_eos),
-               f"adaptive k<={k_max}": _engine(case.target, _spec_options(case, k_max, True),
+               f"k={k}": _engine(case.target, _spec_options(case, k, False, dq), case.ignore_eos),
+               f"adaptive k<={k_max}": _engine(case.target, _spec_options(case, k_max, True, dq),
                                                 case.ignore_eos)}
     times: dict[str, list[float]] = {name: [] for name in engines}
     tokens = {name: _decode(eng, case)[1] for name, eng in engines.items()}  # warm-up
@@ -148,6 +154,7 @@ def run_case(case: Case, k: int, k_max: int, repeats: int, log: Callable[[str], 
         rows[name] = row
     return {"case": case.name, "target": case.target.name,
             "draft": None if case.draft is None else case.draft.name,
+            "draft_quantization": None if case.draft is None else draft_quantization,
             "prompts": len(case.prompts), "generated_tokens": n_tokens, "rows": rows}
 
 
@@ -158,16 +165,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--k-max", type=int, default=6)
     ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--draft-quantization", choices=["int8"], default=None,
+                    help="quantize the draft model's weights (draft cases)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     result: dict[str, Any] = {
         "meta": {"threads": torch.get_num_threads(), "machine": platform.machine(),
-                 "k": a.k, "k_max": a.k_max, "repeats": a.repeats, "problems": a.problems},
+                 "k": a.k, "k_max": a.k_max, "repeats": a.repeats, "problems": a.problems,
+                 "draft_quantization": a.draft_quantization},
         "cases": []}
     for case in cases(a.problems):
         if a.cases and case.name not in a.cases.split(","):
             continue
-        res = run_case(case, a.k, a.k_max, a.repeats, print)
+        res = run_case(case, a.k, a.k_max, a.repeats, print, a.draft_quantization)
         result["cases"].append(res)
         for name, row in res["rows"].items():
             x = row["x_own_greedy"]

@@ -36,6 +36,7 @@ class Settings:
     d_prompt: int = 256
     d_new: int = 128
     d_k: int = 2
+    d_int8_k: int = 3  # drafts per round with the int8 draft (a cheaper draft step pays for more)
     e_prompts: int = 8
     e_prompt_len: int = 64
     e_beams: int = 4
@@ -45,7 +46,7 @@ class Settings:
 
 FULL_SETTINGS = Settings()
 QUICK_SETTINGS = Settings(repeats=1, a_prompt=32, a_new=8, b_prompt=32, b_n=4, b_new=8,
-                          c_prompt=16, c_width=2, c_new=8, d_prompt=32, d_new=12, d_k=3,
+                          c_prompt=16, c_width=2, c_new=8, d_prompt=32, d_new=12, d_k=3, d_int8_k=3,
                           e_prompts=2, e_prompt_len=16, e_beams=2, e_steps=2, e_step_tokens=6)
 
 
@@ -211,15 +212,20 @@ def workload_c(peers: list[Peer], s: Settings, vocab: int,
 
 def workload_d(peers: list[Peer], s: Settings, vocab: int,
                not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
-    """Speculative greedy vs the same engine's own greedy: good draft and prompt lookup."""
+    """Speculative greedy vs the same engine's own greedy: good draft and prompt lookup, and
+    (metagen only: ``EngineConfig.speculative_quantization``) the good draft quantized to int8
+    with its own ``k``; the target stays in each peer's own precision."""
     rows, outputs = [], {}
-    cases = [("draft", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7),
-             ("ngram", "target", repetitive_prompt(s.d_prompt, vocab, 5), 1.9)]
-    for mode, model, prompt, goal in cases:
+    cases = [("draft", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7, s.d_k),
+             ("draft-int8", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7, s.d_int8_k),
+             ("ngram", "target", repetitive_prompt(s.d_prompt, vocab, 5), 1.9, s.d_k)]
+    for mode, model, prompt, goal, k in cases:
         for peer in peers:
+            if mode == "draft-int8" and not isinstance(peer, MetagenPeer):
+                continue
             got = attempt(peer, not_run, f"D {mode}", lambda: timed_pair(
                 lambda: peer.greedy(model, prompt, s.d_new),
-                lambda: peer.speculative(model, prompt, s.d_new, s.d_k, mode),
+                lambda: peer.speculative(model, prompt, s.d_new, k, mode),
                 s.repeats, s.warmup))
             if got is None:
                 continue
@@ -227,7 +233,7 @@ def workload_d(peers: list[Peer], s: Settings, vocab: int,
             speed = [b / t for b, t in zip(t_base, t_spec)]
             outputs[f"{peer.name}/{mode}/greedy"] = base
             outputs[f"{peer.name}/{mode}/spec"] = spec
-            rows.append(_row("D", peer, f"spec {mode} ({model})", t_spec, s.d_new,
+            rows.append(_row("D", peer, f"spec {mode} k={k} ({model})", t_spec, s.d_new,
                              ratio_runs=speed, ratio=summary(speed), ratio_name="x own greedy",
                              target=f">= {goal}x" if peer.name == "metagen" else None,
                              greedy_times=t_base,

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.peers.base import Peer
+from benchmarks.peers.base import Peer, Unsupported
 
 
 def bench_device() -> str:
@@ -61,6 +61,8 @@ class TransformersPeer(Peer):
 
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
                     mode: str) -> list[int]:
+        if mode not in ("draft", "ngram"):
+            raise Unsupported
         kw: dict[str, Any] = ({"assistant_model": self.models["draft"]} if mode == "draft"
                               else {"prompt_lookup_num_tokens": k})
         return self._gen(model, prompt, do_sample=False, max_new_tokens=max_new,
@@ -100,10 +102,11 @@ class MetagenPeer(Peer):
                speculator=None):
         from metagen.engine.config import EngineConfig
         from metagen.engine.llm_engine import LLMEngine
+        from metagen.engine.models.quantize import quantization_of
 
         cfg = EngineConfig(block_size=16, num_blocks=num_blocks, prefix_cache=prefix_cache,
                            max_num_batched_tokens=4096, device=bench_device(),
-                           quantization=self.quantization)  # type: ignore[arg-type]
+                           quantization=quantization_of(self.models[model]))
         eng = LLMEngine(self.models[model], None, cfg, speculator=speculator)
         eng.eos_token_ids = ()  # as the transformers peer (eos_token_id=None): fixed lengths
         return eng
@@ -135,16 +138,23 @@ class MetagenPeer(Peer):
 
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
                     mode: str) -> list[int]:
-        """Greedy decoding on an engine built with a speculator (draft model on its own small
-        engine, or prompt lookup)."""
+        """Greedy decoding on an engine built with a speculator: ``mode`` "draft" (the draft
+        model on its own small engine, held as this peer holds its models), "draft-int8" (the
+        same draft quantized to int8, as ``EngineConfig.speculative_quantization="int8"``
+        loads it) or "ngram" (prompt lookup)."""
         from metagen.engine.draft_proposer import DraftModelProposer
         from metagen.engine.proposers import NgramProposer
         from metagen.engine.speculative_decoding import Speculator
         from metagen.types import SamplingParams
 
         blocks = self.blocks_for(len(prompt) + max_new + k + 16)
-        proposer = (DraftModelProposer(self.engine("draft", num_blocks=blocks))
-                    if mode == "draft" else NgramProposer(max_ngram=3))
+        if mode == "draft-int8" and "draft-int8" not in self.models:
+            from metagen.engine.models.loader import load_model
+
+            self.models["draft-int8"] = load_model(self.paths["draft"], device=bench_device(),
+                                                   quantization="int8")
+        proposer = (DraftModelProposer(self.engine(mode, num_blocks=blocks))
+                    if mode in ("draft", "draft-int8") else NgramProposer(max_ngram=3))
         eng = self.engine(model, num_blocks=blocks, speculator=Speculator(proposer, k))
         out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
         stats = eng.speculator.stats
