@@ -18,8 +18,9 @@ greedy and speculative runs alternate (greedy, fixed, adaptive, greedy, ...) so 
 comes and goes on a shared machine hits them alike; the speed-up of a repeat is its greedy time
 over its speculative time, reported as min / median / max. The tokens of every speculative run
 are compared with greedy's (reported). Timings are reported, never asserted.
-``--draft-quantization int8`` runs the draft cases with the draft's weights in int8
-(``EngineConfig.speculative_quantization``; the target stays float32).
+``--draft-quantization int8`` adds to the draft cases a fixed ``k = --int8-k`` row whose draft
+holds its weights in int8 (``EngineConfig.speculative_quantization``; the target stays float32),
+interleaved with the others.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def cases(problems: int) -> list[Case]:
     return out
 
 
-def _spec_options(case: Case, k: int, adaptive: bool, draft_quantization: str | None
+def _spec_options(case: Case, k: int, adaptive: bool, draft_quantization: str | None = None
                   ) -> dict[str, Any]:
     opts: dict[str, Any] = {"num_speculative_tokens": k, "adaptive_speculation": adaptive}
     if case.draft is not None:
@@ -119,14 +120,18 @@ def _spec_options(case: Case, k: int, adaptive: bool, draft_quantization: str | 
 
 
 def run_case(case: Case, k: int, k_max: int, repeats: int, log: Callable[[str], Any],
-             draft_quantization: str | None = None) -> dict[str, Any]:
-    """Greedy, fixed ``k`` and adaptive ``k <= k_max`` on ``case``, interleaved ``repeats``
-    times after an untimed warm-up; a draft model quantized as ``draft_quantization`` says."""
-    dq = draft_quantization
+             draft_quantization: str | None = None, quantized_k: int = 4) -> dict[str, Any]:
+    """Greedy, fixed ``k`` and adaptive ``k <= k_max`` on ``case`` (and, for a draft case with
+    ``draft_quantization``, fixed ``quantized_k`` with the draft so quantized), interleaved
+    ``repeats`` times after an untimed warm-up."""
     engines = {"greedy": _engine(case.target, {}, case.ignore_eos),
-               f"k={k}": _engine(case.target, _spec_options(case, k, False, dq), case.ignore_eos),
-               f"adaptive k<={k_max}": _engine(case.target, _spec_options(case, k_max, True, dq),
+               f"k={k}": _engine(case.target, _spec_options(case, k, False), case.ignore_eos),
+               f"adaptive k<={k_max}": _engine(case.target, _spec_options(case, k_max, True),
                                                 case.ignore_eos)}
+    if case.draft is not None and draft_quantization is not None:
+        engines[f"k={quantized_k} {draft_quantization} draft"] = _engine(
+            case.target, _spec_options(case, quantized_k, False, draft_quantization),
+            case.ignore_eos)
     times: dict[str, list[float]] = {name: [] for name in engines}
     tokens = {name: _decode(eng, case)[1] for name, eng in engines.items()}  # warm-up
     for eng in engines.values():
@@ -154,7 +159,6 @@ def run_case(case: Case, k: int, k_max: int, repeats: int, log: Callable[[str], 
         rows[name] = row
     return {"case": case.name, "target": case.target.name,
             "draft": None if case.draft is None else case.draft.name,
-            "draft_quantization": None if case.draft is None else draft_quantization,
             "prompts": len(case.prompts), "generated_tokens": n_tokens, "rows": rows}
 
 
@@ -166,18 +170,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--k-max", type=int, default=6)
     ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--draft-quantization", choices=["int8"], default=None,
-                    help="quantize the draft model's weights (draft cases)")
+                    help="add a row whose draft model's weights are so quantized (draft cases)")
+    ap.add_argument("--int8-k", type=int, default=4, help="k of that row")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     result: dict[str, Any] = {
         "meta": {"threads": torch.get_num_threads(), "machine": platform.machine(),
                  "k": a.k, "k_max": a.k_max, "repeats": a.repeats, "problems": a.problems,
-                 "draft_quantization": a.draft_quantization},
+                 "draft_quantization": a.draft_quantization, "int8_k": a.int8_k},
         "cases": []}
     for case in cases(a.problems):
         if a.cases and case.name not in a.cases.split(","):
             continue
-        res = run_case(case, a.k, a.k_max, a.repeats, print, a.draft_quantization)
+        res = run_case(case, a.k, a.k_max, a.repeats, print, a.draft_quantization, a.int8_k)
         result["cases"].append(res)
         for name, row in res["rows"].items():
             x = row["x_own_greedy"]

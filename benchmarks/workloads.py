@@ -36,7 +36,7 @@ class Settings:
     d_prompt: int = 256
     d_new: int = 128
     d_k: int = 2
-    d_int8_k: int = 3  # drafts per round with the int8 draft (a cheaper draft step pays for more)
+    d_int8_k: int = 4  # drafts per round with the int8 draft (a cheaper draft step pays for more)
     e_prompts: int = 8
     e_prompt_len: int = 64
     e_beams: int = 4
