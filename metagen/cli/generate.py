@@ -246,13 +246,17 @@ _SEARCH_FLAGS = [
                  "launched)."),
     click.option("--num-speculative-tokens", type=str, metavar="INT", default=None,
                  help="Draft tokens per step (default 4)."),
+    click.option("--speculative-quantization", default=None, metavar="int8",
+                 help="Quantize the draft model's weights at load (int8): cheaper drafts, the "
+                 "same output (the target verifies them in its own precision)."),
     click.option("--prompt-lookup", type=str, metavar="INT", default=None,
                  help="Speculative decoding by prompt lookup with n-grams up to INT tokens."),
 ]
 
 
 _SEARCH_NAMES = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty",
-                 "speculative_model", "num_speculative_tokens", "prompt_lookup")
+                 "speculative_model", "num_speculative_tokens", "speculative_quantization",
+                 "prompt_lookup")
 
 
 def _search_flags(f: Any) -> Any:
@@ -305,6 +309,7 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
     return {"speculative_model": search["speculative_model"],
             "num_speculative_tokens": _int("num_speculative_tokens",
                                            search["num_speculative_tokens"]),
+            "speculative_quantization": search["speculative_quantization"],
             "prompt_lookup": _int("prompt_lookup", search["prompt_lookup"])}
 
 

@@ -101,6 +101,7 @@ def test_scripted_flag_the_server_cannot_honour_fails_before_any_request(
 @pytest.mark.parametrize("flags, named", [
     (("--device", "cpu"), "device"), (("--dtype", "float16"), "dtype"),
     (("--speculative-model", "/some/draft"), "speculative_model"),
+    (("--speculative-quantization", "int8"), "speculative_quantization"),
     (("--prompt-lookup", "3"), "prompt_lookup"), (("--num-beams", "2"), "num_beams"),
     (("--backend", "hf"), "backend"),
 ])

@@ -44,6 +44,8 @@ def test_cli_num_beams_equals_transformers_beam_search(capsys, stories_path) -> 
 
 
 @pytest.mark.parametrize("flags", [["--speculative-model", str(TESTBED / "draft")],
+                                   ["--speculative-model", str(TESTBED / "draft"),
+                                    "--speculative-quantization", "int8"],
                                    ["--prompt-lookup", "3", "--num-speculative-tokens", "3"]])
 def test_cli_speculative_equals_plain_greedy(capsys, flags) -> None:
     prompt = "Question: Sam has 12 apples and buys 7 more. How many apples does Sam have?\n"
@@ -52,6 +54,12 @@ def test_cli_speculative_equals_plain_greedy(capsys, flags) -> None:
     spec = run_json(capsys, *args, *flags)
     assert spec["completions"][0]["token_ids"] == plain["completions"][0]["token_ids"]
     assert spec["completions"][0]["text"] == plain["completions"][0]["text"]
+
+
+def test_cli_speculative_quantization_needs_a_draft_model(capsys) -> None:
+    code = main(["generate", str(TESTBED / "policy"), "x", "--prompt-lookup", "3",
+                 "--speculative-quantization", "int8"])
+    assert code != 0 and "speculative_quantization" in capsys.readouterr().err
 
 
 def test_cli_beam_flags_need_num_beams(capsys, stories_path) -> None:
