@@ -59,7 +59,8 @@ class LocalGenerator:
     def from_pretrained(cls, path: str | Path, **engine_options: Any) -> LocalGenerator:
         """Load a Hugging Face folder; ``engine_options`` are :class:`EngineConfig` fields
         (``num_blocks``/``kv_cache_bytes``, ``dtype``, ``device``, ``max_num_seqs``, ...;
-        speculative decoding: ``speculative_model=PATH`` or ``prompt_lookup=N``, with
+        speculative decoding: ``speculative_model=PATH`` (its weights in int8 with
+        ``speculative_quantization="int8"``) or ``prompt_lookup=N``, with
         ``num_speculative_tokens=K``).
         An unsupported architecture raises ``ModelLoadError`` suggesting ``metagen.HFGenerator``."""
         folder = Path(path)
