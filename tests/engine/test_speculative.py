@@ -19,6 +19,7 @@ from metagen.engine.config import EngineConfig
 from metagen.engine.draft_proposer import DraftModelProposer
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models.loader import load_model
+from metagen.engine.models.quantize import quantization_of, quantize_model
 from metagen.engine.proposers import NgramProposer, ngram_lookup
 from metagen.engine.speculative_decoding import Speculator
 from metagen.errors import InvalidParameterError
@@ -30,7 +31,8 @@ def engine(model, num_blocks: int, block_size: int = 8, proposer=None, k: int = 
     """An engine over ``model`` (end tokens ``eos``) speculating with ``proposer`` (with
     ``adaptive``: k chosen per row, a draft step costing 0.5 target steps)."""
     eng = LLMEngine(model, tokenizer, EngineConfig(num_blocks=num_blocks, block_size=block_size,
-                                                   device="cpu"),
+                                                   device="cpu",
+                                                   quantization=quantization_of(model)),
                     speculator=None if proposer is None else Speculator(
                         proposer, k, adaptive=adaptive, draft_cost=0.5 * adaptive))
     eng.eos_token_ids = tuple(eos)
@@ -170,7 +172,7 @@ def _exact_three_token_law(hf, ids: list[int], top_k: int, temperature: float
 
 
 @pytest.mark.parametrize("proposer_kind, adaptive", [("bad", False), ("ngram", False),
-                                                     ("bad", True)])
+                                                     ("bad", True), ("bad int8", False)])
 def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind: str,
                                              adaptive: bool) -> None:
     """With ``adaptive`` (a draft step costing 0.5 target steps), a row's first round drafts 1
@@ -182,6 +184,8 @@ def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind:
     with torch.no_grad():
         for w in noisy.parameters():
             w.add_(torch.randn(w.shape, generator=gen) * 0.15 * w.std())
+    if proposer_kind == "bad int8":  # q is what the int8 draft sampled from: still exact
+        quantize_model(noisy, "int8")
     ids = tok("Once upon a time, there was a little").input_ids
     n, top_k, temperature = 3000, 4, 1.5
     law = _exact_three_token_law(hf, ids, top_k, temperature)
@@ -209,9 +213,9 @@ def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind:
     a = 2.0 / (9.0 * df)
     crit = df * (1.0 - a + 4.7534 * math.sqrt(a)) ** 3
     assert stat < crit, (stat, crit)
-    if proposer_kind == "bad":
+    if proposer_kind != "ngram":
         assert 0 < stats.accepted < stats.proposed  # the rule really rejected and accepted
     if adaptive:  # one draft in a row's first round, at most one more after a rejection
         assert stats.proposed < 2 * n
-    elif proposer_kind == "bad":  # two drafts in every row's first round (max_tokens: no more)
+    elif proposer_kind != "ngram":  # two drafts in every row's first round (max_tokens: no more)
         assert stats.proposed >= 2 * n
