@@ -98,8 +98,6 @@ class ModelRunner:
         self.device = model.device
         self.block_size = kv_cache.block_size
         self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
-        # an int8 cache attends natively but never runs the whole native step, which writes
-        # float32 K/V: its writes stay in PyTorch (kv_quant)
         self.native = native_decode_step(model) if native else None
         self.native_steps = 0  # steps run by the native decode step (a counter)
         self.native_attention_steps = 0  # steps with PyTorch products, native attention
@@ -230,18 +228,18 @@ class ModelRunner:
         :data:`NATIVE_ATTENTION_MAX_ROW` new tokens (decoding, beams, samples, verification)
         attends natively, straight over the paged cache, and the products run in PyTorch, as
         does everything else (prefill). In such a step, which way a row attends depends only on
-        its own length, not on the other rows'. With an int8 cache the whole-layer native step
-        never runs (it writes float32 K/V): its K/V are written in PyTorch and every such row
-        attends natively, dequantizing in the kernel.
+        its own length, not on the other rows'. An int8 cache takes the same paths: the native
+        step quantizes its new K/V in C, a larger step in PyTorch (kv_quant), and native
+        attention dequantizes in the kernel.
         """
         native = self.native
-        if native is not None and self.kv.scales is None \
-                and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
+        if native is not None and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
                 and self._native_safe(reqs):
             self.native_steps += 1
             plan = self._plan(reqs)
             input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
-            hidden = self.model.forward_native(input_ids, native, plan, self.kv.k, self.kv.v)
+            hidden = self.model.forward_native(input_ids, native, plan, self.kv.k, self.kv.v,
+                                               self.kv.scales)
             return hidden, plan.tok_off[:-1].tolist()
         short = [] if native is None else [
             i for i, r in enumerate(reqs) if len(r.new_token_ids) <= NATIVE_ATTENTION_MAX_ROW]

@@ -7,9 +7,11 @@ values. The kernel dequantizes with the same float32 rounding and attends in flo
 differ by float32 summation rounding only: the bound asserted is 1e-5 on outputs of magnitude
 <= the values' (|v| <= 127 * 0.02 = 2.54).
 
-Engine: on stories260K with an int8 cache, decoding with native attention (the products in
-PyTorch; the whole-layer native step never runs, since it writes float32 K/V) gives the greedy
-tokens of the same engine with native kernels off, and log-probabilities within 1e-4.
+Engine: on stories260K with an int8 cache, decoding through the whole native step (its int8
+write in C) or through native attention alone (the step off: PyTorch products and write) gives
+the tokens of the same engine with native kernels off, and log-probabilities within 1e-4; so do
+prefix-cache hits and a fork (copy-on-write of a partial block with its scales) through the
+native step, whose results are the same bit for bit at 1 and 3 threads.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from metagen.engine.native.library import open_library
 from metagen.types import SamplingParams
 
 from ._native_variants import variants
+from .test_kv_int8 import GREEDY30, _same
 
 BLOCK, NUM_BLOCKS = 4, 24
 OUT_TOL = 1e-5
@@ -88,18 +91,73 @@ def test_int8_native_attention_equals_dequantize_then_attend(step, threads):
     assert torch.equal(got, step.attention(q, kc, vc, plan, threads=1, scales=(ks, vs)))
 
 
+@pytest.mark.parametrize("path", ["step", "attention"])
 @pytest.mark.parametrize("n", [1, 3])
-def test_int8_engine_with_native_attention_equals_native_off(stories_engine_factory, n):
+def test_int8_engine_with_native_kernels_equals_native_off(stories_engine_factory, n, path):
     params = SamplingParams(temperature=0.0 if n == 1 else 1.0, n=n, seed=77, max_tokens=48,
                             ignore_eos=True)
     native = stories_engine_factory(kv_cache_dtype="int8", block_size=8)
     if native.runner.native is None:
         pytest.skip("no native library on this machine (no C compiler or vector ISA)")
+    if path == "attention":
+        native.runner.native.max_tokens = 0  # the whole step off: native attention only
     off = stories_engine_factory(kv_cache_dtype="int8", block_size=8)
     off.runner.native = None
     prompt = native.tokenizer("Once upon a time, in a big forest,")["input_ids"]
     a, b = (e.generate([prompt], params)[0] for e in (native, off))
-    assert native.runner.native_attention_steps > 0 and native.runner.native_steps == 0
+    ran = native.runner.native_steps if path == "step" else native.runner.native_attention_steps
+    assert ran >= 47 and off.runner.native_steps == off.runner.native_attention_steps == 0
     assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
     for x, y in zip(a.outputs, b.outputs):
         assert max(abs(p - r) for p, r in zip(x.logprobs, y.logprobs)) < 1e-4
+
+
+def _int8_engine(factory, native: bool, threads: int | None = None):
+    e = factory(kv_cache_dtype="int8", block_size=8)
+    if e.runner.native is None:
+        pytest.skip("no native library on this machine (no C compiler or vector ISA)")
+    if not native:
+        e.runner.native = None
+    else:
+        e.runner.native.threads = threads
+    return e
+
+
+STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+         "park with her friends. One day, she saw a big red ball under a tree and ran to get it.")
+
+
+def _prefix_hit_and_fork(engine):
+    """Greedy runs that hit the prefix cache (a story's first 40 tokens: 5 whole blocks), then a
+    request forked into 3 after 7 steps (the children copy the partial block with its scales).
+    A story, as the model's flat next-token distributions on random tokens turn the paths'
+    float32 rounding differences (which can move an int8 value by one step) into near-tie
+    flips."""
+    base = engine.tokenizer(STORY)["input_ids"][:40]
+    prompts = [base + tail for tail in ([5, 6], [7], [8, 9, 10])]
+    outs = engine.generate(prompts[:1], GREEDY30) + engine.generate(prompts[1:], GREEDY30)
+    rid = engine.add_request(base + [11], GREEDY30)
+    for _ in range(7):
+        engine.step()
+    engine.fork(engine.requests[rid].seqs[0].seq_id, 2)
+    outs.append(engine.run_until_done([rid])[0])
+    engine.check_integrity()
+    return outs
+
+
+def test_int8_step_on_prefix_hits_and_forks_equals_native_off(stories_engine_factory):
+    native, off = (_int8_engine(stories_engine_factory, on) for on in (True, False))
+    a, b = _prefix_hit_and_fork(native), _prefix_hit_and_fork(off)
+    assert [r.num_cached_tokens for r in a] == [0, 40, 40, 40]
+    assert native.runner.native_steps > 0 and off.runner.native_steps == 0
+    assert len(a[-1].outputs) == 3
+    for x, y in zip(a, b):
+        _same(x, y, 1e-4)  # measured 4.9e-6
+
+
+def test_int8_step_is_the_same_at_any_thread_count(stories_engine_factory):
+    one, three = (_prefix_hit_and_fork(_int8_engine(stories_engine_factory, True, threads))
+                  for threads in (1, 3))
+    for x, y in zip(one, three):
+        assert [(c.token_ids, c.logprobs) for c in x.outputs] == [
+            (c.token_ids, c.logprobs) for c in y.outputs]

@@ -145,12 +145,15 @@ class LlamaModel(nn.Module):
         return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
 
     def forward_native(self, input_ids: torch.Tensor, step: DecodeStep, plan: StepPlan,
-                       k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+                       k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
+                       ) -> torch.Tensor:
         """:meth:`forward` for a step of a few tokens through the native decode step (see
         :mod:`metagen.engine.native.decode_step`): input_ids (T,) -> final hidden states
-        (T, hidden); positions and attention come from ``plan``."""
+        (T, hidden); positions and attention come from ``plan``; ``kv_scales`` as in
+        :meth:`forward`."""
         h = self.embed.index_select(0, input_ids)  # (T, H), a fresh tensor, updated in place
-        step(h, plan, k_cache, v_cache)
+        step(h, plan, k_cache, v_cache, scales=kv_scales)
         return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -15,11 +15,14 @@
  * group's shared prefix together, so each prefix key and value is read once per group, then
  * each token attends to its own row's positions from the end of that prefix up to its own.
  * Summation orders differ from PyTorch's: results agree to rounding, not bit for bit.
- * Attention alone (mg_attention_q8) also reads an int8 cache with one float32 scale per block
- * and kv head: each key block is dequantized into the thread's scratch, then attended as above.
+ * The step (mg_decode_step_q8) and attention alone (mg_attention_q8) also run on an int8 cache
+ * with one float32 scale per block and kv head: each key block is dequantized into the thread's
+ * scratch, then attended as above; the step quantizes each row's new K/V into its blocks with
+ * metagen/engine/kv_quant.py's arithmetic (write_q8), just before the row attends.
  *
  * Threads (pool.h): every thread walks the layers' stages (norm | q|k|v product | per-head
- * norm, rope, cache write | prefix-group attention | own-position attention | o product +
+ * norm, rope, float32 cache write | prefix-group attention | int8 cache write and own-position
+ * attention | o product +
  * residual | norm | gate|up product + SiLU | down product + residual), claiming units of each
  * and waiting for the stage to finish before the next. Products are cut by output columns, so
  * each weight row is read once per step, in whole-cache-line slices; attention by (group or row,
@@ -123,6 +126,56 @@ typedef struct {
   const float *ks, *vs;
   float *deq;
 } kv_src;
+
+/* One layer's cache as the step writes it: float32 K/V (kc, vc), or int8 K/V (kq, vq; kc and vc
+ * NULL) with their scales ks, vs (num_blocks, n_kv_heads). */
+typedef struct {
+  float *kc, *vc;
+  int8_t *kq, *vq;
+  float *ks, *vs;
+} kv_layer;
+
+/* round(v) (half to even, as torch.round) clamped to [-127, 127]: kv_quant's int8 value. */
+static int8_t to_q8(float v) {
+  v = nearbyintf(v);
+  return (int8_t)(v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v);
+}
+
+/* Store kv head hk of `row`'s new tokens, its j-th token's d values at x + j * x_stride, into an
+ * int8 cache q (num_blocks, block_size, hkv, d) with scales s (num_blocks, hkv), both mutated,
+ * with kv_quant.write_quantized's arithmetic in float32, so the same int8 values and scales bit
+ * for bit: per block written, need = absmax / 127 of its new values; a block written from its
+ * first slot takes need, any other max(old, need), and when that grows the scale, the block's
+ * entries are first requantized to round(q * (old / new)); then each new value is stored as
+ * round(x / scale) (x / 1 where the scale is 0). The row owns the blocks it writes. */
+static void write_q8(const mg_plan *P, int64_t hkv, int64_t d, int64_t row, int64_t hk,
+                     const float *x, int64_t x_stride, int8_t *q, float *s) {
+  const int64_t bs = P->block_size, n = P->tok_off[row + 1] - P->tok_off[row];
+  const int64_t *table = P->tables + row * P->max_blocks;
+  for (int64_t j0 = 0, nb; j0 < n; j0 += nb) {
+    const int64_t p0 = P->start[row] + j0, first = p0 % bs, blk = table[p0 / bs];
+    nb = n - j0 < bs - first ? n - j0 : bs - first; /* new tokens in this block */
+    float amax = 0.0f;
+    for (int64_t j = j0; j < j0 + nb; j++)
+      for (int64_t c = 0; c < d; c++) {
+        const float a = fabsf(x[j * x_stride + c]);
+        amax = a > amax ? a : amax;
+      }
+    const float need = amax / 127.0f, old = s[blk * hkv + hk];
+    const float scale = first > 0 && old > need ? old : need;
+    int8_t *b = q + (blk * bs * hkv + hk) * d; /* entry i of the block: b + i * hkv * d */
+    if (first > 0 && scale > old) {
+      const float ratio = old / scale;
+      for (int64_t i = 0; i < bs * hkv * d; i += hkv * d)
+        for (int64_t c = 0; c < d; c++) b[i + c] = to_q8((float)b[i + c] * ratio);
+    }
+    s[blk * hkv + hk] = scale;
+    const float div = scale > 0.0f ? scale : 1.0f;
+    for (int64_t j = j0; j < j0 + nb; j++)
+      for (int64_t c = 0; c < d; c++)
+        b[(first + j - j0) * hkv * d + c] = to_q8(x[j * x_stride + c] / div);
+  }
+}
 
 /* kp[j], vp[j] = kv head hk's key and value at position p0 + j of `row`, for j < nb <= KB:
  * pointers into a float32 cache, or into C->deq where an int8 block is dequantized as
@@ -399,12 +452,11 @@ typedef struct {
   const mg_layer *layers;
   const mg_plan *P;
   scratch *S;
-  int64_t T, layer_stride;
-  float *h, *kc, *vc;
+  int64_t T, layer_stride, scale_stride; /* cache values, and scales, per layer */
+  float *h;
+  kv_layer cache; /* the first layer's (attention alone: its one layer's) */
   int64_t width_qkv, width_h, width_i; /* column units of the products */
   mg_stage *stage;
-  const int8_t *kq, *vq; /* mg_attention_q8: the int8 cache (kc, vc NULL) and its scales */
-  const float *ks, *vs;
 } step_job;
 
 /* Claim loop over the n units of stage st: `for (STAGE(st, n, u)) {...}` runs the body for
@@ -425,14 +477,18 @@ static void init_heads(step_job *J, mg_stage *st) {
 
 /* Attention of every query head over two stages: (prefix group, kv head) units, then (row, kv
  * head) units; a unit owns the queries it gathers, so each query's arithmetic is the
- * one-thread path's. Needs the heads' initial state (init_heads). */
-static void attention(step_job *J, mg_stage *st, const float *kc, const float *vc, int tid) {
+ * one-thread path's. Needs the heads' initial state (init_heads). With `write` (an int8 cache),
+ * a (row, kv head) unit first writes that row's new K/V of that head from the step's q|k|v
+ * (write_q8): the row owns those blocks and no prefix group reads them, so no other unit
+ * touches them. */
+static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, int tid) {
   const mg_model *M = J->M;
   const mg_plan *P = J->P;
   const scratch *S = J->S;
   const lane *L = S->lanes + tid;
   const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads, g = hq / hkv;
-  const kv_src C = {kc, vc, J->kq, J->vq, J->ks, J->vs, L->deq};
+  const int64_t qkv = (hq + 2 * hkv) * D;
+  const kv_src C = {c->kc, c->vc, c->kq, c->vq, c->ks, c->vs, L->deq};
   for (STAGE(st, P->n_groups * hkv, u)) { /* shared prefixes: once per group */
     const int64_t gi = u / hkv, hk = u % hkv, first = P->group_rows[P->group_off[gi]];
     int64_t n = 0;
@@ -455,6 +511,11 @@ static void attention(step_job *J, mg_stage *st, const float *kc, const float *v
   for (STAGE(st, P->n_rows * hkv, u)) { /* each token's own positions, causal; a row's */
     const int64_t r = u / hkv, hk = u % hkv; /* tokens together share the key blocks */
     int64_t n = 0;
+    if (write) {
+      const float *k = S->qkv + P->tok_off[r] * qkv + (hq + hk) * D; /* v: hkv heads on */
+      write_q8(P, hkv, D, r, hk, k, qkv, c->kq, c->ks);
+      write_q8(P, hkv, D, r, hk, k + hkv * D, qkv, c->vq, c->vs);
+    }
     for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) gather_queries(M, S, L, t, hk, &n);
     attend(M, P, L->q, L->acc, L->pmx, L->pl, n, r, P->own_from[r], L->q_to, &C, hk, L->s);
     for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
@@ -490,7 +551,7 @@ static void residual(step_job *J, mg_stage *st, const float *x, const float *w, 
 /* One layer: STAGES_PER_LAYER stages from st, whose units any of the job's threads compute.
  * Products are cut by output columns (a unit reads its columns of the weight), the per-head
  * work by head, attention by (group or row, kv head), the norms by token. */
-static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float *vc, int tid) {
+static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *kv, int tid) {
   const mg_model *M = J->M;
   const scratch *S = J->S;
   const int64_t T = J->T, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
@@ -517,12 +578,13 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float
       memset(S->attn + (t * hq + i) * D, 0, (size_t)D * sizeof(float));
       continue;
     }
+    if (!kv->kc) continue; /* an int8 cache is written in attention() */
     const int64_t slot = slot_of(J->P, S->tok_row[t], S->tok_pos[t]), k = i - hq;
-    memcpy(kc + (slot * hkv + k) * D, x, (size_t)D * sizeof(float));
-    memcpy(vc + (slot * hkv + k) * D, x + hkv * D, (size_t)D * sizeof(float));
+    memcpy(kv->kc + (slot * hkv + k) * D, x, (size_t)D * sizeof(float));
+    memcpy(kv->vc + (slot * hkv + k) * D, x + hkv * D, (size_t)D * sizeof(float));
   }
   mg_wait(st++, T * (hq + hkv));
-  attention(J, st, kc, vc, tid);
+  attention(J, st, kv, kv->kq != 0, tid);
   st += 2;
   residual(J, st++, S->attn, W->o, W->o_q, W->o_s, hq * D);
   norm_tokens(J, st++, W->post_norm);
@@ -549,17 +611,19 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, float *kc, float
 static void step_task(void *ctx, int tid, int nth) {
   step_job *J = ctx;
   (void)nth;
-  for (int64_t i = 0; i < J->M->n_layers; i++)
-    layer(J, J->layers + i, J->stage + i * STAGES_PER_LAYER, J->kc + i * J->layer_stride,
-          J->vc + i * J->layer_stride, tid);
+  const kv_layer *c0 = &J->cache;
+  for (int64_t i = 0; i < J->M->n_layers; i++) {
+    const int64_t o = i * J->layer_stride, so = i * J->scale_stride;
+    const kv_layer c = c0->kc ? (kv_layer){c0->kc + o, c0->vc + o, 0, 0, 0, 0}
+                              : (kv_layer){0, 0, c0->kq + o, c0->vq + o, c0->ks + so,
+                                           c0->vs + so};
+    layer(J, J->layers + i, J->stage + i * STAGES_PER_LAYER, &c, tid);
+  }
 }
 
-/* Run every layer over h (T, hidden), the embedded new tokens, in place; writes their K/V into
- * k_cache / v_cache (n_layers, S, n_kv_heads, head_dim). Up to `threads` threads of the pool
- * share the work; the results are the same bit for bit for any number. Returns 0, or -1 when
- * out of memory (h and the cache are then untouched). */
-int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
-                   float *k_cache, float *v_cache, int64_t layer_stride, int threads) {
+/* mg_decode_step and mg_decode_step_q8 over the cache whose first layer is `cache`. */
+static int run_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
+                    kv_layer cache, int64_t layer_stride, int64_t scale_stride, int threads) {
   const int64_t T = P->tok_off[P->n_rows], H = M->hidden, I = M->inter;
   const int64_t qkv = (M->n_heads + 2 * M->n_kv_heads) * M->head_dim;
   const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
@@ -570,7 +634,7 @@ int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, 
     return -1;
   }
   index_tokens(P, &S);
-  step_job J = {M, layers, P, &S, T, layer_stride, h, k_cache, v_cache,
+  step_job J = {M, layers, P, &S, T, layer_stride, scale_stride, h, cache,
                 mg_col_width(qkv, nth), mg_col_width(H, nth), mg_col_width(I, nth), stages};
   mg_parallel(nth, step_task, &J);
   free(S.block);
@@ -578,11 +642,32 @@ int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, 
   return 0;
 }
 
+/* Run every layer over h (T, hidden), the embedded new tokens, in place; writes their K/V into
+ * k_cache / v_cache (n_layers, S, n_kv_heads, head_dim). Up to `threads` threads of the pool
+ * share the work; the results are the same bit for bit for any number. Returns 0, or -1 when
+ * out of memory (h and the cache are then untouched). */
+int mg_decode_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
+                   float *k_cache, float *v_cache, int64_t layer_stride, int threads) {
+  return run_step(M, layers, P, h, (kv_layer){k_cache, v_cache, 0, 0, 0, 0}, layer_stride, 0,
+                  threads);
+}
+
+/* mg_decode_step over an int8 cache: k_cache / v_cache (n_layers, S, n_kv_heads, head_dim) int8
+ * with k_scale / v_scale (n_layers, S / block_size, n_kv_heads) float32, scale_stride scales per
+ * layer. The new tokens' K/V are quantized into their blocks (write_q8: kv_quant's values and
+ * scales for the same K/V, bit for bit), then attended dequantized as in mg_attention_q8. */
+int mg_decode_step_q8(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
+                      int8_t *k_cache, int8_t *v_cache, float *k_scale, float *v_scale,
+                      int64_t layer_stride, int64_t scale_stride, int threads) {
+  return run_step(M, layers, P, h, (kv_layer){0, 0, k_cache, v_cache, k_scale, v_scale},
+                  layer_stride, scale_stride, threads);
+}
+
 static void attention_task(void *ctx, int tid, int nth) {
   step_job *J = ctx;
   (void)nth;
   init_heads(J, J->stage);
-  attention(J, J->stage + 1, J->kc, J->vc, tid);
+  attention(J, J->stage + 1, &J->cache, 0, tid);
 }
 
 /* mg_attention and mg_attention_q8: the plan's tokens attend over a float32 cache (kc, vc) or
@@ -599,7 +684,9 @@ static int attention_only(const mg_model *M, const mg_plan *P, const float *q, i
   S.q_base = q;
   S.q_stride = q_stride;
   S.attn = out;
-  step_job J = {M, 0, P, &S, T, 0, 0, (float *)kc, (float *)vc, 1, 1, 1, stages, kq, vq, ks, vs};
+  const kv_layer c = {(float *)kc, (float *)vc, (int8_t *)kq, (int8_t *)vq, (float *)ks,
+                      (float *)vs}; /* read only: attention() without `write` */
+  step_job J = {M, 0, P, &S, T, 0, 0, 0, c, 1, 1, 1, stages};
   mg_parallel(nth, attention_task, &J);
   free(S.block);
   return 0;

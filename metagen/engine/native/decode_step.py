@@ -7,7 +7,10 @@ natively on the model's own weights and the engine's paged KV cache; the
 :class:`~metagen.engine.model_runner.ModelRunner` uses it for steps of at most
 :attr:`DecodeStep.max_tokens` tokens (decoding, beams, best-of-N samples, speculative
 verification) and PyTorch for the rest (prefill). The math is the PyTorch path's; results agree
-to float32 rounding (tested against it and against transformers).
+to float32 rounding (tested against it and against transformers). On an int8 KV cache
+(:mod:`metagen.engine.kv_quant`) the step quantizes the new K/V into their blocks with
+``write_quantized``'s arithmetic (the same int8 values and scales bit for bit, for the same K/V)
+and attends dequantized.
 
 Set ``METAGEN_NATIVE=0`` to turn it off.
 """
@@ -130,6 +133,9 @@ class DecodeStep:
         self._fn = lib.mg_decode_step
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [_P, _P, _P, _P, _P, _P, _I, ctypes.c_int]
+        self._fn_q8 = lib.mg_decode_step_q8
+        self._fn_q8.restype = ctypes.c_int
+        self._fn_q8.argtypes = [_P, _P, _P, _P, _P, _P, _P, _P, _I, _I, ctypes.c_int]
         self._attn = lib.mg_attention
         self._attn.restype = ctypes.c_int
         self._attn.argtypes = [_P, _P, _P, _I, _P, _P, _P, ctypes.c_int]
@@ -148,17 +154,33 @@ class DecodeStep:
         return 1 <= num_tokens <= self.max_tokens
 
     def __call__(self, h: torch.Tensor, plan: StepPlan, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, threads: int | None = None) -> None:
+                 v_cache: torch.Tensor, threads: int | None = None,
+                 scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         """Run every layer over ``h`` (T, hidden), the new tokens' embeddings, in place, and
         write their K/V into ``k_cache``/``v_cache`` (L, num_blocks, block_size, Hkv, D), on
         ``threads`` threads (default: :attr:`threads`). The result is the same bit for bit for
         any thread count: each thread computes its slice of every product's output columns,
-        heads and attention units with the one-thread instructions."""
+        heads and attention units with the one-thread instructions.
+
+        An int8 cache comes with ``scales``, its K and V scales (L, num_blocks, Hkv) float32,
+        mutated with it: each layer's new K/V are stored as
+        :func:`~metagen.engine.kv_quant.write_quantized` stores them (bit for bit, given the
+        same K/V; a block whose scale grows is requantized), then attended as in
+        :meth:`attention`. The plan's rows must own the blocks they write (copy-on-write
+        done)."""
         n = resolve(self.threads if threads is None else threads)
         assert h.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
-        if self._fn(ctypes.byref(self._model), self._layers, ctypes.byref(_plan_struct(plan)),
-                    h.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache[0].numel(),
-                    n):
+        model, plan_c = ctypes.byref(self._model), ctypes.byref(_plan_struct(plan))
+        if k_cache.dtype == torch.int8:
+            ks, vs = _checked_scales(k_cache, v_cache, scales)
+            failed = self._fn_q8(model, self._layers, plan_c, h.data_ptr(), k_cache.data_ptr(),
+                                 v_cache.data_ptr(), ks.data_ptr(), vs.data_ptr(),
+                                 k_cache[0].numel(), ks[0].numel(), n)
+        else:
+            assert k_cache.dtype == v_cache.dtype == torch.float32 and scales is None
+            failed = self._fn(model, self._layers, plan_c, h.data_ptr(), k_cache.data_ptr(),
+                              v_cache.data_ptr(), k_cache[0].numel(), n)
+        if failed:
             raise MemoryError("native decode step: out of memory for its work buffers")
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -186,11 +208,7 @@ class DecodeStep:
         out = torch.empty((t, hq, d), dtype=torch.float32)
         model, plan_c = ctypes.byref(self._model), ctypes.byref(_plan_struct(plan))
         if k_cache.dtype == torch.int8:
-            assert scales is not None and v_cache.dtype == torch.int8
-            ks, vs = scales
-            assert ks.dtype == vs.dtype == torch.float32 and ks.is_contiguous() \
-                and vs.is_contiguous() and ks.shape == vs.shape == k_cache.shape[:1] + (
-                    k_cache.shape[2],)
+            ks, vs = _checked_scales(k_cache, v_cache, scales)
             failed = self._attn_q8(model, plan_c, q.data_ptr(), q.stride(0), out.data_ptr(),
                                    k_cache.data_ptr(), v_cache.data_ptr(), ks.data_ptr(),
                                    vs.data_ptr(), n)
@@ -201,6 +219,18 @@ class DecodeStep:
         if failed:
             raise MemoryError("native attention: out of memory for its work buffers")
         return out
+
+
+def _checked_scales(k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    scales: tuple[torch.Tensor, torch.Tensor] | None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K and V scales of an int8 cache (..., num_blocks, block_size, Hkv, D), checked to be
+    contiguous float32 of shape (..., num_blocks, Hkv)."""
+    assert scales is not None and v_cache.dtype == torch.int8
+    ks, vs = scales
+    assert ks.dtype == vs.dtype == torch.float32 and ks.is_contiguous() and vs.is_contiguous()
+    assert ks.shape == vs.shape == k_cache.shape[:-3] + k_cache.shape[-2:-1]
+    return ks, vs
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
