@@ -1,6 +1,6 @@
 """The int8 KV cache against the float32 one, on the testbed policy and on stories260K.
 
-    python -m benchmarks.kv_quant [--rounds N] [--prompts N] [--json PATH]
+    python -m benchmarks.kv_quant [--rounds N] [--prompts N] [--speed] [--json PATH]
 
 For each model, from engines built in this run:
 
@@ -9,14 +9,16 @@ For each model, from engines built in this run:
   ``BUDGET``-byte cache holds, each way.
 - ``decode``: greedy decoding of ``NEW_TOKENS`` tokens after a 16-token prompt, at batch 1 and
   batch 16, tokens/s of the float32 cache (its default: the native decode step), the float32
-  cache with PyTorch products and native attention (``fp32_attn``: the path an int8 cache takes,
-  which never runs the whole native step), the float32 cache with every native kernel off
-  (``fp32_pytorch``), and the int8 cache; each round runs the four back to back, so the ratios of
-  medians (and of every round) are what a loaded machine can still compare.
+  cache with PyTorch products and native attention (``fp32_attn``), the float32 cache with every
+  native kernel off (``fp32_pytorch``), the int8 cache (its default: the native decode step,
+  quantizing in C) and the int8 cache with the native step off (``int8_attn``: PyTorch products
+  and quantized write, native attention; the int8 path before the step ran on it); each round
+  runs the five back to back, so the ratios of medians (and of every round) are what a loaded
+  machine can still compare.
 - ``agreement``: greedy decoding of ``AGREE_TOKENS`` tokens from testbed prompts (the policy's
   format; the same texts for stories260K), int8 against float32: per prompt the tokens before the
   first differing one; reported as their mean and as the fraction of all positions that lie
-  before the first divergence.
+  before the first divergence. ``--speed`` skips it.
 
 Prints a table and one JSON object (``--json`` also writes it).
 """
@@ -93,7 +95,10 @@ def _decode(engines: dict[str, Any], vocab: int, rounds: int) -> dict[str, Any]:
             "int8_over_fp32_speed": med["fp32"] / med["int8"],
             "int8_over_fp32_attn_speed": med["fp32_attn"] / med["int8"],
             "int8_over_fp32_pytorch_speed": med["fp32_pytorch"] / med["int8"],
-            "per_round_int8_over_fp32": [a / b for a, b in zip(times["fp32"], times["int8"])]}
+            "int8_over_int8_attn_speed": med["int8_attn"] / med["int8"],
+            "per_round_int8_over_fp32": [a / b for a, b in zip(times["fp32"], times["int8"])],
+            "per_round_int8_over_int8_attn": [a / b for a, b in zip(times["int8_attn"],
+                                                                    times["int8"])]}
     return out
 
 
@@ -111,7 +116,7 @@ def _agreement(fp32: Any, int8: Any, prompts: list[list[int]]) -> dict[str, Any]
             "identical_sequences": sum(b == AGREE_TOKENS for b in before)}
 
 
-def run(rounds: int, n_prompts: int) -> dict[str, Any]:
+def run(rounds: int, n_prompts: int, agreement: bool = True) -> dict[str, Any]:
     import torch
     from transformers import AutoTokenizer
 
@@ -129,34 +134,37 @@ def run(rounds: int, n_prompts: int) -> dict[str, Any]:
         engines = {"fp32": _engine(model, tok, "auto"),
                    "fp32_attn": _engine(model, tok, "auto", step=False),
                    "fp32_pytorch": _engine(model, tok, "auto", native=False),
-                   "int8": _engine(model, tok, "int8")}
+                   "int8": _engine(model, tok, "int8"),
+                   "int8_attn": _engine(model, tok, "int8", step=False)}
         prompts = [tok(t)["input_ids"] for t in texts]
         result[name] = {
             "model": {"layers": model.cfg.num_layers, "kv_heads": model.cfg.num_kv_heads,
                       "head_dim": model.cfg.head_dim},
             "memory": _memory(engines["fp32"], engines["int8"]),
-            "decode": _decode(engines, model.cfg.vocab_size, rounds),
-            "agreement": _agreement(_engine(model, tok, "auto"), _engine(model, tok, "int8"),
-                                    prompts)}
+            "decode": _decode(engines, model.cfg.vocab_size, rounds)}
+        if agreement:
+            result[name]["agreement"] = _agreement(_engine(model, tok, "auto"),
+                                                   _engine(model, tok, "int8"), prompts)
     return result
 
 
 def _table(r: dict[str, Any]) -> str:
     rows = ["| model | KV bytes/token fp32 / int8 (ratio) | seqs of 512 in 16 MiB fp32 / int8 "
-            "| tok/s b1 fp32 / fp32-attn / fp32-pt / int8 "
-            "| tok/s b16 fp32 / fp32-attn / fp32-pt / int8 "
+            "| tok/s b1 fp32 / fp32-attn / fp32-pt / int8 / int8-attn "
+            "| tok/s b16 fp32 / fp32-attn / fp32-pt / int8 / int8-attn "
             "| greedy agreement (mean tokens before divergence, fraction) |",
             "| --- | --- | --- | --- | --- | --- |"]
     for name in ("testbed_policy", "stories260K"):
-        m, d, a = r[name]["memory"], r[name]["decode"], r[name]["agreement"]
-        tps = [" / ".join(f"{d[b]['tok_s'][k]:.0f}" for k in ("fp32", "fp32_attn", "fp32_pytorch", "int8"))
+        m, d, a = r[name]["memory"], r[name]["decode"], r[name].get("agreement")
+        tps = [" / ".join(f"{d[b]['tok_s'][k]:.0f}" for k in (
+            "fp32", "fp32_attn", "fp32_pytorch", "int8", "int8_attn"))
                for b in ("batch1", f"batch{BATCH}")]
+        agree = "-" if a is None else (f"{a['mean_tokens_before_divergence']:.1f} of "
+                                       f"{a['tokens']}, {a['fraction_before_divergence']:.3f}")
         rows.append(
             f"| {name} | {m['fp32']['bytes_per_token']:.0f} / {m['int8']['bytes_per_token']:.1f} "
             f"({m['bytes_per_token_ratio']:.3f}x) | {m['fp32']['max_seqs']} / "
-            f"{m['int8']['max_seqs']} | {tps[0]} | {tps[1]} | "
-            f"{a['mean_tokens_before_divergence']:.1f} of {a['tokens']}, "
-            f"{a['fraction_before_divergence']:.3f} |")
+            f"{m['int8']['max_seqs']} | {tps[0]} | {tps[1]} | {agree} |")
     return "\n".join(rows)
 
 
@@ -164,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--speed", action="store_true", help="skip the agreement part")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    result = run(args.rounds, args.prompts)
+    result = run(args.rounds, args.prompts, agreement=not args.speed)
     print(_table(result))
     text = json.dumps(result)
     print(text)

@@ -105,9 +105,9 @@ class EngineConfig:
     cache wants a small ``max_num_batched_tokens`` too.
     ``kv_cache_dtype`` "auto" stores K/V in the model's dtype; "int8" stores them as int8 with
     one float32 scale per layer, block and kv head (:mod:`metagen.engine.kv_quant`): the byte
-    budget counts both, so it holds ~4x the tokens of a float32 cache; its writes run in
-    PyTorch and decode rows attend natively, dequantizing in the kernel (the whole-layer native
-    step, which writes float32 K/V, does not run).
+    budget counts both, so it holds ~4x the tokens of a float32 cache; the native decode step
+    quantizes its new K/V in C (a larger step in PyTorch) and attention dequantizes in the
+    kernel.
     """
 
     block_size: int = 16

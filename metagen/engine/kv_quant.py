@@ -19,7 +19,9 @@ tokens alone; any other block keeps its scale unless the new tokens need a large
 its entries are requantized to it. Only the written blocks are touched. A block's scale never
 shrinks while it is appended to, so after a rollback (speculative decoding) the rejected
 tokens' magnitude may still be in it: the entries stay within the bounds above, but are not
-bitwise what a run without the rollback would store.
+bitwise what a run without the rollback would store. The native decode step writes with the same
+float32 arithmetic in C (``write_q8`` in ``native/decode_step.c``): given the same K/V, the same
+int8 values and scales bit for bit.
 """
 
 from __future__ import annotations

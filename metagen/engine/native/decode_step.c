@@ -22,12 +22,12 @@
  *
  * Threads (pool.h): every thread walks the layers' stages (norm | q|k|v product | per-head
  * norm, rope, float32 cache write | prefix-group attention | int8 cache write and own-position
- * attention | o product +
- * residual | norm | gate|up product + SiLU | down product + residual), claiming units of each
- * and waiting for the stage to finish before the next. Products are cut by output columns, so
- * each weight row is read once per step, in whole-cache-line slices; attention by (group or row,
- * kv head). Each output element is computed by the one-thread path's instructions in its order,
- * so the result is the same bit for bit on any number of threads.
+ * attention | o product + residual | norm | gate|up product + SiLU | down product + residual),
+ * claiming units of each and waiting for the stage to finish before the next. Products are cut
+ * by output columns, so each weight row is read once per step, in whole-cache-line slices;
+ * attention by (group or row, kv head). Each output element is computed by the one-thread
+ * path's instructions in its order, so the result is the same bit for bit on any number of
+ * threads.
  */
 #include <math.h>
 #include <stdint.h>
