@@ -299,9 +299,9 @@ def engine_backend(backend: str, quantization: str | None) -> str:
 
 
 QUANTIZATION_FLAG = click.option(
-    "--quantization", default=None, metavar="int8",
-    help="Quantize the weights at load: int8 (weight-only, per-channel scales; built-in "
-    "engine only).")
+    "--quantization", default=None, metavar="int8|w8a8",
+    help="Quantize the weights at load: int8 (weight-only, per-channel scales) or w8a8 (also "
+    "each product's activations, per block of 32); built-in engine only.")
 
 
 def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from metagen.engine.models.config import ModelConfig
 
 DType = Literal["float32", "bfloat16", "float16"]
-Quantization = Literal["int8"]
-QUANTIZATIONS: tuple[str, ...] = ("int8",)
+Quantization = Literal["int8", "w8a8"]
+QUANTIZATIONS: tuple[str, ...] = ("int8", "w8a8")
 KVCacheDType = Literal["auto", "int8"]
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "int8")
 DEFAULT_KV_CACHE_BYTES = 64 << 20  # the KV budget when neither num_blocks nor kv_cache_bytes
@@ -91,7 +91,10 @@ class EngineConfig:
     the drafts change, never the output, which the target verifies in its own precision.
     ``quantization`` "int8" quantizes the linear projections (and an untied LM head) at load,
     weight-only, one float32 scale per output channel (:mod:`metagen.engine.models.quantize`):
-    a quarter of the weight bytes to stream per decoding step; ``None`` keeps them as loaded.
+    a quarter of the weight bytes to stream per decoding step; "w8a8" also quantizes each
+    product's activations to int8 (blocks of 32, :func:`~metagen.engine.models.int8.
+    quantize_activations`) and multiplies integers: less exact, and on CPUs without VNNI not
+    faster beyond one row (``benchmarks/README.md``); ``None`` keeps the weights as loaded.
     Token dropping (:mod:`metagen.engine.kv_window`, StreamingLLM): with ``kv_window_tokens``
     set (a positive multiple of ``block_size``), each sequence keeps the blocks of its first
     ``kv_sink_tokens`` tokens (rounded up to whole blocks; 0 = no sinks) and of its most recent

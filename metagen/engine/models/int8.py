@@ -4,8 +4,12 @@ For a weight ``w`` (out, in): ``scale[n] = max_k |w[n, k]| / 127`` and
 ``q[n, k] = round(w[n, k] / scale[n])`` in [-127, 127], so the dequantized weight
 ``q[n, k] * scale[n]`` is within ``scale[n] / 2`` of ``w[n, k]`` (a relative error of at most
 1/254 of the channel's largest magnitude). A channel of zeros gets scale 0 and q 0, and
-dequantizes to exact zeros. Activations stay float32: products compute
-``(x @ q^T) * scale``, the scale applied once per output element.
+dequantizes to exact zeros. Activations stay float32 (``quantization="int8"``): products
+compute ``(x @ q^T) * scale``, the scale applied once per output element. With
+``quantization="w8a8"`` the activations are quantized too, per row and block of
+:data:`ACT_BLOCK` values (:func:`quantize_activations`), and the native kernel multiplies int8 by
+int8; each product then differs from the weight-only one by at most
+``scale[n] * sum_b d_b / 2 * sum_{k in b} |q[n, k]|`` (``d_b`` the block's activation scale).
 
 :class:`Int8Weight` holds a quantized projection and applies it: natively for 1-16 float32 rows
 on the CPU (1-32 with AVX-512: :mod:`metagen.engine.native.int8_matmul`), else by a dequantized
@@ -22,6 +26,7 @@ from metagen.engine.native.int8_matmul import load as load_int8_matmul
 from metagen.errors import InvalidParameterError
 
 QMAX = 127
+ACT_BLOCK = 32  # activation values per scale, as the native kernel (q8_act.c)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,6 +52,23 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor,
     return (q.float() * scale.float()[:, None]).to(dtype)
 
 
+def quantize_activations(x: torch.Tensor) -> torch.Tensor:
+    """x (T, in) float -> the float32 values the int8-activation kernel multiplies: per row and
+    block of :data:`ACT_BLOCK` values (the last one may be shorter), ``d = max |x| / 127`` and
+    ``round(x * (1 / d)) * d`` (ties to even, in float32); ``|result - x| <= d / 2``. A block of
+    zeros stays zeros; a block holding a NaN or an infinity becomes NaN."""
+    x32 = x.float()
+    t, k = x32.shape
+    pad = -k % ACT_BLOCK
+    blocks = torch.nn.functional.pad(x32, (0, pad)).view(t, -1, ACT_BLOCK)
+    d = blocks.abs().amax(dim=2, keepdim=True) / QMAX
+    finite = torch.isfinite(blocks).all(dim=2, keepdim=True)
+    d = torch.where(finite, d, torch.full_like(d, float("nan")))
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    q = torch.round(torch.nan_to_num(blocks * inv, nan=0.0)).clamp_(-QMAX, QMAX)
+    return (q * d).view(t, -1)[:, :k]
+
+
 def dequantized_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
                         bias: torch.Tensor | None = None) -> torch.Tensor:
     """x (T, in) @ q (out, in)^T * scale (out,) [+ bias (out,)] in x's dtype and on its device,
@@ -57,24 +79,27 @@ def dequantized_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
 
 
 class Int8Weight(nn.Module):
-    """A projection quantized to int8: buffers ``q`` (out, in) int8 and ``scale`` (out,) float32.
+    """A projection quantized to int8: buffers ``q`` (out, in) int8 and ``scale`` (out,) float32,
+    and ``act8``: whether its activations are quantized too (``"w8a8"``).
 
-    Stands where a float ``(in, out)`` projection was; :meth:`apply` computes what ``x @ W``
-    computed, with the dequantized weight."""
+    Stands where a float ``(in, out)`` projection was; :meth:`apply_to` computes what ``x @ W``
+    computed, with the dequantized weight (and, with ``act8``, :func:`quantize_activations`'
+    x)."""
 
     q: torch.Tensor
     scale: torch.Tensor
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, act8: bool = False) -> None:
         super().__init__()
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
+        self.act8 = act8
 
     @classmethod
-    def from_in_out(cls, w: torch.Tensor) -> Int8Weight:
+    def from_in_out(cls, w: torch.Tensor, act8: bool = False) -> Int8Weight:
         """Quantize an engine projection stored ``(in, out)`` (per output channel: a column)."""
         q, scale = quantize_int8(w.t())
-        return cls(q.to(w.device), scale.to(w.device))
+        return cls(q.to(w.device), scale.to(w.device), act8)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -82,13 +107,15 @@ class Int8Weight(nn.Module):
         return self.q.shape[1], self.q.shape[0]
 
     def apply_to(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """x (T, in) -> x @ dequantized (in, out) [+ bias (out,)], in x's dtype. Natively for
-        the kernel's rows (:meth:`~metagen.engine.native.int8_matmul.Int8Matmul.applies`: 1-16
-        contiguous float32 CPU rows, 1-32 with AVX-512; a float32 bias), else by
-        :func:`dequantized_product`."""
+        """x (T, in) -> x @ dequantized (in, out) [+ bias (out,)], in x's dtype (with ``act8``,
+        :func:`quantize_activations` (x) @ ...). Natively for the kernel's rows
+        (:meth:`~metagen.engine.native.int8_matmul.Int8Matmul.applies`: 1-16 contiguous float32
+        CPU rows, 1-32 with AVX-512; a float32 bias), else by :func:`dequantized_product`."""
         kernel: Int8Matmul | None = load_int8_matmul()
         if (kernel is not None and kernel.applies(x) and self.q.device.type == "cpu"
                 and self.scale.dtype == torch.float32
                 and (bias is None or bias.dtype == torch.float32)):
-            return kernel(x, self.q, self.scale, bias)
+            return kernel(x, self.q, self.scale, bias, quantize_activations=self.act8)
+        if self.act8:
+            x = quantize_activations(x).to(x.dtype)
         return dequantized_product(x, self.q, self.scale, bias)

@@ -1,6 +1,7 @@
 """Quantize a loaded model's weights in place: ``quantization="int8"`` replaces every linear
 projection (q|k|v, o, gate|up, down, and an untied LM head) by an
-:class:`~metagen.engine.models.int8.Int8Weight` (int8, one float32 scale per output channel).
+:class:`~metagen.engine.models.int8.Int8Weight` (int8, one float32 scale per output channel);
+``"w8a8"`` by the same weights that also quantize their activations (``act8``).
 Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and stays
 too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
 runs on the loaded model, one projection at a time (the float copy of each is freed as it goes).
@@ -17,17 +18,18 @@ from metagen.engine.models.llama import LlamaModel
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 
 
-def _swap(module: nn.Module, name: str) -> None:
+def _swap(module: nn.Module, name: str, act8: bool) -> None:
     weight = getattr(module, name)
-    quantized = Int8Weight.from_in_out(weight)
+    quantized = Int8Weight.from_in_out(weight, act8)
     delattr(module, name)  # a registered parameter cannot be reassigned a module
     setattr(module, name, quantized)
 
 
 def quantization_of(model: LlamaModel) -> Quantization | None:
-    """How ``model``'s projections are stored: ``"int8"`` once :func:`quantize_model` ran on
-    it, else ``None`` (as loaded)."""
-    return "int8" if isinstance(model.layers[0].qkv, Int8Weight) else None
+    """How ``model``'s projections are stored: ``"int8"`` or ``"w8a8"`` once
+    :func:`quantize_model` ran on it, else ``None`` (as loaded)."""
+    qkv = model.layers[0].qkv
+    return None if not isinstance(qkv, Int8Weight) else "w8a8" if qkv.act8 else "int8"
 
 
 def quantize_model(model: LlamaModel, quantization: Quantization | None) -> LlamaModel:
@@ -37,9 +39,10 @@ def quantize_model(model: LlamaModel, quantization: Quantization | None) -> Llam
     check_quantization(quantization)
     if quantization is None:
         return model
+    act8 = quantization == "w8a8"
     for layer in model.layers:
         for name in PROJECTIONS:
-            _swap(layer, name)
+            _swap(layer, name, act8)
     if model.lm_head is not None:
-        _swap(model, "lm_head")
+        _swap(model, "lm_head", act8)
     return model

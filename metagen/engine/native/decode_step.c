@@ -41,6 +41,12 @@ void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y,
                     int64_t K, int64_t N, int64_t c0, int64_t c1);
 void mg_q8_matmul_cols(const float *x, const int8_t *w, const float *scale, const float *bias,
                        float *y, int64_t M, int64_t K, int64_t N, int64_t c0, int64_t c1);
+int64_t mg_a8_ldq(int64_t K);
+int64_t mg_a8_ldd(int64_t K);
+void mg_a8_quantize(const float *x, int64_t M, int64_t K, int8_t *q, float *d);
+void mg_a8_matmul_cols(const int8_t *q, const float *d, const int8_t *w, const float *scale,
+                       const float *bias, float *y, int64_t M, int64_t K, int64_t N, int64_t c0,
+                       int64_t c1);
 
 /* Shapes and shared tables of a model. */
 typedef struct {
@@ -51,11 +57,13 @@ typedef struct {
 
 /* One layer's weights; float32 projections are (in, out) row-major. Optional ones are NULL.
  * A projection quantized to int8 has its float pointer NULL and instead its *_q weight, (out, in)
- * int8, and *_s scales, (out,) float32 (int8_matmul.c). */
+ * int8, and *_s scales, (out,) float32 (int8_matmul.c); with act8 set, the int8 products
+ * quantize their activations too (q8_act.c). */
 typedef struct {
   const float *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o, *post_norm, *gate_up, *down;
   const int8_t *qkv_q, *o_q, *gate_up_q, *down_q;
   const float *qkv_s, *o_s, *gate_up_s, *down_s;
+  int64_t act8;
 } mg_layer;
 
 /* The step: which tokens, where they sit, what they attend to.
@@ -73,16 +81,6 @@ typedef struct {
 } mg_plan;
 
 #if MG_ISA
-/* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w) or an int8 one (q, s). */
-static void product_cols(const float *x, const float *w, const int8_t *q, const float *s,
-                         const float *bias, float *y, int64_t M, int64_t K, int64_t N, int64_t c0,
-                         int64_t c1) {
-  if (q)
-    mg_q8_matmul_cols(x, q, s, bias, y, M, K, N, c0, c1);
-  else
-    mg_matmul_cols(x, w, bias, y, M, K, N, c0, c1);
-}
-
 #define KB 32 /* keys per online-softmax block */
 #define UNROLL4 _Pragma("GCC unroll 4")
 
@@ -352,8 +350,11 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
   }
 }
 
-/* A thread's own attention buffers: the gathered queries of one work unit and their state. */
+/* A thread's own buffers: the gathered queries of one attention work unit and their state, and
+ * the quantized activations (aq, ad: mg_a8_quantize's) of the int8-activation products. */
 typedef struct {
+  int8_t *aq;
+  float *ad;
   float *s, *grp, *deq;
   int64_t *q_to; /* each gathered query's end position (exclusive) */
   const float **q;
@@ -381,12 +382,15 @@ static void *carve(char **p, size_t bytes) {
 static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
   const int64_t H = M->hidden, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   const int64_t qkv = (hq + 2 * hkv) * D, nq = T * hq;
+  const int64_t kmax = H > hq * D ? (H > M->inter ? H : M->inter) /* the products' widest K */
+                                   : (hq * D > M->inter ? hq * D : M->inter);
   const size_t f = sizeof(float), n[] = {
       T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
       T * M->inter * f, T * sizeof(int64_t), T * sizeof(int64_t)};
   const size_t per_lane[] = {nq * KB * f, (2 * D + KB) * VW * f, nq * sizeof(int64_t),
                              nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
-                             nq * sizeof(void *), 2 * KB * D * f};
+                             nq * sizeof(void *), 2 * KB * D * f, T * mg_a8_ldq(kmax),
+                             T * mg_a8_ldd(kmax) * f};
   size_t total = 0, lane_total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
@@ -413,6 +417,8 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
     L->pmx = carve(&p, per_lane[5]);
     L->pl = carve(&p, per_lane[6]);
     L->deq = carve(&p, per_lane[7]);
+    L->aq = carve(&p, per_lane[8]);
+    L->ad = carve(&p, per_lane[9]);
   }
   S->q_base = S->qkv;
   S->q_stride = qkv;
@@ -527,6 +533,22 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
   mg_wait(st, P->n_rows * hkv);
 }
 
+/* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w) or an int8 one (q, s); an act8
+ * product first quantizes x into the thread's lane L (once per stage: *ready). */
+static void product_cols(const float *x, const float *w, const int8_t *q, const float *s,
+                         int64_t act8, const lane *L, int *ready, const float *bias, float *y,
+                         int64_t M, int64_t K, int64_t N, int64_t c0, int64_t c1) {
+  if (q && act8) {
+    if (!*ready) mg_a8_quantize(x, M, K, L->aq, L->ad);
+    *ready = 1;
+    mg_a8_matmul_cols(L->aq, L->ad, q, s, bias, y, M, K, N, c0, c1);
+  } else if (q) {
+    mg_q8_matmul_cols(x, q, s, bias, y, M, K, N, c0, c1);
+  } else {
+    mg_matmul_cols(x, w, bias, y, M, K, N, c0, c1);
+  }
+}
+
 /* x = rms_norm(h) * w of every token (unit: a token). */
 static void norm_tokens(step_job *J, mg_stage *st, const float *w) {
   const int64_t H = J->M->hidden;
@@ -536,12 +558,13 @@ static void norm_tokens(step_job *J, mg_stage *st, const float *w) {
 
 /* h += x @ W, W float32 (w) or int8 (q, s) (unit: a slice of h's columns). */
 static void residual(step_job *J, mg_stage *st, const float *x, const float *w, const int8_t *q,
-                     const float *s, int64_t K) {
+                     const float *s, int64_t act8, int tid, int64_t K) {
   const int64_t H = J->M->hidden, n = mg_units(H, J->width_h);
+  int ready = 0;
   for (STAGE(st, n, u)) {
     int64_t c0, c1;
     mg_cols(H, J->width_h, u, &c0, &c1);
-    product_cols(x, w, q, s, 0, J->S->tmp, J->T, K, H, c0, c1);
+    product_cols(x, w, q, s, act8, J->S->lanes + tid, &ready, 0, J->S->tmp, J->T, K, H, c0, c1);
     for (int64_t t = 0; t < J->T; t++)
       for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
   }
@@ -557,12 +580,14 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
   const int64_t T = J->T, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   const int64_t qkv = (hq + 2 * hkv) * D, I = M->inter;
   const int64_t n_qkv = mg_units(qkv, J->width_qkv), n_i = mg_units(I, J->width_i);
+  const lane *L = S->lanes + tid;
+  int ready = 0;
   norm_tokens(J, st++, W->input_norm);
   for (STAGE(st, n_qkv, u)) {
     int64_t c0, c1;
     mg_cols(qkv, J->width_qkv, u, &c0, &c1);
-    product_cols(S->x, W->qkv, W->qkv_q, W->qkv_s, W->qkv_bias, S->qkv, T, M->hidden, qkv, c0,
-                 c1);
+    product_cols(S->x, W->qkv, W->qkv_q, W->qkv_s, W->act8, L, &ready, W->qkv_bias, S->qkv, T,
+                 M->hidden, qkv, c0, c1);
   }
   mg_wait(st++, n_qkv);
   for (STAGE(st, T * (hq + hkv), u)) { /* per head: norm, rope, cache write / fresh state */
@@ -586,15 +611,16 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
   mg_wait(st++, T * (hq + hkv));
   attention(J, st, kv, kv->kq != 0, tid);
   st += 2;
-  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, hq * D);
+  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, W->act8, tid, hq * D);
   norm_tokens(J, st++, W->post_norm);
+  ready = 0;
   for (STAGE(st, n_i, u)) { /* the same columns of gate and up: act needs both */
     int64_t c0, c1;
     mg_cols(I, J->width_i, u, &c0, &c1);
-    product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, 0, S->gu, T, M->hidden, 2 * I,
-                 c0, c1);
-    product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, 0, S->gu, T, M->hidden, 2 * I,
-                 I + c0, I + c1);
+    product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, W->act8, L, &ready, 0, S->gu, T,
+                 M->hidden, 2 * I, c0, c1);
+    product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, W->act8, L, &ready, 0, S->gu, T,
+                 M->hidden, 2 * I, I + c0, I + c1);
     for (int64_t t = 0; t < T; t++) /* act = silu(gate) * up */
       for (int64_t i = c0; i < c1; i += VW) {
         const vmask m = mask_first(c1 - i);
@@ -605,7 +631,7 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
       }
   }
   mg_wait(st++, n_i);
-  residual(J, st++, S->act, W->down, W->down_q, W->down_s, I);
+  residual(J, st++, S->act, W->down, W->down_q, W->down_s, W->act8, tid, I);
 }
 
 static void step_task(void *ctx, int tid, int nth) {

@@ -47,7 +47,7 @@ _PROJECTIONS = ("qkv", "o", "gate_up", "down")
 class _Layer(ctypes.Structure):
     _fields_ = [(name, _P) for name in (
         "input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o", "post_norm", "gate_up", "down",
-        *(f"{p}_q" for p in _PROJECTIONS), *(f"{p}_s" for p in _PROJECTIONS))]
+        *(f"{p}_q" for p in _PROJECTIONS), *(f"{p}_s" for p in _PROJECTIONS))] + [("act8", _I)]
 
 
 class _Plan(ctypes.Structure):
@@ -240,7 +240,8 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 def _layer_struct(layer: torch.nn.Module) -> _Layer:
     """The C view of one :class:`~metagen.engine.models.llama.DecoderLayer`: float32
     projections by their pointer, int8 ones by their weight and scales (the float pointer
-    NULL)."""
+    NULL), and whether those quantize their activations (``act8``, the same for a layer's
+    projections: :func:`~metagen.engine.models.quantize.quantize_model` sets it per model)."""
     from metagen.engine.models.int8 import Int8Weight  # the models package imports this one
 
     fields: dict[str, int | None] = {
@@ -252,7 +253,8 @@ def _layer_struct(layer: torch.nn.Module) -> _Layer:
             fields.update({p: None, f"{p}_q": w.q.data_ptr(), f"{p}_s": w.scale.data_ptr()})
         else:
             fields.update({p: w.data_ptr(), f"{p}_q": None, f"{p}_s": None})
-    return _Layer(**fields)
+    qkv = layer.qkv
+    return _Layer(**fields, act8=int(isinstance(qkv, Int8Weight) and qkv.act8))
 
 
 def _plan_struct(plan: StepPlan) -> _Plan:

@@ -1,5 +1,7 @@
-"""``x @ W^T * scale`` for a few float32 rows and int8 weights, by the C kernel
-``int8_matmul.c`` (built at first use with the rest of the native library).
+"""``x @ W^T * scale`` for a few float32 rows and int8 weights, by the C kernels
+``int8_matmul.c`` (float32 activations) and ``q8_act.c`` (activations quantized to int8 per
+block of 32 on the fly, integer dot products; ``quantize_activations=True``), built at first use
+with the rest of the native library.
 
 The weight is ``(out, in)`` int8 with one float32 scale per output channel (see
 :mod:`metagen.engine.models.int8`); the kernel widens and converts each weight vector in
@@ -41,6 +43,9 @@ class Int8Matmul:
         self._fn = lib.mg_q8_matmul_threads
         self._fn.restype = None
         self._fn.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int]
+        self._a8 = lib.mg_a8_matmul_threads
+        self._a8.restype = ctypes.c_int
+        self._a8.argtypes = self._fn.argtypes
 
     @property
     def max_rows(self) -> int:
@@ -56,11 +61,15 @@ class Int8Matmul:
                 and x.device.type == "cpu" and x.is_contiguous() and not x.requires_grad)
 
     def __call__(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
-                 bias: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+                 bias: torch.Tensor | None = None, threads: int | None = None,
+                 quantize_activations: bool = False) -> torch.Tensor:
         """x (M, K) float32 @ (q (N, K) int8 * scale (N, 1))^T [+ bias (N,)] -> (M, N) float32,
         on ``threads`` threads (default: torch's count). All operands contiguous CPU tensors.
-        Raises :class:`~metagen.errors.InvalidParameterError` naming ``q`` when the shapes or
-        dtypes do not fit."""
+        With ``quantize_activations`` x is first quantized as
+        :func:`~metagen.engine.models.int8.quantize_activations` says (the result equals that
+        dequantized x's product up to float32 rounding). Raises
+        :class:`~metagen.errors.InvalidParameterError` naming ``q`` when the shapes or dtypes do
+        not fit; :class:`MemoryError` when the quantized rows cannot be allocated."""
         n_threads = resolve(threads)
         m, k = x.shape
         n = q.shape[0]
@@ -77,8 +86,12 @@ class Int8Matmul:
         if m and n:
             if k == 0:
                 return y.copy_(bias.expand(m, n)) if bias is not None else y.zero_()
-            self._fn(x.data_ptr(), q.data_ptr(), scale.data_ptr(),
-                     None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n, n_threads)
+            args = (x.data_ptr(), q.data_ptr(), scale.data_ptr(),
+                    None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n, n_threads)
+            if not quantize_activations:
+                self._fn(*args)
+            elif self._a8(*args):
+                raise MemoryError("native int8 product: out of memory for the quantized rows")
         return y
 
 
