@@ -1,4 +1,5 @@
-"""Batch-1 greedy decoding of the benchmark target, float32 against int8 weights, interleaved.
+"""Batch-1 greedy decoding of the benchmark target, float32 against int8 weights (weight-only,
+and w8a8: activations quantized too), interleaved.
 
     python -m benchmarks.int8_decode [ROUNDS]      (default 5; prints one JSON object)
 
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks import factory
-from benchmarks.peers.inprocess import MetagenInt8Peer, MetagenPeer
+from benchmarks.peers.inprocess import MetagenInt8Peer, MetagenPeer, MetagenW8A8Peer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = int(args[0]) if args else 5
     paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
                                  factory.FULL, perturb=0.2)
-    peers = [MetagenPeer(), MetagenInt8Peer()]
+    peers = [MetagenPeer(), MetagenInt8Peer(), MetagenW8A8Peer()]
     for p in peers:
         p.load({"target": paths["target"]})
     prompt = list(range(3, 19))
@@ -43,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
                       "tok_s": {k: 64 / v for k, v in med.items()},
                       "int8_over_fp32_speed": med["metagen"] / med["metagen-int8"],
                       "per_round_ratio": [a / b for a, b in zip(times["metagen"],
-                                                                times["metagen-int8"])]}))
+                                                                times["metagen-int8"])],
+                      "w8a8_over_int8_speed": med["metagen-int8"] / med["metagen-w8a8"],
+                      "w8a8_per_round_ratio": [a / b for a, b in zip(times["metagen-int8"],
+                                                                     times["metagen-w8a8"])]}))
     return 0
 
 

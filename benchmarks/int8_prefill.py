@@ -14,7 +14,8 @@ call), ``_weight_int8pack_mm`` (PyTorch's weight-only int8 product over the int8
 weight and float32 scales; also with the activations and scales in bfloat16, its vectorised CPU
 path; both only up to ``--packed-max-rows``, as they are slow) and the ``native int8 kernel``
 (:mod:`metagen.engine.native.int8_matmul`, up to ``--native-max-rows``; with ``--avx2`` its AVX2
-build too, against MKL on this machine's own ISA). Medians (and bests) in milliseconds and each way's median over float32's
+build too, against MKL on this machine's own ISA), each also with its activations quantized to
+int8 (``w8a8``: ``q8_act.c``'s int8 x int8 product). Medians (and bests) in milliseconds and each way's median over float32's
 (``over_fp32``: above 1 is slower), per thread count.
 
 ``prefill``: the target's greedy generation of one token after a PROMPT-token prompt, so the time
@@ -54,6 +55,8 @@ PACKED = "_weight_int8pack_mm"
 PACKED_BF16 = "_weight_int8pack_mm, bfloat16 x"
 NATIVE = "native int8 kernel"
 NATIVE_AVX2 = "native int8 kernel, AVX2 build"
+NATIVE_A8 = "native int8 x int8 kernel (w8a8)"
+NATIVE_A8_AVX2 = "native int8 x int8 kernel (w8a8), AVX2 build"
 
 
 def shapes(hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int,
@@ -86,8 +89,10 @@ def _ways(rows: int, packed_max: int, native_max: int, avx2: Int8Matmul | None
     kernel = load_int8_matmul()
     if kernel is not None and rows <= native_max:
         ways[NATIVE] = lambda x, w: kernel(x, w[1], w[2])
+        ways[NATIVE_A8] = lambda x, w: kernel(x, w[1], w[2], quantize_activations=True)
     if avx2 is not None and rows <= native_max:
         ways[NATIVE_AVX2] = lambda x, w: avx2(x, w[1], w[2])
+        ways[NATIVE_A8_AVX2] = lambda x, w: avx2(x, w[1], w[2], quantize_activations=True)
     return ways
 
 

@@ -3,7 +3,12 @@ people use today (OpenVINO GenAI, onnxruntime-genai, llama.cpp, CTranslate2) eac
 environment behind a pipe (:mod:`benchmarks.peers.remote`)."""
 
 from benchmarks.peers.base import Peer, Unsupported, weight_bits
-from benchmarks.peers.inprocess import MetagenInt8Peer, MetagenPeer, TransformersPeer
+from benchmarks.peers.inprocess import (
+    MetagenInt8Peer,
+    MetagenPeer,
+    MetagenW8A8Peer,
+    TransformersPeer,
+)
 from benchmarks.peers.remote import (
     CTranslate2Peer,
     LlamaCppPeer,
@@ -17,12 +22,14 @@ from benchmarks.peers.remote import (
     RemotePeer,
 )
 
-PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, MetagenInt8Peer, OpenVINOGenAIPeer,
+PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, MetagenInt8Peer, MetagenW8A8Peer,
+                           OpenVINOGenAIPeer,
                            OpenVINOGenAIInt8Peer, OnnxRuntimeGenAIPeer,
                            OnnxRuntimeGenAIInt8Peer, LlamaCppPeer,
                            LlamaCppQ8Peer, LlamaCppQ4Peer, CTranslate2Peer]
 
 __all__ = ["PEERS", "CTranslate2Peer", "LlamaCppPeer", "LlamaCppQ4Peer", "LlamaCppQ8Peer",
-           "MetagenInt8Peer", "MetagenPeer", "OnnxRuntimeGenAIInt8Peer", "OnnxRuntimeGenAIPeer",
+           "MetagenInt8Peer", "MetagenPeer", "MetagenW8A8Peer", "OnnxRuntimeGenAIInt8Peer",
+           "OnnxRuntimeGenAIPeer",
            "OpenVINOGenAIInt8Peer", "OpenVINOGenAIPeer", "Peer", "PeerError", "RemotePeer", "TransformersPeer",
            "Unsupported", "weight_bits"]

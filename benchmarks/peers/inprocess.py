@@ -168,3 +168,11 @@ class MetagenInt8Peer(MetagenPeer):
 
     name = "metagen-int8"
     quantization = "int8"
+
+
+class MetagenW8A8Peer(MetagenPeer):
+    """metagen's engine with ``quantization="w8a8"``: int8-weight's projections, and each
+    product's activations quantized to int8 too (int8 x int8 products)."""
+
+    name = "metagen-w8a8"
+    quantization = "w8a8"

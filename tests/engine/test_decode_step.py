@@ -70,17 +70,34 @@ def test_native_steps_equal_pytorch_steps(random_model_dir, kind, hydragen, path
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 @pytest.mark.parametrize("isa", [name for name, _ in variants()])
-def test_int8_native_steps_equal_pytorch_steps(random_model_dir, kind, isa, monkeypatch):
+@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+def test_int8_native_steps_equal_pytorch_steps(random_model_dir, kind, isa, quantization,
+                                               monkeypatch):
     """int8 projections: the decode step's int8 products (this ISA's build) against the PyTorch
-    path's dequantized torch products (the few-row int8 kernel turned off for it); llama has an
-    untied (quantized) LM head, qwen2 a q|k|v bias."""
+    path's dequantized torch products (the few-row int8 kernel turned off for it; with w8a8
+    after the same activation quantization); llama has an untied (quantized) LM head, qwen2 a
+    q|k|v bias."""
     monkeypatch.setattr("metagen.engine.models.int8.load_int8_matmul", lambda: None)
-    _check_native_equals_pytorch(*_runners(random_model_dir(kind), True, isa, "int8"), "step",
-                                 True, f"int8{kind}{isa}")
+    _check_native_equals_pytorch(*_runners(random_model_dir(kind), True, isa, quantization),
+                                 "step", True, f"{quantization}{kind}{isa}",
+                                 flips=quantization == "w8a8")
+
+
+def _close(x: torch.Tensor, y: torch.Tensor, flips: bool) -> None:
+    """Equal to float32 rounding (1e-4). With ``flips`` (activations quantized to int8 on both
+    paths) a value the two paths compute a rounding apart can land on either side of a
+    quantization step, and the step's effect spreads through the later layers: within 0.1, mean
+    within 0.01 (logits here average 1.1-1.4 in magnitude; measured over the four w8a8 runs' 48
+    steps and caches: one step off by 0.031 at most and 0.0025 on average, the rest <= 5e-6)."""
+    d = (x - y).abs()
+    if not flips:
+        assert d.max().item() < 1e-4
+        return
+    assert d.max().item() < 0.1 and d.mean().item() < 0.01, (d.max().item(), d.mean().item())
 
 
 def _check_native_equals_pytorch(native: ModelRunner, ref: ModelRunner, path: str,
-                                 hydragen: bool, seed: str) -> None:
+                                 hydragen: bool, seed: str, flips: bool = False) -> None:
     budget_per_step = native.native.max_tokens
     if path == "attention":
         native.native.max_tokens = 0
@@ -93,7 +110,7 @@ def _check_native_equals_pytorch(native: ModelRunner, ref: ModelRunner, path: st
         a, b = native.extend(reqs), ref.extend(reqs)
         for x, y in zip(a, b):
             assert x.shape == y.shape
-            assert (x - y).abs().max().item() < 1e-4
+            _close(x, y, flips)
 
     seqs: list[_Seq] = []
     for _ in range(2):  # two prompts, each forked into several rows that share its blocks
@@ -132,8 +149,8 @@ def _check_native_equals_pytorch(native: ModelRunner, ref: ModelRunner, path: st
     if path == "step":
         assert native.native_steps - steps_before == 12
     assert ref.native_steps == ref.native_attention_steps == 0
-    assert (native.kv.k - ref.kv.k).abs().max().item() < 1e-4
-    assert (native.kv.v - ref.kv.v).abs().max().item() < 1e-4
+    _close(native.kv.k, ref.kv.k, flips)
+    _close(native.kv.v, ref.kv.v, flips)
     if hydragen:
         assert native.hydragen_rows > 0  # prefix groups reached the native step
 

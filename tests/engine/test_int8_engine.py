@@ -48,26 +48,30 @@ def test_tied_head_stays_the_embedding(random_model_dir):
     assert isinstance(model.layers[0].qkv, Int8Weight) and model.layers[0].qkv_bias is not None
 
 
-def test_stories_int8_greedy_stays_close_to_float32(stories_path):
+@pytest.mark.parametrize(("quantization", "reference"), [("int8", None), ("w8a8", "int8")])
+def test_stories_int8_greedy_stays_close_to_its_reference(stories_path, quantization, reference):
     """Measured on stories260K: the four story openings decode the same 64 tokens in int8 as in
     float32, and on 512 contexts (32 random-token prompts plus every 4th prefix of float32's own
     64-token continuation) int8's greedy next token equals float32's in 507 of them (99.0 %;
-    random-token prompts make near-ties common; 98.4 % over 1024 contexts of 64 prompts). The bounds below
-    leave room for a few more near-ties to flip: all four openings identical for at least 32
-    tokens, and at least 95 % agreement."""
-    f32 = LLMEngine.from_pretrained(stories_path, device="cpu")
-    q8 = LLMEngine.from_pretrained(stories_path, device="cpu", quantization="int8")
+    random-token prompts make near-ties common; 98.4 % over 1024 contexts of 64 prompts). w8a8
+    (activations quantized too) against weight-only int8, the same way: the same 64 tokens for
+    the four openings, and 509 of 512 contexts (99.4 %). The bounds below leave room for a few
+    more near-ties to flip: all four openings identical for at least 32 tokens, and at least
+    95 % agreement."""
+    ref = LLMEngine.from_pretrained(stories_path, device="cpu", quantization=reference)
+    q8 = LLMEngine.from_pretrained(stories_path, device="cpu", quantization=quantization)
     assert isinstance(q8.model.layers[0].gate_up, Int8Weight)
+    assert q8.model.layers[0].gate_up.act8 == (quantization == "w8a8")
     greedy = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
-    openings = [f32.tokenizer(s)["input_ids"] for s in (
+    openings = [ref.tokenizer(s)["input_ids"] for s in (
         "Once upon a time", "One day, a little girl", "Tom had a big dog", "The sun was")]
-    for a, b in zip(f32.generate(openings, greedy), q8.generate(openings, greedy)):
+    for a, b in zip(ref.generate(openings, greedy), q8.generate(openings, greedy)):
         assert list(a.outputs[0].token_ids)[:32] == list(b.outputs[0].token_ids)[:32]
     g = torch.Generator().manual_seed(0)
     prompts = [[1] + torch.randint(3, 512, (int(k),), generator=g).tolist()
                for k in torch.randint(3, 40, (32,), generator=g)]
     contexts, want = [], []
-    for p, out in zip(prompts, f32.generate(prompts, greedy)):
+    for p, out in zip(prompts, ref.generate(prompts, greedy)):
         tokens = list(out.outputs[0].token_ids)
         for j in range(0, 64, 4):
             contexts.append(p + tokens[:j])
@@ -83,7 +87,9 @@ def test_engine_config_and_model_must_agree_on_quantization(random_model_dir):
     than run float32 weights under an int8 config (or the reverse)."""
     folder = random_model_dir("llama")
     for model, asked in ((load_model(folder), "int8"),
-                         (load_model(folder, quantization="int8"), None)):
+                         (load_model(folder, quantization="int8"), None),
+                         (load_model(folder, quantization="int8"), "w8a8"),
+                         (load_model(folder, quantization="w8a8"), "int8")):
         with pytest.raises(InvalidParameterError, match="quantization"):
             LLMEngine(model, None, EngineConfig(device="cpu", quantization=asked))
     LLMEngine(load_model(folder, quantization="int8"), None,
