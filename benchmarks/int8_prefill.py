@@ -99,8 +99,9 @@ def _ways(rows: int, packed_max: int, native_max: int, avx2: Int8Matmul | None
 def measure_products(shape_list: list[tuple[int, int]], rows: list[int], threads: int,
                      repeats: int, packed_max: int, native_max: int,
                      avx2: Int8Matmul | None = None) -> list[dict[str, Any]]:
-    """Per row count: each way's median and best milliseconds per step on ``threads`` threads
-    and each way's median over float32's (``over_fp32``: above 1 is slower)."""
+    """Per row count: each way's milliseconds per step on ``threads`` threads (every round's,
+    the median and the best) and each way's median over float32's (``over_fp32``: above 1 is
+    slower)."""
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
     weights = []
@@ -121,7 +122,7 @@ def measure_products(shape_list: list[tuple[int, int]], rows: list[int], threads
                 if rep:
                     times[name].append((time.perf_counter() - t0) * 1e3)
         med = {name: statistics.median(v) for name, v in times.items()}
-        out.append({"rows": m, "threads": threads, "median_ms": med,
+        out.append({"rows": m, "threads": threads, "median_ms": med, "times_ms": times,
                     "best_ms": {name: min(v) for name, v in times.items()},
                     "over_fp32": {name: med[name] / med[FP32] for name in med}})
     return out

@@ -92,9 +92,11 @@ class EngineConfig:
     ``quantization`` "int8" quantizes the linear projections (and an untied LM head) at load,
     weight-only, one float32 scale per output channel (:mod:`metagen.engine.models.quantize`):
     a quarter of the weight bytes to stream per decoding step; "w8a8" also quantizes each
-    product's activations to int8 (blocks of 32, :func:`~metagen.engine.models.int8.
-    quantize_activations`) and multiplies integers: less exact, and on CPUs without VNNI not
-    faster beyond one row (``benchmarks/README.md``); ``None`` keeps the weights as loaded.
+    product's activations to int8 (per row, blocks of 32:
+    :func:`~metagen.engine.models.int8.quantize_activations`) and multiplies int8 by int8: less
+    exact, faster than "int8" for batch-1 decoding and slower at 16 rows on a CPU without VNNI
+    (``benchmarks/README.md``), so it is a choice, not the default; ``None`` keeps the weights
+    as loaded.
     Token dropping (:mod:`metagen.engine.kv_window`, StreamingLLM): with ``kv_window_tokens``
     set (a positive multiple of ``block_size``), each sequence keeps the blocks of its first
     ``kv_sink_tokens`` tokens (rounded up to whole blocks; 0 = no sinks) and of its most recent

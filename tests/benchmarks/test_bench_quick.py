@@ -24,7 +24,7 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     assert data["roofline"]["bandwidth_gb_s"] > 0 and data["roofline"]["matmul_gflop_s"] > 0
     assert {r["workload"] for r in data["rows"]} == {"A", "C", "D", "E"}
     assert {r["peer"] for r in data["rows"] if r["workload"] == "A"} == {
-        "transformers", "metagen", "metagen-int8"}
+        "transformers", "metagen", "metagen-int8", "metagen-w8a8"}
     assert all(ok is not False for ok in data["checks"].values()), data["checks"]
     assert data["checks"]["A greedy tokens equal across peers, 1 thread"] is True  # float32
     assert data["checks"]["D draft-int8: speculative == greedy, all peers, 1 thread"] is True
@@ -34,7 +34,8 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     roof = data["roofline"]  # int8 streams about a quarter of the float32 bytes per token
     assert roof["decode_read_bytes"] / 4 < roof["int8_decode_read_bytes"] < roof[
         "decode_read_bytes"] / 3
-    assert roof["peer_decode_read_bytes"] == {"metagen-int8": roof["int8_decode_read_bytes"]}
+    assert roof["peer_decode_read_bytes"] == {"metagen-int8": roof["int8_decode_read_bytes"],
+                                              "metagen-w8a8": roof["int8_decode_read_bytes"]}
     for row in data["rows"]:
         assert len(row["times"]) >= 1 and row["time"]["min"] <= row["time"]["median"]
     e = [r for r in data["rows"] if r["workload"] == "E"]
@@ -55,10 +56,12 @@ def test_every_workload_runs_at_each_thread_count_under_the_cpus_isa(tmp_path, c
     assert data["meta"]["threads"] == [1, 2]
     assert {k: r["threads"] for k, r in data["rooflines"].items()} == {"1": 1, "2": 2}
     runs = sorted((r["threads"], r["peer"]) for r in data["rows"] if r["workload"] == "A")
-    assert runs == [(t, p) for t in (1, 2) for p in ("metagen", "metagen-int8", "transformers")]
+    assert runs == [(t, p) for t in (1, 2)
+                    for p in ("metagen", "metagen-int8", "metagen-w8a8", "transformers")]
     assert {k for k in data["checks"]} == {
         f"A {what}, {t}" for what in ("greedy tokens equal across peers",
-                                      "int8 greedy tokens equal metagen float32 (share)")
+                                      "int8 greedy tokens equal metagen float32 (share)",
+                                      "metagen-w8a8 greedy tokens equal metagen float32 (share)")
         for t in ("1 thread", "2 threads")}
     assert data["memory"]["peak_rss"] > 0  # M runs once, at the first count
     table = capsys.readouterr().out

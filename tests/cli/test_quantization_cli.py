@@ -1,10 +1,13 @@
-"""``--quantization int8`` reaches the engine from ``metagen generate`` (and names itself when it
-cannot apply); the testbed policy decodes the same greedy answer in int8 as in float32."""
+"""``--quantization int8`` (and ``w8a8``) reaches the engine from ``metagen generate`` (and names
+itself when it cannot apply); the testbed policy decodes the same greedy answer in int8 and in
+w8a8 as in float32."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from metagen.cli import main
 
@@ -19,8 +22,9 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_int8_generate_runs_on_the_engine_and_matches_float32(capsys) -> None:
-    code, out, err = _run(capsys, "--quantization", "int8")
+@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+def test_int8_generate_runs_on_the_engine_and_matches_float32(capsys, quantization) -> None:
+    code, out, err = _run(capsys, "--quantization", quantization)
     assert code == 0, err
     q8 = json.loads(out)
     code, out, err = _run(capsys)

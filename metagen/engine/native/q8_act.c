@@ -21,7 +21,7 @@
  * instruction, accumulating s32 per block; this machine has none, so it is not written.)
  *
  * Layout: W (N, K) int8 row-major (Hugging Face's (out, in)); the quantized rows live in a
- * buffer of ldq = a8_ldq(K) bytes per row, zero past K, and their scales in a8_ldd(K) floats
+ * buffer of mg_a8_ldq(K) bytes per row, zero past K, and their scales in mg_a8_ldd(K) floats
  * per row, zero past the last block. A K that is not a multiple of the vector is finished by
  * one more vector step over W's last bytes (masked load, or a zero-padded copy on AVX2); the
  * zero padding of the quantized row makes the extra lanes add 0.
@@ -106,7 +106,7 @@ int64_t mg_a8_ldd(int64_t K) { return mg_a8_ldq(K) / QB; }
 
 /* One block of n <= QB values: q (QB bytes, zero past n) and its scale. A whole block is
  * vectorised; a partial one (K's last) takes the same operations one value at a time, so both
- * round alike (nearest, ties to even, as the default mode's lrintf). */
+ * round alike (to nearest, ties to even: vround and nearbyintf in the default mode). */
 static float quantize_block(const float *x, int64_t n, int8_t *q) {
   float amax = 0.0f, r[QB];
   int finite = 1;
@@ -137,7 +137,8 @@ static float quantize_block(const float *x, int64_t n, int8_t *q) {
     for (int i = 0; i < QB; i += VW) vstoreu(r + i, vround(vmul(vloadu(x + i), vbcast(id))));
   else
     for (int64_t k = 0; k < n; k++) r[k] = nearbyintf(x[k] * id);
-  for (int64_t k = 0; k < n; k++) q[k] = (int8_t)(r[k] > 127.0f ? 127 : r[k] < -127.0f ? -127 : (int)r[k]);
+  for (int64_t k = 0; k < n; k++)
+    q[k] = (int8_t)(r[k] > 127.0f ? 127 : r[k] < -127.0f ? -127 : (int)r[k]);
   return d;
 }
 
