@@ -27,7 +27,9 @@
  * by output columns, so each weight row is read once per step, in whole-cache-line slices;
  * attention by (group or row, kv head). Each output element is computed by the one-thread
  * path's instructions in its order, so the result is the same bit for bit on any number of
- * threads.
+ * threads. Int8 products whose activations are quantized too (act8, q8_act.c) quantize their
+ * input into the thread's own buffer at the first unit it claims in the stage: a pure function
+ * of the input, so every thread's copy is the same.
  */
 #include <math.h>
 #include <stdint.h>
