@@ -29,7 +29,8 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     assert data["checks"]["A greedy tokens equal across peers, 1 thread"] is True  # float32
     assert data["checks"]["D draft-int8: speculative == greedy, all peers, 1 thread"] is True
     assert {r["peer"] for r in data["rows"] if "draft-int8" in r["variant"]} == {
-        "metagen", "metagen-int8"}  # the int8 draft is metagen's (speculative_quantization)
+        "metagen", "metagen-int8", "metagen-w8a8"}  # the int8 draft is metagen's
+    # (speculative_quantization)
     assert 0 <= data["checks"]["A int8 greedy tokens equal metagen float32 (share), 1 thread"] <= 1
     roof = data["roofline"]  # int8 streams about a quarter of the float32 bytes per token
     assert roof["decode_read_bytes"] / 4 < roof["int8_decode_read_bytes"] < roof[
