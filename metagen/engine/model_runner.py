@@ -283,8 +283,10 @@ class ModelRunner:
             first = off if r.all_logits else off + n - 1
             spans.append((len(rows), off + n - first))
             rows.extend(range(first, off + n))
-        logits = self.model.logits(hidden.index_select(
-            0, torch.tensor(rows, dtype=torch.long, device=self.device)))  # (N, V)
+        if len(rows) < hidden.shape[0]:  # rows ascend: all of them are hidden's own order
+            hidden = hidden.index_select(0, torch.tensor(rows, dtype=torch.long,
+                                                         device=self.device))
+        logits = self.model.logits(hidden)  # (N, V)
         return [logits[s:s + k] for s, k in spans]
 
 

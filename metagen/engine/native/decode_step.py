@@ -99,10 +99,14 @@ class StepPlan:
         tok_off = [0]
         for n in lengths:
             tok_off.append(tok_off[-1] + n)
-        t = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-        return cls(block_size, t([list(b) + [0] * (width - len(b)) for b in block_tables]),
-                   t(list(starts)), t(tok_off), t(own_from), t(offsets), t(rows),
-                   t(list(dropped) if dropped is not None else [0] * len(block_tables)))
+        parts: list[list[int]] = [
+            [i for b in block_tables for i in (*b, *[0] * (width - len(b)))], list(starts),
+            tok_off, own_from, offsets, rows,
+            list(dropped) if dropped is not None else [0] * len(block_tables)]
+        # one tensor, its fields views of it: one allocation per step, not seven (~16 us each)
+        flat = torch.tensor([i for part in parts for i in part], dtype=torch.long)
+        views = flat.split([len(part) for part in parts])
+        return cls(block_size, views[0].view(len(block_tables), width), *views[1:])
 
     def positions_and_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(T,) int64 each: every flat token's RoPE position (``rope_off`` included) and its
