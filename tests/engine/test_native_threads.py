@@ -156,6 +156,23 @@ def test_int8_decode_step_on_n_threads_equals_one_thread_bitwise(lib, random_mod
     assert _drive(_runners(lib, folder, "int8"), f"int8{kind}") > 0
 
 
+def test_one_row_decode_on_n_threads_equals_one_thread_bitwise(lib, random_model_dir):
+    """Batch-1 decoding: one row, whose kv heads a step's attention units take in runs (both
+    kv heads in one unit on one thread, one each on two or more) and whose gate|up product the
+    threads cut across both halves; every step's logits and the cache equal one thread's."""
+    runners = _runners(lib, random_model_dir("llama"))
+    table = list(range(1, 13))
+    tokens = [3 + (7 * i) % 80 for i in range(37)]
+    for r in runners:  # the prompt through PyTorch (too long for the native step), alike in each
+        r.extend([ExtendRequest(table, 0, tokens)])
+    for pos in range(37, 45):
+        outs = [r.extend([ExtendRequest(table, pos, [tokens[pos % 37]])])[0] for r in runners]
+        assert all(torch.equal(o, outs[0]) for o in outs[1:]), pos
+    assert all(r.native_steps == 8 for r in runners)
+    for r in runners[1:]:
+        assert torch.equal(r.kv.k, runners[0].kv.k) and torch.equal(r.kv.v, runners[0].kv.v)
+
+
 def test_native_attention_on_n_threads_equals_one_thread_bitwise(lib, random_model_dir):
     """Attention alone (wide steps' rows under PyTorch products), over the cache the threaded
     decode step wrote, with a Hydragen group and a row of several tokens."""
