@@ -7,14 +7,19 @@ its sample index and its own logits, never on its position in the batch or on th
 
 Greedy rows take the argmax of the processed logits (first index on ties). Logprobs are those of
 the model's own distribution: ``log_softmax`` of the *raw* logits (vLLM's default), for the
-chosen token and for the top-k alternatives.
+chosen token and for the top-k alternatives. With native row kernels (the engine on CPU), a row
+that asks for no top-k gets its chosen token's as ``raw[t] - logsumexp(raw)`` (no ``(B, V)``
+log-softmax; equal to rounding), a row that asks for them the value its top-k dict holds. Either
+way a row's numbers depend only on that row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 import torch
 
 from metagen.decoding.batch import current_mu, gather_params
@@ -33,6 +38,21 @@ class StepOutput:
     logprobs: torch.Tensor        # (B,) float32: log-softmax of the RAW logits at the chosen token
     top_logprobs: list[dict[int, float] | None]  # top-k of the raw log-softmax, or None
     errors: dict[int, NumericalError] = field(default_factory=dict)  # row -> error
+
+
+class RowKernels(Protocol):
+    """Faster passes over the rows' vocabulary, where a backend has them (the engine's native
+    ``sample_rows.c`` on CPU): each row's result must depend only on that row."""
+
+    def draw(self, x: torch.Tensor, uniforms: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens (B,) int64, logsumexp (B,) float64)``: :func:`inverse_cdf_sample` of
+        ``exp(x - max)`` at ``uniforms`` ``(B,)``, ``x`` ``(B, V)`` float32 with finite row
+        maxima, and each row's ``logsumexp``."""
+        ...
+
+    def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` float64 ``logsumexp`` per row of ``x``, bit for bit :meth:`draw`'s."""
+        ...
 
 
 def log_softmax_rows(logits: torch.Tensor) -> torch.Tensor:
@@ -101,7 +121,8 @@ def top_logprobs_rows(logprobs: torch.Tensor, ks: Sequence[int | None]
 
 
 @torch.no_grad()
-def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutput:
+def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
+                kernels: RowKernels | None = None) -> StepOutput:
     """One decoding step for a batch (``logits`` ``(B, V)``, ``seqs`` of length ``B``).
 
     Processes the logits (:func:`~metagen.decoding.processors.process_logits`), samples each row
@@ -110,7 +131,8 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
     ``seq.append(tok)``. A row whose raw logits hold NaN or +inf (or no finite value), or whose
     constraints removed every token, or whose processed logits overflowed, gets token -1, a NaN
     logprob, no top-logprobs and a :class:`NumericalError` in ``errors``; the other rows are
-    computed exactly as without it. Raises ``InvalidParameterError`` on a shape mismatch.
+    computed exactly as without it. ``kernels`` (float32 CPU logits only) replaces PyTorch's
+    draw and ``logsumexp``. Raises ``InvalidParameterError`` on a shape mismatch.
     """
     check_batch(logits, seqs)
     n, vocab = logits.shape
@@ -124,9 +146,11 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
     dead = bad | bad_from_max(x.amax(dim=-1)) if x is not raw else bad
     if has_bad:
         raw = raw.masked_fill(bad[:, None], 0.0)
-    raw_logprobs = log_softmax_rows(raw)  # (B, V)
+    if kernels is not None and (raw.device.type != "cpu" or logits.dtype != torch.float32):
+        kernels = None
 
     tokens = torch.zeros(n, dtype=torch.int64, device=dev)
+    raw_lse: torch.Tensor | None = None  # (B,) logsumexp of the raw logits
     greedy = set(bp.greedy_rows)
     sample_rows = [b for b in range(n) if b not in greedy]
     if len(bp.greedy_rows) == n:  # all greedy: no row gather, which on the CPU starts an
@@ -135,24 +159,46 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState]) -> StepOutp
         g = torch.tensor(bp.greedy_rows, device=dev)
         tokens[g] = x[g].argmax(dim=-1)
     if sample_rows:
-        tokens = _sample(x, seqs, sample_rows, dead, tokens)
+        tokens, lse = _sample(x, seqs, sample_rows, dead, tokens, kernels)
+        if lse is not None and x is raw and len(sample_rows) == n:
+            raw_lse = lse  # the draw's own: bit for bit kernels.logsumexp(raw)
         if bp.mirostat_rows:
             _advance_mirostat(x, seqs, bp.mirostat_rows, dead, tokens)
-
     tokens = tokens.masked_fill(dead, -1)
-    chosen = raw_logprobs.gather(1, tokens.clamp(min=0)[:, None]).squeeze(1)
-    chosen = chosen.masked_fill(dead, float("nan"))
     dead_l = dead.tolist()
     ks = [None if dead_l[b] else seqs[b].params.logprobs for b in range(n)]
+    chosen = _chosen_logprobs(raw, tokens, ks, kernels, raw_lse)
+    chosen = chosen.masked_fill(dead, float("nan"))
     errors = {b: NumericalError(_why(b, bool(bad[b]), seqs[b]), row=b)
               for b in range(n) if dead_l[b]}
-    return StepOutput(tokens=tokens, logprobs=chosen,
-                      top_logprobs=top_logprobs_rows(raw_logprobs, ks), errors=errors)
+    wanted = any(k is not None for k in ks)
+    top = top_logprobs_rows(log_softmax_rows(raw) if wanted else raw, ks)  # raw: not read
+    return StepOutput(tokens=tokens, logprobs=chosen, top_logprobs=top, errors=errors)
+
+
+def _chosen_logprobs(raw: torch.Tensor, tokens: torch.Tensor, ks: list[int | None],
+                     kernels: RowKernels | None, raw_lse: torch.Tensor | None) -> torch.Tensor:
+    """``(B,)`` float32 raw logprob of each row's token (``tokens`` ``(B,)``, -1 on dead rows):
+    ``log_softmax`` without ``kernels``; with them ``raw[t] - logsumexp(raw)`` (``raw_lse``
+    where the draw computed it), except for rows that list their top-k (``ks[b]`` not None),
+    which get ``log_softmax``'s value, the one their top-k dict holds."""
+    idx = tokens.clamp(min=0)[:, None]
+    if kernels is None:
+        return log_softmax_rows(raw).gather(1, idx).squeeze(1)
+    lse = kernels.logsumexp(raw) if raw_lse is None else raw_lse
+    chosen = (raw.gather(1, idx).squeeze(1).to(lse.dtype) - lse).to(torch.float32)
+    listed = [b for b, k in enumerate(ks) if k is not None]
+    if listed:
+        rows = torch.tensor(listed, device=raw.device)
+        chosen[rows] = log_softmax_rows(raw[rows]).gather(1, idx[rows]).squeeze(1)
+    return chosen
 
 
 def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int], dead: torch.Tensor,
-            tokens: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draws for ``rows`` of the processed logits ``x``, one uniform per row."""
+            tokens: torch.Tensor, kernels: RowKernels | None
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Inverse-CDF draws for ``rows`` of the processed logits ``x``, one uniform per row; with
+    ``kernels``, also the ``(len(rows),)`` logsumexp of those rows of ``x``."""
     for b in rows:
         if seqs[b].rng_seed is None:  # cleared after construction: draw one, keep it
             seqs[b].rng_seed = fresh_seed()
@@ -165,12 +211,16 @@ def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int], dea
         xs, ok = x[idx], ~dead[idx]
     if not bool(ok.all()):
         xs = xs.masked_fill(~ok[:, None], 0.0)  # dead rows: any valid weights, result dropped
-    weights = torch.exp(xs - xs.amax(dim=-1, keepdim=True))  # (S, V), max 1; need not sum to 1
-    drawn = inverse_cdf_sample(weights, torch.from_numpy(u))
+    lse = None
+    if kernels is not None:
+        drawn, lse = kernels.draw(xs, u)
+    else:
+        weights = torch.exp(xs - xs.amax(dim=-1, keepdim=True))  # (S, V), max 1
+        drawn = inverse_cdf_sample(weights, torch.from_numpy(u))
     if len(rows) == x.shape[0]:
-        return drawn
+        return drawn, lse
     tokens[idx] = drawn
-    return tokens
+    return tokens, lse
 
 
 def _advance_mirostat(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int],

@@ -57,6 +57,7 @@ from metagen.engine.kv_window import held_blocks, longest_sequence, released_blo
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.models.quantize import quantization_of
+from metagen.engine.native.sample_rows import load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
@@ -120,6 +121,8 @@ class LLMEngine:
         self.stats = EngineStats()
         self.logits_hook: LogitsHook | None = None
         self._threads = torch.get_num_threads()  # torch's count at the current step's call
+        # sampling's passes over the vocabulary in C, on the step's threads (CPU only)
+        self._sample_rows = load_sample_rows() if model.device.type == "cpu" else None
         self._ids = itertools.count()
         self._req_ids = itertools.count()
         self.scorer = EngineScorer(self)
@@ -452,7 +455,8 @@ class LLMEngine:
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         states = [s.state for s in rows]
         logits = self.apply_logits_hook(logits, states)
-        out = decode_step(logits, states)  # logits (B, V)
+        kernels = None if self._sample_rows is None else self._sample_rows.on(self._threads)
+        out = decode_step(logits, states, kernels)  # logits (B, V)
         tokens = out.tokens.tolist()
         lps = out.logprobs.tolist()
         for i, seq in enumerate(rows):

@@ -246,9 +246,9 @@ def test_per_row_work_after_the_forward_runs_torch_inline(stories_path, monkeypa
         in_hook.append(torch.get_num_threads())
         return logits
 
-    def spied_decode_step(logits, states):
+    def spied_decode_step(logits, states, kernels=None):
         in_sampler.append(torch.get_num_threads())
-        return decode_step(logits, states)
+        return decode_step(logits, states, kernels)
 
     decode_step = llm_engine.decode_step
     monkeypatch.setattr(llm_engine, "decode_step", spied_decode_step)

@@ -1,0 +1,140 @@
+/* metagen native kernel: one inverse-CDF draw per row of a (B, V) float32 array of logits.
+ *
+ * Why: sampling 16 rows over a 32000-token vocabulary in PyTorch makes a dozen passes over the
+ * logits (max, subtract, exp, a float64 block sum, cumulative sums, gathers) on one thread, a few
+ * milliseconds a step next to a decode step of a few tens; this kernel makes two passes per row
+ * (the max, then exp and the float64 block sums) plus one block's scan, and shares the rows
+ * among the pool's threads.
+ *
+ * The draw is metagen.decoding.sampler.inverse_cdf_sample over the weights w = exp(x - max(x)):
+ * blocks of SCAN_BLOCK tokens, each block's total summed in float64, the block whose cumulative
+ * total first exceeds u * total, then the first token of that block whose float64 cumulative sum
+ * (from the blocks before) exceeds u * total; a token of weight 0 is never returned. A weight
+ * below exp(-87.3) (x more than 87.3 below the row's max, -inf among them) is 0, every other is
+ * vexp's (relative error ~2e-7 against libm), so a draw can differ from PyTorch's only where u
+ * falls within that rounding of a boundary. Each row is computed by the same instructions
+ * whichever thread takes it: the result does not depend on the thread count.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "simd.h"
+
+#if MG_ISA
+#define SCAN_BLOCK 256 /* as metagen.decoding.sampler.SCAN_BLOCK */
+#define CUTOFF (-87.3f) /* below this x - max, the weight is 0 (vexp's clamp) */
+
+/* exp(d) for d in [CUTOFF, 0] as simd.h's vexp, with the Taylor polynomial taken to degree 7:
+ * vexp's degree 6 errs by up to ~1e-7, always the same way on one side of r = 0, and summed
+ * over a vocabulary that bias moved about one draw in a thousand onto the next token against
+ * PyTorch's exp (which rounds within an ulp); degree 7 leaves only float32 rounding. */
+static inline vec exp7(vec d) {
+  const vec n = vround(vmul(d, vbcast(1.44269504f)));
+  vec r = vfma(n, vbcast(-0.693359375f), d);
+  r = vfma(n, vbcast(2.12194440e-4f), r);
+  vec p = vbcast(1.0f / 5040);
+  p = vfma(p, r, vbcast(1.0f / 720));
+  p = vfma(p, r, vbcast(1.0f / 120));
+  p = vfma(p, r, vbcast(1.0f / 24));
+  p = vfma(p, r, vbcast(1.0f / 6));
+  p = vfma(p, r, vbcast(0.5f));
+  p = vfma(p, r, vbcast(1.0f));
+  p = vfma(p, r, vbcast(1.0f));
+  return vldexp(p, n);
+}
+
+/* The weights of one vector: exp(d), 0 in the lanes where d < CUTOFF. */
+static inline vec weight(vec d) {
+  const vec e = exp7(vmax(d, vbcast(CUTOFF)));
+#if MG_ISA == 512
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, vbcast(CUTOFF), _CMP_GE_OQ), e);
+#else
+  return _mm256_and_ps(e, _mm256_cmp_ps(d, vbcast(CUTOFF), _CMP_GE_OQ));
+#endif
+}
+
+/* w[0:SCAN_BLOCK] = exp(x[0:n] - top) (0 where x - top < CUTOFF, and past n); returns their sum
+ * in float64, in a fixed order (eight running sums over w[l::8], then added pairwise). */
+static double block_weights(const float *x, int64_t n, float top, float *w) {
+  for (int64_t j = 0; j < SCAN_BLOCK; j += VW) {
+    const vmask m = mask_first(n - j);
+    vstoreu(w + j, j < n ? weight(vsub(vload(x + j, m), vbcast(top))) : vzero());
+    if (n - j < VW)
+      for (int64_t l = n > j ? n - j : 0; l < VW; l++) w[j + l] = 0.0f;
+  }
+  double a[8] = {0};
+  for (int64_t j = 0; j < SCAN_BLOCK; j += 8)
+    for (int l = 0; l < 8; l++) a[l] += w[j + l];
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static float row_max(const float *x, int64_t V) {
+  const int64_t body = V / VW * VW;
+  float top = -INFINITY;
+  if (body) {
+    vec m = vloadu(x);
+    for (int64_t j = VW; j < body; j += VW) m = vmax(m, vloadu(x + j));
+    float lanes[VW];
+    vstoreu(lanes, m);
+    for (int l = 0; l < VW; l++) top = lanes[l] > top ? lanes[l] : top;
+  }
+  for (int64_t j = body; j < V; j++) top = x[j] > top ? x[j] : top;
+  return top;
+}
+
+/* The row's log(sum exp(x)) (float64) into *lse, then, for u >= 0, its draw into *tok. The row
+ * needs a finite maximum (the caller replaces rows without one). */
+static void sample_row(const float *x, int64_t V, double u, int64_t *tok, double *lse) {
+  const float top = row_max(x, V);
+  const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
+  double sums[nb];
+  float w[SCAN_BLOCK];
+  double total = 0;
+  for (int64_t b = 0; b < nb; b++) {
+    const int64_t n = V - b * SCAN_BLOCK < SCAN_BLOCK ? V - b * SCAN_BLOCK : SCAN_BLOCK;
+    sums[b] = block_weights(x + b * SCAN_BLOCK, n, top, w);
+    total += sums[b];
+  }
+  *lse = (double)top + log(total);
+  if (u < 0) return; /* logsumexp only */
+  const double target = u * total;
+  int64_t blk = 0;
+  double before = 0;
+  while (blk < nb - 1 && before + sums[blk] <= target) before += sums[blk++];
+  const int64_t n = V - blk * SCAN_BLOCK < SCAN_BLOCK ? V - blk * SCAN_BLOCK : SCAN_BLOCK;
+  block_weights(x + blk * SCAN_BLOCK, n, top, w);
+  double cum = 0; /* the block's own cumulative sum, then plus `before`: PyTorch's rounding */
+  int64_t j = 0;
+  while (j < n - 1 && (cum += w[j]) + before <= target) j++;
+  if (w[j] <= 0.0f) /* only when u * total rounded onto the block's end: its last positive */
+    for (j = n - 1; j > 0 && w[j] <= 0.0f;) j--;
+  *tok = blk * SCAN_BLOCK + j;
+}
+
+typedef struct {
+  const float *x;
+  const double *u;
+  int64_t *tok;
+  double *lse;
+  int64_t V, B;
+  mg_stage rows;
+} sample_job;
+
+static void sample_task(void *ctx, int tid, int nth) {
+  sample_job *j = ctx;
+  (void)tid, (void)nth;
+  for (int64_t b; (b = mg_claim(&j->rows, j->B)) >= 0; mg_done(&j->rows))
+    sample_row(j->x + b * j->V, j->V, j->u ? j->u[b] : -1.0, j->tok + b, j->lse + b);
+  mg_wait(&j->rows, j->B);
+}
+
+/* For each row b < B of x (B, V), contiguous: lse[b] = log(sum_j exp(x[b, j])) in float64 and,
+ * unless u is NULL, tok[b] drawn at u[b] in [0, 1) as above; on up to `threads` threads (rows
+ * shared). */
+void mg_sample_rows(const float *x, int64_t B, int64_t V, const double *u, int64_t *tok,
+                    double *lse, int threads) {
+  sample_job j = {x, u, tok, lse, V, B, {0}};
+  mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
+}
+#endif

@@ -1,0 +1,84 @@
+"""Sampling's per-row passes over the vocabulary in C (``sample_rows.c``): the inverse-CDF draw
+of :func:`metagen.decoding.sampler.inverse_cdf_sample` over ``exp(x - max)`` and each row's
+``logsumexp``, two passes per row, the rows shared among the pool's threads.
+
+:class:`SampleRows` satisfies :class:`metagen.decoding.sampler.RowKernels`; the engine hands it to
+:func:`~metagen.decoding.sampler.decode_step` on CPU float32 logits. Measured on the benchmark's
+16 rows of 32000 logits, one thread of a 2-core Intel Xeon @ 2.50GHz: see ``benchmarks/README.md``
+(workload B). A draw differs from PyTorch's only where its uniform falls within float32 rounding
+of a token boundary (the kernel's ``exp`` is within ~2e-7 of libm's); each row's result is the
+same on any thread count. :func:`load` returns ``None`` where the native library cannot be
+built; :func:`~metagen.decoding.sampler.decode_step` then runs PyTorch's passes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+import torch
+
+from metagen.engine.native.library import library, open_library
+from metagen.engine.native.threads import resolve
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+
+
+class SampleRows:
+    """The loaded kernel, on ``threads`` threads (default: torch's count at each call).
+    ``isa`` is its vector width in bits (512 or 256)."""
+
+    def __init__(self, lib: ctypes.CDLL, threads: int | None = None) -> None:
+        self._lib = lib
+        self.isa: int = lib.mg_isa()
+        self._fn = lib.mg_sample_rows
+        self._fn.restype = None
+        self._fn.argtypes = [_P, _I, _I, _P, _P, _P, ctypes.c_int]
+        self.threads = threads
+
+    def on(self, threads: int) -> SampleRows:
+        """The same kernel on ``threads`` threads."""
+        return SampleRows(self._lib, resolve(threads))
+
+    def _run(self, x: torch.Tensor, uniforms: np.ndarray | None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
+            raise ValueError(f"x must be a (B, V) float32 CPU tensor, got {tuple(x.shape)} "
+                             f"{x.dtype} on {x.device}")
+        x = x.contiguous()
+        b, v = x.shape
+        tok = torch.zeros(b, dtype=torch.int64)
+        lse = torch.empty(b, dtype=torch.float64)
+        u = None
+        if uniforms is not None:
+            u = np.ascontiguousarray(uniforms, dtype=np.float64)
+            if u.shape != (b,):
+                raise ValueError(f"uniforms must have shape ({b},), got {u.shape}")
+        if b and v:
+            self._fn(x.data_ptr(), b, v, None if u is None else u.ctypes.data, tok.data_ptr(),
+                     lse.data_ptr(), resolve(self.threads))
+        return tok, lse
+
+    def draw(self, x: torch.Tensor, uniforms: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens (B,) int64, logsumexp (B,) float64)`` of ``x`` ``(B, V)`` float32 (each row
+        with a finite maximum) at ``uniforms`` ``(B,)`` in ``[0, 1)``."""
+        return self._run(x, uniforms)
+
+    def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` float64 ``log(sum(exp(x)))`` per row, bit for bit :meth:`draw`'s."""
+        return self._run(x, None)[1]
+
+
+def load_from(flags: tuple[str, ...]) -> SampleRows:
+    """Build (or reuse) the native library with these compiler flags and bind the kernel; raises
+    :class:`~metagen.engine.native.build.NativeBuildError` (or :class:`OSError`) on failure."""
+    return SampleRows(open_library(flags))
+
+
+@functools.cache
+def load() -> SampleRows | None:
+    """The kernel for this machine, or ``None`` where :func:`~.library.library` is ``None``."""
+    lib = library()
+    return None if lib is None else SampleRows(lib)
