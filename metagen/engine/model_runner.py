@@ -76,11 +76,13 @@ def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int, min_tokens:
     for rows in by_first.values():
         if len(rows) < 2:
             continue
-        limit = min(reqs[i].num_cached // block_size for i in rows)
-        first = reqs[rows[0]].block_table
-        n = 0
-        while n < limit and all(reqs[i].block_table[n] == first[n] for i in rows):
-            n += 1
+        n = min(reqs[i].num_cached // block_size for i in rows)
+        first = list(reqs[rows[0]].block_table[:n])
+        for i in rows:  # each row: one list comparison, a scan only where it differs
+            own = list(reqs[i].block_table[:n])
+            if own != first:
+                n = next(j for j in range(n) if own[j] != first[j])
+                first = first[:n]
         if n and n * block_size >= min_tokens:
             groups.append((rows, n))
     return groups
@@ -263,7 +265,8 @@ class ModelRunner:
         PyTorch, which raises its own error."""
         top = max(r.num_cached + r.dropped_tokens + len(r.new_token_ids) for r in reqs)
         return (top <= self.model.max_positions
-                and all(0 <= b < self.kv.num_blocks for r in reqs for b in r.block_table))
+                and all(0 <= min(r.block_table) and max(r.block_table) < self.kv.num_blocks
+                        for r in reqs if r.block_table))
 
     @torch.inference_mode()
     def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:

@@ -5,6 +5,8 @@
 - :mod:`.decode_step`: every decoder layer of a step of a few tokens (``decode_step.c``);
 - :mod:`.int8_matmul`: ``x @ W^T * scale`` for a few rows and int8 weights (``int8_matmul.c``),
   also used by the decode step on a model quantized to int8;
+- :mod:`.sample_rows`: sampling's draw and ``logsumexp`` over each row's vocabulary
+  (``sample_rows.c``), used by the engine's CPU sampler;
 - ``simd.h``: the AVX-512 / AVX2 vocabulary both are written in;
 - ``pool.c``: the thread pool both split their work across (:mod:`.threads`: torch's count).
 """
