@@ -23,32 +23,13 @@ import torch
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.kv_quant import write_quantized
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
-from metagen.engine.models.loader import load_model
-from metagen.engine.native.build import NativeBuildError, compiler
 from metagen.engine.native.decode_step import DecodeStep, StepPlan
-from metagen.engine.native.library import open_library
 
-from ._native_variants import variants
+from .test_kv_int8_native import step  # noqa: F401  (the native step on each vector path)
 
 BLOCK, NUM_BLOCKS = 4, 24
 TINY, HUGE = 1e-4, 100.0  # old scales that every new value outgrows / none reaches
 LOGIT_TOL = 1e-3
-
-
-@pytest.fixture(scope="module", params=variants(), ids=[name for name, _ in variants()])
-def step(request, random_model_dir):
-    """The native step on a random llama (8 query heads, 2 kv heads, head_dim 8, 2 layers),
-    built with this variant's flags."""
-    name, flags = request.param
-    if compiler() is None:
-        pytest.skip("no C compiler")
-    try:
-        lib = open_library(flags)
-    except NativeBuildError as e:
-        pytest.skip(f"this machine cannot build the {name} path: {e}")
-    assert name != "avx2" or lib.mg_isa() == 256
-    return DecodeStep(lib, load_model(random_model_dir("llama")))
-
 
 def _int8_cache(cfg, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random int8 K/V (L, NUM_BLOCKS, BLOCK, Hkv, D) and scales (L, NUM_BLOCKS, Hkv) in

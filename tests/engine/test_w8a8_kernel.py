@@ -14,12 +14,9 @@ from metagen.engine.models.int8 import (
     Int8Weight,
     dequantize_int8,
     quantize_activations,
-    quantize_int8,
 )
-from metagen.engine.native import int8_matmul as im
-from metagen.engine.native.int8_matmul import Int8Matmul
 
-from ._native_variants import load_variant, variants
+from .test_int8_kernel import _case, kernel  # noqa: F401  (the int8 kernel on each vector path)
 
 
 def _block_scales(x: torch.Tensor) -> torch.Tensor:
@@ -52,17 +49,6 @@ def test_zero_and_non_finite_blocks():
     xq = quantize_activations(x)
     assert torch.equal(xq[0], torch.zeros(40))
     assert xq[1, :32].isnan().all() and torch.equal(xq[1, 32:], x[1, 32:])
-
-
-@pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
-def kernel(request, tmp_path_factory) -> Int8Matmul:
-    return load_variant(im.load_from, request.param, tmp_path_factory)
-
-
-def _case(m: int, k: int, n: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    q, scale = quantize_int8(torch.randn(n, k, generator=g))
-    return torch.randn(m, k, generator=g), q, scale, torch.randn(n, generator=g)
 
 
 # M crosses the 4/2-row register tile and the kernel's most rows (16 or 32); K the 64/32-byte

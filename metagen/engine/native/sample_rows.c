@@ -25,28 +25,12 @@
 #define SCAN_BLOCK 256 /* as metagen.decoding.sampler.SCAN_BLOCK */
 #define CUTOFF (-87.3f) /* below this x - max, the weight is 0 (vexp's clamp) */
 
-/* exp(d) for d in [CUTOFF, 0] as simd.h's vexp, with the Taylor polynomial taken to degree 7:
- * vexp's degree 6 errs by up to ~1e-7, always the same way on one side of r = 0, and summed
- * over a vocabulary that bias moved about one draw in a thousand onto the next token against
- * PyTorch's exp (which rounds within an ulp); degree 7 leaves only float32 rounding. */
-static inline vec exp7(vec d) {
-  const vec n = vround(vmul(d, vbcast(1.44269504f)));
-  vec r = vfma(n, vbcast(-0.693359375f), d);
-  r = vfma(n, vbcast(2.12194440e-4f), r);
-  vec p = vbcast(1.0f / 5040);
-  p = vfma(p, r, vbcast(1.0f / 720));
-  p = vfma(p, r, vbcast(1.0f / 120));
-  p = vfma(p, r, vbcast(1.0f / 24));
-  p = vfma(p, r, vbcast(1.0f / 6));
-  p = vfma(p, r, vbcast(0.5f));
-  p = vfma(p, r, vbcast(1.0f));
-  p = vfma(p, r, vbcast(1.0f));
-  return vldexp(p, n);
-}
-
-/* The weights of one vector: exp(d), 0 in the lanes where d < CUTOFF. */
+/* The weights of one vector: exp(d), 0 in the lanes where d < CUTOFF. The Taylor polynomial goes
+ * to degree 7: vexp's degree 6 errs by up to ~1e-7, always the same way, and summed over a
+ * vocabulary that bias moved about one draw in a thousand onto the next token against PyTorch's
+ * exp (which rounds within an ulp); degree 7 leaves only float32 rounding. */
 static inline vec weight(vec d) {
-  const vec e = exp7(vmax(d, vbcast(CUTOFF)));
+  const vec e = vexp_taylor(vmax(d, vbcast(CUTOFF)), 7);
 #if MG_ISA == 512
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, vbcast(CUTOFF), _CMP_GE_OQ), e);
 #else
