@@ -1,4 +1,4 @@
-"""Structured-output constraints of a request: which one is set, and its llguidance grammar.
+r"""Structured-output constraints of a request: which one is set, and its llguidance grammar.
 
 A :class:`~metagen.types.SamplingParams` carries at most one of ``regex``, ``json_schema``,
 ``grammar`` (Lark, llguidance's dialect) and ``choice`` (a list of strings). This module turns
