@@ -13,6 +13,7 @@ built; :func:`~metagen.decoding.sampler.decode_step` then runs PyTorch's passes.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 
@@ -39,8 +40,11 @@ class SampleRows:
         self.threads = threads
 
     def on(self, threads: int) -> SampleRows:
-        """The same kernel on ``threads`` threads."""
-        return SampleRows(self._lib, resolve(threads))
+        """The same kernel on ``threads`` threads (the engine asks each step: a shallow copy,
+        which shares the bound C function instead of binding it again)."""
+        kernel = copy.copy(self)
+        kernel.threads = resolve(threads)
+        return kernel
 
     def _run(self, x: torch.Tensor, uniforms: np.ndarray | None
              ) -> tuple[torch.Tensor, torch.Tensor]:
