@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
 from metagen.errors import DeviceUnavailableError
+
+if TYPE_CHECKING:
+    import torch
+
+_M = TypeVar("_M", bound="torch.nn.Module")
 
 
 def resolve_device(device: str) -> str:
@@ -37,3 +44,9 @@ def resolve_device(device: str) -> str:
         raise DeviceUnavailableError("device", device,
                                      f"this machine has {count()} {parsed.type} device(s)")
     return device
+
+
+def model_on(model: _M, device: str) -> _M:
+    """``model.to(device)``, typed as the model (transformers wraps ``to`` in ``functools.wraps``,
+    which type checkers read as an unbound function)."""
+    return model.to(device)

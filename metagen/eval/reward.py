@@ -20,10 +20,10 @@ def load_reward(path: str | Path) -> Any:
     config = folder / "config.json"
     if not config.is_file():
         raise ModelLoadError(f"{folder}: not a Hugging Face model folder (no config.json)")
-    from metagen.scorers.load_prm import _has_value_head  # the PRM loader's own check
+    from metagen.scorers.load_prm import has_value_head  # the PRM loader's own check
 
     archs = json.loads(config.read_text()).get("architectures") or []
-    if any(a.endswith("Classification") for a in archs) or _has_value_head(folder):
+    if any(a.endswith("Classification") for a in archs) or has_value_head(folder):
         from metagen.scorers import HFRewardModel
         return HFRewardModel.from_pretrained(folder)
     from metagen.scorers import LikelihoodVerifier

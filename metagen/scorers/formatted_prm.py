@@ -31,7 +31,7 @@ from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadE
 from metagen.scorers.base import (
     StepAggregation, aggregate_steps, check_same_length, check_step_chains)
 from metagen.scorers.callables import check_scores
-from metagen.scorers.hf_reward import _HFScorer
+from metagen.scorers.hf_reward import HFScorer
 from metagen.scorers.prm_format import PRMFormat
 from metagen.scorers.prm_render import PromptLike, Rendered, render_response, render_steps, \
     tokenize_rendered
@@ -39,7 +39,7 @@ from metagen.scorers.prm_render import PromptLike, Rendered, render_response, re
 _LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
-class FormattedPRM(_HFScorer):
+class FormattedPRM(HFScorer):
     """A process reward model (and outcome reward via ``score``) read through a
     :class:`PRMFormat`. Build one with :func:`metagen.scorers.load_prm`.
 

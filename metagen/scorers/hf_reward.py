@@ -32,8 +32,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
+from metagen.device import model_on
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
 from metagen.generators.base import Prompt
 from metagen.scorers.base import (
@@ -47,8 +48,6 @@ from metagen.types import Usage
 if TYPE_CHECKING:
     import torch
 
-_M = TypeVar("_M", bound="torch.nn.Module")
-
 Transform = Literal["sigmoid", "none"]
 
 
@@ -57,7 +56,7 @@ def _inference_mode() -> Any:
     return torch.inference_mode()
 
 
-class _HFScorer:
+class HFScorer:
     """Shared loading, batching and head evaluation."""
 
     def __init__(self, model: Any, tokenizer: Any, *, head: Any, batch_size: int = 16,
@@ -223,7 +222,7 @@ class _HFScorer:
         raise ModelLoadError(f"a reward head needs 1 or 2 labels, this one has {logits.shape[-1]}")
 
 
-class HFRewardModel(_HFScorer):
+class HFRewardModel(HFScorer):
     """Outcome reward model: ``score(prompts, completions)`` reads ``prompt + completion`` (a
     chat prompt: the conversation with the completion as the assistant's turn), scored at its
     last token."""
@@ -243,7 +242,7 @@ class HFRewardModel(_HFScorer):
         return check_scores([v[0] for v in values], len(prompts), who="HFRewardModel")
 
 
-class HFProcessRewardModel(_HFScorer):
+class HFProcessRewardModel(HFScorer):
     """Process reward model: one score per step (the value at the step's last token).
 
     ``score(prompts, completions)`` makes it usable as an outcome reward too: the completion is
@@ -265,7 +264,7 @@ class HFProcessRewardModel(_HFScorer):
             lay = self._layout(prompt, "".join(chain))
             enc = self._encode(lay.text, lay.special)
             ids.append(list(enc["input_ids"]))
-            positions.append(_step_positions(lay.step_ends(chain), enc))
+            positions.append(step_positions(lay.step_ends(chain), enc))
             prefixes.append(self._prefix_len(lay.prefix, ids[-1], lay.special))
         values = self._values(ids, positions, prefixes)
         return [check_scores(v, len(chain), who="HFProcessRewardModel")
@@ -289,7 +288,7 @@ def split_steps(text: str) -> list[str]:
     return lines
 
 
-def _step_positions(ends: Sequence[int], enc: Any) -> list[int]:
+def step_positions(ends: Sequence[int], enc: Any) -> list[int]:
     """Token index of the last token of each step, whose end is the character offset ``ends[k]``
     of the encoded text (the last non-special token starting before it)."""
     starts = [start for (start, _), special in zip(enc["offset_mapping"],
@@ -302,12 +301,6 @@ def _step_positions(ends: Sequence[int], enc: Any) -> list[int]:
             t += 1
         positions.append(index[t])
     return positions
-
-
-def _on(model: _M, device: str) -> _M:
-    """``model.to(device)``, typed as the model (transformers wraps ``to`` in ``functools.wraps``,
-    which type checkers read as an unbound function)."""
-    return model.to(device)
 
 
 def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
@@ -326,7 +319,7 @@ def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
             model = tf.AutoModelForTokenClassification.from_pretrained(path, **kwargs)
         else:
             model = tf.AutoModelForCausalLM.from_pretrained(path, **kwargs)
-            return _on(model, device), tokenizer, _value_head(path, model).to(device)
+            return model_on(model, device), tokenizer, _value_head(path, model).to(device)
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError) as exc:
@@ -335,7 +328,7 @@ def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any, Any]:
     if head is None or not hasattr(head, "weight"):
         raise ModelLoadError(
             f"{path}: no linear 'score'/'classifier' head on {type(model).__name__}")
-    return _on(model, device), tokenizer, head
+    return model_on(model, device), tokenizer, head
 
 
 def _value_head(path: Path, model: Any) -> Any:

@@ -31,11 +31,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from metagen.device import model_on
 from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadError
 from metagen.generators.base import Prompt
 from metagen.scorers.base import check_same_length, check_step_chains
 from metagen.scorers.callables import check_scores
-from metagen.scorers.hf_reward import _HFScorer, _on, _step_positions
+from metagen.scorers.hf_reward import HFScorer, step_positions
 from metagen.scorers.prm_render import Layout
 
 Confidence = Literal["min", "mean", "window"]
@@ -70,7 +71,7 @@ def confidence(logprobs: Sequence[float], how: Confidence, window: int = 16) -> 
     return math.exp(agg)
 
 
-class LikelihoodVerifier(_HFScorer):
+class LikelihoodVerifier(HFScorer):
     """Outcome and process scores from a causal LM's token log-probabilities (see module doc)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, aggregation: Confidence = "min",
@@ -101,7 +102,7 @@ class LikelihoodVerifier(_HFScorer):
             raise ModelLoadError(f"{path}: cannot load a causal LM: {exc}") from exc
         if not getattr(tokenizer, "is_fast", False):
             raise ModelLoadError(f"{path}: the likelihood verifier needs a fast tokenizer")
-        return cls(_on(model, device), tokenizer, **kwargs)
+        return cls(model_on(model, device), tokenizer, **kwargs)
 
     def _head_scores(self, picked: Any, ids: list[int], positions: list[int]) -> list[float]:
         """Log-prob of the token after each position: (S, H) -> S log-probs."""
@@ -153,7 +154,7 @@ class LikelihoodVerifier(_HFScorer):
         out = []
         for chain, lp, enc, start, lay in zip(steps, logps, encs, starts, lays):
             ends = [max(1, pos - start + 1)
-                    for pos in _step_positions(lay.step_ends(chain), enc)]
+                    for pos in step_positions(lay.step_ends(chain), enc)]
             out.append(check_scores([confidence(lp[:e], self.aggregation, self.window)
                                      for e in ends], len(chain), who="LikelihoodVerifier"))
         return out

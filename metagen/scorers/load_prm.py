@@ -23,10 +23,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from metagen.device import model_on
 from metagen.errors import ModelLoadError
 from metagen.scorers.base import StepAggregation
 from metagen.scorers.formatted_prm import FormattedPRM
-from metagen.scorers.hf_reward import HFProcessRewardModel, _on
+from metagen.scorers.hf_reward import HFProcessRewardModel
 from metagen.scorers.prm_format import PRM_PRESETS, PRMFormat, resolve_format
 
 
@@ -45,7 +46,7 @@ def load_prm(path: str | Path, format: str | PRMFormat | None = None, *, device:
     classifier = any(a.endswith(("ForSequenceClassification", "ForTokenClassification"))
                      for a in archs)
     if fmt is None:
-        if classifier or _has_value_head(path):
+        if classifier or has_value_head(path):
             return HFProcessRewardModel.from_pretrained(path, device=device, dtype=dtype,
                                                         batch_size=batch_size,
                                                         aggregation=aggregation)
@@ -94,10 +95,11 @@ def _load(path: Path, fmt: PRMFormat, device: str, dtype: Any, *, backbone_only:
         raise
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"{path}: cannot load reward model: {exc}") from exc
-    return _on(model, device), tokenizer
+    return model_on(model, device), tokenizer
 
 
-def _has_value_head(path: Path) -> bool:
+def has_value_head(path: Path) -> bool:
+    """Whether the model folder's safetensors hold a value head (a scalar reward head)."""
     from safetensors import safe_open
 
     for file in sorted(path.glob("*.safetensors")):

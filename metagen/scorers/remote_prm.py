@@ -41,7 +41,7 @@ from typing import Any
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Prompt
 from metagen.scorers.base import StepAggregation, aggregate_steps, check_step_chains
-from metagen.scorers.hf_reward import _step_positions, split_steps
+from metagen.scorers.hf_reward import step_positions, split_steps
 from metagen.scorers.prm_format import PRMFormat, resolve_format
 from metagen.scorers.prm_render import layout, render_steps, tokenize_rendered
 from metagen.scorers.remote_base import RemoteScorer, chunks, load_tokenizer
@@ -122,4 +122,4 @@ class RemoteProcessRewardModel(RemoteScorer):
         lay = layout(self.tokenizer, prompt, "".join(chain), special=True)
         enc = self.tokenizer(lay.text, add_special_tokens=lay.special,
                              return_offsets_mapping=True, return_special_tokens_mask=True)
-        return list(enc["input_ids"]), _step_positions(lay.step_ends(chain), enc)
+        return list(enc["input_ids"]), step_positions(lay.step_ends(chain), enc)

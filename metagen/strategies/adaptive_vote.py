@@ -36,7 +36,7 @@ from metagen.scorers.verifiers import Extract, Match
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import (
     DEFAULT_PARAMS,
-    _select_and_wrap,
+    select_and_wrap,
     as_prompt_list,
     check_counts,
     failure_reason,
@@ -120,7 +120,7 @@ def adaptive_self_consistency(
             ok = [c for c in rows[i] if failure_reason(c) is None]
             decided[i] = vote_decided(selector._classes(ok)[1], rule, confidence=confidence,
                                       window=window)
-    results = _select_and_wrap(prompts, single, rows, selector, n, capped,
+    results = select_and_wrap(prompts, single, rows, selector, n, capped,
                                generator.usage - gen_before, start, min_successful)
     for i, res in enumerate([results] if isinstance(results, Result) else results):
         res.trace.update({"strategy": "adaptive_self_consistency", "rounds": rounds[i],

@@ -53,7 +53,7 @@ from metagen.strategies.trace_confidence import (
     stop_position,
     token_confidence,
 )
-from metagen.strategies.voting import SelfConsistency, _vote_trace, vote
+from metagen.strategies.voting import SelfConsistency, vote_trace, vote
 from metagen.tasks.answer_key import AnswerKey
 from metagen.types import Completion, FinishReason, Result, SamplingParams
 
@@ -216,7 +216,7 @@ def _result(voter: SelfConsistency, traces: list[Trace], threshold: float | None
                    for t in traces],
         "stopped": [t.stopped_at for t in traces if t.online],
         "kept": len(kept), "batch_usage": search.usage().to_dict()}
-    info.update(_vote_trace(answers, classes, winner, totals))
+    info.update(vote_trace(answers, classes, winner, totals))
     return Result(best=best, candidates=cands, scores=list(weights), usage=usage, trace=info,
                   stopped_by_budget=search.stopped_by_budget,
                   failures=dict(search.failures[tree.index]) if tree else {})

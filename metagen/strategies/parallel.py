@@ -95,13 +95,16 @@ def run_parallel(generator: Generator, prompt: Prompt | Sequence[Prompt], select
     outs = check_counts(generator.generate(prompts, sample_params), len(prompts), n_run,
                         type(generator).__name__)
     gen_usage = generator.usage - gen_before
-    return _select_and_wrap(prompts, single, outs, selector, n, capped, gen_usage, start,
+    return select_and_wrap(prompts, single, outs, selector, n, capped, gen_usage, start,
                             min_successful)
 
 
-def _select_and_wrap(prompts: list[Prompt], single: bool, outs: list[list[Completion]],
+def select_and_wrap(prompts: list[Prompt], single: bool, outs: list[list[Completion]],
                      selector: Selector, requested: int, capped: bool, gen_usage: Usage,
                      start: float, min_successful: int) -> Result | list[Result]:
+    """One :class:`Result` per prompt (a list unless ``single``) from its ``outs`` row: the
+    selector's pick among the successful completions, usage and the failures counted; a row
+    with fewer than ``min_successful`` successes gets a failed result naming the shortfall."""
     oks: list[list[tuple[int, Completion]]] = []
     failures: list[dict[str, int]] = []
     short: list[int] = []

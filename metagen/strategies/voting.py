@@ -93,7 +93,7 @@ class SelfConsistency(_Voter):
             winner, totals = vote(classes, [1.0] * len(group))
             index = 0 if winner is None else classes.index(winner)
             scores = [None if c is None else totals[c] / len(group) for c in classes]
-            out.append(Selection(index, scores, _vote_trace(answers, classes, winner, totals)))
+            out.append(Selection(index, scores, vote_trace(answers, classes, winner, totals)))
         return out
 
 
@@ -155,7 +155,7 @@ class WeightedVote(_Voter):
             else:
                 members = [i for i, c in enumerate(classes) if c == winner]
                 index = members[argmax_first([w[i] for i in members])]
-            trace = _vote_trace(answers, classes, winner, totals)
+            trace = vote_trace(answers, classes, winner, totals)
             trace["weights"] = list(raw)
             if self.keep_top is not None:
                 trace["voting_weights"] = list(w)
@@ -180,8 +180,10 @@ def _normalised_prob(c: Completion) -> float:
     return math.exp(c.cumulative_logprob / c.num_tokens)
 
 
-def _vote_trace(answers: list[Any], classes: list[int | None], winner: int | None,
-                totals: dict[int, float]) -> dict[str, Any]:
+def vote_trace(answers: list[Any], classes: list[int | None], winner: int | None,
+               totals: dict[int, float]) -> dict[str, Any]:
+    """The trace of a vote: each sample's answer, the votes per answer class (named by its
+    first answer), the winner's answer and how many samples abstained (no answer)."""
     first: dict[int, str] = {}
     for answer, cls in zip(answers, classes):
         if cls is not None and cls not in first:

@@ -15,10 +15,10 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import torch
 
+from metagen.device import model_on
 from metagen.errors import InvalidParameterError
 from metagen.testbed.modeling import POLICY_ARCH, ArchConfig, save_model_folder
 from metagen.testbed.problems import DEFAULT_DIFFICULTIES, format_prompt, iter_problems
@@ -143,15 +143,6 @@ def lr_at(step: int, cfg: LMTrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-_M = TypeVar("_M", bound=torch.nn.Module)
-
-
-def _on(model: _M, device: str) -> _M:
-    """``model.to(device)``, typed as the model (transformers wraps ``to`` in ``functools.wraps``,
-    which type checkers read as an unbound function)."""
-    return model.to(device)
-
-
 def _optimizer(model, lr: float, weight_decay: float):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -172,13 +163,13 @@ def train_lm(cfg: LMTrainConfig, out_dir: str | Path | None = None, device: str 
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(cfg.seed)
-    model = _on(LlamaForCausalLM(cfg.arch.llama_config()), device)
+    model = model_on(LlamaForCausalLM(cfg.arch.llama_config()), device)
     batches = _batches(cfg)
     stages = [(0, cfg.steps, cfg.lr, cfg.warmup)]
     if cfg.restart_steps:
         stages.append((cfg.steps, cfg.restart_steps, cfg.restart_lr, cfg.warmup))
     if resume_stage1 is not None:
-        model = _on(LlamaForCausalLM.from_pretrained(resume_stage1, dtype=torch.float32), device)
+        model = model_on(LlamaForCausalLM.from_pretrained(resume_stage1, dtype=torch.float32), device)
         for _ in range(cfg.steps):
             next(batches)
         stages = stages[1:]
