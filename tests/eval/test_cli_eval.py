@@ -123,10 +123,11 @@ def test_sigterm_writes_partial_and_exits_non_zero_and_a_rerun_completes(tmp_pat
     out = tmp_path / "term"
     proc = subprocess.Popen(_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT)
-    deadline = time.monotonic() + 120  # wait until the store exists: the run is under way
-    while not (out / "run.sqlite").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 120  # wait until the first item is stored: the run is under
+    while (proc.poll() is None and _items_done(out) < 1  # way, with 7 of 8 items to go (a fixed
+           and time.monotonic() < deadline):             # delay let a fast machine finish)
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, err
