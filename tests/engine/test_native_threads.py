@@ -78,12 +78,13 @@ class _Seq:
         self.table, self.cached = table, cached
 
 
-def _runners(lib: ctypes.CDLL, folder, quantization: str | None = None) -> list[ModelRunner]:
+def _runners(lib: ctypes.CDLL, folder, quantization: str | None = None,
+             threads: tuple[int, ...] = THREADS) -> list[ModelRunner]:
     """One runner per thread count on one model, each with its own KV cache."""
     model = load_model(folder, quantization=quantization)
     cfg = model.cfg
     out = []
-    for t in THREADS:
+    for t in threads:
         kv = KVCache(cfg.num_layers, NUM_BLOCKS, BLOCK, cfg.num_kv_heads, cfg.head_dim,
                      torch.float32, "cpu")
         runner = ModelRunner(model, kv, hydragen=True)
@@ -131,10 +132,11 @@ def _drive(runners: list[ModelRunner], seed: str, steps: int = 8) -> int:
         before = [r.native_steps for r in runners]
         outs = [r.extend(reqs) for r in runners]
         assert [r.native_steps for r in runners] == [b + 1 for b in before]  # all native
-        for t, out in zip(THREADS[1:], outs[1:]):
-            assert all(torch.equal(a, b) for a, b in zip(out, outs[0])), f"{t} threads"
-    for t, r in zip(THREADS[1:], runners[1:]):
-        assert torch.equal(r.kv.k, first.kv.k) and torch.equal(r.kv.v, first.kv.v), t
+        for r, out in zip(runners[1:], outs[1:]):
+            assert all(torch.equal(a, b) for a, b in zip(out, outs[0])), r.native.threads
+    for r in runners[1:]:
+        assert torch.equal(r.kv.k, first.kv.k) and torch.equal(r.kv.v, first.kv.v), \
+            r.native.threads
     return first.hydragen_rows
 
 
@@ -156,19 +158,51 @@ def test_int8_decode_step_on_n_threads_equals_one_thread_bitwise(lib, random_mod
     assert _drive(_runners(lib, folder, "int8"), f"int8{kind}") > 0
 
 
+def _one_row_prompt(runners: list[ModelRunner]) -> tuple[list[int], list[int]]:
+    """A 37-token prompt through PyTorch (too long for the native step), alike in each runner;
+    returns its block table and tokens."""
+    table = list(range(1, 13))
+    tokens = [3 + (7 * i) % 80 for i in range(37)]
+    for r in runners:
+        r.extend([ExtendRequest(table, 0, tokens)])
+    return table, tokens
+
+
 def test_one_row_decode_on_n_threads_equals_one_thread_bitwise(lib, random_model_dir):
     """Batch-1 decoding: one row, whose kv heads a step's attention units take in runs (both
     kv heads in one unit on one thread, one each on two or more) and whose gate|up product the
     threads cut across both halves; every step's logits and the cache equal one thread's."""
     runners = _runners(lib, random_model_dir("llama"))
-    table = list(range(1, 13))
-    tokens = [3 + (7 * i) % 80 for i in range(37)]
-    for r in runners:  # the prompt through PyTorch (too long for the native step), alike in each
-        r.extend([ExtendRequest(table, 0, tokens)])
+    table, tokens = _one_row_prompt(runners)
     for pos in range(37, 45):
         outs = [r.extend([ExtendRequest(table, pos, [tokens[pos % 37]])])[0] for r in runners]
         assert all(torch.equal(o, outs[0]) for o in outs[1:]), pos
     assert all(r.native_steps == 8 for r in runners)
+    for r in runners[1:]:
+        assert torch.equal(r.kv.k, runners[0].kv.k) and torch.equal(r.kv.v, runners[0].kv.v)
+
+
+def test_more_threads_than_units_or_cores_equal_one_thread_bitwise(lib, random_model_dir):
+    """Threads claim their own column unit of each product first and warm their unit of the
+    next while they wait: with 7 and 16 threads on a model whose products have fewer units
+    than threads (most threads own none) and on a machine with fewer cores (threads join late or
+    not at all), every step equals one thread's bit for bit."""
+    assert _drive(_runners(lib, random_model_dir("llama"), threads=(1, 7, 16)), "many") > 0
+
+
+def test_concurrent_decode_steps_get_the_one_thread_results(lib, random_model_dir):
+    """Two Python threads decode at once on three threads each (one gets the pool, the other
+    runs alone, or they alternate): both equal one thread's steps bit for bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runners = _runners(lib, random_model_dir("llama"), threads=(1, 3, 3))
+    table, tokens = _one_row_prompt(runners)
+    with ThreadPoolExecutor(2) as ex:
+        for pos in range(37, 45):
+            reqs = [ExtendRequest(table, pos, [tokens[pos % 37]])]
+            ref = runners[0].extend(reqs)[0]
+            got = list(ex.map(lambda r: r.extend(reqs)[0], runners[1:]))
+            assert all(torch.equal(g, ref) for g in got), pos
     for r in runners[1:]:
         assert torch.equal(r.kv.k, runners[0].kv.k) and torch.equal(r.kv.v, runners[0].kv.v)
 
