@@ -7,13 +7,19 @@ layers and the head) over a prefilled paged KV cache, as workloads A-C run it: o
 ``--threads``: torch's products and the native step alike); the table gives
 the best of a few repeats, the speedup, and the floor: the same step's products alone
 (``benchmarks.small_matmul``'s native kernel, or MKL for one row), which no implementation that
-streams fp32 weights can beat. ``python -m benchmarks.decode_step [--threads N] [--json PATH]``.
+streams fp32 weights can beat. ``--baseline DIR`` also runs the native step built from the C
+files in DIR (an older version: ``git archive REV metagen/engine/native | tar -x -C /tmp/old``),
+interleaved with the others, and gives each repeat's ratio baseline / native (median and range),
+so a change is measured against its predecessor under the same load.
+``python -m benchmarks.decode_step [--threads N] [--json PATH] [--baseline DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -24,6 +30,9 @@ from metagen.engine.kv_cache import KVCache
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
 from metagen.engine.native import load_small_matmul
+from metagen.engine.native.build import NATIVE_FLAGS, build
+from metagen.engine.native.decode_step import DecodeStep
+from metagen.engine.native.library import SOURCES
 
 BLOCK = 16
 SCENARIOS = {"A: 1 row, 256 cached": (1, 256), "C: 4 beams sharing 256": (4, 256),
@@ -46,15 +55,21 @@ def _setup(model, rows: int, prompt: int, native: bool) -> tuple[ModelRunner, li
     return runner, [ExtendRequest(t, prompt, [int(ids[r])]) for r, t in enumerate(tables)]
 
 
-def measure(repeats: int = 7, threads: int = 1) -> list[dict[str, float | str]]:
+def measure(repeats: int = 7, threads: int = 1,
+            baseline: Path | None = None) -> list[dict[str, float | str]]:
     torch.set_num_threads(threads)
     paths = build_models(Path("/tmp/metagen-bench-models"))
     model = load_model(paths["target"])
     kernel = load_small_matmul()
+    old = ctypes.CDLL(str(build([baseline / p.name for p in SOURCES], NATIVE_FLAGS))) \
+        if baseline else None
     out = []
     for name, (rows, prompt) in SCENARIOS.items():
         ways = {"pytorch": _setup(model, rows, prompt, False),
                 "native": _setup(model, rows, prompt, True)}
+        if old is not None:
+            ways["baseline"] = _setup(model, rows, prompt, True)
+            ways["baseline"][0].native = DecodeStep(old, model)
         xs = [torch.randn(rows, w.shape[0]) for w in _weights(model)]
 
         def products() -> None:
@@ -62,15 +77,26 @@ def measure(repeats: int = 7, threads: int = 1) -> list[dict[str, float | str]]:
                 kernel(x, w) if kernel and kernel.applies(x, w, None) else torch.mm(x, w)
 
         best = dict.fromkeys([*ways, "products"], float("inf"))
-        for _ in range(repeats):
-            for way, (runner, reqs) in ways.items():
+        ratios = []
+        for i in range(repeats):
+            ms = {}
+            for way, (runner, reqs) in (ways.items() if i % 2 == 0 else
+                                        reversed(ways.items())):
                 t0 = time.perf_counter()
                 runner.extend(reqs)  # rewrites the same positions each repeat
-                best[way] = min(best[way], (time.perf_counter() - t0) * 1e3)
+                ms[way] = (time.perf_counter() - t0) * 1e3
+                best[way] = min(best[way], ms[way])
+            if old is not None:
+                ratios.append(ms["baseline"] / ms["native"])
             t0 = time.perf_counter()
             products()
             best["products"] = min(best["products"], (time.perf_counter() - t0) * 1e3)
-        out.append({"scenario": name, **best})
+        row: dict[str, float | str] = {"scenario": name, **best}
+        if ratios:
+            row |= {"baseline_over_native_median": statistics.median(ratios),
+                    "baseline_over_native_min": min(ratios),
+                    "baseline_over_native_max": max(ratios)}
+        out.append(row)
     return out
 
 
@@ -85,16 +111,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a folder of older native C files to time interleaved")
     args = ap.parse_args(argv)
-    rows = measure(args.repeats, args.threads)
+    rows = measure(args.repeats, args.threads, args.baseline)
     print("scenario | pytorch ms | native ms | native speedup | products alone ms | "
           "native / products")
     for r in rows:
         print(f"{r['scenario']} | {r['pytorch']:.1f} | {r['native']:.1f} | "
               f"{r['pytorch'] / r['native']:.2f}x | {r['products']:.1f} | "
               f"{r['native'] / r['products']:.2f}")
+        if "baseline" in r:
+            print(f"  baseline native {r['baseline']:.1f} ms; baseline / native per repeat: "
+                  f"median {r['baseline_over_native_median']:.3f}, range "
+                  f"{r['baseline_over_native_min']:.3f}-{r['baseline_over_native_max']:.3f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"threads": args.threads, "ms_per_step": rows}, indent=1))
+        Path(args.json).write_text(json.dumps(
+            {"threads": args.threads, "baseline": str(args.baseline) if args.baseline else None,
+             "ms_per_step": rows}, indent=1))
     return 0
 
 
