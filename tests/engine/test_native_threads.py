@@ -183,10 +183,9 @@ def test_one_row_decode_on_n_threads_equals_one_thread_bitwise(lib, random_model
 
 
 def test_more_threads_than_units_or_cores_equal_one_thread_bitwise(lib, random_model_dir):
-    """Threads claim their own column unit of each product first and warm their unit of the
-    next while they wait: with 7 and 16 threads on a model whose products have fewer units
-    than threads (most threads own none) and on a machine with fewer cores (threads join late or
-    not at all), every step equals one thread's bit for bit."""
+    """With 7 and 16 threads, on a model whose products have fewer column units than threads
+    (most threads get none) and on a machine with fewer cores (threads join late or not at
+    all), every step equals one thread's bit for bit."""
     assert _drive(_runners(lib, random_model_dir("llama"), threads=(1, 7, 16)), "many") > 0
 
 

@@ -25,10 +25,7 @@
  * attention | o product + residual | norm | gate|up product | SiLU gate | down product +
  * residual), claiming units of each and waiting for the stage to finish before the next.
  * Products are cut by output columns, so each weight row is read once per step, in
- * whole-cache-line slices, one per thread; each thread claims its own slice first and, while
- * it waits at the barriers up to the next product, prefetches the start of its slice of that
- * product into L2 (batch-1 products are small: a thread that finished first would otherwise
- * idle while the other still streams). Attention is cut by (group or row, run of kv heads). Each output element is
+ * whole-cache-line slices; attention by (group or row, run of kv heads). Each output element is
  * computed by the one-thread path's instructions in its order, so the result is the same bit
  * for bit on any number of threads. Int8 products whose activations are quantized too (act8,
  * q8_act.c) quantize their input into the thread's own buffer at the first unit it claims in the
@@ -368,9 +365,8 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
   }
 }
 
-/* A thread's own buffers: the gathered queries of one attention work unit and their state, the
- * quantized activations (aq, ad: mg_a8_quantize's) of the int8-activation products, and the
- * weights it warms while it waits (its own unit of the next product). */
+/* A thread's own buffers: the gathered queries of one attention work unit and their state, and
+ * the quantized activations (aq, ad: mg_a8_quantize's) of the int8-activation products. */
 typedef struct {
   int8_t *aq;
   float *ad;
@@ -378,7 +374,6 @@ typedef struct {
   int64_t *q_to; /* each gathered query's end position (exclusive) */
   const float **q;
   float **acc, **pmx, **pl;
-  mg_warm warm;
 } lane;
 
 /* Work buffers of one step, carved from one allocation, and its threads' lanes. Attention reads
@@ -439,7 +434,6 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
     L->deq = carve(&p, per_lane[7]);
     L->aq = carve(&p, per_lane[8]);
     L->ad = carve(&p, per_lane[9]);
-    L->warm = mg_warm_region(0, 0, 0, 0, 0);
   }
   S->q_base = S->qkv;
   S->q_stride = qkv;
@@ -501,25 +495,6 @@ static int64_t kv_run_for(int64_t n_kv_heads, int64_t n_rows, int nth) {
  * each unit this thread claims; mg_wait(st, n) then waits for the whole stage. */
 #define STAGE(st, n, u) int64_t u; (u = mg_claim(st, n)) >= 0; mg_done(st)
 
-/* STAGE for a product's n column units: the thread claims its own unit first (warm_own). */
-#define STAGE_OWN(st, n, tid, u) int64_t u; (u = mg_claim_own(st, n, (tid) % (n))) >= 0; mg_done(st)
-
-/* Bytes of its next product's weights a thread warms while it waits: at most a quarter of a
- * core's L2 on the machines measured (2 MB), so the warmed lines outlast the stages between. */
-#define WARM_CAP (512 * 1024)
-
-/* The warming of thread tid's own unit (the one STAGE_OWN claims first) of the product with a
- * (K, N) weight in units of `width` columns: a float32 w (K, N) row-major, or an int8 q (N, K). */
-static mg_warm warm_own(const float *w, const int8_t *q, int64_t K, int64_t N, int64_t width,
-                        int tid) {
-  int64_t c0, c1;
-  if (tid >= mg_units(N, width)) return mg_warm_region(0, 0, 0, 0, 0);
-  mg_cols(N, width, tid, &c0, &c1);
-  if (q) return mg_warm_region(q + c0 * K, 1, (c1 - c0) * K, 0, WARM_CAP);
-  return mg_warm_region(w + c0, K, (c1 - c0) * (int64_t)sizeof(float),
-                        N * (int64_t)sizeof(float), WARM_CAP);
-}
-
 /* Query heads' fresh online-softmax state (unit: one token's q heads). */
 static void init_heads(step_job *J, mg_stage *st) {
   const int64_t D = J->M->head_dim, hq = J->M->n_heads;
@@ -563,7 +538,7 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
       attend_group(M, P, L->q + q0, L->acc + q0, L->pmx + q0, L->pl + q0,
                    n - q0 < VW ? n - q0 : VW, first, P->own_from[first], &C, hk, L->grp);
   }
-  mg_wait_warm(st, P->n_groups * hkv, &J->S->lanes[tid].warm);
+  mg_wait(st, P->n_groups * hkv);
   st++;
   /* each token's own positions, causal, in (row, run of kv_run kv heads) units; a row's tokens
    * together share the key blocks */
@@ -588,7 +563,7 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
         for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
       }
   }
-  mg_wait_warm(st, n_own, &J->S->lanes[tid].warm);
+  mg_wait(st, n_own);
 }
 
 /* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w) or an int8 one (q, s); an act8
@@ -608,61 +583,46 @@ static void product_cols(const float *x, const float *w, const int8_t *q, const 
 }
 
 /* x = rms_norm(h) * w of every token (unit: a token). */
-static void norm_tokens(step_job *J, mg_stage *st, const float *w, int tid) {
+static void norm_tokens(step_job *J, mg_stage *st, const float *w) {
   const int64_t H = J->M->hidden;
   for (STAGE(st, J->T, t)) rms_norm(J->h + t * H, w, J->S->x + t * H, H, J->M->eps);
-  mg_wait_warm(st, J->T, &J->S->lanes[tid].warm);
+  mg_wait(st, J->T);
 }
 
-/* h += x @ W, W float32 (w) or int8 (q, s) (unit: a slice of h's columns); then the thread
- * warms `next` while it waits. */
+/* h += x @ W, W float32 (w) or int8 (q, s) (unit: a slice of h's columns). */
 static void residual(step_job *J, mg_stage *st, const float *x, const float *w, const int8_t *q,
-                     const float *s, int64_t act8, int tid, int64_t K, mg_warm next) {
+                     const float *s, int64_t act8, int tid, int64_t K) {
   const int64_t H = J->M->hidden, n = mg_units(H, J->width_h);
-  lane *L = J->S->lanes + tid;
   int ready = 0;
-  for (STAGE_OWN(st, n, tid, u)) {
+  for (STAGE(st, n, u)) {
     int64_t c0, c1;
     mg_cols(H, J->width_h, u, &c0, &c1);
-    product_cols(x, w, q, s, act8, L, &ready, 0, J->S->tmp, J->T, K, H, c0, c1);
+    product_cols(x, w, q, s, act8, J->S->lanes + tid, &ready, 0, J->S->tmp, J->T, K, H, c0, c1);
     for (int64_t t = 0; t < J->T; t++)
       for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
   }
-  L->warm = next;
-  mg_wait_warm(st, n, &L->warm);
-}
-
-/* The warming of thread tid's own unit of layer W's q|k|v product. */
-static mg_warm warm_qkv(const step_job *J, const mg_layer *W, int tid) {
-  const mg_model *M = J->M;
-  const int64_t qkv = (M->n_heads + 2 * M->n_kv_heads) * M->head_dim;
-  return warm_own(W->qkv, W->qkv_q, M->hidden, qkv, J->width_qkv, tid);
+  mg_wait(st, n);
 }
 
 /* One layer: STAGES_PER_LAYER stages from st, whose units any of the job's threads compute.
  * Products are cut by output columns (a unit reads its columns of the weight), the per-head
- * work by head, attention by (group or row, run of kv heads), the norms by token. A thread
- * claims its own unit of each product first, and every wait from one product to the next warms
- * that unit of the next (the next layer's q|k|v after the down product; `next`: NULL after the
- * last layer), so a thread that finished early streams on while the others finish. */
-static void layer(step_job *J, const mg_layer *W, const mg_layer *next, mg_stage *st,
-                  const kv_layer *kv, int tid) {
+ * work by head, attention by (group or row, run of kv heads), the norms by token. */
+static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *kv, int tid) {
   const mg_model *M = J->M;
   const scratch *S = J->S;
   const int64_t T = J->T, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
-  const int64_t qkv = (hq + 2 * hkv) * D, I = M->inter, H = M->hidden;
+  const int64_t qkv = (hq + 2 * hkv) * D, I = M->inter;
   const int64_t n_qkv = mg_units(qkv, J->width_qkv), n_gu = mg_units(2 * I, J->width_gu);
-  lane *L = J->S->lanes + tid;
+  const lane *L = S->lanes + tid;
   int ready = 0;
-  norm_tokens(J, st++, W->input_norm, tid);
-  for (STAGE_OWN(st, n_qkv, tid, u)) {
+  norm_tokens(J, st++, W->input_norm);
+  for (STAGE(st, n_qkv, u)) {
     int64_t c0, c1;
     mg_cols(qkv, J->width_qkv, u, &c0, &c1);
     product_cols(S->x, W->qkv, W->qkv_q, W->qkv_s, W->act8, L, &ready, W->qkv_bias, S->qkv, T,
-                 H, qkv, c0, c1);
+                 M->hidden, qkv, c0, c1);
   }
-  L->warm = warm_own(W->o, W->o_q, hq * D, H, J->width_h, tid);
-  mg_wait_warm(st++, n_qkv, &L->warm);
+  mg_wait(st++, n_qkv);
   for (STAGE(st, T * (hq + hkv), u)) { /* per head: norm, rope, cache write / fresh state */
     const int64_t t = u / (hq + hkv), i = u % (hq + hkv);
     float *x = S->qkv + t * qkv + i * D;
@@ -681,25 +641,23 @@ static void layer(step_job *J, const mg_layer *W, const mg_layer *next, mg_stage
     memcpy(kv->kc + (slot * hkv + k) * D, x, (size_t)D * sizeof(float));
     memcpy(kv->vc + (slot * hkv + k) * D, x + hkv * D, (size_t)D * sizeof(float));
   }
-  mg_wait_warm(st++, T * (hq + hkv), &L->warm);
+  mg_wait(st++, T * (hq + hkv));
   attention(J, st, kv, kv->kq != 0, tid);
   st += 2;
-  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, W->act8, tid, hq * D,
-           warm_own(W->gate_up, W->gate_up_q, H, 2 * I, J->width_gu, tid));
-  norm_tokens(J, st++, W->post_norm, tid);
+  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, W->act8, tid, hq * D);
+  norm_tokens(J, st++, W->post_norm);
   /* gate|up in slices of its 2 I columns, one run of each weight row per unit (units of the
    * same columns of gate and of up read two runs of half the length: workload A on 2 threads of
    * a loaded 2-core Xeon decoded 1.06x slower so, median of 5 interleaved rounds), then
    * act = silu(gate) * up per token once both halves are done */
   ready = 0;
-  for (STAGE_OWN(st, n_gu, tid, u)) {
+  for (STAGE(st, n_gu, u)) {
     int64_t c0, c1;
     mg_cols(2 * I, J->width_gu, u, &c0, &c1);
     product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, W->act8, L, &ready, 0, S->gu, T,
-                 H, 2 * I, c0, c1);
+                 M->hidden, 2 * I, c0, c1);
   }
-  L->warm = warm_own(W->down, W->down_q, I, H, J->width_h, tid);
-  mg_wait_warm(st++, n_gu, &L->warm);
+  mg_wait(st++, n_gu);
   for (STAGE(st, T, t))
     for (int64_t i = 0; i < I; i += VW) {
       const vmask m = mask_first(I - i);
@@ -708,24 +666,20 @@ static void layer(step_job *J, const mg_layer *W, const mg_layer *next, mg_stage
       const vec silu = vdiv(gv, vadd(vbcast(1.0f), vexp(vsub(vzero(), gv))));
       vstore(S->act + t * I + i, vmul(silu, vload(g + I, m)), m);
     }
-  mg_wait_warm(st++, T, &L->warm);
-  residual(J, st++, S->act, W->down, W->down_q, W->down_s, W->act8, tid, I,
-           next ? warm_qkv(J, next, tid) : mg_warm_region(0, 0, 0, 0, 0));
+  mg_wait(st++, T);
+  residual(J, st++, S->act, W->down, W->down_q, W->down_s, W->act8, tid, I);
 }
 
 static void step_task(void *ctx, int tid, int nth) {
   step_job *J = ctx;
   (void)nth;
   const kv_layer *c0 = &J->cache;
-  const int64_t n = J->M->n_layers;
-  J->S->lanes[tid].warm = warm_qkv(J, J->layers, tid);
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < J->M->n_layers; i++) {
     const int64_t o = i * J->layer_stride, so = i * J->scale_stride;
     const kv_layer c = c0->kc ? (kv_layer){c0->kc + o, c0->vc + o, 0, 0, 0, 0}
                               : (kv_layer){0, 0, c0->kq + o, c0->vq + o, c0->ks + so,
                                            c0->vs + so};
-    layer(J, J->layers + i, i + 1 < n ? J->layers + i + 1 : 0, J->stage + i * STAGES_PER_LAYER,
-          &c, tid);
+    layer(J, J->layers + i, J->stage + i * STAGES_PER_LAYER, &c, tid);
   }
 }
 

@@ -126,14 +126,3 @@ void mg_parallel(int n, mg_task task, void *ctx) {
 void mg_wait(mg_stage *s, int64_t n) {
   for (int64_t spin = 0; atomic_load(&s->done) < n; spin++) relax(spin);
 }
-
-#define WARM_LINES 4 /* lines prefetched between two checks of the stage */
-
-void mg_wait_warm(mg_stage *s, int64_t n, mg_warm *w) {
-  while (w->left > 0 && atomic_load(&s->done) < n)
-    for (int i = 0; i < WARM_LINES && w->left > 0; i++, w->left -= 64) {
-      __builtin_prefetch(w->base + w->row * w->stride + w->off, 0, 2);
-      if ((w->off += 64) >= w->bytes) w->off = 0, w->row++;
-    }
-  mg_wait(s, n);
-}
