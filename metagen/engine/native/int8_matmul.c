@@ -113,26 +113,19 @@ typedef struct {
   const int8_t *w;
   const float *scale, *bias;
   float *y;
-  int64_t M, K, N, width;
-  mg_stage cols;
-} q8_job;
+  int64_t M, K, N;
+} q8_args;
 
-static void q8_task(void *ctx, int tid, int nth) {
-  q8_job *j = ctx;
-  const int64_t n = mg_units(j->N, j->width);
-  (void)tid, (void)nth;
-  for (int64_t u, c0, c1; (u = mg_claim(&j->cols, n)) >= 0; mg_done(&j->cols)) {
-    mg_cols(j->N, j->width, u, &c0, &c1);
-    mg_q8_matmul_cols(j->x, j->w, j->scale, j->bias, j->y, j->M, j->K, j->N, c0, c1);
-  }
-  mg_wait(&j->cols, n);
+static void q8_slice(const void *ctx, int64_t c0, int64_t c1) {
+  const q8_args *a = ctx;
+  mg_q8_matmul_cols(a->x, a->w, a->scale, a->bias, a->y, a->M, a->K, a->N, c0, c1);
 }
 
 /* The whole product on up to `threads` threads of the pool, which share the output channels in
  * contiguous slices of whole cache lines of y: equal to one thread's result bit for bit. */
 void mg_q8_matmul_threads(const float *x, const int8_t *w, const float *scale, const float *bias,
                           float *y, int64_t M, int64_t K, int64_t N, int threads) {
-  q8_job j = {x, w, scale, bias, y, M, K, N, mg_col_width(N, threads)};
-  mg_parallel(threads, q8_task, &j);
+  const q8_args a = {x, w, scale, bias, y, M, K, N};
+  mg_parallel_cols(threads, N, q8_slice, &a);
 }
 #endif

@@ -126,3 +126,26 @@ void mg_parallel(int n, mg_task task, void *ctx) {
 void mg_wait(mg_stage *s, int64_t n) {
   for (int64_t spin = 0; atomic_load(&s->done) < n; spin++) relax(spin);
 }
+
+typedef struct {
+  mg_cols_fn fn;
+  const void *ctx;
+  int64_t n, width;
+  mg_stage cols;
+} cols_job;
+
+static void cols_task(void *ctx, int tid, int nth) {
+  cols_job *j = ctx;
+  const int64_t units = mg_units(j->n, j->width);
+  (void)tid, (void)nth;
+  for (int64_t u, c0, c1; (u = mg_claim(&j->cols, units)) >= 0; mg_done(&j->cols)) {
+    mg_cols(j->n, j->width, u, &c0, &c1);
+    j->fn(j->ctx, c0, c1);
+  }
+  mg_wait(&j->cols, units);
+}
+
+void mg_parallel_cols(int nth, int64_t n, mg_cols_fn fn, const void *ctx) {
+  cols_job j = {fn, ctx, n, mg_col_width(n, nth)};
+  mg_parallel(nth, cols_task, &j);
+}

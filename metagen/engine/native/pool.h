@@ -63,4 +63,13 @@ static inline int64_t mg_col_width(int64_t n, int nth) {
 }
 
 static inline int64_t mg_units(int64_t n, int64_t width) { return (n + width - 1) / width; }
+
+/* Computes columns [c0, c1) of a product's output; ctx is the product's arguments. */
+typedef void (*mg_cols_fn)(const void *ctx, int64_t c0, int64_t c1);
+
+/* fn over all n columns on up to nth threads of the pool, which claim them in the contiguous
+ * units of mg_col_width(n, nth) (one stage); returns when every unit is done. fn must give each
+ * column the same result whichever slice computes it: then the whole equals one thread's result
+ * bit for bit. */
+void mg_parallel_cols(int nth, int64_t n, mg_cols_fn fn, const void *ctx);
 #endif /* MG_POOL_H */

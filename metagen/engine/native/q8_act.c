@@ -243,19 +243,12 @@ typedef struct {
   const int8_t *w;
   const float *scale, *bias;
   float *y;
-  int64_t M, K, N, width;
-  mg_stage cols;
-} a8_job;
+  int64_t M, K, N;
+} a8_args;
 
-static void a8_task(void *ctx, int tid, int nth) {
-  a8_job *j = ctx;
-  const int64_t n = mg_units(j->N, j->width);
-  (void)tid, (void)nth;
-  for (int64_t u, c0, c1; (u = mg_claim(&j->cols, n)) >= 0; mg_done(&j->cols)) {
-    mg_cols(j->N, j->width, u, &c0, &c1);
-    mg_a8_matmul_cols(j->q, j->d, j->w, j->scale, j->bias, j->y, j->M, j->K, j->N, c0, c1);
-  }
-  mg_wait(&j->cols, n);
+static void a8_slice(const void *ctx, int64_t c0, int64_t c1) {
+  const a8_args *a = ctx;
+  mg_a8_matmul_cols(a->q, a->d, a->w, a->scale, a->bias, a->y, a->M, a->K, a->N, c0, c1);
 }
 
 /* The whole product, x (M, K) float32 quantized once here, on up to `threads` threads of the
@@ -268,8 +261,8 @@ int mg_a8_matmul_threads(const float *x, const int8_t *w, const float *scale, co
   if (!q) return -1;
   float *d = (float *)(q + M * ldq); /* ldq is a multiple of 32: d stays aligned */
   mg_a8_quantize(x, M, K, q, d);
-  a8_job j = {q, d, w, scale, bias, y, M, K, N, mg_col_width(N, threads)};
-  mg_parallel(threads, a8_task, &j);
+  const a8_args a = {q, d, w, scale, bias, y, M, K, N};
+  mg_parallel_cols(threads, N, a8_slice, &a);
   free(q);
   return 0;
 }

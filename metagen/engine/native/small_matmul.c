@@ -254,26 +254,19 @@ void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y,
 typedef struct {
   const float *x, *w, *bias;
   float *y;
-  int64_t M, K, N, width;
-  mg_stage cols;
-} matmul_job;
+  int64_t M, K, N;
+} matmul_args;
 
-static void matmul_task(void *ctx, int tid, int nth) {
-  matmul_job *j = ctx;
-  const int64_t n = mg_units(j->N, j->width);
-  (void)tid, (void)nth;
-  for (int64_t u, c0, c1; (u = mg_claim(&j->cols, n)) >= 0; mg_done(&j->cols)) {
-    mg_cols(j->N, j->width, u, &c0, &c1);
-    mg_matmul_cols(j->x, j->w, j->bias, j->y, j->M, j->K, j->N, c0, c1);
-  }
-  mg_wait(&j->cols, n);
+static void matmul_slice(const void *ctx, int64_t c0, int64_t c1) {
+  const matmul_args *a = ctx;
+  mg_matmul_cols(a->x, a->w, a->bias, a->y, a->M, a->K, a->N, c0, c1);
 }
 
 /* mg_matmul on up to `threads` threads of the pool, which share the output columns in units of
  * whole cache lines (each reading its units' columns of w): equal to mg_matmul bit for bit. */
 void mg_matmul_threads(const float *x, const float *w, const float *bias, float *y, int64_t M,
                        int64_t K, int64_t N, int threads) {
-  matmul_job j = {x, w, bias, y, M, K, N, mg_col_width(N, threads)};
-  mg_parallel(threads, matmul_task, &j);
+  const matmul_args a = {x, w, bias, y, M, K, N};
+  mg_parallel_cols(threads, N, matmul_slice, &a);
 }
 #endif
