@@ -53,6 +53,7 @@ static inline __attribute__((always_inline)) void q8_tile(const int mr, const fl
     for (int c = 0; c < QC; c++) acc[m][c] = vzero();
   const int64_t body = K / VW * VW;
   for (int64_t k = 0; k < body; k += VW) {
+    prefetch_ahead(w[0] + QC * k, 64); /* the tile's rows are one run of QC * K bytes */
     vec wv[QC];
     UNROLL
     for (int c = 0; c < QC; c++) wv[c] = vload_i8(w[c] + k);

@@ -185,6 +185,7 @@ static inline __attribute__((always_inline)) void a8_tile(const int mr, const in
     UNROLL
     for (int c = 0; c < AC; c++) acc[m][c] = fzero();
   for (int64_t j = 0; j < full; j++) {
+    prefetch_ahead(w[0] + AC * j * A8W, (AC * A8W + 63) / 64 * 64); /* the rows: one run of AC * K */
     UNROLL
     for (int c = 0; c < AC; c++) wv[c] = iload(w[c] + j * A8W);
     a8_chunk(mr, q, d, ldq, ldd, j, wv, acc);
