@@ -85,6 +85,7 @@ typedef struct {
 #if MG_ISA
 #define KB 32 /* keys per online-softmax block */
 #define UNROLL4 _Pragma("GCC unroll 4")
+#define UNROLL8 _Pragma("GCC unroll 8")
 
 static float dot(const float *a, const float *b, int64_t n) {
   vec acc = vzero();
@@ -295,73 +296,121 @@ static void attend(const mg_model *M, const mg_plan *P, const float *const *q, f
   }
 }
 
-/* attend() for up to VW query heads that all see positions 0 .. to - 1 of `row` (a Hydragen
- * group over its shared prefix), vectorised across the queries instead of along head_dim: a
- * vector holds one score, probability or output element for every query, so there are no
- * horizontal sums and the softmax is whole-vector. Requires d % 4 == 0 and a fresh state
- * (mx = -inf, l = 0, acc = 0), which it overwrites. w: scratch of (2 d + KB) * VW floats. */
+/* One key block of a Hydragen group's prefix for up to VW queries held one per vector lane:
+ * their scaled queries qt (d, VW), unnormalised outputs at (d, VW), running max *m and sum *lsum
+ * (a vector each) are updated by the nb keys kp (padded with 7 repeats) and values vp; st:
+ * scratch of KB * VW floats. Lane i's arithmetic involves lane i only, so a query's result does
+ * not depend on which others share its vector. Eight independent chains (keys for the scores,
+ * output elements for the values) keep both FMA units busy. */
+static void group_block(const float *qt, float *at, vec *m, vec *lsum, const float *const *kp,
+                        const float *const *vp, int64_t nb, int64_t d, float *st) {
+  for (int64_t j = 0; j < nb; j += 8) { /* st[j] = scores of key j for every query */
+    vec s[8];
+    UNROLL8
+    for (int r = 0; r < 8; r++) s[r] = vzero();
+    for (int64_t c = 0; c < d; c++) {
+      const vec qc = vloadu(qt + c * VW);
+      UNROLL8
+      for (int r = 0; r < 8; r++) s[r] = vfma(vbcast(kp[j + r][c]), qc, s[r]);
+    }
+    UNROLL8
+    for (int r = 0; r < 8; r++)
+      if (j + r < nb) vstoreu(st + (j + r) * VW, s[r]);
+  }
+  vec top = *m;
+  for (int64_t j = 0; j < nb; j++) top = vmax(top, vloadu(st + j * VW));
+  const vec corr = vexp(vsub(*m, top)); /* ~0 on the first block (m = -inf) */
+  vec sum = vmul(*lsum, corr);
+  for (int64_t j = 0; j < nb; j++) {
+    const vec e = vexp(vsub(vloadu(st + j * VW), top));
+    vstoreu(st + j * VW, e);
+    sum = vadd(sum, e);
+  }
+  *lsum = sum;
+  *m = top;
+  int64_t c = 0;
+  for (; c + 8 <= d; c += 8) { /* at[c] = at[c] * corr + sum_j st[j] * v_j[c] */
+    vec a[8];
+    UNROLL8
+    for (int r = 0; r < 8; r++) a[r] = vmul(vloadu(at + (c + r) * VW), corr);
+    for (int64_t j = 0; j < nb; j++) {
+      const vec pj = vloadu(st + j * VW);
+      const float *v = vp[j] + c;
+      UNROLL8
+      for (int r = 0; r < 8; r++) a[r] = vfma(vbcast(v[r]), pj, a[r]);
+    }
+    UNROLL8
+    for (int r = 0; r < 8; r++) vstoreu(at + (c + r) * VW, a[r]);
+  }
+  if (c < d) { /* d % 8 == 4 */
+    vec a[4];
+    UNROLL4
+    for (int r = 0; r < 4; r++) a[r] = vmul(vloadu(at + (c + r) * VW), corr);
+    for (int64_t j = 0; j < nb; j++) {
+      const vec pj = vloadu(st + j * VW);
+      const float *v = vp[j] + c;
+      UNROLL4
+      for (int r = 0; r < 4; r++) a[r] = vfma(vbcast(v[r]), pj, a[r]);
+    }
+    UNROLL4
+    for (int r = 0; r < 4; r++) vstoreu(at + (c + r) * VW, a[r]);
+  }
+}
+
+/* Floats of attend_group's scratch for nh kv heads of nq queries each. */
+static int64_t group_scratch(int64_t d, int64_t nh, int64_t nq) {
+  return nh * ((nq + VW - 1) / VW) * (2 * d + 2) * VW + KB * VW;
+}
+
+/* attend() for the queries of a Hydragen group over its shared prefix, positions 0 .. to - 1 of
+ * `row`, for nh kv heads together: q[h * nq + i], i < nq, on kv head hk + h. Vectorised across
+ * the queries instead of along head_dim (VW queries of one head per vector: one score,
+ * probability or output element of each), so there are no horizontal sums and the softmax is
+ * whole-vector. Each key block is taken for the nh heads in turn, all of a head's queries
+ * against it while it sits in L1: the prefix is read along memory once per unit (the cache
+ * holds a position's kv heads side by side), not once per head and VW queries at a stride of
+ * n_kv_heads * head_dim. Requires d % 4 == 0 and a fresh state (mx = -inf, l = 0, acc = 0),
+ * which it overwrites. w: scratch of group_scratch(d, nh, nq) floats. */
 static void attend_group(const mg_model *M, const mg_plan *P, const float *const *q,
                          float *const *acc, float *const *mx, float *const *l, int64_t nq,
-                         int64_t row, int64_t to, const kv_src *C, int64_t hk, float *w) {
-  const int64_t d = M->head_dim;
-  float *qt = w, *at = w + d * VW, *st = w + 2 * d * VW; /* (d, VW), (d, VW), (KB, VW) */
-  for (int64_t c = 0; c < d; c++)
-    for (int64_t i = 0; i < VW; i++) qt[c * VW + i] = i < nq ? q[i][c] * M->scale : 0.0f;
-  memset(at, 0, (size_t)(d * VW) * sizeof(float));
-  vec m = vbcast(-INFINITY), lsum = vzero();
+                         int64_t row, int64_t to, const kv_src *C, int64_t hk, int64_t nh,
+                         float *w) {
+  const int64_t d = M->head_dim, nv = (nq + VW - 1) / VW, per = (2 * d + 2) * VW;
+  float *st = w + nh * nv * per; /* (KB, VW); then per (head, vector of queries): */
+  for (int64_t u = 0; u < nh * nv; u++) { /* qt (d, VW), at (d, VW), m (VW), lsum (VW) */
+    float *qt = w + u * per, *at = qt + d * VW;
+    const int64_t h = u / nv, i0 = u % nv * VW;
+    for (int64_t c = 0; c < d; c++)
+      for (int64_t i = 0; i < VW; i++)
+        qt[c * VW + i] = i0 + i < nq ? q[h * nq + i0 + i][c] * M->scale : 0.0f;
+    memset(at, 0, (size_t)(d * VW) * sizeof(float));
+    vstoreu(at + d * VW, vbcast(-INFINITY));
+    vstoreu(at + d * VW + VW, vzero());
+  }
   for (int64_t p0 = 0; p0 < to; p0 += KB) {
     const int64_t nb = to - p0 < KB ? to - p0 : KB;
-    const float *kp[KB + 3], *vp[KB];
-    key_block(M, P, row, p0, nb, C, hk, kp, vp);
-    for (int64_t j = nb; j < nb + 3; j++) kp[j] = kp[0]; /* padding keys, scores unused */
-    for (int64_t j = 0; j < nb; j += 4) { /* st[j] = scores of key j for every query */
-      vec s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
-      for (int64_t c = 0; c < d; c++) {
-        const vec qc = vloadu(qt + c * VW);
-        s0 = vfma(vbcast(kp[j][c]), qc, s0);
-        s1 = vfma(vbcast(kp[j + 1][c]), qc, s1);
-        s2 = vfma(vbcast(kp[j + 2][c]), qc, s2);
-        s3 = vfma(vbcast(kp[j + 3][c]), qc, s3);
+    const float *kp[KB + 7], *vp[KB];
+    for (int64_t h = 0; h < nh; h++) {
+      key_block(M, P, row, p0, nb, C, hk + h, kp, vp);
+      for (int64_t j = nb; j < nb + 7; j++) kp[j] = kp[0]; /* padding keys, scores unused */
+      for (int64_t u = h * nv; u < (h + 1) * nv; u++) {
+        float *qt = w + u * per, *at = qt + d * VW;
+        vec m = vloadu(at + d * VW), lsum = vloadu(at + d * VW + VW);
+        group_block(qt, at, &m, &lsum, kp, vp, nb, d, st);
+        vstoreu(at + d * VW, m);
+        vstoreu(at + d * VW + VW, lsum);
       }
-      vstoreu(st + j * VW, s0);
-      if (j + 1 < nb) vstoreu(st + (j + 1) * VW, s1);
-      if (j + 2 < nb) vstoreu(st + (j + 2) * VW, s2);
-      if (j + 3 < nb) vstoreu(st + (j + 3) * VW, s3);
-    }
-    vec top = m;
-    for (int64_t j = 0; j < nb; j++) top = vmax(top, vloadu(st + j * VW));
-    const vec corr = vexp(vsub(m, top)); /* ~0 on the first block (m = -inf) */
-    lsum = vmul(lsum, corr);
-    for (int64_t j = 0; j < nb; j++) {
-      const vec e = vexp(vsub(vloadu(st + j * VW), top));
-      vstoreu(st + j * VW, e);
-      lsum = vadd(lsum, e);
-    }
-    m = top;
-    for (int64_t c = 0; c < d; c += 4) { /* at[c] = at[c] * corr + sum_j st[j] * v_j[c] */
-      vec a0 = vmul(vloadu(at + c * VW), corr), a1 = vmul(vloadu(at + (c + 1) * VW), corr),
-          a2 = vmul(vloadu(at + (c + 2) * VW), corr), a3 = vmul(vloadu(at + (c + 3) * VW), corr);
-      for (int64_t j = 0; j < nb; j++) {
-        const vec pj = vloadu(st + j * VW);
-        const float *v = vp[j] + c;
-        a0 = vfma(vbcast(v[0]), pj, a0);
-        a1 = vfma(vbcast(v[1]), pj, a1);
-        a2 = vfma(vbcast(v[2]), pj, a2);
-        a3 = vfma(vbcast(v[3]), pj, a3);
-      }
-      vstoreu(at + c * VW, a0);
-      vstoreu(at + (c + 1) * VW, a1);
-      vstoreu(at + (c + 2) * VW, a2);
-      vstoreu(at + (c + 3) * VW, a3);
     }
   }
-  float mv[VW], lv[VW];
-  vstoreu(mv, m);
-  vstoreu(lv, lsum);
-  for (int64_t i = 0; i < nq; i++) {
-    *mx[i] = mv[i];
-    *l[i] = lv[i];
-    for (int64_t c = 0; c < d; c++) acc[i][c] = at[c * VW + i];
+  for (int64_t u = 0; u < nh * nv; u++) {
+    const float *at = w + u * per + d * VW;
+    const int64_t h = u / nv, i0 = u % nv * VW;
+    for (int64_t i = i0; i < nq && i < i0 + VW; i++) {
+      const int64_t k = h * nq + i;
+      *mx[k] = at[d * VW + i - i0];
+      *l[k] = at[d * VW + VW + i - i0];
+      for (int64_t c = 0; c < d; c++) acc[k][c] = at[c * VW + i - i0];
+    }
   }
 }
 
@@ -402,7 +451,7 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
   const size_t f = sizeof(float), n[] = {
       T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
       T * M->inter * f, T * sizeof(int64_t), T * sizeof(int64_t)};
-  const size_t per_lane[] = {nq * KB * f, (2 * D + KB) * VW * f, nq * sizeof(int64_t),
+  const size_t per_lane[] = {nq * KB * f, group_scratch(D, hkv, T * (hq / hkv)) * f, nq * sizeof(int64_t),
                              nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
                              nq * sizeof(void *), 2 * KB * D * f, T * mg_a8_ldq(kmax),
                              T * mg_a8_ldd(kmax) * f};
@@ -478,16 +527,18 @@ typedef struct {
   kv_layer cache; /* the first layer's (attention alone: its one layer's) */
   int64_t width_qkv, width_h, width_gu; /* column units of the products */
   mg_stage *stage;
-  int64_t kv_run; /* kv heads per unit of own-position attention (kv_run_for) */
+  int64_t kv_run;  /* kv heads per unit of own-position attention (kv_run_for) */
+  int64_t grp_run; /* kv heads per unit of prefix-group attention (kv_run_for) */
 } step_job;
 
-/* The kv heads per unit of own-position attention: the most (a divisor of n_kv_heads) that still
- * leaves every one of nth threads a unit when there are n_rows rows. More heads per unit read
- * the cache along memory (attend); fewer share one row's attention among threads. Which queries
- * a unit holds never changes any query's arithmetic. */
-static int64_t kv_run_for(int64_t n_kv_heads, int64_t n_rows, int nth) {
+/* The kv heads per attention unit: the most (a divisor of n_kv_heads) that still leaves every
+ * one of nth threads a unit when there are n rows (own positions) or n prefix groups. More
+ * heads per unit read the cache along memory (attend, attend_group); fewer share one row's or
+ * group's attention among threads. Which queries a unit holds never changes any query's
+ * arithmetic. */
+static int64_t kv_run_for(int64_t n_kv_heads, int64_t n, int nth) {
   for (int64_t runs = 1; runs < n_kv_heads; runs++)
-    if (n_kv_heads % runs == 0 && n_rows * runs >= nth) return n_kv_heads / runs;
+    if (n_kv_heads % runs == 0 && n * runs >= nth) return n_kv_heads / runs;
   return 1;
 }
 
@@ -507,8 +558,8 @@ static void init_heads(step_job *J, mg_stage *st) {
   mg_wait(st, J->T);
 }
 
-/* Attention of every query head over two stages: (prefix group, kv head) units, then (row, kv
- * head) units; a unit owns the queries it gathers, so each query's arithmetic is the
+/* Attention of every query head over two stages: (prefix group, run of kv heads) units, then
+ * (row, run of kv heads) units; a unit owns the queries it gathers, so each query's arithmetic is the
  * one-thread path's. Needs the heads' initial state (init_heads). With `write` (an int8 cache),
  * a (row, kv head) unit first writes that row's new K/V of that head from the step's q|k|v
  * (write_q8): the row owns those blocks and no prefix group reads them, so no other unit
@@ -521,24 +572,28 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
   const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads, g = hq / hkv;
   const int64_t qkv = (hq + 2 * hkv) * D;
   const kv_src C = {c->kc, c->vc, c->kq, c->vq, c->ks, c->vs, L->deq};
-  for (STAGE(st, P->n_groups * hkv, u)) { /* shared prefixes: once per group */
-    const int64_t gi = u / hkv, hk = u % hkv, first = P->group_rows[P->group_off[gi]];
+  /* shared prefixes: once per group, in (group, run of grp_run kv heads) units */
+  const int64_t gruns = hkv / J->grp_run, n_grp = P->n_groups * gruns;
+  for (STAGE(st, n_grp, u)) {
+    const int64_t gi = u / gruns, hk0 = u % gruns * J->grp_run;
+    const int64_t first = P->group_rows[P->group_off[gi]];
     int64_t n = 0;
-    for (int64_t i = P->group_off[gi]; i < P->group_off[gi + 1]; i++) {
-      const int64_t r = P->group_rows[i];
-      for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
-        gather_queries(M, S, L, t, hk, &n);
-    }
+    for (int64_t hk = hk0; hk < hk0 + J->grp_run; hk++)
+      for (int64_t i = P->group_off[gi]; i < P->group_off[gi + 1]; i++) {
+        const int64_t r = P->group_rows[i];
+        for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
+          gather_queries(M, S, L, t, hk, &n);
+      }
     if (D % 4) { /* the query-vectorised path needs head_dim % 4 == 0 */
       for (int64_t i = 0; i < n; i++) L->q_to[i] = P->own_from[first];
-      attend(M, P, L->q, L->acc, L->pmx, L->pl, n, first, 0, L->q_to, &C, hk, 1, L->s);
+      attend(M, P, L->q, L->acc, L->pmx, L->pl, n / J->grp_run, first, 0, L->q_to, &C, hk0,
+             J->grp_run, L->s);
       continue;
     }
-    for (int64_t q0 = 0; q0 < n; q0 += VW)
-      attend_group(M, P, L->q + q0, L->acc + q0, L->pmx + q0, L->pl + q0,
-                   n - q0 < VW ? n - q0 : VW, first, P->own_from[first], &C, hk, L->grp);
+    attend_group(M, P, L->q, L->acc, L->pmx, L->pl, n / J->grp_run, first, P->own_from[first],
+                 &C, hk0, J->grp_run, L->grp);
   }
-  mg_wait(st, P->n_groups * hkv);
+  mg_wait(st, n_grp);
   st++;
   /* each token's own positions, causal, in (row, run of kv_run kv heads) units; a row's tokens
    * together share the key blocks */
@@ -698,7 +753,8 @@ static int run_step(const mg_model *M, const mg_layer *layers, const mg_plan *P,
   index_tokens(P, &S);
   step_job J = {M, layers, P, &S, T, layer_stride, scale_stride, h, cache,
                 mg_col_width(qkv, nth), mg_col_width(H, nth), mg_col_width(2 * I, nth), stages,
-                kv_run_for(M->n_kv_heads, P->n_rows, nth)};
+                kv_run_for(M->n_kv_heads, P->n_rows, nth),
+                kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, step_task, &J);
   free(S.block);
   free(stages);
@@ -750,7 +806,8 @@ static int attention_only(const mg_model *M, const mg_plan *P, const float *q, i
   const kv_layer c = {(float *)kc, (float *)vc, (int8_t *)kq, (int8_t *)vq, (float *)ks,
                       (float *)vs}; /* read only: attention() without `write` */
   step_job J = {M, 0, P, &S, T, 0, 0, 0, c, 1, 1, 1, stages,
-                kv_run_for(M->n_kv_heads, P->n_rows, nth)};
+                kv_run_for(M->n_kv_heads, P->n_rows, nth),
+                kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, attention_task, &J);
   free(S.block);
   return 0;
