@@ -7,7 +7,8 @@ there after streaming its weights).
 ``git archive REV metagen/engine/native | tar -x -C /tmp/old``); the two run interleaved, one
 pass each per round, and the table gives each one's median milliseconds per pass (8 layers),
 wall clock and CPU time of the process (all its threads: on a loaded machine the steadier
-measure of work), and the range of the per-round ratios. ``--isa avx2`` builds both with the AVX2 path.
+measure of work), and the range of the per-round ratios. ``--isa avx2`` builds both with the
+AVX2 path.
 
 ``python -m benchmarks.group_attention [--baseline DIR] [--isa native|avx2] [--threads 1,2]
 [--rounds N] [--json PATH]``.

@@ -451,10 +451,10 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
   const size_t f = sizeof(float), n[] = {
       T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
       T * M->inter * f, T * sizeof(int64_t), T * sizeof(int64_t)};
-  const size_t per_lane[] = {nq * KB * f, group_scratch(D, hkv, T * (hq / hkv)) * f, nq * sizeof(int64_t),
-                             nq * sizeof(void *), nq * sizeof(void *), nq * sizeof(void *),
-                             nq * sizeof(void *), 2 * KB * D * f, T * mg_a8_ldq(kmax),
-                             T * mg_a8_ldd(kmax) * f};
+  const size_t per_lane[] = {nq * KB * f, (size_t)group_scratch(D, hkv, T * (hq / hkv)) * f,
+                             nq * sizeof(int64_t), nq * sizeof(void *), nq * sizeof(void *),
+                             nq * sizeof(void *), nq * sizeof(void *), 2 * KB * D * f,
+                             T * mg_a8_ldq(kmax), T * mg_a8_ldd(kmax) * f};
   size_t total = 0, lane_total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
@@ -559,10 +559,10 @@ static void init_heads(step_job *J, mg_stage *st) {
 }
 
 /* Attention of every query head over two stages: (prefix group, run of kv heads) units, then
- * (row, run of kv heads) units; a unit owns the queries it gathers, so each query's arithmetic is the
- * one-thread path's. Needs the heads' initial state (init_heads). With `write` (an int8 cache),
- * a (row, kv head) unit first writes that row's new K/V of that head from the step's q|k|v
- * (write_q8): the row owns those blocks and no prefix group reads them, so no other unit
+ * (row, run of kv heads) units; a unit owns the queries it gathers, so each query's arithmetic
+ * is the one-thread path's. Needs the heads' initial state (init_heads). With `write` (an int8
+ * cache), a (row, run) unit first writes that row's new K/V of those heads from the step's
+ * q|k|v (write_q8): the row owns those blocks and no prefix group reads them, so no other unit
  * touches them. */
 static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, int tid) {
   const mg_model *M = J->M;
