@@ -27,6 +27,8 @@ int mg_isa(void) { return MG_ISA; }
 #if MG_ISA
 #define TILE_COLS (NR * VW)
 #define KC 16                                /* weight rows per chunk */
+/* Whether a tile spreads its prefetches of the next chunk among its FMAs (see matmul_ld). */
+#define PF_SPREAD (MG_ISA == 512)
 #define NC (TILE_COLS * (4096 / TILE_COLS)) /* columns per chunk: about 4096, whole tiles */
 /* The tile loops run over compile-time bounds; unrolled, the accumulators live in registers. */
 #define UNROLL _Pragma("GCC unroll 16")
@@ -39,7 +41,8 @@ int mg_isa(void) { return MG_ISA; }
 static inline __attribute__((always_inline)) void tile(const int mr, const int full, const float *x,
                                                        int64_t ldx, const float *w, int64_t ldw,
                                                        const float *bias, float *y, int64_t ldy,
-                                                       int64_t kc, int first, const vmask *mask) {
+                                                       int64_t kc, int first, const vmask *mask,
+                                                       const float *pf, int64_t npf) {
   vec acc[MR][NR];
 #define LOAD(p, r) (full ? vloadu(p) : vload(p, mask[r]))
   UNROLL
@@ -50,6 +53,8 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int f
                          : (bias ? LOAD(bias + r * VW, r) : vzero());
   for (int64_t k = 0; k < kc; k++) {
     const float *wk = w + k * ldw;
+    if (PF_SPREAD && 2 * k < npf) __builtin_prefetch(pf + 32 * k, 0, 2); /* lines pf[0:npf) */
+    if (PF_SPREAD && 2 * k + 1 < npf) __builtin_prefetch(pf + 32 * k + 16, 0, 2);
     vec wv[NR];
     UNROLL
     for (int r = 0; r < NR; r++) wv[r] = LOAD(wk + r * VW, r);
@@ -74,17 +79,17 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int f
 
 /* One specialisation per row count and full/tail, so the accumulators stay in registers. */
 typedef void (*tile_fn)(const float *, int64_t, const float *, int64_t, const float *, float *,
-                        int64_t, int64_t, int, const vmask *);
+                        int64_t, int64_t, int, const vmask *, const float *, int64_t);
 #define TILE(R)                                                                                \
   static void full_##R(const float *x, int64_t ldx, const float *w, int64_t ldw,               \
                        const float *bias, float *y, int64_t ldy, int64_t kc, int first,        \
-                       const vmask *mask) {                                                    \
-    tile(R, 1, x, ldx, w, ldw, bias, y, ldy, kc, first, mask);                                 \
+                       const vmask *mask, const float *pf, int64_t npf) {                      \
+    tile(R, 1, x, ldx, w, ldw, bias, y, ldy, kc, first, mask, pf, npf);                        \
   }                                                                                            \
   static void tail_##R(const float *x, int64_t ldx, const float *w, int64_t ldw,               \
                        const float *bias, float *y, int64_t ldy, int64_t kc, int first,        \
-                       const vmask *mask) {                                                    \
-    tile(R, 0, x, ldx, w, ldw, bias, y, ldy, kc, first, mask);                                 \
+                       const vmask *mask, const float *pf, int64_t npf) {                      \
+    tile(R, 0, x, ldx, w, ldw, bias, y, ldy, kc, first, mask, pf, npf);                        \
   }
 TILE(1)
 TILE(2)
@@ -202,9 +207,13 @@ static inline int mr_of(int64_t M, int64_t pass) {
 /* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL], where w and y have rows of ld >= N
  * floats (N of them used: a slice of columns of wider matrices). M, K, N >= 1.
  * Up to MR rows: stream_rows. More: chunked tiles, where the passes after the first over a chunk
- * are arithmetic on cached weights while the first waits on memory; so every tile also
- * prefetches its share of the next chunk into L2, and the next chunk's first pass finds it there
- * (16 rows: 44 -> 33 ms for the benchmark target's products; table in benchmarks/README.md). */
+ * are arithmetic on cached weights while the first waits on memory; so the tiles also prefetch
+ * the next chunk into L2, and the next chunk's first pass finds it there (16 rows: 44 -> 33 ms
+ * for the benchmark target's products; table in benchmarks/README.md). Each tile takes its share
+ * of the next chunk's lines: on AVX-512 (PF_SPREAD) a run within one row, prefetched two lines
+ * per k step among the tile's FMAs, where a burst after each tile left the prefetches waiting on
+ * each other for the line fill buffers (16 rows 1.05x, 8 rows 1.11x CPU time, interleaved); on
+ * AVX2 that burst, which the spread did not beat there (0.94-0.98x). */
 static void matmul_ld(const float *x, const float *w, const float *bias, float *y, int64_t M,
                       int64_t K, int64_t N, int64_t ld) {
   if (M <= MR) {
@@ -216,8 +225,8 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
     const chunk nx = next_chunk(c, K, N);
     const int64_t row_lines = (nx.nc + 15) / 16; /* 64-byte lines per row of the next chunk */
     const int64_t tiles = ((M + MR - 1) / MR) * ((c.nc + TILE_COLS - 1) / TILE_COLS);
-    const int64_t share = (nx.kc * row_lines + tiles - 1) / tiles;
-    int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; column in row */
+    int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; line in its row */
+    const int64_t share = (left + tiles - 1) / tiles + PF_SPREAD; /* +1: runs end at rows' ends */
     const float *row = w + nx.k0 * ld + nx.c0;
     for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
       const int mr = mr_of(M, pass);
@@ -225,12 +234,17 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
         const int64_t cols = c.c0 + c.nc - j;
         vmask mask[NR];
         for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
+        int64_t npf = share < row_lines - col ? share : row_lines - col; /* spread: one run */
+        npf = !PF_SPREAD ? 0 : npf < left ? npf : left;
+        npf = npf < 2 * c.kc ? npf : 2 * c.kc;
         (cols >= TILE_COLS ? FULL : TAIL)[mr](x + m0 * K + c.k0, K, w + c.k0 * ld + j, ld,
                                               bias ? bias + j : 0, y + m0 * ld + j, ld, c.kc,
-                                              c.k0 == 0, mask);
-        for (int64_t i = 0; i < share && left > 0; i++, left--) {
-          __builtin_prefetch(row + col, 0, 2);
-          if ((col += 16) >= nx.nc) col = 0, row += ld;
+                                              c.k0 == 0, mask, row + col * 16, npf);
+        left -= npf;
+        if ((col += npf) == row_lines) col = 0, row += ld;
+        for (int64_t i = 0; !PF_SPREAD && i < share && left > 0; i++, left--) { /* a burst */
+          __builtin_prefetch(row + col * 16, 0, 2);
+          if (++col == row_lines) col = 0, row += ld;
         }
       }
     }
