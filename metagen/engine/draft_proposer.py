@@ -22,6 +22,7 @@ import torch
 
 from metagen.decoding import SequenceState, greedy_tokens, probs_for_sampling, uniforms_for
 from metagen.decoding.speculative import sample_inverse_cdf
+from metagen.engine import direct_steps
 from metagen.engine.mirrors import Mirrors
 from metagen.engine.proposers import Proposal
 from metagen.engine.sequence import Request
@@ -103,10 +104,16 @@ class DraftDriver:
 
 
 class DraftModelProposer:
-    """Drafts with ``draft`` (an engine over a small model with the target's vocabulary)."""
+    """Drafts with ``draft`` (an engine over a small model with the target's vocabulary).
 
-    def __init__(self, draft: LLMEngine) -> None:
+    ``direct``: a round whose mirrors are all running with little to catch up runs its draft
+    steps directly (:mod:`metagen.engine.direct_steps`), without the step loop's per-step
+    scheduling; same drafts, same draft KV. Off: every draft step is a :meth:`LLMEngine.step`.
+    """
+
+    def __init__(self, draft: LLMEngine, direct: bool = True) -> None:
         self.draft = draft
+        self.direct = direct
         self.driver = DraftDriver()
         self.mirrors = Mirrors(draft, self.driver)
 
@@ -121,6 +128,8 @@ class DraftModelProposer:
                 self.driver.rows[seq.seq_id] = _Row(state, want)
         rows = dict(self.driver.rows)
         while any(len(r.tokens) < r.want for r in rows.values()):
+            if self.direct and self._direct_steps(rows):
+                continue
             before = sum(len(r.tokens) for r in rows.values())
             self.draft.step()
             if sum(len(r.tokens) for r in rows.values()) == before and \
@@ -129,6 +138,24 @@ class DraftModelProposer:
         by_key = {self.mirrors.key_of(self.draft.seqs[sid]): r for sid, r in rows.items()}
         self.driver.rows.clear()
         return self._proposal([by_key.get(key) for key in keys], kmax)
+
+    def _direct_steps(self, rows: dict[int, _Row]) -> bool:
+        """Draft the rest of ``rows``' drafts through direct steps
+        (:mod:`metagen.engine.direct_steps`) if the rows still drafting qualify and the cache
+        holds their steps; False (nothing drafted) otherwise: the step loop's turn. Each step
+        hands the logits to the driver as the step loop does, so the drafts and the draft KV
+        are the step loop's."""
+        eng = self.draft
+        wanting = [(eng.seqs[sid], r.want - len(r.tokens)) for sid, r in rows.items()
+                   if len(r.tokens) < r.want]
+        live = [s for s, _ in wanting]
+        if not direct_steps.eligible(eng, live) or not direct_steps.reserve(
+                eng, live, [n for _, n in wanting]):
+            return False
+        while live:
+            self.driver.on_logits(eng, live, direct_steps.forward(eng, live))
+            live = [s for s in live if s.num_uncomputed]  # extended: it drafts again
+        return True
 
     def _proposal(self, rows: list[_Row | None], kmax: int) -> Proposal:
         """The drafts of ``rows`` (None: no drafts). ``probs`` is None when every draft is a

@@ -405,7 +405,7 @@ class LLMEngine:
         for (seq, n), lg, r in zip(batch, logits, reqs):
             start = seq.num_computed_tokens
             seq.num_computed_tokens += n
-            self._count_compute(seq.request, r.num_cached, n)
+            self.count_compute(seq.request, r.num_cached, n)
             touched.append(seq.request)
             if seq.score_from is not None:
                 if collect_scores(seq, start, lg):
@@ -441,7 +441,7 @@ class LLMEngine:
                 drv.on_logits(self, seqs, torch.cat(lgs))
         return self._collect_finished(touched)
 
-    def _count_compute(self, req: Request, start: int, n: int) -> None:
+    def count_compute(self, req: Request, start: int, n: int) -> None:
         """Count ``n`` tokens computed after ``start`` attended cached tokens (their positions,
         unless a KV window dropped some) for ``req`` and in the totals."""
         mc = self.model.cfg

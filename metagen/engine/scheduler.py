@@ -76,7 +76,7 @@ class Scheduler:
                 i += 1
                 continue
             n = min(seq.num_uncomputed, budget)
-            while not self._reserve(seq, n):
+            while not self.reserve(seq, n):
                 victim = self.running[-1]
                 self.preempt(victim)
                 if victim is seq:
@@ -89,7 +89,7 @@ class Scheduler:
             seq = self.waiting[0]
             cached = self._take_prefix(seq)
             n = min(seq.num_uncomputed, budget)
-            if not self._reserve(seq, n):
+            if not self.reserve(seq, n):
                 self._release(seq)
                 break
             self.waiting.popleft()
@@ -116,7 +116,7 @@ class Scheduler:
         seq.block_table = list(take)
         seq.num_computed_tokens = len(take) * self.block_size
         tail = self.radix.tails.take(seq.token_ids, len(take), limit)
-        if tail is not None:  # shared read-only: the first write copies it (_reserve)
+        if tail is not None:  # shared read-only: the first write copies it (reserve)
             seq.block_table.append(tail[0])
             seq.num_computed_tokens += tail[1]
         return seq.num_computed_tokens
@@ -135,7 +135,7 @@ class Scheduler:
             del seq.block_table[sinks:sinks + k]
             seq.dropped_blocks += k
 
-    def _reserve(self, seq: Sequence, n: int) -> bool:
+    def reserve(self, seq: Sequence, n: int) -> bool:
         """Make ``block_table`` cover ``num_computed + n`` tokens with writable blocks (after
         dropping what the KV window releases)."""
         self._drop(seq)
