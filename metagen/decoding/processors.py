@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from metagen.decoding.batch import BatchParams, gather_params
@@ -194,7 +195,22 @@ def greedy_tokens(logits: torch.Tensor, seqs: Sequence[SequenceState]
     check_batch(logits, seqs)
     bp = gather_params(seqs, logits.shape[1], logits.device)
     x = process_with(logits, seqs, bp, bad_rows(logits), copy=False)
-    return x.argmax(dim=-1), ~(x.amax(dim=-1) > float("-inf"))
+    tokens, best = argmax_rows(x)
+    return tokens, ~(best > float("-inf"))
+
+
+def argmax_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B,)`` int64 index of each row's maximum of ``x`` (B, V), the first one on ties (NaN
+    counts as the maximum), as ``torch.argmax``; and ``(B,)`` the values there. On the CPU
+    through NumPy, whose argmax has the same rule: one pass and no OpenMP region (a
+    32000-token row: ~8 us against ~100 us for ``torch.argmax`` at one thread on a 2-core
+    Xeon)."""
+    if x.device.type != "cpu":
+        tokens = x.argmax(dim=-1)
+        return tokens, x.gather(1, tokens[:, None])[:, 0]
+    a = x.detach().numpy()
+    idx = a.argmax(axis=-1)
+    return torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(a[np.arange(a.shape[0]), idx])
 
 
 @torch.no_grad()

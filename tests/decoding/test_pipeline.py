@@ -235,3 +235,22 @@ def test_tiny_temperatures_give_valid_tokens_reliability_v3():
         out = decode_step(logits.expand(8, -1), seqs)
         assert not out.errors and out.tokens.tolist() == [0] * 8
         assert torch.isfinite(out.logprobs).all()
+
+
+def test_argmax_rows_is_torch_argmax_with_ties_inf_and_nan():
+    from metagen.decoding.processors import argmax_rows
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, (64, 1000), generator=g).float()  # many ties per row
+    x[1] = float("-inf")
+    x[2, 7] = float("inf")
+    x[2, 9] = float("inf")
+    x[3, 500] = float("nan")
+    x[3, 600] = float("nan")
+    x[4, :10] = float("-inf")
+    for rows in (x, x[:1], x[::3], x[:, ::2]):  # contiguous, one row, strided rows/columns
+        tokens, best = argmax_rows(rows)
+        assert tokens.dtype == torch.int64 and torch.equal(tokens, rows.argmax(dim=-1))
+        expect = rows.gather(1, tokens[:, None])[:, 0]
+        assert torch.equal(best.isnan(), expect.isnan())
+        assert torch.equal(best[~best.isnan()], expect[~expect.isnan()])
