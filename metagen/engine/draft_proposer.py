@@ -58,16 +58,16 @@ class DraftDriver:
                     s.seq_id].want]
         if not live:
             return
-        idx = torch.tensor([i for i, _, _ in live])
+        sub = logits if len(live) == len(seqs) else logits[torch.tensor([i for i, _, _ in live])]
         states = [SequenceState(r.state.params, r.state.prompt_ids,
                                 r.state.output_ids + r.tokens, r.state.sample_index,
                                 r.state.eos_token_ids, r.state.bad_words_ids,
                                 rng_seed=r.state.rng_seed) for _, _, r in live]
         if all(s.params.is_greedy for s in states):
-            tokens, dead = self._greedy(logits[idx], states)
+            tokens, dead = self._greedy(sub, states)
             probs: torch.Tensor | None = None
         else:
-            tokens, dead, probs = self._sampled(logits[idx], states)
+            tokens, dead, probs = self._sampled(sub, states)
         for j, (_, seq, row) in enumerate(live):
             if dead[j]:
                 row.want = len(row.tokens)  # nothing sensible to draft: stop here
