@@ -103,3 +103,20 @@ def test_tracker_rejects_bad_parameters() -> None:
         AcceptanceTracker(prior=2.0)
     with pytest.raises(InvalidParameterError, match="decay"):
         AcceptanceTracker(decay=0.0)
+
+
+def test_draft_step_cost_reads_one_row_of_an_untied_embedding(stories_path) -> None:
+    """An untied embedding table is read one row per token; a tied one is the head, read whole."""
+    from metagen.engine.models.loader import load_model
+
+    model = load_model(stories_path)
+    total = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    row = model.embed[0].numel() * 4
+    read = total if model.lm_head is None else total - model.embed.numel() * 4 + row
+    flat = torch.nn.Linear(1, total // 4, bias=False)  # a module of ``total`` bytes, no embed
+    assert draft_step_cost(model, flat, overhead_bytes=0) == pytest.approx(read / total)
+    if model.lm_head is not None:
+        model.lm_head, head = None, model.lm_head  # tied: the table is the head
+        assert draft_step_cost(model, flat, overhead_bytes=0) == pytest.approx(
+            (total - sum(t.numel() * t.element_size() for t in head.parameters())) / total)
+        model.lm_head = head
