@@ -67,12 +67,7 @@ def bad_rows(logits: torch.Tensor) -> torch.Tensor:
 
     One reduction: the row maximum is NaN (max propagates NaN), +inf, or -inf exactly then.
     """
-    return bad_from_max(logits.amax(dim=-1))
-
-
-def bad_from_max(row_max: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` bool from the row maxima: NaN, +inf or -inf (see :func:`bad_rows`)."""
-    return ~torch.isfinite(row_max)
+    return ~torch.isfinite(logits.amax(dim=-1))
 
 
 def apply_healing(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor:
@@ -155,17 +150,20 @@ def _truncate(x: torch.Tensor, bp: BatchParams) -> torch.Tensor:
 
 
 def process_with(logits: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams,
-                 bad: torch.Tensor, copy: bool = True) -> torch.Tensor:
-    """:func:`process_logits` with the gathered parameters and bad rows already computed.
-    With ``copy=False`` the result may be ``logits`` itself when no stage applies."""
+                 bad: torch.Tensor | None, copy: bool = True) -> torch.Tensor:
+    """:func:`process_logits` with the gathered parameters and bad rows (``(B,)`` bool; None:
+    none) already computed. With ``copy=False`` the result may be ``logits`` itself when no
+    stage applies."""
     x = logits.to(torch.float32)
-    has_bad = bool(bad.any())
-    if has_bad:
+    if bad is not None and not bool(bad.any()):
+        bad = None
+    if bad is not None:
         x = x.masked_fill(bad[:, None], 0.0)
     x = _constraints(x, seqs)
     x = _penalties(x, seqs, bp)
-    x = _truncate(x, bp)
-    if has_bad:
+    if len(bp.greedy_rows) < len(seqs):  # greedy rows stop after the penalties
+        x = _truncate(x, bp)
+    if bad is not None:
         x = x.masked_fill(bad[:, None], float("nan"))
     if copy and x is logits:  # nothing applied: never hand back the caller's tensor
         x = x.clone()

@@ -15,6 +15,7 @@ way a row's numbers depend only on that row.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from metagen.decoding.batch import current_mu, gather_params
-from metagen.decoding.processors import bad_from_max, check_batch, process_with
+from metagen.decoding.processors import check_batch, process_with
 from metagen.decoding.rng import uniforms_for
 from metagen.decoding.state import SequenceState, fresh_seed
 from metagen.decoding.truncation import mirostat_update
@@ -48,6 +49,12 @@ class RowKernels(Protocol):
         """``(tokens (B,) int64, logsumexp (B,) float64)``: :func:`inverse_cdf_sample` of
         ``exp(x - max)`` at ``uniforms`` ``(B,)``, ``x`` ``(B, V)`` float32 with finite row
         maxima, and each row's ``logsumexp``."""
+        ...
+
+    def argmax(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens (B,) int64, logsumexp (B,) float64)``: the first index of each row's
+        maximum (``torch.argmax``'s on rows with a finite maximum and no NaN) and its
+        ``logsumexp``, bit for bit :meth:`logsumexp`'s."""
         ...
 
     def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
@@ -132,7 +139,7 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     constraints removed every token, or whose processed logits overflowed, gets token -1, a NaN
     logprob, no top-logprobs and a :class:`NumericalError` in ``errors``; the other rows are
     computed exactly as without it. ``kernels`` (float32 CPU logits only) replaces PyTorch's
-    draw and ``logsumexp``. Raises ``InvalidParameterError`` on a shape mismatch.
+    argmax, draw and ``logsumexp``. Raises ``InvalidParameterError`` on a shape mismatch.
     """
     check_batch(logits, seqs)
     n, vocab = logits.shape
@@ -140,49 +147,64 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     bp = gather_params(seqs, vocab, dev)
     raw = logits.to(torch.float32)
     raw_max = raw.amax(dim=-1)  # (B,)
-    bad = bad_from_max(raw_max)
-    has_bad = bool(bad.any())
+    bad_l = [not math.isfinite(m) for m in raw_max.tolist()]  # see bad_rows
+    bad = torch.tensor(bad_l, device=dev) if any(bad_l) else None
     x = process_with(raw, seqs, bp, bad, copy=False)  # (B, V)
-    dead = bad | bad_from_max(x.amax(dim=-1)) if x is not raw else bad
-    if has_bad:
+    dead_l = bad_l if x is raw else [
+        b or not math.isfinite(m) for b, m in zip(bad_l, x.amax(dim=-1).tolist())]
+    dead = torch.tensor(dead_l, device=dev) if any(dead_l) else None
+    if bad is not None:
         raw = raw.masked_fill(bad[:, None], 0.0)
     if kernels is not None and (raw.device.type != "cpu" or logits.dtype != torch.float32):
         kernels = None
 
-    tokens = torch.zeros(n, dtype=torch.int64, device=dev)
     raw_lse: torch.Tensor | None = None  # (B,) logsumexp of the raw logits
     greedy = set(bp.greedy_rows)
     sample_rows = [b for b in range(n) if b not in greedy]
     if len(bp.greedy_rows) == n:  # all greedy: no row gather, which on the CPU starts an
-        tokens = x.argmax(dim=-1)  # OpenMP region for one row (its workers then spin)
-    elif bp.greedy_rows:
+        tokens, lse = _argmax(x, kernels)  # OpenMP region for one row (its workers then spin)
+        if lse is not None and x is raw:
+            raw_lse = lse  # the argmax's own: bit for bit kernels.logsumexp(raw)
+    else:
+        tokens = torch.zeros(n, dtype=torch.int64, device=dev)
+    if bp.greedy_rows and sample_rows:
         g = torch.tensor(bp.greedy_rows, device=dev)
-        tokens[g] = x[g].argmax(dim=-1)
+        tokens[g] = _argmax(x[g], kernels)[0]
     if sample_rows:
         tokens, lse = _sample(x, seqs, sample_rows, dead, tokens, kernels)
         if lse is not None and x is raw and len(sample_rows) == n:
             raw_lse = lse  # the draw's own: bit for bit kernels.logsumexp(raw)
         if bp.mirostat_rows:
-            _advance_mirostat(x, seqs, bp.mirostat_rows, dead, tokens)
-    tokens = tokens.masked_fill(dead, -1)
-    dead_l = dead.tolist()
+            _advance_mirostat(x, seqs, bp.mirostat_rows, dead_l, tokens)
     ks = [None if dead_l[b] else seqs[b].params.logprobs for b in range(n)]
-    chosen = _chosen_logprobs(raw, tokens, ks, kernels, raw_lse)
-    chosen = chosen.masked_fill(dead, float("nan"))
-    errors = {b: NumericalError(_why(b, bool(bad[b]), seqs[b]), row=b)
-              for b in range(n) if dead_l[b]}
+    chosen = _chosen_logprobs(raw, tokens, ks, kernels, raw_lse)  # a dead row's token: any
+    errors: dict[int, NumericalError] = {}
+    if dead is not None:
+        tokens = tokens.masked_fill(dead, -1)
+        chosen = chosen.masked_fill(dead, float("nan"))
+        errors = {b: NumericalError(_why(b, bad_l[b], seqs[b]), row=b)
+                  for b in range(n) if dead_l[b]}
     wanted = any(k is not None for k in ks)
     top = top_logprobs_rows(log_softmax_rows(raw) if wanted else raw, ks)  # raw: not read
     return StepOutput(tokens=tokens, logprobs=chosen, top_logprobs=top, errors=errors)
 
 
+def _argmax(x: torch.Tensor, kernels: RowKernels | None
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(B,)`` int64 first index of each row's maximum of ``x`` ``(B, V)`` and, with
+    ``kernels``, each row's logsumexp (their one pass computes it too)."""
+    if kernels is None:
+        return x.argmax(dim=-1), None
+    return kernels.argmax(x)
+
+
 def _chosen_logprobs(raw: torch.Tensor, tokens: torch.Tensor, ks: list[int | None],
                      kernels: RowKernels | None, raw_lse: torch.Tensor | None) -> torch.Tensor:
-    """``(B,)`` float32 raw logprob of each row's token (``tokens`` ``(B,)``, -1 on dead rows):
-    ``log_softmax`` without ``kernels``; with them ``raw[t] - logsumexp(raw)`` (``raw_lse``
-    where the draw computed it), except for rows that list their top-k (``ks[b]`` not None),
-    which get ``log_softmax``'s value, the one their top-k dict holds."""
-    idx = tokens.clamp(min=0)[:, None]
+    """``(B,)`` float32 raw logprob of each row's token (``tokens`` ``(B,)``, each in the
+    vocabulary): ``log_softmax`` without ``kernels``; with them ``raw[t] - logsumexp(raw)``
+    (``raw_lse`` where the draw computed it), except for rows that list their top-k (``ks[b]``
+    not None), which get ``log_softmax``'s value, the one their top-k dict holds."""
+    idx = tokens[:, None]
     if kernels is None:
         return log_softmax_rows(raw).gather(1, idx).squeeze(1)
     lse = kernels.logsumexp(raw) if raw_lse is None else raw_lse
@@ -194,23 +216,24 @@ def _chosen_logprobs(raw: torch.Tensor, tokens: torch.Tensor, ks: list[int | Non
     return chosen
 
 
-def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int], dead: torch.Tensor,
-            tokens: torch.Tensor, kernels: RowKernels | None
+def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int],
+            dead: torch.Tensor | None, tokens: torch.Tensor, kernels: RowKernels | None
             ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Inverse-CDF draws for ``rows`` of the processed logits ``x``, one uniform per row; with
-    ``kernels``, also the ``(len(rows),)`` logsumexp of those rows of ``x``."""
+    ``kernels``, also the ``(len(rows),)`` logsumexp of those rows of ``x``. ``dead`` ``(B,)``
+    bool: the rows whose weights are invalid (None: none)."""
     for b in rows:
         if seqs[b].rng_seed is None:  # cleared after construction: draw one, keep it
             seqs[b].rng_seed = fresh_seed()
     u = uniforms_for([seqs[b].rng_seed for b in rows],  # type: ignore[misc]
                      [seqs[b].sample_index for b in rows], [seqs[b].step for b in rows])
     if len(rows) == x.shape[0]:
-        xs, ok = x, ~dead
+        xs, gone = x, dead
     else:
         idx = torch.tensor(rows, device=x.device)
-        xs, ok = x[idx], ~dead[idx]
-    if not bool(ok.all()):
-        xs = xs.masked_fill(~ok[:, None], 0.0)  # dead rows: any valid weights, result dropped
+        xs, gone = x[idx], None if dead is None else dead[idx]
+    if gone is not None and bool(gone.any()):
+        xs = xs.masked_fill(gone[:, None], 0.0)  # dead rows: any valid weights, result dropped
     lse = None
     if kernels is not None:
         drawn, lse = kernels.draw(xs, u)
@@ -224,12 +247,12 @@ def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int], dea
 
 
 def _advance_mirostat(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int],
-                      dead: torch.Tensor, tokens: torch.Tensor) -> None:
+                      dead: list[bool], tokens: torch.Tensor) -> None:
     idx = torch.tensor(rows, device=x.device)
     surprise = -torch.log_softmax(x[idx], dim=-1).gather(1, tokens[idx][:, None]).squeeze(1)
-    dead_l, surprise_l = dead[idx].tolist(), surprise.tolist()
+    surprise_l = surprise.tolist()
     for j, b in enumerate(rows):
-        if not dead_l[j]:
+        if not dead[b]:
             seq = seqs[b]
             p = seq.params
             seq.mirostat_mu = mirostat_update(current_mu(seq), p.mirostat_tau,  # type: ignore

@@ -434,7 +434,8 @@ class LLMEngine:
         self._threads = torch.get_num_threads()  # what a logits hook runs on (see below)
         with torch_inline():  # small per-row work: no OpenMP workers left spinning
             if rows:
-                self._sample(rows, torch.cat(row_logits))
+                self._sample(rows, row_logits[0] if len(row_logits) == 1 else
+                             torch.cat(row_logits))
             if verify:
                 self.speculator.verify(self, verify)  # type: ignore[union-attr]
             for drv, seqs, lgs in driven.values():

@@ -238,11 +238,10 @@ class ModelRunner:
         if native is not None and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
                 and self._native_safe(reqs):
             self.native_steps += 1
-            plan = self._plan(reqs)
-            input_ids = torch.tensor([t for r in reqs for t in r.new_token_ids], dtype=torch.long)
-            hidden = self.model.forward_native(input_ids, native, plan, self.kv.k, self.kv.v,
-                                               self.kv.scales)
-            return hidden, plan.tok_off[:-1].tolist()
+            plan = self._plan(reqs, with_ids=True)
+            hidden = self.model.forward_native(plan.token_ids, native, plan, self.kv.k,
+                                               self.kv.v, self.kv.scales)
+            return hidden, plan.token_offsets[:-1]
         short = [] if native is None else [
             i for i, r in enumerate(reqs) if len(r.new_token_ids) <= NATIVE_ATTENTION_MAX_ROW]
         if short and not self._native_safe([reqs[i] for i in short]):
@@ -252,12 +251,14 @@ class ModelRunner:
         return self.model(input_ids, positions, self.kv.k, self.kv.v, meta,
                           self.kv.scales), offsets
 
-    def _plan(self, reqs: Sequence[ExtendRequest]) -> StepPlan:
-        """The native plan of ``reqs``, with their Hydragen groups."""
+    def _plan(self, reqs: Sequence[ExtendRequest], with_ids: bool = False) -> StepPlan:
+        """The native plan of ``reqs``, with their Hydragen groups (and their new tokens' ids
+        ``with_ids``)."""
         return StepPlan.build(self.block_size, [r.block_table for r in reqs],
                               [r.num_cached for r in reqs],
                               [len(r.new_token_ids) for r in reqs], self._prefix_groups(reqs),
-                              [r.dropped_tokens for r in reqs])
+                              [r.dropped_tokens for r in reqs],
+                              [t for r in reqs for t in r.new_token_ids] if with_ids else ())
 
     def _native_safe(self, reqs: Sequence[ExtendRequest]) -> bool:
         """Whether every position of ``reqs`` has a RoPE row and every block id a cache block:

@@ -46,6 +46,22 @@ def test_draws_equal_pytorch_and_lse_is_logsumexp(kernel, vocab):
         assert torch.equal(kernel.logsumexp(x), lse)
 
 
+@pytest.mark.parametrize("vocab", [5, 100, 256, 32000])
+def test_argmax_is_torch_argmax_and_lse_is_logsumexp(kernel, vocab):
+    """Golden over fixed seeds: the greedy token is torch.argmax's (the first index of the row's
+    maximum, also where the maximum repeats or sits past the vector body), and the logsumexp
+    returned with it is logsumexp()'s bit for bit, on any thread count."""
+    for seed in range(50):
+        x = _logits(seed, 9, vocab)
+        x[1] = x[1].amax()  # every entry the maximum: index 0
+        x[2, vocab // 2:] = x[2].amax() + 1  # a tie from the middle: its first index
+        x[3, -1] = x[3].amax() + 1  # in the tail after the last whole vector
+        tok, lse = kernel.argmax(x)
+        assert torch.equal(tok, x.argmax(-1)), seed
+        assert torch.equal(lse, kernel.logsumexp(x))
+        assert all(torch.equal(a, b) for a, b in zip(kernel.on(3).argmax(x), (tok, lse)))
+
+
 @pytest.mark.parametrize("threads", [2, 3, 4])
 def test_any_thread_count_gives_the_same_draws(kernel, threads):
     x = _logits(3, 13, 5000)

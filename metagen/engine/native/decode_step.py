@@ -18,10 +18,12 @@ Set ``METAGEN_NATIVE=0`` to turn it off.
 from __future__ import annotations
 
 import ctypes
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from metagen.engine.native.dispatch import ROW_CAP
@@ -68,25 +70,28 @@ class StepPlan:
     ``group_rows[group_off[g] .. group_off[g + 1] - 1]``, which share those positions' blocks.
     Row r's tokens are rotated (RoPE) at their position plus ``rope_off[r]``: the tokens of its
     context that token dropping removed from its table (:mod:`metagen.engine.kv_window`).
+    ``token_ids`` are the flat tokens' ids, where the plan was built with them (else empty).
+
+    Every field is a view of one buffer, ``flat``, made when it is read: the native call reads
+    the buffer at the fields' offsets, so a step allocates one small array and no views.
     """
 
     block_size: int
-    tables: torch.Tensor  # (R, max_blocks)
-    start: torch.Tensor  # (R,)
-    tok_off: torch.Tensor  # (R + 1,)
-    own_from: torch.Tensor  # (R,)
-    group_off: torch.Tensor  # (G + 1,)
-    group_rows: torch.Tensor  # (sum of group sizes,)
-    rope_off: torch.Tensor  # (R,)
+    n_rows: int
+    width: int  # max_blocks: the tables' row length
+    flat: torch.Tensor  # the fields, one after another, in the properties' order below
+    bounds: tuple[int, ...]  # field i is flat[bounds[i]:bounds[i + 1]]
+    token_offsets: list[int]  # tok_off as Python ints
 
     @classmethod
     def build(cls, block_size: int, block_tables: Sequence[Sequence[int]],
               starts: Sequence[int], lengths: Sequence[int],
               groups: Sequence[tuple[Sequence[int], int]],
-              dropped: Sequence[int] | None = None) -> StepPlan:
+              dropped: Sequence[int] | None = None,
+              token_ids: Sequence[int] = ()) -> StepPlan:
         """From per-row block tables, cached counts and new-token counts, the prefix groups
-        as (rows, shared blocks) pairs, and the rows' dropped token counts (``rope_off``;
-        default none)."""
+        as (rows, shared blocks) pairs, the rows' dropped token counts (``rope_off``; default
+        none) and, optionally, the new tokens' ids in flat order."""
         width = max(len(t) for t in block_tables)
         own_from = [0] * len(block_tables)
         rows: list[int] = []
@@ -99,14 +104,56 @@ class StepPlan:
         tok_off = [0]
         for n in lengths:
             tok_off.append(tok_off[-1] + n)
-        parts: list[list[int]] = [
-            [i for b in block_tables for i in (*b, *[0] * (width - len(b)))], list(starts),
+        parts: list[Sequence[int]] = [
+            [i for b in block_tables for i in (*b, *[0] * (width - len(b)))], starts,
             tok_off, own_from, offsets, rows,
-            list(dropped) if dropped is not None else [0] * len(block_tables)]
-        # one tensor, its fields views of it: one allocation per step, not seven (~16 us each)
-        flat = torch.tensor([i for part in parts for i in part], dtype=torch.long)
-        views = flat.split([len(part) for part in parts])
-        return cls(block_size, views[0].view(len(block_tables), width), *views[1:])
+            dropped if dropped is not None else [0] * len(block_tables), token_ids]
+        bounds = [0]
+        for part in parts:
+            bounds.append(bounds[-1] + len(part))
+        # one array through numpy (a few us; torch.tensor of a list costs several times that)
+        flat = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(parts), np.int64,
+                                            bounds[-1]))
+        return cls(block_size, len(block_tables), width, flat, tuple(bounds), tok_off)
+
+    def _field(self, i: int) -> torch.Tensor:
+        return self.flat[self.bounds[i]:self.bounds[i + 1]]
+
+    def address(self, i: int) -> int:
+        """The address of field ``i`` (the properties' order) in ``flat``."""
+        return self.flat.data_ptr() + self.flat.element_size() * self.bounds[i]
+
+    @property
+    def tables(self) -> torch.Tensor:  # (R, max_blocks)
+        return self._field(0).view(self.n_rows, self.width)
+
+    @property
+    def start(self) -> torch.Tensor:  # (R,)
+        return self._field(1)
+
+    @property
+    def tok_off(self) -> torch.Tensor:  # (R + 1,)
+        return self._field(2)
+
+    @property
+    def own_from(self) -> torch.Tensor:  # (R,)
+        return self._field(3)
+
+    @property
+    def group_off(self) -> torch.Tensor:  # (G + 1,)
+        return self._field(4)
+
+    @property
+    def group_rows(self) -> torch.Tensor:  # (sum of group sizes,)
+        return self._field(5)
+
+    @property
+    def rope_off(self) -> torch.Tensor:  # (R,)
+        return self._field(6)
+
+    @property
+    def token_ids(self) -> torch.Tensor:  # (T,) or (0,)
+        return self._field(7)
 
     def positions_and_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(T,) int64 each: every flat token's RoPE position (``rope_off`` included) and its
@@ -207,7 +254,7 @@ class DecodeStep:
             q = q.index_select(0, tokens)
         t, hq, d = q.shape
         assert (hq, d) == (self._model.n_heads, self._model.head_dim) and q.dtype == torch.float32
-        assert q.stride(2) == 1 and q.stride(1) == d and t == int(plan.tok_off[-1])
+        assert q.stride(2) == 1 and q.stride(1) == d and t == plan.token_offsets[-1]
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
         out = torch.empty((t, hq, d), dtype=torch.float32)
         model, plan_c = ctypes.byref(self._model), ctypes.byref(_plan_struct(plan))
@@ -262,10 +309,9 @@ def _layer_struct(layer: torch.nn.Module) -> _Layer:
 
 
 def _plan_struct(plan: StepPlan) -> _Plan:
-    return _Plan(plan.tables.shape[0], plan.block_size, plan.tables.shape[1],
-                 plan.group_off.shape[0] - 1, plan.tables.data_ptr(), plan.start.data_ptr(),
-                 plan.tok_off.data_ptr(), plan.own_from.data_ptr(), plan.group_off.data_ptr(),
-                 plan.group_rows.data_ptr(), plan.rope_off.data_ptr())
+    n_groups = plan.bounds[5] - plan.bounds[4] - 1  # group_off's length - 1
+    return _Plan(plan.n_rows, plan.block_size, plan.width, n_groups,
+                 *(plan.address(i) for i in range(7)))  # tables .. rope_off, as _Plan lists them
 
 
 def for_model(model: LlamaModel) -> DecodeStep | None:

@@ -67,9 +67,28 @@ static float row_max(const float *x, int64_t V) {
   return top;
 }
 
-/* The row's log(sum exp(x)) (float64) into *lse, then, for u >= 0, its draw into *tok. The row
- * needs a finite maximum (the caller replaces rows without one). */
-static void sample_row(const float *x, int64_t V, double u, int64_t *tok, double *lse) {
+/* The first j with x[j] == top, 0 if there is none (top NaN, say: the caller drops such rows). */
+static int64_t first_equal(const float *x, int64_t V, float top) {
+  const int64_t body = V / VW * VW;
+  const vec t = vbcast(top);
+  for (int64_t j = 0; j < body; j += VW) {
+#if MG_ISA == 512
+    const unsigned m = _mm512_cmp_ps_mask(vloadu(x + j), t, _CMP_EQ_OQ);
+#else
+    const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(vloadu(x + j), t, _CMP_EQ_OQ));
+#endif
+    if (m) return j + __builtin_ctz(m);
+  }
+  for (int64_t j = body; j < V; j++)
+    if (x[j] == top) return j;
+  return 0;
+}
+
+/* The row's log(sum exp(x)) (float64) into *lse, then, for u >= 0, its draw into *tok, or, for
+ * u < 0 with `argmax`, the first index of its maximum. The row needs a finite maximum (the
+ * caller replaces rows without one, or drops their result). */
+static void sample_row(const float *x, int64_t V, double u, int argmax, int64_t *tok,
+                       double *lse) {
   const float top = row_max(x, V);
   const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
   double sums[nb];
@@ -81,7 +100,10 @@ static void sample_row(const float *x, int64_t V, double u, int64_t *tok, double
     total += sums[b];
   }
   *lse = (double)top + log(total);
-  if (u < 0) return; /* logsumexp only */
+  if (u < 0) { /* logsumexp only, or with the argmax */
+    if (argmax) *tok = first_equal(x, V, top);
+    return;
+  }
   const double target = u * total;
   int64_t blk = 0;
   double before = 0;
@@ -102,6 +124,7 @@ typedef struct {
   int64_t *tok;
   double *lse;
   int64_t V, B;
+  int argmax;
   mg_stage rows;
 } sample_job;
 
@@ -109,7 +132,7 @@ static void sample_task(void *ctx, int tid, int nth) {
   sample_job *j = ctx;
   (void)tid, (void)nth;
   for (int64_t b; (b = mg_claim(&j->rows, j->B)) >= 0; mg_done(&j->rows))
-    sample_row(j->x + b * j->V, j->V, j->u ? j->u[b] : -1.0, j->tok + b, j->lse + b);
+    sample_row(j->x + b * j->V, j->V, j->u ? j->u[b] : -1.0, j->argmax, j->tok + b, j->lse + b);
   mg_wait(&j->rows, j->B);
 }
 
@@ -118,7 +141,15 @@ static void sample_task(void *ctx, int tid, int nth) {
  * shared). */
 void mg_sample_rows(const float *x, int64_t B, int64_t V, const double *u, int64_t *tok,
                     double *lse, int threads) {
-  sample_job j = {x, u, tok, lse, V, B, {0}};
+  sample_job j = {x, u, tok, lse, V, B, 0, {0}};
+  mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
+}
+
+/* For each row b < B of x (B, V), contiguous: tok[b] the first index of the row's maximum (the
+ * greedy token) and lse[b] as mg_sample_rows computes it (bit for bit), in one call. */
+void mg_argmax_rows(const float *x, int64_t B, int64_t V, int64_t *tok, double *lse,
+                    int threads) {
+  sample_job j = {x, NULL, tok, lse, V, B, 1, {0}};
   mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
 }
 #endif

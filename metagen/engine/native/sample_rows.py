@@ -1,6 +1,7 @@
 """Sampling's per-row passes over the vocabulary in C (``sample_rows.c``): the inverse-CDF draw
-of :func:`metagen.decoding.sampler.inverse_cdf_sample` over ``exp(x - max)`` and each row's
-``logsumexp``, two passes per row, the rows shared among the pool's threads.
+of :func:`metagen.decoding.sampler.inverse_cdf_sample` over ``exp(x - max)`` (or a greedy row's
+argmax) and each row's ``logsumexp``, two passes per row, the rows shared among the pool's
+threads.
 
 :class:`SampleRows` satisfies :class:`metagen.decoding.sampler.RowKernels`; the engine hands it to
 :func:`~metagen.decoding.sampler.decode_step` on CPU float32 logits. Measured on the benchmark's
@@ -37,16 +38,24 @@ class SampleRows:
         self._fn = lib.mg_sample_rows
         self._fn.restype = None
         self._fn.argtypes = [_P, _I, _I, _P, _P, _P, ctypes.c_int]
+        self._argmax = lib.mg_argmax_rows
+        self._argmax.restype = None
+        self._argmax.argtypes = [_P, _I, _I, _P, _P, ctypes.c_int]
         self.threads = threads
+        self._on: dict[int, SampleRows] = {}  # on()'s copies, shared by them
 
     def on(self, threads: int) -> SampleRows:
-        """The same kernel on ``threads`` threads (the engine asks each step: a shallow copy,
-        which shares the bound C function instead of binding it again)."""
-        kernel = copy.copy(self)
-        kernel.threads = resolve(threads)
+        """The same kernel on ``threads`` threads (the engine asks each step): a shallow copy,
+        which shares the bound C functions, made once per count and kept."""
+        n = resolve(threads)
+        kernel = self._on.get(n)
+        if kernel is None:
+            kernel = copy.copy(self)
+            kernel.threads = n
+            self._on[n] = kernel
         return kernel
 
-    def _run(self, x: torch.Tensor, uniforms: np.ndarray | None
+    def _run(self, x: torch.Tensor, uniforms: np.ndarray | None, argmax: bool = False
              ) -> tuple[torch.Tensor, torch.Tensor]:
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
             raise ValueError(f"x must be a (B, V) float32 CPU tensor, got {tuple(x.shape)} "
@@ -60,7 +69,10 @@ class SampleRows:
             u = np.ascontiguousarray(uniforms, dtype=np.float64)
             if u.shape != (b,):
                 raise ValueError(f"uniforms must have shape ({b},), got {u.shape}")
-        if b and v:
+        if b and v and argmax:
+            self._argmax(x.data_ptr(), b, v, tok.data_ptr(), lse.data_ptr(),
+                         resolve(self.threads))
+        elif b and v:
             self._fn(x.data_ptr(), b, v, None if u is None else u.ctypes.data, tok.data_ptr(),
                      lse.data_ptr(), resolve(self.threads))
         return tok, lse
@@ -69,6 +81,12 @@ class SampleRows:
         """``(tokens (B,) int64, logsumexp (B,) float64)`` of ``x`` ``(B, V)`` float32 (each row
         with a finite maximum) at ``uniforms`` ``(B,)`` in ``[0, 1)``."""
         return self._run(x, uniforms)
+
+    def argmax(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens (B,) int64, logsumexp (B,) float64)``: the first index of each row's maximum
+        (``torch.argmax``'s) and its :meth:`logsumexp`, of ``x`` ``(B, V)`` float32 (each row with
+        a finite maximum and no NaN; another row's token is meaningless)."""
+        return self._run(x, None, argmax=True)
 
     def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
         """``(B,)`` float64 ``log(sum(exp(x)))`` per row, bit for bit :meth:`draw`'s."""
