@@ -18,10 +18,14 @@ _CONTEXT_TOKENS = 4
 
 
 class Detokenizer:
-    """Text of one sequence's output tokens; detects stop strings."""
+    """Text of one sequence's output tokens; detects stop strings.
 
-    __slots__ = ("tokenizer", "stop", "hold", "context", "base", "healed", "text", "searched",
-                 "stopped_at")
+    With stop strings the text is re-decoded after every token (a stop string must be found
+    when it appears); without them, when :attr:`text` is read (a streaming caller reads it each
+    step, a plain one once, at the end)."""
+
+    __slots__ = ("tokenizer", "stop", "hold", "context", "base", "healed", "_text", "_pending",
+                 "searched", "stopped_at")
 
     def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], stop: Sequence[str] = (),
                  healed: Sequence[int] = ()) -> None:
@@ -33,31 +37,47 @@ class Detokenizer:
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.context = list(prompt_ids[-_CONTEXT_TOKENS:])
         self.base = self._decode(self.context + list(healed)) if tokenizer is not None else ""
-        self.text = ""
+        self._text = ""
+        self._pending: Sequence[int] | None = None  # output ids whose text is not decoded yet
         self.searched = 0  # characters of text already searched for stop strings
         self.stopped_at: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The output's text (cut before the stop string found, if one was)."""
+        if self._pending is not None:
+            self._text, self._pending = self._text_of(self._pending), None
+        return self._text
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def _text_of(self, output_ids: Sequence[int]) -> str:
+        full = self._decode(self.context + list(output_ids))
+        return text_after(self.base, full, lambda: self._decode(output_ids), self.healed)
+
     def update(self, output_ids: Sequence[int], check_stop: bool = True) -> str | None:
-        """Re-decode after new tokens; return the stop string found (text is cut before it)."""
+        """Take the output's new tokens (``output_ids``: all of them, a list the caller keeps
+        current); with stop strings, re-decode now and return the stop string found (the text
+        is cut before it)."""
         if self.tokenizer is None or self.stopped_at is not None:
             return self.stopped_at
-        full = self._decode(self.context + list(output_ids))
-        self.text = text_after(self.base, full, lambda: self._decode(output_ids), self.healed)
-        if not check_stop or not self.stop:
-            self.searched = max(0, len(self.text) - self.hold)
+        if not self.stop:
+            self._pending = output_ids
+            return None
+        self._text, self._pending = self._text_of(output_ids), None
+        if not check_stop:
+            self.searched = max(0, len(self._text) - self.hold)
             return None
         start = max(0, self.searched - self.hold)
         best: tuple[int, str] | None = None
         for s in self.stop:
-            i = self.text.find(s, start)
+            i = self._text.find(s, start)
             if i >= 0 and (best is None or i < best[0]):
                 best = (i, s)
-        self.searched = len(self.text)
+        self.searched = len(self._text)
         if best is not None:
-            self.text = self.text[:best[0]]
+            self._text = self._text[:best[0]]
             self.stopped_at = best[1]
         return self.stopped_at
 
@@ -76,4 +96,5 @@ class Detokenizer:
         for name in Detokenizer.__slots__:
             setattr(new, name, getattr(self, name))
         new.context = list(self.context)
+        new._text, new._pending = self.text, None  # decoded now: the copy's ids are its own
         return new
