@@ -12,6 +12,7 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -188,10 +189,24 @@ def test_a_failing_step_fails_only_its_batch_and_the_loop_serves_on(make_gen):
     _integrity(gen)
 
 
-def _interrupt_main_after(seconds: float) -> threading.Thread:
+def _interrupt_main_when(ready: Callable[[], bool], timeout: float = 60.0) -> threading.Thread:
+    """SIGINT to the main thread as soon as ``ready()`` holds (polled; an exception while the
+    engine's state changes under it counts as not yet), or after ``timeout`` s."""
     main = threading.main_thread().ident
     assert main is not None
-    t = threading.Timer(seconds, signal.pthread_kill, args=(main, signal.SIGINT))
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if ready():
+                    break
+            except RuntimeError:  # a dict resized while read
+                pass
+            time.sleep(0.001)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=watch, daemon=True)
     t.start()
     return t
 
@@ -210,7 +225,9 @@ def test_a_caller_killed_by_sigint_aborts_only_its_own_requests(make_gen):
     for t in others:
         t.start()
     long = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
-    timer = _interrupt_main_after(0.3)
+    timer = _interrupt_main_when(lambda: any(  # under way, 399 tokens to go: not a fixed
+        s.request.params.max_tokens == 400 and s.state.output_ids  # delay, which a fast
+        for s in list(gen.engine.seqs.values())))                   # engine could outrun
     with pytest.raises(KeyboardInterrupt):
         gen.generate(["The little dog"] * 4, long)  # never finishes before the signal
     timer.join()
