@@ -296,6 +296,26 @@ static void attend(const mg_model *M, const mg_plan *P, const float *const *q, f
   }
 }
 
+/* at[c + r] = at[c + r] * corr + sum_{j < nb} st[j] * v_j[c + r] for r < R (R <= 8, a constant
+ * at each call, so the R output vectors stay in registers): group_block's value update of R
+ * output elements of VW queries, one per lane. */
+static inline __attribute__((always_inline)) void group_values(float *at, vec corr,
+                                                               const float *st,
+                                                               const float *const *vp,
+                                                               int64_t nb, int64_t c, int R) {
+  vec a[8];
+  UNROLL8
+  for (int r = 0; r < R; r++) a[r] = vmul(vloadu(at + (c + r) * VW), corr);
+  for (int64_t j = 0; j < nb; j++) {
+    const vec pj = vloadu(st + j * VW);
+    const float *v = vp[j] + c;
+    UNROLL8
+    for (int r = 0; r < R; r++) a[r] = vfma(vbcast(v[r]), pj, a[r]);
+  }
+  UNROLL8
+  for (int r = 0; r < R; r++) vstoreu(at + (c + r) * VW, a[r]);
+}
+
 /* One key block of a Hydragen group's prefix for up to VW queries held one per vector lane:
  * their scaled queries qt (d, VW), unnormalised outputs at (d, VW), running max *m and sum *lsum
  * (a vector each) are updated by the nb keys kp (padded with 7 repeats) and values vp; st:
@@ -329,32 +349,8 @@ static void group_block(const float *qt, float *at, vec *m, vec *lsum, const flo
   *lsum = sum;
   *m = top;
   int64_t c = 0;
-  for (; c + 8 <= d; c += 8) { /* at[c] = at[c] * corr + sum_j st[j] * v_j[c] */
-    vec a[8];
-    UNROLL8
-    for (int r = 0; r < 8; r++) a[r] = vmul(vloadu(at + (c + r) * VW), corr);
-    for (int64_t j = 0; j < nb; j++) {
-      const vec pj = vloadu(st + j * VW);
-      const float *v = vp[j] + c;
-      UNROLL8
-      for (int r = 0; r < 8; r++) a[r] = vfma(vbcast(v[r]), pj, a[r]);
-    }
-    UNROLL8
-    for (int r = 0; r < 8; r++) vstoreu(at + (c + r) * VW, a[r]);
-  }
-  if (c < d) { /* d % 8 == 4 */
-    vec a[4];
-    UNROLL4
-    for (int r = 0; r < 4; r++) a[r] = vmul(vloadu(at + (c + r) * VW), corr);
-    for (int64_t j = 0; j < nb; j++) {
-      const vec pj = vloadu(st + j * VW);
-      const float *v = vp[j] + c;
-      UNROLL4
-      for (int r = 0; r < 4; r++) a[r] = vfma(vbcast(v[r]), pj, a[r]);
-    }
-    UNROLL4
-    for (int r = 0; r < 4; r++) vstoreu(at + (c + r) * VW, a[r]);
-  }
+  for (; c + 8 <= d; c += 8) group_values(at, corr, st, vp, nb, c, 8);
+  if (c < d) group_values(at, corr, st, vp, nb, c, 4); /* d % 8 == 4 */
 }
 
 /* Floats of attend_group's scratch for nh kv heads of nq queries each. */
