@@ -20,12 +20,14 @@
  * scratch, then attended as above; the step quantizes each row's new K/V into its blocks with
  * metagen/engine/kv_quant.py's arithmetic (write_q8), just before the row attends.
  *
- * Threads (pool.h): every thread walks the layers' stages (norm | q|k|v product | per-head
- * norm, rope, float32 cache write | prefix-group attention | int8 cache write and own-position
- * attention | o product + residual | norm | gate|up product | SiLU gate | down product +
- * residual), claiming units of each and waiting for the stage to finish before the next.
- * Products are cut by output columns, so each weight row is read once per step, in
- * whole-cache-line slices; attention by (group or row, run of kv heads). Each output element is
+ * Threads (pool.h): every thread walks the layers' stages (q|k|v product, in units of whole
+ * heads, each head then normed, rotated and written to a float32 cache by its unit |
+ * prefix-group attention | int8 cache write and own-position attention | o product + residual |
+ * gate|up product | down product + residual), claiming units of each and waiting for the stage
+ * to finish before the next; the RMSNorms and the SiLU gate, a few rows' worth, are made by each
+ * thread for itself where a product reads them, instead of in stages of their own (each stage
+ * ends in a wait). Products are cut by output columns, so each weight row is read once per step,
+ * in whole-cache-line slices; attention by (group or row, run of kv heads). Each output element is
  * computed by the one-thread path's instructions in its order, so the result is the same bit
  * for bit on any number of threads. Int8 products whose activations are quantized too (act8,
  * q8_act.c) quantize their input into the thread's own buffer at the first unit it claims in the
@@ -410,11 +412,13 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
   }
 }
 
-/* A thread's own buffers: the gathered queries of one attention work unit and their state, and
- * the quantized activations (aq, ad: mg_a8_quantize's) of the int8-activation products. */
+/* A thread's own buffers: the gathered queries of one attention work unit and their state, the
+ * input of a norm's or the SiLU gate's product (x: (T, hidden) normed tokens; act: (T, inter)
+ * gated), and the quantized activations (aq, ad: mg_a8_quantize's) of the int8-activation
+ * products. */
 typedef struct {
   int8_t *aq;
-  float *ad;
+  float *ad, *x, *act;
   float *s, *grp, *deq;
   int64_t *q_to; /* each gathered query's end position (exclusive) */
   const float **q;
@@ -425,7 +429,7 @@ typedef struct {
  * token t's query head i at q + t * q_stride + i * head_dim and writes it to
  * attn + (t * n_heads + i) * head_dim. */
 typedef struct {
-  float *x, *qkv, *attn, *mx, *l, *tmp, *gu, *act;
+  float *qkv, *attn, *mx, *l, *tmp, *gu;
   const float *q_base;
   int64_t q_stride;
   int64_t *tok_row, *tok_pos;
@@ -445,28 +449,27 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
   const int64_t kmax = H > hq * D ? (H > M->inter ? H : M->inter) /* the products' widest K */
                                    : (hq * D > M->inter ? hq * D : M->inter);
   const size_t f = sizeof(float), n[] = {
-      T * H * f, T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
-      T * M->inter * f, T * sizeof(int64_t), T * sizeof(int64_t)};
+      T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
+      T * sizeof(int64_t), T * sizeof(int64_t)};
   const size_t per_lane[] = {nq * KB * f, (size_t)group_scratch(D, hkv, T * (hq / hkv)) * f,
                              nq * sizeof(int64_t), nq * sizeof(void *), nq * sizeof(void *),
                              nq * sizeof(void *), nq * sizeof(void *), 2 * KB * D * f,
-                             T * mg_a8_ldq(kmax), T * mg_a8_ldd(kmax) * f};
+                             T * mg_a8_ldq(kmax), T * mg_a8_ldd(kmax) * f, T * H * f,
+                             T * M->inter * f};
   size_t total = 0, lane_total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
     lane_total += (per_lane[i] + 63) & ~(size_t)63;
   char *p = S->block = malloc(total + (size_t)nth * lane_total);
   if (!p) return -1;
-  S->x = carve(&p, n[0]);
-  S->qkv = carve(&p, n[1]);
-  S->attn = carve(&p, n[2]);
-  S->mx = carve(&p, n[3]);
-  S->l = carve(&p, n[4]);
-  S->tmp = carve(&p, n[5]);
-  S->gu = carve(&p, n[6]);
-  S->act = carve(&p, n[7]);
-  S->tok_row = carve(&p, n[8]);
-  S->tok_pos = carve(&p, n[9]);
+  S->qkv = carve(&p, n[0]);
+  S->attn = carve(&p, n[1]);
+  S->mx = carve(&p, n[2]);
+  S->l = carve(&p, n[3]);
+  S->tmp = carve(&p, n[4]);
+  S->gu = carve(&p, n[5]);
+  S->tok_row = carve(&p, n[6]);
+  S->tok_pos = carve(&p, n[7]);
   for (int i = 0; i < nth; i++) {
     lane *L = S->lanes + i;
     L->s = carve(&p, per_lane[0]);
@@ -479,6 +482,8 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
     L->deq = carve(&p, per_lane[7]);
     L->aq = carve(&p, per_lane[8]);
     L->ad = carve(&p, per_lane[9]);
+    L->x = carve(&p, per_lane[10]);
+    L->act = carve(&p, per_lane[11]);
   }
   S->q_base = S->qkv;
   S->q_stride = qkv;
@@ -509,7 +514,7 @@ static void gather_queries(const mg_model *M, const scratch *S, const lane *L, i
   }
 }
 
-#define STAGES_PER_LAYER 10
+#define STAGES_PER_LAYER 6
 
 /* One step's shared state, for the threads of its job. Every thread walks the same sequence of
  * stages: stage[0], stage[1], ... */
@@ -618,46 +623,108 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
 }
 
 /* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w) or an int8 one (q, s); an act8
- * product first quantizes x into the thread's lane L (once per stage: *ready). */
+ * product first quantizes x into the thread's lane L (once per stage: while *ready is 0). Sets
+ * *ready: the lane's input of this stage is made. */
 static void product_cols(const float *x, const float *w, const int8_t *q, const float *s,
                          int64_t act8, const lane *L, int *ready, const float *bias, float *y,
                          int64_t M, int64_t K, int64_t N, int64_t c0, int64_t c1) {
-  if (q && act8) {
-    if (!*ready) mg_a8_quantize(x, M, K, L->aq, L->ad);
-    *ready = 1;
+  if (q && act8 && !*ready) mg_a8_quantize(x, M, K, L->aq, L->ad);
+  *ready = 1;
+  if (q && act8)
     mg_a8_matmul_cols(L->aq, L->ad, q, s, bias, y, M, K, N, c0, c1);
-  } else if (q) {
+  else if (q)
     mg_q8_matmul_cols(x, q, s, bias, y, M, K, N, c0, c1);
-  } else {
+  else
     mg_matmul_cols(x, w, bias, y, M, K, N, c0, c1);
-  }
 }
 
-/* x = rms_norm(h) * w of every token (unit: a token). */
-static void norm_tokens(step_job *J, mg_stage *st, const float *w) {
+/* The lane's x = rms_norm(h) * w of every token. Each thread makes its own copy at the first unit
+ * it claims in the product stage that reads it, from h as the stage before left it: a pure
+ * function of h, so every copy is the same bit for bit, and the norm needs no stage (barrier) of
+ * its own, for T * hidden floats of work per thread. */
+static void norm_lane(const step_job *J, const lane *L, const float *w) {
   const int64_t H = J->M->hidden;
-  for (STAGE(st, J->T, t)) rms_norm(J->h + t * H, w, J->S->x + t * H, H, J->M->eps);
-  mg_wait(st, J->T);
+  for (int64_t t = 0; t < J->T; t++) rms_norm(J->h + t * H, w, L->x + t * H, H, J->M->eps);
 }
 
-/* h += x @ W, W float32 (w) or int8 (q, s) (unit: a slice of h's columns). */
+/* The lane's act = silu(gate) * up of every token, from the step's gate|up (T, 2 inter): made
+ * per thread as norm_lane's x, so the gate needs no stage of its own either. */
+static void gate_lane(const step_job *J, const lane *L) {
+  const int64_t I = J->M->inter;
+  for (int64_t t = 0; t < J->T; t++)
+    for (int64_t i = 0; i < I; i += VW) {
+      const vmask m = mask_first(I - i);
+      const float *g = J->S->gu + t * 2 * I + i;
+      const vec gv = vload(g, m);
+      const vec silu = vdiv(gv, vadd(vbcast(1.0f), vexp(vsub(vzero(), gv))));
+      vstore(L->act + t * I + i, vmul(silu, vload(g + I, m)), m);
+    }
+}
+
+/* h += x @ W, W float32 (w) or int8 (q, s) (unit: a slice of h's columns). With `gated`, x is
+ * the lane's act, made from the step's gate|up at the thread's first unit (gate_lane). */
 static void residual(step_job *J, mg_stage *st, const float *x, const float *w, const int8_t *q,
-                     const float *s, int64_t act8, int tid, int64_t K) {
+                     const float *s, int64_t act8, int tid, int64_t K, int gated) {
   const int64_t H = J->M->hidden, n = mg_units(H, J->width_h);
+  const lane *L = J->S->lanes + tid;
   int ready = 0;
   for (STAGE(st, n, u)) {
     int64_t c0, c1;
     mg_cols(H, J->width_h, u, &c0, &c1);
-    product_cols(x, w, q, s, act8, J->S->lanes + tid, &ready, 0, J->S->tmp, J->T, K, H, c0, c1);
+    if (gated && !ready) gate_lane(J, L);
+    product_cols(gated ? L->act : x, w, q, s, act8, L, &ready, 0, J->S->tmp, J->T, K, H, c0,
+                 c1);
     for (int64_t t = 0; t < J->T; t++)
       for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
   }
   mg_wait(st, n);
 }
 
+/* Column width of the q|k|v product's units: mg_col_width's one slice per thread, in whole heads
+ * (a multiple of head_dim d as well as of 16 floats), so a unit owns the heads it computes. */
+static int64_t head_width(int64_t n, int64_t d, int nth) {
+  if (nth <= 1) return n > 0 ? n : 1;
+  int64_t g = d;
+  while (g % 16) g += d; /* the least common multiple of d and 16 */
+  const int64_t per = ((n + g - 1) / g + nth - 1) / nth;
+  return g * (per > 0 ? per : 1);
+}
+
+/* Head i (q heads, then k, then v) of token t, just computed in the step's q|k|v: a q head is
+ * normed (q_norm), rotated and given a fresh online-softmax state; a k head normed (k_norm) and
+ * rotated; a k or v head written to its float32 cache slot (an int8 cache is written in
+ * attention()). */
+static void head_work(const step_job *J, const mg_layer *W, const kv_layer *kv, int64_t t,
+                      int64_t i) {
+  const mg_model *M = J->M;
+  const scratch *S = J->S;
+  const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
+  float *x = S->qkv + t * (hq + 2 * hkv) * D + i * D;
+  if (i < hq + hkv) {
+    const int64_t rp = S->tok_pos[t] + J->P->rope_off[S->tok_row[t]];
+    const float *norm = i < hq ? W->q_norm : W->k_norm;
+    if (norm) rms_norm(x, norm, x, D, M->eps);
+    rope(x, M->cos + rp * D, M->sin + rp * D, D);
+  }
+  if (i < hq) {
+    S->mx[t * hq + i] = -INFINITY, S->l[t * hq + i] = 0.0f;
+    memset(S->attn + (t * hq + i) * D, 0, (size_t)D * sizeof(float));
+    return;
+  }
+  if (!kv->kc) return;
+  const int64_t slot = slot_of(J->P, S->tok_row[t], S->tok_pos[t]);
+  float *cache = i < hq + hkv ? kv->kc + (slot * hkv + i - hq) * D
+                              : kv->vc + (slot * hkv + i - hq - hkv) * D;
+  memcpy(cache, x, (size_t)D * sizeof(float));
+}
+
 /* One layer: STAGES_PER_LAYER stages from st, whose units any of the job's threads compute.
- * Products are cut by output columns (a unit reads its columns of the weight), the per-head
- * work by head, attention by (group or row, run of kv heads), the norms by token. */
+ * Products are cut by output columns (a unit reads its columns of the weight), attention by
+ * (group or row, run of kv heads). The q|k|v product's units are whole heads, each normed,
+ * rotated and written to the cache by the unit that computed it; the norms and the SiLU gate are
+ * made by every thread for itself at the start of the product that reads them (norm_lane,
+ * gate_lane). So a layer has six stages, six waits: q|k|v | prefix-group attention | own
+ * attention | o + residual | gate|up | down + residual. */
 static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *kv, int tid) {
   const mg_model *M = J->M;
   const scratch *S = J->S;
@@ -666,59 +733,32 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
   const int64_t n_qkv = mg_units(qkv, J->width_qkv), n_gu = mg_units(2 * I, J->width_gu);
   const lane *L = S->lanes + tid;
   int ready = 0;
-  norm_tokens(J, st++, W->input_norm);
   for (STAGE(st, n_qkv, u)) {
     int64_t c0, c1;
     mg_cols(qkv, J->width_qkv, u, &c0, &c1);
-    product_cols(S->x, W->qkv, W->qkv_q, W->qkv_s, W->act8, L, &ready, W->qkv_bias, S->qkv, T,
+    if (!ready) norm_lane(J, L, W->input_norm);
+    product_cols(L->x, W->qkv, W->qkv_q, W->qkv_s, W->act8, L, &ready, W->qkv_bias, S->qkv, T,
                  M->hidden, qkv, c0, c1);
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = c0 / D; i < c1 / D; i++) head_work(J, W, kv, t, i);
   }
   mg_wait(st++, n_qkv);
-  for (STAGE(st, T * (hq + hkv), u)) { /* per head: norm, rope, cache write / fresh state */
-    const int64_t t = u / (hq + hkv), i = u % (hq + hkv);
-    float *x = S->qkv + t * qkv + i * D;
-    const int64_t rp = S->tok_pos[t] + J->P->rope_off[S->tok_row[t]];
-    const float *c = M->cos + rp * D, *s = M->sin + rp * D;
-    const float *norm = i < hq ? W->q_norm : W->k_norm;
-    if (norm) rms_norm(x, norm, x, D, M->eps);
-    rope(x, c, s, D);
-    if (i < hq) {
-      S->mx[t * hq + i] = -INFINITY, S->l[t * hq + i] = 0.0f;
-      memset(S->attn + (t * hq + i) * D, 0, (size_t)D * sizeof(float));
-      continue;
-    }
-    if (!kv->kc) continue; /* an int8 cache is written in attention() */
-    const int64_t slot = slot_of(J->P, S->tok_row[t], S->tok_pos[t]), k = i - hq;
-    memcpy(kv->kc + (slot * hkv + k) * D, x, (size_t)D * sizeof(float));
-    memcpy(kv->vc + (slot * hkv + k) * D, x + hkv * D, (size_t)D * sizeof(float));
-  }
-  mg_wait(st++, T * (hq + hkv));
   attention(J, st, kv, kv->kq != 0, tid);
   st += 2;
-  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, W->act8, tid, hq * D);
-  norm_tokens(J, st++, W->post_norm);
+  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, W->act8, tid, hq * D, 0);
   /* gate|up in slices of its 2 I columns, one run of each weight row per unit (units of the
    * same columns of gate and of up read two runs of half the length: workload A on 2 threads of
-   * a loaded 2-core Xeon decoded 1.06x slower so, median of 5 interleaved rounds), then
-   * act = silu(gate) * up per token once both halves are done */
+   * a loaded 2-core Xeon decoded 1.06x slower so, median of 5 interleaved rounds) */
   ready = 0;
   for (STAGE(st, n_gu, u)) {
     int64_t c0, c1;
     mg_cols(2 * I, J->width_gu, u, &c0, &c1);
-    product_cols(S->x, W->gate_up, W->gate_up_q, W->gate_up_s, W->act8, L, &ready, 0, S->gu, T,
+    if (!ready) norm_lane(J, L, W->post_norm);
+    product_cols(L->x, W->gate_up, W->gate_up_q, W->gate_up_s, W->act8, L, &ready, 0, S->gu, T,
                  M->hidden, 2 * I, c0, c1);
   }
   mg_wait(st++, n_gu);
-  for (STAGE(st, T, t))
-    for (int64_t i = 0; i < I; i += VW) {
-      const vmask m = mask_first(I - i);
-      const float *g = S->gu + t * 2 * I + i;
-      const vec gv = vload(g, m);
-      const vec silu = vdiv(gv, vadd(vbcast(1.0f), vexp(vsub(vzero(), gv))));
-      vstore(S->act + t * I + i, vmul(silu, vload(g + I, m)), m);
-    }
-  mg_wait(st++, T);
-  residual(J, st++, S->act, W->down, W->down_q, W->down_s, W->act8, tid, I);
+  residual(J, st, 0, W->down, W->down_q, W->down_s, W->act8, tid, I, 1);
 }
 
 static void step_task(void *ctx, int tid, int nth) {
@@ -748,7 +788,8 @@ static int run_step(const mg_model *M, const mg_layer *layers, const mg_plan *P,
   }
   index_tokens(P, &S);
   step_job J = {M, layers, P, &S, T, layer_stride, scale_stride, h, cache,
-                mg_col_width(qkv, nth), mg_col_width(H, nth), mg_col_width(2 * I, nth), stages,
+                head_width(qkv, M->head_dim, nth), mg_col_width(H, nth),
+                mg_col_width(2 * I, nth), stages,
                 kv_run_for(M->n_kv_heads, P->n_rows, nth),
                 kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, step_task, &J);
