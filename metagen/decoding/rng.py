@@ -14,6 +14,7 @@ integer per purpose.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,11 +34,16 @@ def _mix(z: int) -> int:
     return z ^ (z >> 31)
 
 
+@functools.lru_cache(maxsize=4096)
+def _sample_key(seed: int, sample_index: int) -> int:
+    """The chain's state after ``(seed, sample_index)``: the same at every step of a sample, so
+    a decode step hashes only its step and stream (kept for the 4096 samples used last)."""
+    return _mix(_mix(seed & _MASK) ^ (sample_index & _MASK))
+
+
 def hash64(seed: int, sample_index: int, step: int, stream: int = 0) -> int:
     """The 64-bit hash of the counter tuple (all arguments are taken mod 2**64)."""
-    h = _mix(seed & _MASK)
-    h = _mix(h ^ (sample_index & _MASK))
-    h = _mix(h ^ (step & _MASK))
+    h = _mix(_sample_key(seed, sample_index) ^ (step & _MASK))
     return _mix(h ^ (stream & _MASK))
 
 

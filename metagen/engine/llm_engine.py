@@ -61,6 +61,7 @@ from metagen.engine.native.sample_rows import load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
+from metagen.engine.row_logits import stack_rows
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
 from metagen.engine.speculative_decoding import Speculator, build_speculator
@@ -116,6 +117,9 @@ class LLMEngine:
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
             eos.add(int(tokenizer.eos_token_id))
         self.eos_token_ids = tuple(sorted(eos))
+        # count_compute's terms: 2 N per token, 4 L H d per token of context it attends
+        self._flops_per_token = 2.0 * mc.num_params
+        self._flops_per_context = 4.0 * mc.num_layers * mc.num_heads * mc.head_dim
         self.requests: dict[str, Request] = {}
         self.seqs: dict[int, Seq] = {}
         self.stats = EngineStats()
@@ -424,18 +428,18 @@ class LLMEngine:
                 entry[1].append(seq)
                 entry[2].append(lg[-1:])
             else:
+                last = lg[-1:] if r.all_logits else lg  # (1, V) either way; a slice costs ~3 us
                 rows.append(seq)
-                row_logits.append(lg[-1:])
+                row_logits.append(last)
                 if seq.pending_fork:
                     for cid in self.fork(seq.seq_id, seq.pending_fork):
                         rows.append(self.seqs[cid])
-                        row_logits.append(lg[-1:])
+                        row_logits.append(last)
                     seq.pending_fork = 0
         self._threads = torch.get_num_threads()  # what a logits hook runs on (see below)
         with torch_inline():  # small per-row work: no OpenMP workers left spinning
             if rows:
-                self._sample(rows, row_logits[0] if len(row_logits) == 1 else
-                             torch.cat(row_logits))
+                self._sample(rows, stack_rows(row_logits))
             if verify:
                 self.speculator.verify(self, verify)  # type: ignore[union-attr]
             for drv, seqs, lgs in driven.values():
@@ -445,9 +449,8 @@ class LLMEngine:
     def count_compute(self, req: Request, start: int, n: int) -> None:
         """Count ``n`` tokens computed after ``start`` attended cached tokens (their positions,
         unless a KV window dropped some) for ``req`` and in the totals."""
-        mc = self.model.cfg
         ctx = n * start + n * (n + 1) // 2  # sum of context lengths of the n new tokens
-        flops = 2.0 * mc.num_params * n + 4.0 * mc.num_layers * mc.num_heads * mc.head_dim * ctx
+        flops = self._flops_per_token * n + self._flops_per_context * ctx
         self.stats.computed_tokens += n
         self.stats.flops += flops
         req.computed_tokens += n
@@ -474,6 +477,8 @@ class LLMEngine:
         auxiliary engines), which the per-row work's one thread would slow down."""
         if self.logits_hook is None:
             return logits
+        if logits.is_inference():  # the runner's own memory: the hook may write a copy in place
+            logits = logits.clone()
         with torch_threads(self._threads):
             return self.logits_hook(logits, states)
 

@@ -146,6 +146,8 @@ class Scheduler:
         first_written = seq.num_computed_tokens // bs - seq.dropped_blocks
         cow = [j for j in range(first_written, min(len(table), target_blocks))
                if self.blocks.refcount(table[j]) > 1]
+        if not need and not cow:  # writes only blocks it holds alone: most decode steps
+            return True
         total = need + len(cow)
         if self.blocks.num_free < total and self.radix is not None:
             self.radix.evict(total - self.blocks.num_free)
