@@ -16,6 +16,7 @@ from metagen.engine.config import Quantization, check_quantization
 from metagen.engine.models.llama import LlamaModel
 from metagen.engine.models.quantize import quantize_model
 from metagen.engine.models.safetensors_reader import SafetensorsFiles
+from metagen.engine.models.weight_arena import WeightArena
 from metagen.errors import ModelLoadError, UnsupportedArchitectureError
 
 
@@ -117,13 +118,26 @@ def check_weights(cfg: ModelConfig, raw: SafetensorsFiles, folder: Path) -> None
                              f"{', ...' if len(missing) > 3 else ''}")
 
 
-def _projection(parts: list[torch.Tensor], dtype: torch.dtype, device: torch.device | str
-                ) -> torch.Tensor:
-    """Hugging Face ``(out_i, in)`` weights -> one ``(in, sum out_i)`` tensor in ``dtype`` on
-    ``device``, each part copied straight into its column slice (no concatenated or transposed
-    temporaries, so loading holds no second copy of the weights)."""
-    n_in = parts[0].shape[1]
-    out = torch.empty(n_in, sum(t.shape[0] for t in parts), dtype=dtype, device=device)
+def _projection_names(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
+    """Each fused projection's state name -> the Hugging Face weights it concatenates, in the
+    order the loader builds them."""
+    names: dict[str, tuple[str, ...]] = {}
+    if not cfg.tie_word_embeddings:
+        names["lm_head"] = ("lm_head.weight",)
+    for i in range(cfg.num_layers):
+        p = f"layers.{i}."
+        a = p + "self_attn."
+        names[p + "qkv"] = (a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")
+        names[p + "o"] = (a + "o_proj.weight",)
+        names[p + "gate_up"] = (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
+        names[p + "down"] = (p + "mlp.down_proj.weight",)
+    return names
+
+
+def _projection(parts: list[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+    """Hugging Face ``(out_i, in)`` weights -> ``out`` (in, sum out_i), each part copied straight
+    into its column slice (no concatenated or transposed temporaries, so loading holds no second
+    copy of the weights)."""
     col = 0
     for t in parts:
         out[:, col:col + t.shape[0]].copy_(t.t())
@@ -156,35 +170,38 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     raw = _read_tensors(folder)
     check_weights(cfg, raw, folder)
 
+    def key(name: str) -> str:
+        stored = _stored_name(raw, name)
+        assert stored is not None, name  # check_weights found every weight
+        return stored
+
     def take(name: str) -> torch.Tensor:
-        key = _stored_name(raw, name)
-        assert key is not None, name  # check_weights found every weight
-        return raw.pop(key)
+        return raw.pop(key(name))
 
-    def proj(*names: str) -> torch.Tensor:
-        return _projection([take(n) for n in names], dtype, device)
-
+    projections = _projection_names(cfg)
+    shapes = [(raw.shape(key(parts[0]))[1], sum(raw.shape(key(n))[0] for n in parts))
+              for parts in projections.values()]
+    # On CPU every projection lives in one buffer on huge pages (decoding streams them all).
+    arena = WeightArena(shapes, dtype) if torch.device(device).type == "cpu" else None
     with torch.device("meta"):
         model = LlamaModel(cfg, max_positions)
     state: dict[str, torch.Tensor] = {"embed": take("embed_tokens.weight"),
                                       "norm": take("norm.weight")}
-    if not cfg.tie_word_embeddings:
-        state["lm_head"] = proj("lm_head.weight")
+    for (name, parts), shape in zip(projections.items(), shapes):
+        out = (arena.take(shape) if arena is not None
+               else torch.empty(shape, dtype=dtype, device=device))
+        state[name] = _projection([take(n) for n in parts], out)
     for i in range(cfg.num_layers):
         p = f"layers.{i}."
         a = p + "self_attn."
-        state[p + "qkv"] = proj(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")
         if cfg.attention_bias:
             state[p + "qkv_bias"] = torch.cat([take(a + "q_proj.bias"), take(a + "k_proj.bias"),
                                                take(a + "v_proj.bias")])
         if cfg.qk_norm:
             state[p + "q_norm"] = take(a + "q_norm.weight")
             state[p + "k_norm"] = take(a + "k_norm.weight")
-        state[p + "o"] = proj(a + "o_proj.weight")
         state[p + "input_norm"] = take(p + "input_layernorm.weight")
         state[p + "post_norm"] = take(p + "post_attention_layernorm.weight")
-        state[p + "gate_up"] = proj(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
-        state[p + "down"] = proj(p + "mlp.down_proj.weight")
     state = {k: v.to(dtype=dtype, device=device) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)  # names and shapes checked above
     model.build_rope()
