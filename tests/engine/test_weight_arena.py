@@ -83,7 +83,7 @@ def test_the_buffer_is_advised_for_huge_pages():
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
 def test_loader_puts_every_projection_in_one_arena(random_model_dir, kind):
     model = load_model(random_model_dir(kind))
-    weights = [model.lm_head] if model.lm_head is not None else []
+    weights = [model.lm_head] if model.lm_head is not None else [model.embed]  # tied: the head
     for layer in model.layers:
         weights += [layer.qkv, layer.o, layer.gate_up, layer.down]
     storages = {w.untyped_storage().data_ptr() for w in weights}

@@ -179,14 +179,20 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
         return raw.pop(key(name))
 
     projections = _projection_names(cfg)
-    shapes = [(raw.shape(key(parts[0]))[1], sum(raw.shape(key(n))[0] for n in parts))
-              for parts in projections.values()]
-    # On CPU every projection lives in one buffer on huge pages (decoding streams them all).
-    arena = WeightArena(shapes, dtype) if torch.device(device).type == "cpu" else None
+    shapes: list[tuple[int, ...]] = [
+        (raw.shape(key(parts[0]))[1], sum(raw.shape(key(n))[0] for n in parts))
+        for parts in projections.values()]
+    embed_shape = raw.shape(key("embed_tokens.weight"))
+    # On CPU every weight that decoding streams whole (the projections, and the embedding table
+    # where it is also the head) lives in one buffer on huge pages.
+    arena = (WeightArena([embed_shape] * cfg.tie_word_embeddings + shapes, dtype)
+             if torch.device(device).type == "cpu" else None)
     with torch.device("meta"):
         model = LlamaModel(cfg, max_positions)
-    state: dict[str, torch.Tensor] = {"embed": take("embed_tokens.weight"),
-                                      "norm": take("norm.weight")}
+    embed = take("embed_tokens.weight")
+    if arena is not None and cfg.tie_word_embeddings:
+        embed = arena.take(embed_shape).copy_(embed)
+    state: dict[str, torch.Tensor] = {"embed": embed, "norm": take("norm.weight")}
     for (name, parts), shape in zip(projections.items(), shapes):
         out = (arena.take(shape) if arena is not None
                else torch.empty(shape, dtype=dtype, device=device))
