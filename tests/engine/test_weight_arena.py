@@ -89,3 +89,9 @@ def test_loader_puts_every_projection_in_one_arena(random_model_dir, kind):
     storages = {w.untyped_storage().data_ptr() for w in weights}
     assert len(storages) == 1
     assert all(w.data_ptr() % ALIGN == 0 and w.is_contiguous() for w in weights)
+
+
+def test_quantized_models_hold_no_float_arena(random_model_dir):
+    """A quantized model's float embedding must not keep a buffer of float projections alive."""
+    model = load_model(random_model_dir("qwen2"), quantization="int8")  # tied embedding
+    assert model.embed.untyped_storage().nbytes() == model.embed.numel() * 4

@@ -184,9 +184,11 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
         for parts in projections.values()]
     embed_shape = raw.shape(key("embed_tokens.weight"))
     # On CPU every weight that decoding streams whole (the projections, and the embedding table
-    # where it is also the head) lives in one buffer on huge pages.
+    # where it is also the head) lives in one buffer on huge pages. Not when quantizing: the
+    # quantized copies replace the projections, and a view kept (the embedding) would keep the
+    # whole float buffer alive.
     arena = (WeightArena([embed_shape] * cfg.tie_word_embeddings + shapes, dtype)
-             if torch.device(device).type == "cpu" else None)
+             if torch.device(device).type == "cpu" and quantization is None else None)
     with torch.device("meta"):
         model = LlamaModel(cfg, max_positions)
     embed = take("embed_tokens.weight")
