@@ -7,7 +7,8 @@ benchmark target's float32 products, per thread count and row count.
   :class:`~metagen.engine.models.weight_arena.WeightArena` (huge pages where the OS grants them).
 - products: one step's 33 products of the target (``benchmarks.small_matmul.SHAPES``) by the
   native kernel, with the weights as separate tensors (the loader before the arena) and in one
-  arena (the loader now).
+  arena (the loader now); ``rows_M_int8``: the same on the weights quantized to int8 with
+  per-channel scales (``quantization="int8"``, 42 MB a step), separate and in an int8 arena.
 
 Ways run interleaved, ``--rounds`` times; each time is the process's CPU time over the thread
 count (so other processes' time slices are not counted) and the wall time. The table gives
@@ -34,7 +35,9 @@ from typing import Any
 import torch
 
 from benchmarks.small_matmul import SHAPES, kernel_for
+from metagen.engine.models.int8 import quantize_int8
 from metagen.engine.models.weight_arena import WeightArena
+from metagen.engine.native.int8_matmul import load_from as load_int8_from
 from metagen.engine.native.build import AVX2_FLAGS, NATIVE_FLAGS, build
 from metagen.engine.native.cpu import cpu_model
 
@@ -114,7 +117,16 @@ def measure(isa: str, threads: int, rows: list[int], rounds: int, mbytes: int
         ways = {w: (lambda ws=ws: [kernel(x, w, threads=threads) for x, w in zip(xs, ws)])
                 for w, ws in (("plain", plain), ("arena", in_arena))}
         result[f"rows_{m}"] = _summary(_time(ways, rounds, threads), nbytes)
-    result["huge_pages_granted"] = arena.huge
+    int8 = load_int8_from(NATIVE_FLAGS if isa == "native" else AVX2_FLAGS)
+    q8 = [quantize_int8(w.t()) for w in plain]
+    q8_arena = WeightArena([q.shape for q, _ in q8], torch.int8)
+    q8_in_arena = [(q8_arena.take(q.shape).copy_(q), s) for q, s in q8]
+    for m in rows:
+        xs = [torch.randn(m, k, generator=g) for k, _ in SHAPES]
+        ways = {w: (lambda qs=qs: [int8(x, q, s, threads=threads) for x, (q, s) in zip(xs, qs)])
+                for w, qs in (("plain", q8), ("arena", q8_in_arena))}
+        result[f"rows_{m}_int8"] = _summary(_time(ways, rounds, threads), nbytes // 4)
+    result["huge_pages_granted"] = arena.huge and q8_arena.huge
     return result
 
 
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         for what, s in r.items():
             if isinstance(s, dict):
                 c, w = s["cpu"], s["wall"]
-                print(f"  {what:8s} {c['gb_s']['plain']:6.2f} ({w['gb_s']['plain']:5.2f}) -> "
+                print(f"  {what:11s} {c['gb_s']['plain']:6.2f} ({w['gb_s']['plain']:5.2f}) -> "
                       f"{c['gb_s']['arena']:6.2f} ({w['gb_s']['arena']:5.2f})  "
                       f"{c['ratio_median']:.3f} ({c['ratio_range'][0]:.2f}-"
                       f"{c['ratio_range'][1]:.2f})")

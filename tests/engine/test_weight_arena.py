@@ -95,3 +95,14 @@ def test_quantized_models_hold_no_float_arena(random_model_dir):
     """A quantized model's float embedding must not keep a buffer of float projections alive."""
     model = load_model(random_model_dir("qwen2"), quantization="int8")  # tied embedding
     assert model.embed.untyped_storage().nbytes() == model.embed.numel() * 4
+
+
+@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+def test_quantized_projections_share_one_arena(random_model_dir, quantization):
+    model = load_model(random_model_dir("llama"), quantization=quantization)  # untied head
+    weights = [model.lm_head] + [getattr(layer, n) for layer in model.layers
+                                 for n in ("qkv", "o", "gate_up", "down")]
+    qs = [w.q for w in weights]
+    assert len({q.untyped_storage().data_ptr() for q in qs}) == 1
+    assert all(q.dtype == torch.int8 and q.is_contiguous() and q.data_ptr() % ALIGN == 0
+               for q in qs)

@@ -5,22 +5,28 @@ projection (q|k|v, o, gate|up, down, and an untied LM head) by an
 Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and stays
 too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
 runs on the loaded model, one projection at a time (the float copy of each is freed as it goes).
+On CPU the int8 weights share one buffer on huge pages, as the loader's float ones do
+(:class:`~metagen.engine.models.weight_arena.WeightArena`: decoding streams them all).
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from metagen.engine.config import Quantization, check_quantization
 from metagen.engine.models.int8 import Int8Weight
 from metagen.engine.models.llama import LlamaModel
+from metagen.engine.models.weight_arena import WeightArena
 
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 
 
-def _swap(module: nn.Module, name: str, act8: bool) -> None:
+def _swap(module: nn.Module, name: str, act8: bool, arena: WeightArena | None) -> None:
     weight = getattr(module, name)
     quantized = Int8Weight.from_in_out(weight, act8)
+    if arena is not None:
+        quantized.q = arena.take(quantized.q.shape).copy_(quantized.q)
     delattr(module, name)  # a registered parameter cannot be reassigned a module
     setattr(module, name, quantized)
 
@@ -40,9 +46,13 @@ def quantize_model(model: LlamaModel, quantization: Quantization | None) -> Llam
     if quantization is None:
         return model
     act8 = quantization == "w8a8"
-    for layer in model.layers:
-        for name in PROJECTIONS:
-            _swap(layer, name, act8)
+    targets: list[tuple[nn.Module, str]] = [(layer, name) for layer in model.layers
+                                            for name in PROJECTIONS]
     if model.lm_head is not None:
-        _swap(model, "lm_head", act8)
+        targets.append((model, "lm_head"))
+    arena = None
+    if model.device.type == "cpu":  # q is (out, in): the float projection (in, out) turned
+        arena = WeightArena([getattr(m, n).shape[::-1] for m, n in targets], torch.int8)
+    for module, name in targets:
+        _swap(module, name, act8, arena)
     return model
