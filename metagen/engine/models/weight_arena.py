@@ -3,9 +3,10 @@
 Decoding streams every projection once per token (167 MB for the benchmark target). On 4 KiB
 pages that stream takes a TLB miss and a page walk every 4 KiB; on 2 MiB pages it takes one
 every 2 MiB. Held in one buffer, the projections also fill whole huge pages: one tensor each
-would round every tensor (1-6 MB in that model) up to 2 MiB. On a 2-core Xeon (AVX-512),
-the target's 33 products took 1.04-1.05x less CPU time at 1 and 16 rows, one and two threads
-(``benchmarks/README.md``).
+would round every tensor (1-6 MB in that model) up to 2 MiB. On a 2-core Xeon (loaded), the
+target's 33 float products took 1.05-1.13x less CPU time at 1 and 16 rows, one and two threads,
+AVX-512 and AVX2 builds, and its int8 products at one row 1.05-1.11x (``benchmarks/README.md``,
+``benchmarks/weight_pages.py``).
 
 Linux only grants huge pages to a range advised with ``madvise(MADV_HUGEPAGE)`` where
 ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` (or to every range with
