@@ -40,45 +40,59 @@ static inline vec vload_i8(const int8_t *p) {
 #endif
 #define UNROLL _Pragma("GCC unroll 16")
 
+/* acc[m][c] += VW lanes from k on of row m < mr of x (ld K) times those of the int8 row w[c]. */
+static inline __attribute__((always_inline)) void q8_step(const int mr, const float *x, int64_t K,
+                                                          const int8_t *const *w, int64_t k,
+                                                          vec acc[][QC]) {
+  vec wv[QC];
+  UNROLL
+  for (int c = 0; c < QC; c++) wv[c] = vload_i8(w[c] + k);
+  UNROLL
+  for (int m = 0; m < mr; m++) {
+    const vec xv = vloadu(x + m * K + k);
+    UNROLL
+    for (int c = 0; c < QC; c++) acc[m][c] = vfma(xv, wv[c], acc[m][c]);
+  }
+}
+
 /* y[m, c] for m < mr, c < nc: rows of x (ld K) against the int8 rows w[c] (K bytes each; the
- * entries c >= nc repeat w[0] and are computed but not stored). */
+ * entries c >= nc repeat w[0] and are computed but not stored). `end`: the end of the weights
+ * (the prefetches stay before it). */
 static inline __attribute__((always_inline)) void q8_tile(const int mr, const float *x, int64_t K,
                                                           const int8_t *const *w,
-                                                          const float *scale, const float *bias,
-                                                          float *y, int64_t ldy, int nc) {
+                                                          const int8_t *end, const float *scale,
+                                                          const float *bias, float *y,
+                                                          int64_t ldy, int nc) {
   vec acc[QM][QC];
   UNROLL
   for (int m = 0; m < mr; m++)
     UNROLL
     for (int c = 0; c < QC; c++) acc[m][c] = vzero();
   const int64_t body = K / VW * VW;
-  for (int64_t k = 0; k < body; k += VW) {
-    prefetch_ahead(w[0] + QC * k, 64); /* the tile's rows are one run of QC * K bytes */
-    vec wv[QC];
-    UNROLL
-    for (int c = 0; c < QC; c++) wv[c] = vload_i8(w[c] + k);
-    UNROLL
-    for (int m = 0; m < mr; m++) {
-      const vec xv = vloadu(x + m * K + k);
-      UNROLL
-      for (int c = 0; c < QC; c++) acc[m][c] = vfma(xv, wv[c], acc[m][c]);
-    }
+  /* the tile's rows are one run of QC * K bytes, read QC * VW bytes a step */
+  const int64_t ahead = prefetch_steps(w[0], end, QC * VW, 64, body / VW) * VW;
+  int64_t k = 0;
+  for (; k < ahead; k += VW) {
+    prefetch_ahead(w[0] + QC * k, 64);
+    q8_step(mr, x, K, w, k, acc);
   }
+  for (; k < body; k += VW) q8_step(mr, x, K, w, k, acc);
   for (int m = 0; m < mr; m++)
     for (int c = 0; c < nc; c++) {
       float s = vsum(acc[m][c]);
-      for (int64_t k = body; k < K; k++) s += x[m * K + k] * (float)w[c][k];
+      for (int64_t t = body; t < K; t++) s += x[m * K + t] * (float)w[c][t];
       s *= scale[c];
       y[m * ldy + c] = bias ? s + bias[c] : s;
     }
 }
 
-typedef void (*q8_tile_fn)(const float *, int64_t, const int8_t *const *, const float *,
-                           const float *, float *, int64_t, int);
+typedef void (*q8_tile_fn)(const float *, int64_t, const int8_t *const *, const int8_t *,
+                           const float *, const float *, float *, int64_t, int);
 #define Q8_TILE(R)                                                                             \
-  static void q8_tile_##R(const float *x, int64_t K, const int8_t *const *w, const float *sc, \
-                          const float *b, float *y, int64_t ldy, int nc) {                    \
-    q8_tile(R, x, K, w, sc, b, y, ldy, nc);                                                    \
+  static void q8_tile_##R(const float *x, int64_t K, const int8_t *const *w,                \
+                          const int8_t *end, const float *sc, const float *b, float *y,       \
+                          int64_t ldy, int nc) {                                              \
+    q8_tile(R, x, K, w, end, sc, b, y, ldy, nc);                                               \
   }
 Q8_TILE(1)
 Q8_TILE(2)
@@ -103,8 +117,8 @@ void mg_q8_matmul_cols(const float *x, const int8_t *w, const float *scale, cons
     for (int c = 0; c < QC; c++) rows[c] = w + (n0 + (c < nc ? c : 0)) * K;
     for (int64_t m0 = 0; m0 < M; m0 += QM) {
       const int64_t mr = M - m0 < QM ? M - m0 : QM;
-      Q8_TILES[mr](x + m0 * K, K, rows, scale + n0, bias ? bias + n0 : 0, y + m0 * N + n0, N,
-                   nc);
+      Q8_TILES[mr](x + m0 * K, K, rows, w + N * K, scale + n0, bias ? bias + n0 : 0,
+                   y + m0 * N + n0, N, nc);
     }
   }
 }

@@ -155,7 +155,7 @@ void mg_a8_quantize(const float *x, int64_t M, int64_t K, int8_t *q, float *d) {
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* acc[m][c] += the lanes of rows m < mr of q (chunk j) against the weight vectors wv. */
-static inline __attribute__((always_inline)) void a8_chunk(const int mr, const int8_t *q,
+static inline __attribute__((always_inline)) void a8_dot(const int mr, const int8_t *q,
                                                            const float *d, int64_t ldq,
                                                            int64_t ldd, int64_t j,
                                                            const ivec *wv, fvec acc[][AC]) {
@@ -170,30 +170,47 @@ static inline __attribute__((always_inline)) void a8_chunk(const int mr, const i
   }
 }
 
+/* a8_dot of chunk j (a whole one) of the int8 rows w[c]. */
+static inline __attribute__((always_inline)) void a8_chunk(const int mr, const int8_t *q,
+                                                           const float *d, int64_t ldq,
+                                                           int64_t ldd, int64_t j,
+                                                           const int8_t *const *w,
+                                                           fvec acc[][AC]) {
+  ivec wv[AC];
+  UNROLL
+  for (int c = 0; c < AC; c++) wv[c] = iload(w[c] + j * A8W);
+  a8_dot(mr, q, d, ldq, ldd, j, wv, acc);
+}
+
 /* y[m, c] for m < mr, c < nc: quantized rows (q, d) against the int8 rows w[c] (K bytes each;
- * the entries c >= nc repeat w[0] and are computed but not stored). */
+ * the entries c >= nc repeat w[0] and are computed but not stored). `end`: the end of the
+ * weights (the prefetches stay before it). */
 static inline __attribute__((always_inline)) void a8_tile(const int mr, const int8_t *q,
                                                           const float *d, int64_t K,
                                                           const int8_t *const *w,
-                                                          const float *scale, const float *bias,
-                                                          float *y, int64_t ldy, int nc) {
+                                                          const int8_t *end, const float *scale,
+                                                          const float *bias, float *y,
+                                                          int64_t ldy, int nc) {
   const int64_t ldq = mg_a8_ldq(K), ldd = mg_a8_ldd(K), full = K / A8W;
   fvec acc[AM][AC];
-  ivec wv[AC];
   UNROLL
   for (int m = 0; m < mr; m++)
     UNROLL
     for (int c = 0; c < AC; c++) acc[m][c] = fzero();
-  for (int64_t j = 0; j < full; j++) {
-    prefetch_ahead(w[0] + AC * j * A8W, (AC * A8W + 63) / 64 * 64); /* the rows: one run of AC * K */
-    UNROLL
-    for (int c = 0; c < AC; c++) wv[c] = iload(w[c] + j * A8W);
-    a8_chunk(mr, q, d, ldq, ldd, j, wv, acc);
+  /* the tile's rows are one run of AC * K bytes, read AC * A8W bytes a chunk */
+  const int pf = (AC * A8W + 63) / 64 * 64;
+  const int64_t ahead = prefetch_steps(w[0], end, AC * A8W, pf, full);
+  int64_t j = 0;
+  for (; j < ahead; j++) {
+    prefetch_ahead(w[0] + AC * j * A8W, pf);
+    a8_chunk(mr, q, d, ldq, ldd, j, w, acc);
   }
+  for (; j < full; j++) a8_chunk(mr, q, d, ldq, ldd, j, w, acc);
   if (K > full * A8W) {
+    ivec wv[AC];
     UNROLL
     for (int c = 0; c < AC; c++) wv[c] = iload_tail(w[c] + full * A8W, K - full * A8W);
-    a8_chunk(mr, q, d, ldq, ldd, full, wv, acc);
+    a8_dot(mr, q, d, ldq, ldd, full, wv, acc);
   }
   for (int m = 0; m < mr; m++)
     for (int c = 0; c < nc; c++) {
@@ -203,11 +220,12 @@ static inline __attribute__((always_inline)) void a8_tile(const int mr, const in
 }
 
 typedef void (*a8_tile_fn)(const int8_t *, const float *, int64_t, const int8_t *const *,
-                           const float *, const float *, float *, int64_t, int);
+                           const int8_t *, const float *, const float *, float *, int64_t, int);
 #define A8_TILE(R)                                                                            \
   static void a8_tile_##R(const int8_t *q, const float *d, int64_t K, const int8_t *const *w, \
-                          const float *sc, const float *b, float *y, int64_t ldy, int nc) {  \
-    a8_tile(R, q, d, K, w, sc, b, y, ldy, nc);                                                \
+                          const int8_t *end, const float *sc, const float *b, float *y,       \
+                          int64_t ldy, int nc) {                                              \
+    a8_tile(R, q, d, K, w, end, sc, b, y, ldy, nc);                                           \
   }
 A8_TILE(1)
 A8_TILE(2)
@@ -232,8 +250,8 @@ void mg_a8_matmul_cols(const int8_t *q, const float *d, const int8_t *w, const f
     for (int c = 0; c < AC; c++) rows[c] = w + (n0 + (c < nc ? c : 0)) * K;
     for (int64_t m0 = 0; m0 < M; m0 += AM) {
       const int64_t mr = M - m0 < AM ? M - m0 : AM;
-      A8_TILES[mr](q + m0 * ldq, d + m0 * ldd, K, rows, scale + n0, bias ? bias + n0 : 0,
-                   y + m0 * N + n0, N, nc);
+      A8_TILES[mr](q + m0 * ldq, d + m0 * ldd, K, rows, w + N * K, scale + n0,
+                   bias ? bias + n0 : 0, y + m0 * N + n0, N, nc);
     }
   }
 }

@@ -88,9 +88,21 @@ static inline float vsum(vec a) {
 #define MG_AHEAD 4096
 
 /* Prefetch the `bytes` (a constant multiple of 64) of a weight stream MG_AHEAD past p into
- * L1. Prefetches never fault, so p + MG_AHEAD may pass the end of the weights. */
+ * L1. The caller keeps p + MG_AHEAD + bytes within the weights (prefetch_steps): a prefetch never
+ * faults, but forming a pointer past the end of an array is undefined. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const int8_t *p, int bytes) {
   for (int b = 0; b < bytes; b += 64) _mm_prefetch((const char *)(p + MG_AHEAD + b), _MM_HINT_T0);
+}
+
+/* How many of the steps i = 0 .. n - 1 of a stream may call prefetch_ahead(p + i * stride,
+ * bytes): those whose prefetched bytes end at or before `end`, the end of the array p points
+ * into (p <= end). Computed once per stream, so the steps past it run without prefetching
+ * instead of checking at each step. */
+static inline int64_t prefetch_steps(const int8_t *p, const int8_t *end, int64_t stride,
+                                     int bytes, int64_t n) {
+  const int64_t room = (int64_t)(end - p) - MG_AHEAD - bytes; /* bytes left past the furthest */
+  const int64_t steps = room < 0 ? 0 : room / stride + 1;
+  return steps < n ? steps : n;
 }
 
 /* exp(x) per lane for x in [-87.3, 88.7]: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then
