@@ -55,6 +55,11 @@ def _int8_kernel(flags: tuple[str, ...], sources: Path | None) -> Int8Matmul:
     return Int8Matmul(lib)
 
 
+def _step(kernel: Int8Matmul, xs: list[torch.Tensor],
+          weights: list[tuple[torch.Tensor, torch.Tensor]], act8: bool) -> Callable[[], object]:
+    return lambda: [kernel(x, q, s, quantize_activations=act8) for x, (q, s) in zip(xs, weights)]
+
+
 def measure(rows: list[int], repeats: int, threads: int, flags: tuple[str, ...],
             baseline: Path | None = None) -> list[dict[str, Any]]:
     """Per row count: each way's median milliseconds per step and GB/s of the weight bytes it
@@ -78,9 +83,8 @@ def measure(rows: list[int], repeats: int, threads: int, flags: tuple[str, ...],
             F32: lambda: [f32(x, w) for x, w in zip(xs, w_in_out)]}
         kernels = {"": new, "baseline ": old} if old else {"": new}
         for tag, k in kernels.items():
-            ways[tag + Q8] = lambda k=k: [k(x, q, s) for x, (q, s) in zip(xs, w_int8)]
-            ways[tag + A8] = lambda k=k: [k(x, q, s, quantize_activations=True)
-                                          for x, (q, s) in zip(xs, w_int8)]
+            ways[tag + Q8] = _step(k, xs, w_int8, False)
+            ways[tag + A8] = _step(k, xs, w_int8, True)
         times: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(repeats):
             for name, fn in ways.items():

@@ -101,8 +101,8 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const int8_t *p
 static inline int64_t prefetch_steps(const int8_t *p, const int8_t *end, int64_t stride,
                                      int bytes, int64_t n) {
   const int64_t room = (int64_t)(end - p) - MG_AHEAD - bytes; /* bytes left past the furthest */
-  const int64_t steps = room < 0 ? 0 : room / stride + 1;
-  return steps < n ? steps : n;
+  if (room >= (n - 1) * stride) return n; /* all of them: the common case, no division */
+  return room < 0 ? 0 : room / stride + 1;
 }
 
 /* exp(x) per lane for x in [-87.3, 88.7]: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then
