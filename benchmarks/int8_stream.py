@@ -16,9 +16,12 @@ wall time.
 ``git archive REV metagen/engine/native | tar -x -C DIR --strip-components 3``) with the same
 flags, interleaved, and gives each round's ratio baseline / new (median and range).
 ``--isa avx2`` builds the AVX2 path explicitly (to measure it on an AVX-512 machine).
+``--resident`` makes every product of the step the first one (qkv, 512 x 1536: 786 KB of int8,
+held in L2), so the int8 rates are what the kernels compute when memory is not in the way.
 
     python -m benchmarks.int8_stream [--isa native|avx2] [--rows 1,16] [--threads 1]
-                                     [--repeats 15] [--baseline DIR] [--json PATH]
+                                     [--repeats 15] [--baseline DIR] [--resident]
+                                     [--json PATH]
 """
 
 from __future__ import annotations
@@ -61,10 +64,11 @@ def _step(kernel: Int8Matmul, xs: list[torch.Tensor],
 
 
 def measure(rows: list[int], repeats: int, threads: int, flags: tuple[str, ...],
-            baseline: Path | None = None) -> list[dict[str, Any]]:
+            baseline: Path | None = None, resident: bool = False) -> list[dict[str, Any]]:
     """Per row count: each way's median milliseconds per step and GB/s of the weight bytes it
     reads (int8 for the int8 ways and the plain read, float32 for the float32 kernel), and with
-    ``baseline`` each round's baseline / new time ratio per int8 kernel."""
+    ``baseline`` each round's baseline / new time ratio per int8 kernel. ``resident``: every
+    product is the first one, on the same weight."""
     torch.set_num_threads(threads)
     clock = time.thread_time if threads == 1 else time.perf_counter
     new = _int8_kernel(flags, None)
@@ -72,12 +76,16 @@ def measure(rows: list[int], repeats: int, threads: int, flags: tuple[str, ...],
     f32 = SmallMatmul(open_library(flags))
     g = torch.Generator().manual_seed(0)
     w_in_out = [torch.randn(k, n, generator=g) * 0.02 for k, n in SHAPES]
+    if resident:
+        w_in_out = [w_in_out[0]] * len(SHAPES)
     w_int8 = [quantize_int8(w.t().contiguous()) for w in w_in_out]
+    if resident:
+        w_int8 = [w_int8[0]] * len(SHAPES)
     int8_bytes = sum(q.numel() for q, _ in w_int8)
     f32_bytes = 4 * int8_bytes
     out = []
     for m in rows:
-        xs = [torch.randn(m, k, generator=g) for k, _ in SHAPES]
+        xs = [torch.randn(m, w.shape[0], generator=g) for w in w_in_out]
         ways: dict[str, Callable[[], object]] = {
             READ: lambda: [q.view(torch.int64).sum() for q, _ in w_int8],
             F32: lambda: [f32(x, w) for x, w in zip(xs, w_in_out)]}
@@ -112,12 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--baseline", type=Path, default=None)
+    ap.add_argument("--resident", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     flags = NATIVE_FLAGS if args.isa == "native" else AVX2_FLAGS
     rows = measure([int(r) for r in args.rows.split(",")], args.repeats, args.threads, flags,
-                   args.baseline)
-    print(f"{args.isa} build, {args.threads} thread(s), {cpu_model()}: median ms per step "
+                   args.baseline, args.resident)
+    print(f"{args.isa} build, {args.threads} thread(s), {cpu_model()}"
+          f"{', resident weight' if args.resident else ''}: median ms per step "
           "(GB/s of the weight bytes)")
     for r in rows:
         print(f"rows {r['rows']}: " + "; ".join(
@@ -132,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             {"argv": argv, "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
              "isa": args.isa, "build_flags": list(flags), "threads": args.threads,
              "repeats": args.repeats, "baseline": str(args.baseline) if args.baseline else None,
+             "resident": args.resident,
              "rows": rows}, indent=1) + "\n")
     return 0
 
