@@ -38,9 +38,6 @@ static inline vec vload_i8(const int8_t *p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 #endif
-#if QC != 3 && QC != 4
-#error "q8_tile sums its accumulators four at a time (vsum4)"
-#endif
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* acc[m][c] += VW lanes from k on of row m < mr of x (ld K) times those of the int8 row w[c]. */
@@ -80,16 +77,13 @@ static inline __attribute__((always_inline)) void q8_tile(const int mr, const fl
     q8_step(mr, x, K, w, k, acc);
   }
   for (; k < body; k += VW) q8_step(mr, x, K, w, k, acc);
-  for (int m = 0; m < mr; m++) {
-    float sums[4]; /* the QC (3 or 4) accumulators of row m summed across their lanes */
-    vsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][QC - 1], sums);
+  for (int m = 0; m < mr; m++)
     for (int c = 0; c < nc; c++) {
-      float s = sums[c];
+      float s = vsum(acc[m][c]);
       for (int64_t t = body; t < K; t++) s += x[m * K + t] * (float)w[c][t];
       s *= scale[c];
       y[m * ldy + c] = bias ? s + bias[c] : s;
     }
-  }
 }
 
 typedef void (*q8_tile_fn)(const float *, int64_t, const int8_t *const *, const int8_t *,

@@ -65,8 +65,7 @@ static inline fvec fzero(void) { return _mm512_setzero_ps(); }
 static inline fvec ffma_i(ivec a, fvec s, fvec acc) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, acc);
 }
-/* s[j] = the lane sum of the j-th of a, b, c, d (simd.h's vsum4: fvec is its vec here) */
-static inline void fsum4(fvec a, fvec b, fvec c, fvec d, float s[4]) { vsum4(a, b, c, d, s); }
+static inline float fsum(fvec a) { return _mm512_reduce_add_ps(a); }
 #define SIGN_T __mmask64
 static inline SIGN_T sign_of(ivec x) { return _mm512_movepi8_mask(x); }
 static inline ivec iabs(ivec x) { return _mm512_abs_epi8(x); }
@@ -94,18 +93,11 @@ static inline fvec fzero(void) { return _mm256_setzero_ps(); }
 static inline fvec ffma_i(ivec a, fvec s, fvec acc) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), s, acc);
 }
-#if MG_ISA == 256
-static inline void fsum4(fvec a, fvec b, fvec c, fvec d, float s[4]) { vsum4(a, b, c, d, s); }
-#else /* AVX-512F without BW: vec is 512 bits wide, fvec 256; the same additions one by one */
 static inline float fsum(fvec a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
-static inline void fsum4(fvec a, fvec b, fvec c, fvec d, float s[4]) {
-  s[0] = fsum(a), s[1] = fsum(b), s[2] = fsum(c), s[3] = fsum(d);
-}
-#endif
 #endif
 
 /* Bytes per quantized row and floats of block scales per row for K values. */
@@ -220,14 +212,11 @@ static inline __attribute__((always_inline)) void a8_tile(const int mr, const in
     for (int c = 0; c < AC; c++) wv[c] = iload_tail(w[c] + full * A8W, K - full * A8W);
     a8_dot(mr, q, d, ldq, ldd, full, wv, acc);
   }
-  for (int m = 0; m < mr; m++) {
-    float sums[4]; /* the AC (3 or 4) accumulators of row m summed across their lanes */
-    fsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][AC - 1], sums);
+  for (int m = 0; m < mr; m++)
     for (int c = 0; c < nc; c++) {
-      const float s = sums[c] * scale[c];
+      const float s = fsum(acc[m][c]) * scale[c];
       y[m * ldy + c] = bias ? s + bias[c] : s;
     }
-  }
 }
 
 typedef void (*a8_tile_fn)(const int8_t *, const float *, int64_t, const int8_t *const *,

@@ -28,20 +28,6 @@ static inline vec vzero(void) { return _mm512_setzero_ps(); }
 static inline vec vbcast(float x) { return _mm512_set1_ps(x); }
 static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 static inline float vsum(vec a) { return _mm512_reduce_add_ps(a); }
-/* s[j] = vsum of the j-th of a, b, c, d, by the same additions in the same order (halves, then
- * quarters, then lanes i and i + 2, then lanes 0 and 1), so bit for bit equal to four vsums in
- * about a third of the instructions: the four vectors are summed side by side. */
-static inline void vsum4(vec a, vec b, vec c, vec d, float s[4]) {
-  const vec ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const vec cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  /* quarter j of q: vector j's lanes i + (i + 4) after (i + 8) */
-  const vec q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-  const vec h = _mm512_add_ps(q, _mm512_permute_ps(q, 0x4E));
-  const vec t = _mm512_add_ps(h, _mm512_permute_ps(h, 0xB1));
-  _mm_storeu_ps(s, _mm512_castps512_ps128(
-                       _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0,
-                                                               0, 0, 0, 0, 0), t)));
-}
 static inline vec vmul(vec a, vec b) { return _mm512_mul_ps(a, b); }
 static inline vec vadd(vec a, vec b) { return _mm512_add_ps(a, b); }
 static inline vec vsub(vec a, vec b) { return _mm512_sub_ps(a, b); }
@@ -87,20 +73,6 @@ static inline float vsum(vec a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-/* s[j] = vsum of the j-th of a, b, c, d, by the same additions in the same order (halves, then
- * lanes i and i + 2, then lanes 0 and 1): bit for bit equal to four vsums, summed side by side. */
-static inline void vsum4(vec a, vec b, vec c, vec d, float s[4]) {
-  const vec ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-  const vec cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
-  /* halves of ab: a's lanes i + (i + 4), b's; of cd: c's, d's */
-  const vec abh = _mm256_add_ps(ab, _mm256_permute_ps(ab, 0x4E));
-  const vec cdh = _mm256_add_ps(cd, _mm256_permute_ps(cd, 0x4E));
-  const vec abt = _mm256_add_ps(abh, _mm256_permute_ps(abh, 0xB1));
-  const vec cdt = _mm256_add_ps(cdh, _mm256_permute_ps(cdh, 0xB1));
-  /* lane 0 of each half: a, b, c, d */
-  const vec u = _mm256_unpacklo_ps(abt, cdt); /* a c . . | b d . . */
-  _mm_storeu_ps(s, _mm_unpacklo_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)));
 }
 
 #else
