@@ -6,7 +6,8 @@ memory), on the benchmark target's products.
 
 One "step" is every projection of the 8-layer target plus its head (``benchmarks.small_matmul``'s
 shapes), each weight distinct, so a step streams 42 MB of int8 (167 MB of float32) from memory as
-decoding does. Per row count the ways run interleaved, ``--repeats`` rounds; a way's time is the
+decoding does. Per row count the ways run interleaved, ``--repeats`` rounds (the int8 ways after
+the plain read, their order reversed every other round); a way's time is the
 median over rounds, its rate the weight bytes over that time. At one thread every time is the
 calling thread's CPU time (``time.thread_time``: a machine shared with other jobs takes time
 slices that wall time would count; their pressure on the memory bus still shows); at several,
@@ -87,17 +88,21 @@ def measure(rows: list[int], repeats: int, threads: int, flags: tuple[str, ...],
     for m in rows:
         xs = [torch.randn(m, w.shape[0], generator=g) for w in w_in_out]
         ways: dict[str, Callable[[], object]] = {
-            READ: lambda: [q.view(torch.int64).sum() for q, _ in w_int8],
-            F32: lambda: [f32(x, w) for x, w in zip(xs, w_in_out)]}
+            F32: lambda: [f32(x, w) for x, w in zip(xs, w_in_out)],
+            READ: lambda: [q.view(torch.int64).sum() for q, _ in w_int8]}
         kernels = {"": new, "baseline ": old} if old else {"": new}
         for tag, k in kernels.items():
             ways[tag + Q8] = _step(k, xs, w_int8, False)
             ways[tag + A8] = _step(k, xs, w_int8, True)
         times: dict[str, list[float]] = {name: [] for name in ways}
-        for _ in range(repeats):
-            for name, fn in ways.items():
+        int8_ways = list(ways)[2:]
+        for rnd in range(repeats):
+            # every int8 way follows one that read the same int8 bytes (the 42 MB nearly fit the
+            # L3: a way right after the float32 one would find none of them left there), new
+            # and baseline in turn first
+            for name in [F32, READ, *(int8_ways if rnd % 2 == 0 else int8_ways[::-1])]:
                 t0 = clock()
-                fn()
+                ways[name]()
                 times[name].append((clock() - t0) * 1e3)
         med = {name: statistics.median(t) for name, t in times.items()}
         row: dict[str, Any] = {
