@@ -65,23 +65,25 @@ def _step(kernel: Int8Matmul, xs: list[torch.Tensor],
 
 
 def measure(rows: list[int], repeats: int, threads: int, flags: tuple[str, ...],
-            baseline: Path | None = None, resident: bool = False) -> list[dict[str, Any]]:
+            baseline: Path | None = None, resident: bool = False,
+            shapes: list[tuple[int, int]] = SHAPES) -> list[dict[str, Any]]:
     """Per row count: each way's median milliseconds per step and GB/s of the weight bytes it
     reads (int8 for the int8 ways and the plain read, float32 for the float32 kernel), and with
     ``baseline`` each round's baseline / new time ratio per int8 kernel. ``resident``: every
-    product is the first one, on the same weight."""
+    product is the first one, on the same weight. ``shapes``: the products' (in, out), each
+    ``in`` a multiple of 8 (the plain read sums int64 words)."""
     torch.set_num_threads(threads)
     clock = time.thread_time if threads == 1 else time.perf_counter
     new = _int8_kernel(flags, None)
     old = _int8_kernel(flags, baseline) if baseline else None
     f32 = SmallMatmul(open_library(flags))
     g = torch.Generator().manual_seed(0)
-    w_in_out = [torch.randn(k, n, generator=g) * 0.02 for k, n in SHAPES]
+    w_in_out = [torch.randn(k, n, generator=g) * 0.02 for k, n in shapes]
     if resident:
-        w_in_out = [w_in_out[0]] * len(SHAPES)
+        w_in_out = [w_in_out[0]] * len(shapes)
     w_int8 = [quantize_int8(w.t().contiguous()) for w in w_in_out]
     if resident:
-        w_int8 = [w_int8[0]] * len(SHAPES)
+        w_int8 = [w_int8[0]] * len(shapes)
     int8_bytes = sum(q.numel() for q, _ in w_int8)
     f32_bytes = 4 * int8_bytes
     out = []
