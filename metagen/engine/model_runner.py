@@ -291,6 +291,8 @@ class ModelRunner:
             hidden = hidden.index_select(0, torch.tensor(rows, dtype=torch.long,
                                                          device=self.device))
         logits = self.model.logits(hidden)  # (N, V)
+        if len(spans) == 1:  # one request: all of them (no view to make)
+            return [logits]
         return [logits[s:s + k] for s, k in spans]
 
 

@@ -14,6 +14,7 @@ per head).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -144,20 +145,24 @@ class LlamaModel(nn.Module):
             h = layer(h, cos, sin, k_cache[i], v_cache[i], meta, scales)
         return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
 
-    def forward_native(self, input_ids: torch.Tensor, step: DecodeStep, plan: StepPlan,
+    def forward_native(self, input_ids: np.ndarray, step: DecodeStep, plan: StepPlan,
                        k_cache: torch.Tensor, v_cache: torch.Tensor,
                        kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
                        ) -> torch.Tensor:
         """:meth:`forward` for a step of a few tokens through the native decode step (see
-        :mod:`metagen.engine.native.decode_step`): input_ids (T,) -> final hidden states
-        (T, hidden); positions and attention come from ``plan``; ``kv_scales`` as in
-        :meth:`forward`."""
-        h = self.embed.index_select(0, input_ids)  # (T, H), a fresh tensor, updated in place
-        step(h, plan, k_cache, v_cache, scales=kv_scales)
-        return rms_norm(h, self.norm, self.cfg.rms_norm_eps)
+        :mod:`metagen.engine.native.decode_step`; a CPU model): input_ids (T,) int64 NumPy ->
+        final hidden states (T, hidden); positions and attention come from ``plan``;
+        ``kv_scales`` as in :meth:`forward`. Raises ``IndexError`` for an id outside the
+        vocabulary."""
+        # (T, H), a fresh array, updated in place; NumPy's gather dispatches no torch operator
+        h = torch.from_numpy(self.embed.numpy().take(input_ids, axis=0))
+        step(h, plan, k_cache, v_cache, scales=kv_scales)  # the final norm included
+        return h
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (N, H) -> float32 logits (N, V)."""
         if self.lm_head is None:  # tied: the (V, H) embedding table is the head
-            return F.linear(hidden, self.embed).float()
-        return project(hidden, self.lm_head).float()
+            out = F.linear(hidden, self.embed)
+        else:
+            out = project(hidden, self.lm_head)
+        return out if out.dtype == torch.float32 else out.float()  # no dispatch when it is

@@ -57,6 +57,7 @@ typedef struct {
   int64_t hidden, n_heads, n_kv_heads, head_dim, inter, n_layers;
   float eps, scale;       /* RMSNorm epsilon; attention scale (head_dim ** -0.5) */
   const float *cos, *sin; /* (max_positions, head_dim), HF layout (the two halves repeat) */
+  const float *final_norm; /* the model's last RMSNorm weight (hidden), or NULL: not applied */
 } mg_model;
 
 /* One layer's weights; float32 projections are (in, out) row-major. Optional ones are NULL.
@@ -793,12 +794,15 @@ static int run_step(const mg_model *M, const mg_layer *layers, const mg_plan *P,
                 kv_run_for(M->n_kv_heads, P->n_rows, nth),
                 kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, step_task, &J);
+  if (M->final_norm) /* a few rows: one thread, after every layer's last stage */
+    for (int64_t t = 0; t < T; t++) rms_norm(h + t * H, M->final_norm, h + t * H, H, M->eps);
   free(S.block);
   free(stages);
   return 0;
 }
 
-/* Run every layer over h (T, hidden), the embedded new tokens, in place; writes their K/V into
+/* Run every layer over h (T, hidden), the embedded new tokens, in place, then the model's final
+ * RMSNorm where M->final_norm is set; writes their K/V into
  * k_cache / v_cache (n_layers, S, n_kv_heads, head_dim). Up to `threads` threads of the pool
  * share the work; the results are the same bit for bit for any number. Returns 0, or -1 when
  * out of memory (h and the cache are then untouched). */

@@ -1,4 +1,5 @@
-"""Every decoder layer of a step of a few new tokens in one native call (``decode_step.c``).
+"""Every decoder layer of a step of a few new tokens, and the final norm, in one native call
+(``decode_step.c``).
 
 At 1-16 new tokens a layer's four products stream the weights, and the forty-odd small
 operators around them (norms, rotary embedding, cache write, attention, SiLU gate, residuals)
@@ -40,7 +41,7 @@ _I = ctypes.c_int64
 class _Model(ctypes.Structure):
     _fields_ = [("hidden", _I), ("n_heads", _I), ("n_kv_heads", _I), ("head_dim", _I),
                 ("inter", _I), ("n_layers", _I), ("eps", ctypes.c_float),
-                ("scale", ctypes.c_float), ("cos", _P), ("sin", _P)]
+                ("scale", ctypes.c_float), ("cos", _P), ("sin", _P), ("final_norm", _P)]
 
 
 _PROJECTIONS = ("qkv", "o", "gate_up", "down")
@@ -60,7 +61,7 @@ class _Plan(ctypes.Structure):
 
 @dataclass(slots=True)
 class StepPlan:
-    """Which tokens a step runs and what each attends to (all int64 CPU tensors).
+    """Which tokens a step runs and what each attends to (int64, on the CPU).
 
     Row r's new tokens are the flat tokens ``tok_off[r] .. tok_off[r + 1] - 1`` at positions
     ``start[r] ..``; position p lives in cache slot
@@ -70,7 +71,8 @@ class StepPlan:
     ``group_rows[group_off[g] .. group_off[g + 1] - 1]``, which share those positions' blocks.
     Row r's tokens are rotated (RoPE) at their position plus ``rope_off[r]``: the tokens of its
     context that token dropping removed from its table (:mod:`metagen.engine.kv_window`).
-    ``token_ids`` are the flat tokens' ids, where the plan was built with them (else empty).
+    ``token_ids`` are the flat tokens' ids (a NumPy view), where the plan was built with them
+    (else empty).
 
     Every field is a view of one buffer, ``flat``, made when it is read: the native call reads
     the buffer at the fields' offsets, so a step allocates one small array and no views.
@@ -152,8 +154,10 @@ class StepPlan:
         return self._field(6)
 
     @property
-    def token_ids(self) -> torch.Tensor:  # (T,) or (0,)
-        return self._field(7)
+    def token_ids(self) -> np.ndarray:  # (T,) or (0,)
+        """A NumPy view: no torch operator (a step reads it right after the weights went
+        through the caches, where each dispatch costs tens of us)."""
+        return self.flat.numpy()[self.bounds[7]:self.bounds[8]]
 
     def positions_and_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(T,) int64 each: every flat token's RoPE position (``rope_off`` included) and its
@@ -195,7 +199,8 @@ class DecodeStep:
         self._attn_q8.argtypes = [_P, _P, _P, _I, _P, _P, _P, _P, _P, ctypes.c_int]
         self._model = _Model(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                              cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
-                             cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr())
+                             cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr(),
+                             model.norm.data_ptr())
         self._layers = (_Layer * cfg.num_layers)(*map(_layer_struct, model.layers))
         self._keep = model  # the pointers above are into its tensors
 
@@ -207,7 +212,8 @@ class DecodeStep:
     def __call__(self, h: torch.Tensor, plan: StepPlan, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, threads: int | None = None,
                  scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
-        """Run every layer over ``h`` (T, hidden), the new tokens' embeddings, in place, and
+        """Run every layer over ``h`` (T, hidden), the new tokens' embeddings, then the model's
+        final RMSNorm, in place (``h`` ends as the final hidden states the LM head reads), and
         write their K/V into ``k_cache``/``v_cache`` (L, num_blocks, block_size, Hkv, D), on
         ``threads`` threads (default: :attr:`threads`). The result is the same bit for bit for
         any thread count: each thread computes its slice of every product's output columns,
