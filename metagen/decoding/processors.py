@@ -154,7 +154,7 @@ def process_with(logits: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchP
     """:func:`process_logits` with the gathered parameters and bad rows (``(B,)`` bool; None:
     none) already computed. With ``copy=False`` the result may be ``logits`` itself when no
     stage applies."""
-    x = logits.to(torch.float32)
+    x = logits if logits.dtype == torch.float32 else logits.to(torch.float32)
     if bad is not None and not bool(bad.any()):
         bad = None
     if bad is not None:

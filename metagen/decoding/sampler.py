@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -31,14 +30,53 @@ from metagen.decoding.truncation import mirostat_update
 from metagen.errors import NumericalError
 
 
-@dataclass(slots=True)
 class StepOutput:
-    """What one :func:`decode_step` produced for a batch of ``B`` rows."""
+    """What one :func:`decode_step` produced for a batch of ``B`` rows: ``tokens`` (B,) int64,
+    -1 for the rows in ``errors`` (row -> :class:`NumericalError`); ``logprobs`` (B,) float32,
+    the log-softmax of the RAW logits at the chosen token; ``top_logprobs``, per row the top-k
+    of the raw log-softmax, or None.
 
-    tokens: torch.Tensor          # (B,) int64; -1 for rows in `errors`
-    logprobs: torch.Tensor        # (B,) float32: log-softmax of the RAW logits at the chosen token
-    top_logprobs: list[dict[int, float] | None]  # top-k of the raw log-softmax, or None
-    errors: dict[int, NumericalError] = field(default_factory=dict)  # row -> error
+    ``tokens`` and ``logprobs`` are held as tensors or as Python lists, whichever the step made
+    (an all-greedy step on the native kernels makes lists), and each form is built from the
+    other at its first read, then kept: :meth:`token_list` and :meth:`logprob_list` are what the
+    engine reads, with no tensor made for them. Read-only after construction."""
+
+    __slots__ = ("_tokens", "_logprobs", "_token_list", "_logprob_list", "top_logprobs",
+                 "errors")
+
+    def __init__(self, tokens: torch.Tensor | list[int], logprobs: torch.Tensor | list[float],
+                 top_logprobs: list[dict[int, float] | None],
+                 errors: dict[int, NumericalError] | None = None) -> None:
+        self._tokens = tokens if isinstance(tokens, torch.Tensor) else None
+        self._token_list = None if isinstance(tokens, torch.Tensor) else tokens
+        self._logprobs = logprobs if isinstance(logprobs, torch.Tensor) else None
+        self._logprob_list = None if isinstance(logprobs, torch.Tensor) else logprobs
+        self.top_logprobs = top_logprobs
+        self.errors: dict[int, NumericalError] = {} if errors is None else errors
+
+    @property
+    def tokens(self) -> torch.Tensor:  # (B,) int64
+        if self._tokens is None:
+            self._tokens = torch.tensor(self._token_list, dtype=torch.int64)
+        return self._tokens
+
+    @property
+    def logprobs(self) -> torch.Tensor:  # (B,) float32
+        if self._logprobs is None:
+            self._logprobs = torch.tensor(self._logprob_list, dtype=torch.float32)
+        return self._logprobs
+
+    def token_list(self) -> list[int]:
+        """:attr:`tokens` as Python ints."""
+        if self._token_list is None:
+            self._token_list = self.tokens.tolist()
+        return self._token_list
+
+    def logprob_list(self) -> list[float]:
+        """:attr:`logprobs` as Python floats (float32 values)."""
+        if self._logprob_list is None:
+            self._logprob_list = self.logprobs.tolist()
+        return self._logprob_list
 
 
 class RowKernels(Protocol):
@@ -51,10 +89,11 @@ class RowKernels(Protocol):
         maxima, and each row's ``logsumexp``."""
         ...
 
-    def argmax(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(tokens (B,) int64, logsumexp (B,) float64)``: the first index of each row's
-        maximum (``torch.argmax``'s on rows with a finite maximum and no NaN) and its
-        ``logsumexp``, bit for bit :meth:`logsumexp`'s."""
+    def argmax(self, x: torch.Tensor) -> tuple[list[int], list[float], list[float]]:
+        """``(tokens, logsumexp, logprobs)``, ``B`` Python values each: the first index of each
+        row's maximum (``torch.argmax``'s on rows with a finite maximum and no NaN), its
+        ``logsumexp``, bit for bit :meth:`logsumexp`'s, and the token's log-probability
+        ``float32(x[b, t] - logsumexp)``, finite exactly where ``x.amax(dim=-1)`` is."""
         ...
 
     def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
@@ -145,38 +184,48 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     n, vocab = logits.shape
     dev = logits.device
     bp = gather_params(seqs, vocab, dev)
-    raw = logits.to(torch.float32)
-    raw_max = raw.amax(dim=-1)  # (B,)
-    bad_l = [not math.isfinite(m) for m in raw_max.tolist()]  # see bad_rows
+    raw = logits if logits.dtype == torch.float32 else logits.to(torch.float32)
+    if kernels is not None and (raw.device.type != "cpu" or logits.dtype != torch.float32):
+        kernels = None
+    all_greedy = len(bp.greedy_rows) == n
+    # All greedy with kernels: one pass over the raw logits gives the bad rows (a non-finite
+    # logprob), the argmax, its logprob and the logsumexp: the whole step when nothing applies.
+    first = kernels.argmax(raw) if kernels is not None and all_greedy else None
+    maxima = raw.amax(dim=-1).tolist() if first is None else first[2]  # finite, or a bad row
+    bad_l = [not math.isfinite(m) for m in maxima]  # see bad_rows
     bad = torch.tensor(bad_l, device=dev) if any(bad_l) else None
     x = process_with(raw, seqs, bp, bad, copy=False)  # (B, V)
+    ks = [None if bad_l[b] else seqs[b].params.logprobs for b in range(n)]
+    if first is not None and x is raw and all(k is None for k in ks):  # (so no bad row)
+        return StepOutput(first[0], first[2], [None] * n)  # the pass was the step
     dead_l = bad_l if x is raw else [
         b or not math.isfinite(m) for b, m in zip(bad_l, x.amax(dim=-1).tolist())]
     dead = torch.tensor(dead_l, device=dev) if any(dead_l) else None
     if bad is not None:
         raw = raw.masked_fill(bad[:, None], 0.0)
-    if kernels is not None and (raw.device.type != "cpu" or logits.dtype != torch.float32):
-        kernels = None
 
     raw_lse: torch.Tensor | None = None  # (B,) logsumexp of the raw logits
     greedy = set(bp.greedy_rows)
     sample_rows = [b for b in range(n) if b not in greedy]
-    if len(bp.greedy_rows) == n:  # all greedy: no row gather, which on the CPU starts an
-        tokens, lse = _argmax(x, kernels)  # OpenMP region for one row (its workers then spin)
-        if lse is not None and x is raw:
-            raw_lse = lse  # the argmax's own: bit for bit kernels.logsumexp(raw)
+    if all_greedy:  # no row gather, which on the CPU starts an OpenMP region for one row
+        if first is None:  # (its workers then spin)
+            tokens = x.argmax(dim=-1)
+        else:
+            tokens = (torch.tensor(first[0], dtype=torch.int64) if x is raw
+                      else _argmax(x, kernels))
+            raw_lse = torch.tensor(first[1], dtype=torch.float64)  # a dead row's: meaningless
     else:
         tokens = torch.zeros(n, dtype=torch.int64, device=dev)
     if bp.greedy_rows and sample_rows:
         g = torch.tensor(bp.greedy_rows, device=dev)
-        tokens[g] = _argmax(x[g], kernels)[0]
+        tokens[g] = _argmax(x[g], kernels)
     if sample_rows:
         tokens, lse = _sample(x, seqs, sample_rows, dead, tokens, kernels)
         if lse is not None and x is raw and len(sample_rows) == n:
             raw_lse = lse  # the draw's own: bit for bit kernels.logsumexp(raw)
         if bp.mirostat_rows:
             _advance_mirostat(x, seqs, bp.mirostat_rows, dead_l, tokens)
-    ks = [None if dead_l[b] else seqs[b].params.logprobs for b in range(n)]
+    ks = [None if dead_l[b] else k for b, k in enumerate(ks)]
     chosen = _chosen_logprobs(raw, tokens, ks, kernels, raw_lse)  # a dead row's token: any
     errors: dict[int, NumericalError] = {}
     if dead is not None:
@@ -189,13 +238,11 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     return StepOutput(tokens=tokens, logprobs=chosen, top_logprobs=top, errors=errors)
 
 
-def _argmax(x: torch.Tensor, kernels: RowKernels | None
-            ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(B,)`` int64 first index of each row's maximum of ``x`` ``(B, V)`` and, with
-    ``kernels``, each row's logsumexp (their one pass computes it too)."""
+def _argmax(x: torch.Tensor, kernels: RowKernels | None) -> torch.Tensor:
+    """``(B,)`` int64 first index of each row's maximum of ``x`` ``(B, V)``."""
     if kernels is None:
-        return x.argmax(dim=-1), None
-    return kernels.argmax(x)
+        return x.argmax(dim=-1)
+    return torch.tensor(kernels.argmax(x)[0], dtype=torch.int64, device=x.device)
 
 
 def _chosen_logprobs(raw: torch.Tensor, tokens: torch.Tensor, ks: list[int | None],

@@ -461,8 +461,8 @@ class LLMEngine:
         logits = self.apply_logits_hook(logits, states)
         kernels = None if self._sample_rows is None else self._sample_rows.on(self._threads)
         out = decode_step(logits, states, kernels)  # logits (B, V)
-        tokens = out.tokens.tolist()
-        lps = out.logprobs.tolist()
+        tokens = out.token_list()
+        lps = out.logprob_list()
         for i, seq in enumerate(rows):
             if i in out.errors:
                 seq.error = out.errors[i]

@@ -108,8 +108,8 @@ class RowTracker:
         if self.logits_hook is not None:
             sub = self.logits_hook(sub, seqs)
         out = decode_step(sub, seqs)
-        tokens = out.tokens.tolist()
-        logprobs = out.logprobs.tolist()
+        tokens = out.token_list()
+        logprobs = out.logprob_list()
         for k, i in enumerate(active):
             row = self.rows[i]
             if k in out.errors:

@@ -3,6 +3,8 @@ thread count, and the engine's seeded sampling through it against the PyTorch pa
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -49,17 +51,26 @@ def test_draws_equal_pytorch_and_lse_is_logsumexp(kernel, vocab):
 @pytest.mark.parametrize("vocab", [5, 100, 256, 32000])
 def test_argmax_is_torch_argmax_and_lse_is_logsumexp(kernel, vocab):
     """Golden over fixed seeds: the greedy token is torch.argmax's (the first index of the row's
-    maximum, also where the maximum repeats or sits past the vector body), and the logsumexp
-    returned with it is logsumexp()'s bit for bit, on any thread count."""
+    maximum, also where the maximum repeats or sits past the vector body), the logsumexp
+    returned with it is logsumexp()'s bit for bit and the token's logprob is
+    float32(max - logsumexp), which is finite exactly where the row's maximum is (a NaN in the
+    vector body or its tail, a +inf and an all -inf row make it NaN), on any thread count."""
     for seed in range(50):
-        x = _logits(seed, 9, vocab)
+        x = _logits(seed, 12, vocab)
         x[1] = x[1].amax()  # every entry the maximum: index 0
         x[2, vocab // 2:] = x[2].amax() + 1  # a tie from the middle: its first index
         x[3, -1] = x[3].amax() + 1  # in the tail after the last whole vector
-        tok, lse = kernel.argmax(x)
-        assert torch.equal(tok, x.argmax(-1)), seed
-        assert torch.equal(lse, kernel.logsumexp(x))
-        assert all(torch.equal(a, b) for a, b in zip(kernel.on(3).argmax(x), (tok, lse)))
+        x[9, seed % vocab] = float("nan")  # bad rows
+        x[10, -1] = float("inf")
+        x[11] = float("-inf")
+        tok, lse, lp = kernel.argmax(x)
+        assert tok[:9] == x[:9].argmax(-1).tolist(), seed
+        assert lse[:9] == kernel.logsumexp(x[:9]).tolist()
+        want = (x[:9].amax(-1).double() - torch.tensor(lse[:9], dtype=torch.float64)).float()
+        assert lp[:9] == want.tolist()
+        assert [math.isfinite(v) for v in lp] == [True] * 9 + [False] * 3
+        again = kernel.on(3).argmax(x)
+        assert again[0] == tok and again[1][:9] == lse[:9] and again[2][:9] == lp[:9]
 
 
 @pytest.mark.parametrize("threads", [2, 3, 4])
@@ -92,6 +103,36 @@ def test_decode_step_with_the_kernel_equals_pytorch(kernel):
     assert torch.equal(got.tokens, want.tokens)
     torch.testing.assert_close(got.logprobs, want.logprobs, rtol=0, atol=1e-5)
     assert got.logprobs[1] == want.logprobs[1] and got.top_logprobs == want.top_logprobs
+
+
+@pytest.mark.parametrize("case", ["plain", "bad rows", "logprobs", "penalty"])
+def test_greedy_decode_step_with_the_kernel_equals_pytorch(kernel, case):
+    """All-greedy batches, where one kernel pass is the whole step when no processor applies and
+    no row lists its top-k: tokens are PyTorch's, logprobs agree to rounding (exactly on rows
+    listing their top-k), bad rows (NaN, +inf, all -inf) fail alone, and the output's tensors and
+    lists hold the same values."""
+    x = _logits(4, 6, 3000)
+    params = [SamplingParams(temperature=0.0)] * 6
+    if case == "bad rows":
+        x[1, 7], x[3, -1], x[4] = float("nan"), float("inf"), float("-inf")
+    elif case == "logprobs":
+        params = [*params[:2], SamplingParams(temperature=0.0, logprobs=3), *params[3:]]
+    elif case == "penalty":
+        params = [SamplingParams(temperature=0.0, repetition_penalty=1.5)] * 6
+
+    def states():
+        return [SequenceState(p, [1, 2, int(x[i].argmax())], sample_index=i)
+                for i, p in enumerate(params)]
+    want = decode_step(x, states())
+    got = decode_step(x, states(), kernel)
+    assert got.token_list() == want.tokens.tolist() and torch.equal(got.tokens, want.tokens)
+    torch.testing.assert_close(got.logprobs, want.logprobs, rtol=0, atol=1e-5, equal_nan=True)
+    torch.testing.assert_close(torch.tensor(got.logprob_list()), got.logprobs, rtol=0, atol=0,
+                               equal_nan=True)
+    assert got.top_logprobs == want.top_logprobs and set(got.errors) == set(want.errors)
+    assert set(got.errors) == ({1, 3, 4} if case == "bad rows" else set())
+    if case == "logprobs":
+        assert got.logprobs[2] == want.logprobs[2]
 
 
 def test_engine_seeded_sampling_equals_the_pytorch_path(stories_engine_factory):

@@ -53,18 +53,40 @@ static double block_weights(const float *x, int64_t n, float top, float *w) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* The row's maximum, NaN where the row holds a NaN (the vector max drops NaN lanes, so they are
+ * looked for apart). */
 static float row_max(const float *x, int64_t V) {
   const int64_t body = V / VW * VW;
   float top = -INFINITY;
+  int nan = 0;
   if (body) {
     vec m = vloadu(x);
-    for (int64_t j = VW; j < body; j += VW) m = vmax(m, vloadu(x + j));
+#if MG_ISA == 512
+    __mmask16 un = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+    for (int64_t j = VW; j < body; j += VW) {
+      const vec v = vloadu(x + j);
+      m = vmax(m, v);
+      un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    nan = un != 0;
+#else
+    vec un = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    for (int64_t j = VW; j < body; j += VW) {
+      const vec v = vloadu(x + j);
+      m = vmax(m, v);
+      un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    nan = _mm256_movemask_ps(un) != 0;
+#endif
     float lanes[VW];
     vstoreu(lanes, m);
     for (int l = 0; l < VW; l++) top = lanes[l] > top ? lanes[l] : top;
   }
-  for (int64_t j = body; j < V; j++) top = x[j] > top ? x[j] : top;
-  return top;
+  for (int64_t j = body; j < V; j++) {
+    top = x[j] > top ? x[j] : top;
+    nan |= x[j] != x[j];
+  }
+  return nan ? NAN : top;
 }
 
 /* The first j with x[j] == top, 0 if there is none (top NaN, say: the caller drops such rows). */
@@ -85,10 +107,12 @@ static int64_t first_equal(const float *x, int64_t V, float top) {
 }
 
 /* The row's log(sum exp(x)) (float64) into *lse, then, for u >= 0, its draw into *tok, or, for
- * u < 0 with `argmax`, the first index of its maximum. The row needs a finite maximum (the
- * caller replaces rows without one, or drops their result). */
+ * u < 0 with `argmax`, the first index of its maximum and that maximum's log-probability
+ * (float)(max - lse) into *lp: finite exactly where the row's maximum is (no NaN, no +inf, not
+ * all -inf). Otherwise the row needs a finite maximum (the caller replaces rows without one, or
+ * drops their result). */
 static void sample_row(const float *x, int64_t V, double u, int argmax, int64_t *tok,
-                       double *lse) {
+                       double *lse, float *lp) {
   const float top = row_max(x, V);
   const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
   double sums[nb];
@@ -101,7 +125,7 @@ static void sample_row(const float *x, int64_t V, double u, int argmax, int64_t 
   }
   *lse = (double)top + log(total);
   if (u < 0) { /* logsumexp only, or with the argmax */
-    if (argmax) *tok = first_equal(x, V, top);
+    if (argmax) *tok = first_equal(x, V, top), *lp = (float)((double)top - *lse);
     return;
   }
   const double target = u * total;
@@ -123,6 +147,7 @@ typedef struct {
   const double *u;
   int64_t *tok;
   double *lse;
+  float *lp;
   int64_t V, B;
   int argmax;
   mg_stage rows;
@@ -132,7 +157,8 @@ static void sample_task(void *ctx, int tid, int nth) {
   sample_job *j = ctx;
   (void)tid, (void)nth;
   for (int64_t b; (b = mg_claim(&j->rows, j->B)) >= 0; mg_done(&j->rows))
-    sample_row(j->x + b * j->V, j->V, j->u ? j->u[b] : -1.0, j->argmax, j->tok + b, j->lse + b);
+    sample_row(j->x + b * j->V, j->V, j->u ? j->u[b] : -1.0, j->argmax, j->tok + b, j->lse + b,
+               j->lp + b);
   mg_wait(&j->rows, j->B);
 }
 
@@ -141,15 +167,17 @@ static void sample_task(void *ctx, int tid, int nth) {
  * shared). */
 void mg_sample_rows(const float *x, int64_t B, int64_t V, const double *u, int64_t *tok,
                     double *lse, int threads) {
-  sample_job j = {x, u, tok, lse, V, B, 0, {0}};
+  sample_job j = {x, u, tok, lse, NULL, V, B, 0, {0}};
   mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
 }
 
 /* For each row b < B of x (B, V), contiguous: tok[b] the first index of the row's maximum (the
- * greedy token) and lse[b] as mg_sample_rows computes it (bit for bit), in one call. */
-void mg_argmax_rows(const float *x, int64_t B, int64_t V, int64_t *tok, double *lse,
+ * greedy token), lse[b] as mg_sample_rows computes it (bit for bit) and lp[b] the token's
+ * log-probability (float)(x[b, tok[b]] - lse[b]), NaN where the row holds a NaN or +inf or no
+ * finite value (a row is usable exactly where lp[b] is finite), in one call. */
+void mg_argmax_rows(const float *x, int64_t B, int64_t V, int64_t *tok, double *lse, float *lp,
                     int threads) {
-  sample_job j = {x, NULL, tok, lse, V, B, 1, {0}};
+  sample_job j = {x, NULL, tok, lse, lp, V, B, 1, {0}};
   mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
 }
 #endif

@@ -40,7 +40,7 @@ class SampleRows:
         self._fn.argtypes = [_P, _I, _I, _P, _P, _P, ctypes.c_int]
         self._argmax = lib.mg_argmax_rows
         self._argmax.restype = None
-        self._argmax.argtypes = [_P, _I, _I, _P, _P, ctypes.c_int]
+        self._argmax.argtypes = [_P, _I, _I, _P, _P, _P, ctypes.c_int]
         self.threads = threads
         self._on: dict[int, SampleRows] = {}  # on()'s copies, shared by them
 
@@ -55,12 +55,16 @@ class SampleRows:
             self._on[n] = kernel
         return kernel
 
-    def _run(self, x: torch.Tensor, uniforms: np.ndarray | None, argmax: bool = False
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` checked to be ``(B, V)`` float32 on the CPU, made contiguous."""
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
             raise ValueError(f"x must be a (B, V) float32 CPU tensor, got {tuple(x.shape)} "
                              f"{x.dtype} on {x.device}")
-        x = x.contiguous()
+        return x if x.is_contiguous() else x.contiguous()
+
+    def _run(self, x: torch.Tensor, uniforms: np.ndarray | None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._rows(x)
         b, v = x.shape
         tok = torch.zeros(b, dtype=torch.int64)
         lse = torch.empty(b, dtype=torch.float64)
@@ -69,10 +73,7 @@ class SampleRows:
             u = np.ascontiguousarray(uniforms, dtype=np.float64)
             if u.shape != (b,):
                 raise ValueError(f"uniforms must have shape ({b},), got {u.shape}")
-        if b and v and argmax:
-            self._argmax(x.data_ptr(), b, v, tok.data_ptr(), lse.data_ptr(),
-                         resolve(self.threads))
-        elif b and v:
+        if b and v:
             self._fn(x.data_ptr(), b, v, None if u is None else u.ctypes.data, tok.data_ptr(),
                      lse.data_ptr(), resolve(self.threads))
         return tok, lse
@@ -82,11 +83,20 @@ class SampleRows:
         with a finite maximum) at ``uniforms`` ``(B,)`` in ``[0, 1)``."""
         return self._run(x, uniforms)
 
-    def argmax(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(tokens (B,) int64, logsumexp (B,) float64)``: the first index of each row's maximum
-        (``torch.argmax``'s) and its :meth:`logsumexp`, of ``x`` ``(B, V)`` float32 (each row with
-        a finite maximum and no NaN; another row's token is meaningless)."""
-        return self._run(x, None, argmax=True)
+    def argmax(self, x: torch.Tensor) -> tuple[list[int], list[float], list[float]]:
+        """``(tokens, logsumexp, logprobs)``, ``B`` Python values each, of ``x`` ``(B, V)``
+        float32: the first index of each row's maximum (``torch.argmax``'s), its
+        :meth:`logsumexp` and the token's log-probability ``float32(x[b, t] - logsumexp)``,
+        which is finite exactly where the row's maximum is (no NaN, no +inf, not all ``-inf``);
+        another row's token and logsumexp are meaningless. Python values because their callers
+        read them as such, and making tensors costs more than this pass over a 32000-token row
+        (right after a step, each torch operator costs tens of us)."""
+        x = self._rows(x)
+        b, v = x.shape
+        tok, lse, lp = (ctypes.c_int64 * b)(), (ctypes.c_double * b)(), (ctypes.c_float * b)()
+        if b and v:
+            self._argmax(x.data_ptr(), b, v, tok, lse, lp, resolve(self.threads))
+        return list(tok), list(lse), list(lp)
 
     def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
         """``(B,)`` float64 ``log(sum(exp(x)))`` per row, bit for bit :meth:`draw`'s."""
