@@ -295,3 +295,28 @@ def test_per_row_work_after_the_forward_runs_torch_inline(stories_path, monkeypa
         torch.set_num_threads(before)
     assert len(out[0].outputs[0].token_ids) == 4
     assert in_sampler == [1, 1, 1, 1] and in_hook == [3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("variant", variants(), ids=lambda v: v[0])
+def test_stage_clock_build_decodes_as_the_plain_build_bitwise(variant, random_model_dir):
+    """The benchmark build with the stage clock (``-DMG_STAGE_CLOCK``, benchmarks/step_stages.py)
+    only adds the clock: on 1 and 2 threads it decodes the same as the plain build bit for bit
+    (logits and cache), and its clock has counted work in every stage kind that ran, none
+    negative."""
+    try:
+        clocked = open_library((*variant[1], "-DMG_STAGE_CLOCK"))
+        plain = open_library(variant[1])
+    except Exception as e:  # no compiler or no vector path: nothing native to test
+        pytest.skip(f"no native {variant[0]} library: {e}")
+    runners = _runners(plain, random_model_dir("llama"), threads=(1, 1, 2))
+    for r, t in zip(runners[1:], (1, 2)):
+        r.native = DecodeStep(clocked, r.model)
+        r.native.threads = t
+    clock = (ctypes.c_int64 * (64 * 2 * 6))()  # (MG_MAX_THREADS, work | wait, stage kind)
+    clocked.mg_stage_clock(clock)  # clears
+    _drive(runners, "clock")
+    clocked.mg_stage_clock(clock)
+    ns = torch.tensor(list(clock)).reshape(64, 2, 6)
+    assert (ns >= 0).all()
+    work = ns[:, 0].sum(0)
+    assert (work[[0, 2, 3, 4, 5]] > 0).all(), work  # q|k|v, own attention, o, gate|up, down

@@ -33,6 +33,10 @@
  * q8_act.c) quantize their input into the thread's own buffer at the first unit it claims in the
  * stage: a pure function of the input, so every thread's copy is the same.
  */
+#ifdef MG_STAGE_CLOCK
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <time.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -548,6 +552,43 @@ static int64_t kv_run_for(int64_t n_kv_heads, int64_t n, int nth) {
  * each unit this thread claims; mg_wait(st, n) then waits for the whole stage. */
 #define STAGE(st, n, u) int64_t u; (u = mg_claim(st, n)) >= 0; mg_done(st)
 
+#ifdef MG_STAGE_CLOCK
+/* A benchmark build's stage clock (benchmarks/step_stages.py builds with -DMG_STAGE_CLOCK): each
+ * thread's CPU time in ns, not wall time (a thread the OS takes off its core does not count), in
+ * each of a layer's stage kinds: [tid][k] the work before stage k's wait, [tid][6 + k] the wait,
+ * summed over the layers and steps until mg_stage_clock reads and clears them. One step at a
+ * time: concurrent steps mix their counts. */
+static int64_t stage_ns[MG_MAX_THREADS][2 * STAGES_PER_LAYER];
+static _Thread_local int64_t stage_mark;
+
+static int64_t thread_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Copy the counts into out (MG_MAX_THREADS * 2 * STAGES_PER_LAYER int64s) and clear them. */
+void mg_stage_clock(int64_t *out) {
+  memcpy(out, stage_ns, sizeof stage_ns);
+  memset(stage_ns, 0, sizeof stage_ns);
+}
+#endif
+
+/* mg_wait for stage st of the step; a benchmark build also clocks the thread's work before it
+ * and the wait. */
+static void stage_wait(const step_job *J, mg_stage *st, int64_t n, int tid) {
+#ifdef MG_STAGE_CLOCK
+  const int64_t k = (st - J->stage) % STAGES_PER_LAYER, t0 = thread_ns();
+  stage_ns[tid][k] += t0 - stage_mark;
+  mg_wait(st, n);
+  stage_mark = thread_ns();
+  stage_ns[tid][STAGES_PER_LAYER + k] += stage_mark - t0;
+#else
+  (void)J, (void)tid;
+  mg_wait(st, n);
+#endif
+}
+
 /* Query heads' fresh online-softmax state (unit: one token's q heads). */
 static void init_heads(step_job *J, mg_stage *st) {
   const int64_t D = J->M->head_dim, hq = J->M->n_heads;
@@ -595,7 +636,7 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
     attend_group(M, P, L->q, L->acc, L->pmx, L->pl, n / J->grp_run, first, P->own_from[first],
                  &C, hk0, J->grp_run, L->grp);
   }
-  mg_wait(st, n_grp);
+  stage_wait(J, st, n_grp, tid);
   st++;
   /* each token's own positions, causal, in (row, run of kv_run kv heads) units; a row's tokens
    * together share the key blocks */
@@ -620,7 +661,7 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
         for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
       }
   }
-  mg_wait(st, n_own);
+  stage_wait(J, st, n_own, tid);
 }
 
 /* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w) or an int8 one (q, s); an act8
@@ -678,7 +719,7 @@ static void residual(step_job *J, mg_stage *st, const float *x, const float *w, 
     for (int64_t t = 0; t < J->T; t++)
       for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
   }
-  mg_wait(st, n);
+  stage_wait(J, st, n, tid);
 }
 
 /* Column width of the q|k|v product's units: mg_col_width's one slice per thread, in whole heads
@@ -743,7 +784,7 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
     for (int64_t t = 0; t < T; t++)
       for (int64_t i = c0 / D; i < c1 / D; i++) head_work(J, W, kv, t, i);
   }
-  mg_wait(st++, n_qkv);
+  stage_wait(J, st++, n_qkv, tid);
   attention(J, st, kv, kv->kq != 0, tid);
   st += 2;
   residual(J, st++, S->attn, W->o, W->o_q, W->o_s, W->act8, tid, hq * D, 0);
@@ -758,7 +799,7 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
     product_cols(L->x, W->gate_up, W->gate_up_q, W->gate_up_s, W->act8, L, &ready, 0, S->gu, T,
                  M->hidden, 2 * I, c0, c1);
   }
-  mg_wait(st++, n_gu);
+  stage_wait(J, st++, n_gu, tid);
   residual(J, st, 0, W->down, W->down_q, W->down_s, W->act8, tid, I, 1);
 }
 
@@ -766,6 +807,9 @@ static void step_task(void *ctx, int tid, int nth) {
   step_job *J = ctx;
   (void)nth;
   const kv_layer *c0 = &J->cache;
+#ifdef MG_STAGE_CLOCK
+  stage_mark = thread_ns();
+#endif
   for (int64_t i = 0; i < J->M->n_layers; i++) {
     const int64_t o = i * J->layer_stride, so = i * J->scale_stride;
     const kv_layer c = c0->kc ? (kv_layer){c0->kc + o, c0->vc + o, 0, 0, 0, 0}
