@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -151,3 +152,34 @@ def test_column_slices_computed_apart_equal_the_whole_product(isa):
         lib.mg_q8_matmul_cols(x.data_ptr(), q.data_ptr(), scale.data_ptr(), bias.data_ptr(),
                               y.data_ptr(), 7, 40, 50, c0, c1)
     assert torch.equal(y, Int8Matmul(lib)(x, q, scale, bias, threads=1))
+
+
+def _exact_case(m: int, k: int, n: int, seed: int):
+    """Operands whose product float32 computes exactly in any order: integer x in [-7, 7],
+    scales powers of two, integer bias (every partial sum an integer below 2**24)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-7, 8, (m, k), generator=g).float()
+    q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    scale = 2.0 ** torch.randint(-3, 2, (n,), generator=g).float()
+    bias = torch.randint(-50, 51, (n,), generator=g).float()
+    return x, q, scale, bias
+
+
+# N covers the one-row kernel's groups of 16/8 channels and the channels left to the tiles; K
+# its vector body and the scalar tail.
+@pytest.mark.parametrize("k", [1, 15, 16, 17, 512, 1000])
+@pytest.mark.parametrize("n", [7, 16, 33, 100])
+def test_one_row_equals_integer_arithmetic_and_its_row_in_a_batch(kernel, k, n):
+    """Exact where the arithmetic is: the one-row product equals NumPy's int64 product (scaled,
+    plus bias) exactly, and any row computed alone equals the same row inside a batch (the
+    tiles) bit for bit, on random float operands too."""
+    x, q, scale, bias = _exact_case(3, k, n, k * 1000 + n)
+    dot = x.numpy().astype(np.int64) @ q.numpy().astype(np.int64).T  # (3, n), exact
+    ref = (dot * scale.numpy() + bias.numpy()).astype(np.float32)
+    for r in range(3):
+        assert np.array_equal(kernel(x[r:r + 1], q, scale, bias).numpy()[0], ref[r])
+    x, q, scale, bias = _case(3, k, n, k + n)
+    for b in (None, bias):
+        whole = kernel(x, q, scale, b)
+        for r in range(3):
+            assert torch.equal(kernel(x[r:r + 1], q, scale, b), whole[r:r + 1]), (r, b is None)

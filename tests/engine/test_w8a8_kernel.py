@@ -4,6 +4,7 @@ against the unquantized activations, thread-count independence, and the torch fa
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -119,3 +120,20 @@ def test_act8_weight_native_and_fallback_agree(m, monkeypatch):
     fallback = iw.apply_to(x, bias)
     for y in (got, fallback):
         assert y.dtype == torch.float32 and (y.double() - ref).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("k", [1, 31, 32, 64, 65, 512, 1000])
+@pytest.mark.parametrize("n", [7, 16, 33, 100])
+def test_one_row_equals_integer_arithmetic(kernel, k, n):
+    """Activations the quantizer keeps as they are (integers in [-127, 127], each block of 32
+    holding a +-127, so its scale is 1 and q = x): the one-row product (16/8 channels at a
+    time, the rest in tiles) equals NumPy's int64 product, scaled and plus bias, exactly."""
+    g = torch.Generator().manual_seed(k * 1000 + n)
+    x = torch.randint(-127, 128, (1, k), generator=g).float()
+    x[0, ::ACT_BLOCK] = 127.0
+    q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    scale = 2.0 ** torch.randint(-9, -5, (n,), generator=g).float()
+    bias = torch.randint(-50, 51, (n,), generator=g).float()
+    dot = x.numpy().astype(np.int64) @ q.numpy().astype(np.int64).T  # (1, n), |.| < 2**24
+    ref = (dot * scale.numpy() + bias.numpy()).astype(np.float32)
+    assert np.array_equal(kernel(x, q, scale, bias, quantize_activations=True).numpy(), ref)

@@ -20,6 +20,7 @@
  */
 #include <stdint.h>
 
+#include "hsum.h"
 #include "pool.h"
 #include "simd.h"
 
@@ -39,6 +40,7 @@ static inline vec vload_i8(const int8_t *p) {
 }
 #endif
 #define UNROLL _Pragma("GCC unroll 16")
+#define RG 4 /* channels read side by side by the one-row kernel (q8_row) */
 
 /* acc[m][c] += VW lanes from k on of row m < mr of x (ld K) times those of the int8 row w[c]. */
 static inline __attribute__((always_inline)) void q8_step(const int mr, const float *x, int64_t K,
@@ -53,6 +55,16 @@ static inline __attribute__((always_inline)) void q8_step(const int mr, const fl
     UNROLL
     for (int c = 0; c < QC; c++) acc[m][c] = vfma(xv, wv[c], acc[m][c]);
   }
+}
+
+/* a[c] += VW lanes from k on of the one row x times those of the int8 row w[c], c < RG:
+ * q8_step's operations for one row and RG channels. */
+static inline __attribute__((always_inline)) void q8_group(const float *x,
+                                                           const int8_t *const *w, int64_t k,
+                                                           vec *a) {
+  const vec xv = vloadu(x + k);
+  UNROLL
+  for (int c = 0; c < RG; c++) a[c] = vfma(xv, vload_i8(w[c] + k), a[c]);
 }
 
 /* y[m, c] for m < mr, c < nc: rows of x (ld K) against the int8 rows w[c] (K bytes each; the
@@ -107,10 +119,56 @@ static const q8_tile_fn Q8_TILES[QM + 1] = {0, q8_tile_1, q8_tile_2, q8_tile_3,
 static const q8_tile_fn Q8_TILES[QM + 1] = {0, q8_tile_1, q8_tile_2, q8_tile_3, q8_tile_4};
 #endif
 
+/* One row: y[c] for the VW channels c whose int8 rows start at w + c * K, in groups of RG
+ * channels whose k loops are q8_tile's for one row (the same accumulation, prefetches and reads
+ * side by side), the groups' sums then taken together (vsums: vsum's additions) and scaled as a
+ * vector: per channel the same chain of operations as q8_tile's, so the same bits, without a
+ * tile's setup and lane sums per QC channels. */
+static void q8_row(const float *x, int64_t K, const int8_t *w, const int8_t *end,
+                   const float *scale, const float *bias, float *y) {
+  vec sums[VW];
+  const int64_t body = K / VW * VW;
+  UNROLL
+  for (int g = 0; g < VW; g += RG) {
+    const int8_t *r[RG];
+    UNROLL
+    for (int c = 0; c < RG; c++) r[c] = w + (g + c) * K;
+    vec a[RG];
+    UNROLL
+    for (int c = 0; c < RG; c++) a[c] = vzero();
+    const int64_t ahead = prefetch_steps(r[0], end, RG * VW, 64, body / VW) * VW;
+    int64_t k = 0;
+    for (; k < ahead; k += VW) {
+      prefetch_ahead(r[0] + RG * k, 64);
+      q8_group(x, r, k, a);
+    }
+    for (; k < body; k += VW) q8_group(x, r, k, a);
+    UNROLL
+    for (int c = 0; c < RG; c++) sums[g + c] = a[c];
+  }
+  const vec s = vsums(sums);
+  if (body == K) {
+    const vec v = vmul(s, vloadu(scale));
+    vstoreu(y, bias ? vadd(v, vloadu(bias)) : v);
+    return;
+  }
+  float t[VW];
+  vstoreu(t, s);
+  for (int c = 0; c < VW; c++) {
+    for (int64_t i = body; i < K; i++) t[c] += x[i] * (float)w[c * K + i];
+    t[c] *= scale[c];
+    y[c] = bias ? t[c] + bias[c] : t[c];
+  }
+}
+
 /* Columns [c0, c1) of y (M, N) = x (M, K) @ w^T * scale [+ bias (N,), may be NULL], w (N, K)
- * int8 and scale (N,) float32. M, K, N >= 1; 0 <= c0 <= c1 <= N. */
+ * int8 and scale (N,) float32. M, K, N >= 1; 0 <= c0 <= c1 <= N. One row goes VW channels at a
+ * time (q8_row), the channels left over and more rows in tiles. */
 void mg_q8_matmul_cols(const float *x, const int8_t *w, const float *scale, const float *bias,
                        float *y, int64_t M, int64_t K, int64_t N, int64_t c0, int64_t c1) {
+  if (M == 1)
+    for (; c0 + VW <= c1; c0 += VW)
+      q8_row(x, K, w + c0 * K, w + N * K, scale + c0, bias ? bias + c0 : 0, y + c0);
   for (int64_t n0 = c0; n0 < c1; n0 += QC) {
     const int nc = c1 - n0 < QC ? (int)(c1 - n0) : QC;
     const int8_t *rows[QC];

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hsum.h"
 #include "pool.h"
 #include "simd.h"
 
@@ -66,6 +67,12 @@ static inline fvec ffma_i(ivec a, fvec s, fvec acc) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s, acc);
 }
 static inline float fsum(fvec a) { return _mm512_reduce_add_ps(a); }
+#define FL 16 /* floats per fvec */
+static inline fvec fsums(const fvec *a) { return vsums(a); }
+static inline fvec floadu(const float *p) { return _mm512_loadu_ps(p); }
+static inline fvec fmul(fvec a, fvec b) { return _mm512_mul_ps(a, b); }
+static inline fvec fadd(fvec a, fvec b) { return _mm512_add_ps(a, b); }
+static inline void fstoreu(float *p, fvec a) { _mm512_storeu_ps(p, a); }
 #define SIGN_T __mmask64
 static inline SIGN_T sign_of(ivec x) { return _mm512_movepi8_mask(x); }
 static inline ivec iabs(ivec x) { return _mm512_abs_epi8(x); }
@@ -98,6 +105,12 @@ static inline float fsum(fvec a) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
+#define FL 8
+static inline fvec fsums(const fvec *a) { return vsums8(a); }
+static inline fvec floadu(const float *p) { return _mm256_loadu_ps(p); }
+static inline fvec fmul(fvec a, fvec b) { return _mm256_mul_ps(a, b); }
+static inline fvec fadd(fvec a, fvec b) { return _mm256_add_ps(a, b); }
+static inline void fstoreu(float *p, fvec a) { _mm256_storeu_ps(p, a); }
 #endif
 
 /* Bytes per quantized row and floats of block scales per row for K values. */
@@ -153,12 +166,14 @@ void mg_a8_quantize(const float *x, int64_t M, int64_t K, int8_t *q, float *d) {
 }
 
 #define UNROLL _Pragma("GCC unroll 16")
+#define RG 4 /* channels read side by side by the one-row kernel (a8_row) */
 
-/* acc[m][c] += the lanes of rows m < mr of q (chunk j) against the weight vectors wv. */
-static inline __attribute__((always_inline)) void a8_dot(const int mr, const int8_t *q,
-                                                           const float *d, int64_t ldq,
-                                                           int64_t ldd, int64_t j,
-                                                           const ivec *wv, fvec acc[][AC]) {
+/* acc[m * nc + c] += the lanes of rows m < mr of q (chunk j) against the weight vectors wv[c],
+ * c < nc. */
+static inline __attribute__((always_inline)) void a8_dot(const int mr, const int nc,
+                                                           const int8_t *q, const float *d,
+                                                           int64_t ldq, int64_t ldd, int64_t j,
+                                                           const ivec *wv, fvec *acc) {
   UNROLL
   for (int m = 0; m < mr; m++) {
     const ivec xv = iload(q + m * ldq + j * A8W);
@@ -166,20 +181,45 @@ static inline __attribute__((always_inline)) void a8_dot(const int mr, const int
     const SIGN_T sg = sign_of(xv);
     const fvec sv = lane_scales(d + m * ldd, j);
     UNROLL
-    for (int c = 0; c < AC; c++) acc[m][c] = ffma_i(dot4(ax, sg, wv[c]), sv, acc[m][c]);
+    for (int c = 0; c < nc; c++)
+      acc[m * nc + c] = ffma_i(dot4(ax, sg, wv[c]), sv, acc[m * nc + c]);
   }
 }
 
-/* a8_dot of chunk j (a whole one) of the int8 rows w[c]. */
-static inline __attribute__((always_inline)) void a8_chunk(const int mr, const int8_t *q,
-                                                           const float *d, int64_t ldq,
-                                                           int64_t ldd, int64_t j,
-                                                           const int8_t *const *w,
-                                                           fvec acc[][AC]) {
-  ivec wv[AC];
+/* a8_dot of chunk j (a whole one) of the int8 rows w[c], c < nc. */
+static inline __attribute__((always_inline)) void a8_chunk(const int mr, const int nc,
+                                                           const int8_t *q, const float *d,
+                                                           int64_t ldq, int64_t ldd, int64_t j,
+                                                           const int8_t *const *w, fvec *acc) {
+  ivec wv[AC > RG ? AC : RG];
   UNROLL
-  for (int c = 0; c < AC; c++) wv[c] = iload(w[c] + j * A8W);
-  a8_dot(mr, q, d, ldq, ldd, j, wv, acc);
+  for (int c = 0; c < nc; c++) wv[c] = iload(w[c] + j * A8W);
+  a8_dot(mr, nc, q, d, ldq, ldd, j, wv, acc);
+}
+
+/* acc[m * nc + c] += rows m < mr of (q, d) against the whole int8 rows w[c] (K bytes each),
+ * c < nc, along k in chunks of A8W, prefetching the run of nc * K bytes ahead (`end`: the end of
+ * the weights), a K that is not a multiple of A8W finished by a zero-padded chunk. */
+static inline __attribute__((always_inline)) void a8_rows(const int mr, const int nc,
+                                                          const int8_t *q, const float *d,
+                                                          int64_t K, const int8_t *const *w,
+                                                          const int8_t *end, fvec *acc) {
+  const int64_t ldq = mg_a8_ldq(K), ldd = mg_a8_ldd(K), full = K / A8W;
+  /* the rows are one run of nc * K bytes, read nc * A8W bytes a chunk */
+  const int pf = (nc * A8W + 63) / 64 * 64;
+  const int64_t ahead = prefetch_steps(w[0], end, nc * A8W, pf, full);
+  int64_t j = 0;
+  for (; j < ahead; j++) {
+    prefetch_ahead(w[0] + nc * j * A8W, pf);
+    a8_chunk(mr, nc, q, d, ldq, ldd, j, w, acc);
+  }
+  for (; j < full; j++) a8_chunk(mr, nc, q, d, ldq, ldd, j, w, acc);
+  if (K > full * A8W) {
+    ivec wv[AC > RG ? AC : RG];
+    UNROLL
+    for (int c = 0; c < nc; c++) wv[c] = iload_tail(w[c] + full * A8W, K - full * A8W);
+    a8_dot(mr, nc, q, d, ldq, ldd, full, wv, acc);
+  }
 }
 
 /* y[m, c] for m < mr, c < nc: quantized rows (q, d) against the int8 rows w[c] (K bytes each;
@@ -191,30 +231,13 @@ static inline __attribute__((always_inline)) void a8_tile(const int mr, const in
                                                           const int8_t *end, const float *scale,
                                                           const float *bias, float *y,
                                                           int64_t ldy, int nc) {
-  const int64_t ldq = mg_a8_ldq(K), ldd = mg_a8_ldd(K), full = K / A8W;
-  fvec acc[AM][AC];
+  fvec acc[AM * AC];
   UNROLL
-  for (int m = 0; m < mr; m++)
-    UNROLL
-    for (int c = 0; c < AC; c++) acc[m][c] = fzero();
-  /* the tile's rows are one run of AC * K bytes, read AC * A8W bytes a chunk */
-  const int pf = (AC * A8W + 63) / 64 * 64;
-  const int64_t ahead = prefetch_steps(w[0], end, AC * A8W, pf, full);
-  int64_t j = 0;
-  for (; j < ahead; j++) {
-    prefetch_ahead(w[0] + AC * j * A8W, pf);
-    a8_chunk(mr, q, d, ldq, ldd, j, w, acc);
-  }
-  for (; j < full; j++) a8_chunk(mr, q, d, ldq, ldd, j, w, acc);
-  if (K > full * A8W) {
-    ivec wv[AC];
-    UNROLL
-    for (int c = 0; c < AC; c++) wv[c] = iload_tail(w[c] + full * A8W, K - full * A8W);
-    a8_dot(mr, q, d, ldq, ldd, full, wv, acc);
-  }
+  for (int i = 0; i < AM * AC; i++) acc[i] = fzero(); /* all: the compiler cannot see mr */
+  a8_rows(mr, AC, q, d, K, w, end, acc);
   for (int m = 0; m < mr; m++)
     for (int c = 0; c < nc; c++) {
-      const float s = fsum(acc[m][c]) * scale[c];
+      const float s = fsum(acc[m * AC + c]) * scale[c];
       y[m * ldy + c] = bias ? s + bias[c] : s;
     }
 }
@@ -237,13 +260,39 @@ static const a8_tile_fn A8_TILES[AM + 1] = {0, a8_tile_1, a8_tile_2, a8_tile_3, 
 static const a8_tile_fn A8_TILES[AM + 1] = {0, a8_tile_1, a8_tile_2};
 #endif
 
+/* One row: y[c] for the FL channels c whose int8 rows start at w + c * K, in groups of RG
+ * channels whose chunks are a8_tile's for one row (the same accumulation, prefetches and reads
+ * side by side), the groups' lane sums then taken together (fsums: fsum's additions) and scaled
+ * as a vector: per channel the same chain of operations as a8_tile's, so the same bits, without
+ * a tile's setup and lane sums per AC channels. */
+static void a8_row(const int8_t *q, const float *d, int64_t K, const int8_t *w,
+                   const int8_t *end, const float *scale, const float *bias, float *y) {
+  fvec acc[FL];
+  UNROLL
+  for (int g = 0; g < FL; g += RG) {
+    const int8_t *r[RG];
+    UNROLL
+    for (int c = 0; c < RG; c++) {
+      r[c] = w + (g + c) * K;
+      acc[g + c] = fzero();
+    }
+    a8_rows(1, RG, q, d, K, r, end, acc + g);
+  }
+  const fvec s = fmul(fsums(acc), floadu(scale));
+  fstoreu(y, bias ? fadd(s, floadu(bias)) : s);
+}
+
 /* Columns [c0, c1) of y (M, N) = dequant(q, d) (M, K) @ w^T * scale [+ bias (N,), may be
  * NULL], with q, d from mg_a8_quantize, w (N, K) int8 and scale (N,) float32. M, K, N >= 1;
- * 0 <= c0 <= c1 <= N. */
+ * 0 <= c0 <= c1 <= N. One row goes FL channels at a time (a8_row), the channels left over and
+ * more rows in tiles. */
 void mg_a8_matmul_cols(const int8_t *q, const float *d, const int8_t *w, const float *scale,
                        const float *bias, float *y, int64_t M, int64_t K, int64_t N, int64_t c0,
                        int64_t c1) {
   const int64_t ldq = mg_a8_ldq(K), ldd = mg_a8_ldd(K);
+  if (M == 1)
+    for (; c0 + FL <= c1; c0 += FL)
+      a8_row(q, d, K, w + c0 * K, w + N * K, scale + c0, bias ? bias + c0 : 0, y + c0);
   for (int64_t n0 = c0; n0 < c1; n0 += AC) {
     const int nc = c1 - n0 < AC ? (int)(c1 - n0) : AC;
     const int8_t *rows[AC];
