@@ -1,9 +1,9 @@
 /* metagen native kernels: the horizontal sums of VW vectors at once.
  *
- * vsums(a) is the vector whose lane c is vsum(a[c]) for c < VW, equal to it bit for bit: vsum adds lane j
- * to lane j + VW/2, then j + VW/4, ..., then j + 1 (_mm512_reduce_add_ps's order, and simd.h's
- * AVX2 vsum's), and vsums makes the same additions, VW vectors' worth side by side in a
- * transpose (floating-point addition is commutative, so only which values are paired
+ * vsums(a) is the vector whose lane c is vsum(a[c]) for c < VW, equal to it bit for bit:
+ * vsum adds lane j to lane j + VW/2, then j + VW/4, ..., then j + 1 (_mm512_reduce_add_ps's
+ * order, and simd.h's AVX2 vsum's), and vsums makes the same additions, VW vectors' worth side
+ * by side in a transpose (floating-point addition is commutative, so only which values are paired
  * matters). About 3 instructions per vector instead of vsum's 8, and the sums come out in one
  * vector, ready for a vector scale, bias and store: what a one-row product ends each group of
  * VW output channels with.

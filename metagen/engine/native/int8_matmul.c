@@ -12,7 +12,11 @@
  * summed across lanes once at the end, the channel's scale and bias applied last. The QC rows of
  * W being reduced are QC sequential streams; the passes over further groups of QM rows of x read
  * the same QC * K bytes again from L1/L2. A K that is not a multiple of VW finishes with a scalar
- * tail.
+ * tail. One row (a batch-1 decode step) goes VW channels at a time instead (q8_row): the same k
+ * loops over groups of RG channels, then the VW lane sums in one transpose (hsum.h's vsums,
+ * whose additions are vsum's) and the scales and biases as vectors, so per channel the tile's
+ * chain of operations, at a third of its per-channel work outside the k loop (at K = 512 that
+ * work was a quarter of the product's instructions).
  *
  * Every output element is the same chain of operations (lanes, then tail, then scale, then bias)
  * whichever slice of columns, tile or thread computes it, so slices computed apart equal the whole

@@ -17,7 +17,10 @@
  * then vpmaddwd with ones (-> s32; lane i holds bytes 4i .. 4i + 3, so lanes 0-7 are one block
  * and 8-15 the next). Each lane's int32 is converted to float and FMAed with its block's d_b
  * into a float accumulator; the lanes are summed once at the end, the channel's scale and bias
- * applied last. (With AVX-512 VNNI, vpdpbusd would do the maddubs + maddwd pair in one
+ * applied last; one row (a batch-1 decode step) goes FL channels at a time (a8_row: the tile's
+ * chunks over groups of RG channels, then the FL lane sums in one transpose with fsum's
+ * additions, scales and biases as vectors), so each channel's chain of operations is the
+ * tile's. (With AVX-512 VNNI, vpdpbusd would do the maddubs + maddwd pair in one
  * instruction, accumulating s32 per block; this machine has none, so it is not written.)
  *
  * Layout: W (N, K) int8 row-major (Hugging Face's (out, in)); the quantized rows live in a
