@@ -47,6 +47,9 @@ ATTN_CHUNK_BYTES = 64 << 20  # bound on a row chunk's transient attention tensor
 # Rows of at most this many new tokens may attend natively in a step too large for the native
 # decode step (longer rows are prefill chunks, which PyTorch's fused attention does better).
 NATIVE_ATTENTION_MAX_ROW = 16
+# Table room a one-row native plan is built with: a decoding row's plan is rewritten in place
+# for its next steps (one new block every block_size tokens) and rebuilt once per this many.
+ROW_PLAN_SPARE = 16
 
 
 @dataclass(slots=True)
@@ -89,7 +92,8 @@ def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int, min_tokens:
 
 
 class ModelRunner:
-    """Runs the model over the paged KV cache. Stateless between calls apart from the cache."""
+    """Runs the model over the paged KV cache. Stateless between calls apart from the cache (and
+    a reused one-row plan buffer, rewritten by each one-row native step)."""
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, hydragen: bool = True,
                  hydragen_min_prefix: int = 0, native: bool = True) -> None:
@@ -103,6 +107,7 @@ class ModelRunner:
         self.native = native_decode_step(model) if native else None
         self.native_steps = 0  # steps run by the native decode step (a counter)
         self.native_attention_steps = 0  # steps with PyTorch products, native attention
+        self._one_row: StepPlan | None = None  # the last one-row native step's plan
 
     def _prefix_groups(self, reqs: Sequence[ExtendRequest]) -> list[tuple[list[int], int]]:
         """The Hydragen groups among ``reqs`` (see :func:`_shared_prefixes`; none with Hydragen
@@ -238,7 +243,7 @@ class ModelRunner:
         if native is not None and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
                 and self._native_safe(reqs):
             self.native_steps += 1
-            plan = self._plan(reqs, with_ids=True)
+            plan = self._row_plan(reqs[0]) if len(reqs) == 1 else self._plan(reqs, with_ids=True)
             hidden = self.model.forward_native(plan.token_ids, native, plan, self.kv.k,
                                                self.kv.v, self.kv.scales)
             return hidden, plan.token_offsets[:-1]
@@ -259,6 +264,18 @@ class ModelRunner:
                               [len(r.new_token_ids) for r in reqs], self._prefix_groups(reqs),
                               [r.dropped_tokens for r in reqs],
                               [t for r in reqs for t in r.new_token_ids] if with_ids else ())
+
+    def _row_plan(self, r: ExtendRequest) -> StepPlan:
+        """The native plan of the one-row step ``r``: the last one-row plan rewritten in place
+        (:meth:`StepPlan.refill`) where it fits, else a new one with room for ROW_PLAN_SPARE
+        more blocks (a row has no Hydragen group). The plan is valid until the next call."""
+        plan = self._one_row
+        if plan is None or not plan.refill(r.block_table, r.num_cached, r.new_token_ids,
+                                           r.dropped_tokens):
+            plan = self._one_row = StepPlan.build(
+                self.block_size, [r.block_table], [r.num_cached], [len(r.new_token_ids)], (),
+                [r.dropped_tokens], r.new_token_ids, spare=ROW_PLAN_SPARE)
+        return plan
 
     def _native_safe(self, reqs: Sequence[ExtendRequest]) -> bool:
         """Whether every position of ``reqs`` has a RoPE row and every block id a cache block:

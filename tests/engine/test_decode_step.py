@@ -163,6 +163,38 @@ def test_step_plan_golden():
     assert plan.group_off.tolist() == [0, 2] and plan.group_rows.tolist() == [0, 1]
 
 
+def _fields(plan: StepPlan, blocks: int) -> list[list[int]]:
+    """A one-row plan's fields, its table cut to ``blocks`` (the rest is padding)."""
+    return [plan.tables[0, :blocks].tolist(), plan.start.tolist(), plan.tok_off.tolist(),
+            plan.own_from.tolist(), plan.group_off.tolist(), plan.group_rows.tolist(),
+            plan.rope_off.tolist(), plan.token_ids.tolist()]
+
+
+def test_refilled_one_row_plan_equals_a_built_one():
+    """A decoding row's plan rewritten in place step after step (new blocks, a copy-on-write
+    block swap, a dropped-token count) holds what a fresh build holds, its table padded with
+    block 0; it refuses (untouched) another token count or a table past its width."""
+    table, plan = [4, 9], StepPlan.build(4, [[4, 9]], [6], [1], (), [0], [11], spare=4)
+    assert plan.width == 6 and plan.tables[0, 2:].tolist() == [0, 0, 0, 0]
+    for pos in range(7, 21):
+        if pos % 4 == 0:
+            table.append(20 + pos)
+        if pos == 13:
+            table[1] = 99  # copy-on-write replaced a block
+        dropped = 8 if pos > 16 else 0
+        assert plan.refill(table, pos, [pos + 100], dropped)
+        fresh = StepPlan.build(4, [table], [pos], [1], (), [dropped], [pos + 100])
+        assert _fields(plan, len(table)) == _fields(fresh, len(table))
+        assert plan.tables[0, len(table):].tolist() == [0] * (plan.width - len(table))
+        assert plan.token_offsets == [0, 1]
+    before = plan.flat.clone()
+    assert not plan.refill(table, 21, [1, 2], 0)  # two tokens: another layout
+    assert not plan.refill(table + [7], 21, [1], 0)  # past the width
+    assert torch.equal(plan.flat, before)
+    two = StepPlan.build(4, [[1], [2]], [0, 0], [1, 1], (), None, [5, 6])
+    assert not two.refill([1], 1, [5], 0)  # only one-row plans
+
+
 def test_native_step_off_when_disabled_or_not_float32(random_model_dir, monkeypatch):
     from metagen.engine.native import library as native_library
 

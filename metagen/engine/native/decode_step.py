@@ -75,7 +75,11 @@ class StepPlan:
     (else empty).
 
     Every field is a view of one buffer, ``flat``, made when it is read: the native call reads
-    the buffer at the fields' offsets, so a step allocates one small array and no views.
+    the buffer at the fields' offsets, so a step allocates one small array and no views. A
+    table row may be longer than its row's blocks (``width`` > its length, padded with block
+    0): the native step reads only the blocks of its positions. A one-row plan can be
+    rewritten in place for the row's next step (:meth:`refill`), so a decoding row's plan is
+    built once per ``spare`` blocks, not once per token.
     """
 
     block_size: int
@@ -84,17 +88,21 @@ class StepPlan:
     flat: torch.Tensor  # the fields, one after another, in the properties' order below
     bounds: tuple[int, ...]  # field i is flat[bounds[i]:bounds[i + 1]]
     token_offsets: list[int]  # tok_off as Python ints
+    array: np.ndarray  # flat's NumPy view (the same memory)
+    table: list[int]  # a one-row plan's block table as last written (else empty)
+    c_struct: _Plan | None = None  # the C view of the plan, made at the first native call
 
     @classmethod
     def build(cls, block_size: int, block_tables: Sequence[Sequence[int]],
               starts: Sequence[int], lengths: Sequence[int],
               groups: Sequence[tuple[Sequence[int], int]],
               dropped: Sequence[int] | None = None,
-              token_ids: Sequence[int] = ()) -> StepPlan:
+              token_ids: Sequence[int] = (), spare: int = 0) -> StepPlan:
         """From per-row block tables, cached counts and new-token counts, the prefix groups
         as (rows, shared blocks) pairs, the rows' dropped token counts (``rope_off``; default
-        none) and, optionally, the new tokens' ids in flat order."""
-        width = max(len(t) for t in block_tables)
+        none) and, optionally, the new tokens' ids in flat order. ``spare``: table room for
+        that many more blocks per row (for :meth:`refill`)."""
+        width = max(len(t) for t in block_tables) + spare
         own_from = [0] * len(block_tables)
         rows: list[int] = []
         offsets = [0]
@@ -114,9 +122,35 @@ class StepPlan:
         for part in parts:
             bounds.append(bounds[-1] + len(part))
         # one array through numpy (a few us; torch.tensor of a list costs several times that)
-        flat = torch.from_numpy(np.fromiter(itertools.chain.from_iterable(parts), np.int64,
-                                            bounds[-1]))
-        return cls(block_size, len(block_tables), width, flat, tuple(bounds), tok_off)
+        array = np.fromiter(itertools.chain.from_iterable(parts), np.int64, bounds[-1])
+        table = list(block_tables[0]) if len(block_tables) == 1 else []
+        return cls(block_size, len(block_tables), width, torch.from_numpy(array),
+                   tuple(bounds), tok_off, array, table)
+
+    def refill(self, block_table: Sequence[int], start: int, token_ids: Sequence[int],
+               dropped: int) -> bool:
+        """Rewrite this one-row plan (built with ``token_ids``) in place to run ``token_ids``
+        at positions ``start ..`` of the row ``block_table`` with ``dropped`` tokens dropped, as
+        :meth:`build` would plan it (the table padded to ``width``); returns whether it could:
+        False, and the plan untouched, for another number of tokens or a table longer than
+        ``width``. The plan's earlier contents are gone: a caller keeps one plan per step."""
+        b = self.bounds
+        n = len(token_ids)
+        if self.n_rows != 1 or n != b[8] - b[7] or len(block_table) > self.width:
+            return False
+        a = self.array
+        if block_table != self.table:  # a new block, once every block_size tokens
+            k = len(block_table)
+            a[:k] = block_table
+            a[k:self.width] = 0
+            self.table = list(block_table)
+        a[b[1]] = start
+        a[b[6]] = dropped
+        if n == 1:
+            a[b[7]] = token_ids[0]
+        else:
+            a[b[7]:b[8]] = token_ids
+        return True
 
     def _field(self, i: int) -> torch.Tensor:
         return self.flat[self.bounds[i]:self.bounds[i + 1]]
@@ -315,9 +349,12 @@ def _layer_struct(layer: torch.nn.Module) -> _Layer:
 
 
 def _plan_struct(plan: StepPlan) -> _Plan:
-    n_groups = plan.bounds[5] - plan.bounds[4] - 1  # group_off's length - 1
-    return _Plan(plan.n_rows, plan.block_size, plan.width, n_groups,
-                 *(plan.address(i) for i in range(7)))  # tables .. rope_off, as _Plan lists them
+    """The C view of ``plan`` (made once per plan: its buffer never moves)."""
+    if plan.c_struct is None:
+        n_groups = plan.bounds[5] - plan.bounds[4] - 1  # group_off's length - 1
+        plan.c_struct = _Plan(plan.n_rows, plan.block_size, plan.width, n_groups,
+                              *(plan.address(i) for i in range(7)))  # tables .. rope_off
+    return plan.c_struct
 
 
 def for_model(model: LlamaModel) -> DecodeStep | None:
