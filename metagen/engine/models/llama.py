@@ -155,7 +155,7 @@ class LlamaModel(nn.Module):
         ``kv_scales`` as in :meth:`forward`. Raises ``IndexError`` for an id outside the
         vocabulary."""
         # (T, H), a fresh array, updated in place; NumPy's gather dispatches no torch operator
-        h = torch.from_numpy(self.embed.numpy().take(input_ids, axis=0))
+        h = torch.from_numpy(step.embedding.take(input_ids, axis=0))
         step(h, plan, k_cache, v_cache, scales=kv_scales)  # the final norm included
         return h
 

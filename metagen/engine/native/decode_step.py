@@ -237,6 +237,8 @@ class DecodeStep:
                              model.norm.data_ptr())
         self._layers = (_Layer * cfg.num_layers)(*map(_layer_struct, model.layers))
         self._keep = model  # the pointers above are into its tensors
+        # (V, hidden): the model's embedding as NumPy, for a step's row gather (no torch op)
+        self.embedding: np.ndarray = model.embed.detach().numpy()
 
     def applies(self, num_tokens: int) -> bool:
         """Whether a step of ``num_tokens`` new tokens should run natively: 1 to
@@ -266,11 +268,11 @@ class DecodeStep:
             ks, vs = _checked_scales(k_cache, v_cache, scales)
             failed = self._fn_q8(model, self._layers, plan_c, h.data_ptr(), k_cache.data_ptr(),
                                  v_cache.data_ptr(), ks.data_ptr(), vs.data_ptr(),
-                                 k_cache[0].numel(), ks[0].numel(), n)
+                                 k_cache.stride(0), ks.stride(0), n)
         else:
             assert k_cache.dtype == v_cache.dtype == torch.float32 and scales is None
             failed = self._fn(model, self._layers, plan_c, h.data_ptr(), k_cache.data_ptr(),
-                              v_cache.data_ptr(), k_cache[0].numel(), n)
+                              v_cache.data_ptr(), k_cache.stride(0), n)  # one layer's size
         if failed:
             raise MemoryError("native decode step: out of memory for its work buffers")
 

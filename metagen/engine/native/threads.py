@@ -17,9 +17,6 @@ A to 0.92x until the sampler's one-row gather was removed).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-
 import torch
 
 from metagen.errors import InvalidParameterError
@@ -35,21 +32,28 @@ def resolve(threads: int | None) -> int:
     return threads
 
 
-@contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """torch's thread count is ``threads`` while inside and what it was after."""
-    before = torch.get_num_threads()
-    if before == threads:
-        yield
-        return
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+class torch_threads:  # noqa: N801 -- used as a function: ``with torch_threads(n):``
+    """torch's thread count is ``threads`` while inside and what it was after. A slotted class,
+    not a generator: it runs once or twice every engine step (a generator-based context manager
+    costs several times as much)."""
+
+    __slots__ = ("threads", "before")
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.before = threads
+
+    def __enter__(self) -> None:
+        self.before = torch.get_num_threads()
+        if self.before != self.threads:
+            torch.set_num_threads(self.threads)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.before != self.threads:
+            torch.set_num_threads(self.before)
 
 
-def torch_inline() -> AbstractContextManager[None]:
+def torch_inline() -> torch_threads:
     """Run torch's operators on the calling thread alone while inside: no OpenMP region starts,
     so no worker is left spinning into the next step's native call. For the small work between
     two forwards (sampling, beam and speculative bookkeeping over ``(rows, vocab)``), which one
