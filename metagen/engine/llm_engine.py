@@ -395,11 +395,13 @@ class LLMEngine:
         logits are ready to its consumer: scoring, speculative verification, its request's
         driver, or sampling; finish what ended."""
         bs = self.config.block_size
-        reqs = [ExtendRequest(s.block_table, s.num_computed_tokens - s.dropped_blocks * bs,
-                              s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n],
-                              all_logits=s.score_from is not None or s.num_draft > 0,
-                              dropped_tokens=s.dropped_blocks * bs)
-                for s, n in batch]
+        reqs: list[ExtendRequest] = []
+        for s, n in batch:  # (loops, not comprehensions, on the per-token path: cheaper)
+            done = s.num_computed_tokens
+            reqs.append(ExtendRequest(s.block_table, done - s.dropped_blocks * bs,
+                                      s.token_ids[done:done + n],
+                                      s.score_from is not None or s.num_draft > 0,
+                                      s.dropped_blocks * bs))
         logits = self.runner.extend(reqs)
         rows: list[Seq] = []
         row_logits: list[torch.Tensor] = []
@@ -457,8 +459,11 @@ class LLMEngine:
         req.flops += flops
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
-        states = [s.state for s in rows]
-        logits = self.apply_logits_hook(logits, states)
+        states: list[SequenceState] = []
+        for s in rows:
+            states.append(s.state)
+        if self.logits_hook is not None:
+            logits = self.apply_logits_hook(logits, states)
         kernels = None if self._sample_rows is None else self._sample_rows.on(self._threads)
         out = decode_step(logits, states, kernels)  # logits (B, V)
         tokens = out.token_list()

@@ -240,8 +240,9 @@ class ModelRunner:
         attention dequantizes in the kernel.
         """
         native = self.native
-        if native is not None and native.applies(sum(len(r.new_token_ids) for r in reqs)) \
-                and self._native_safe(reqs):
+        num_tokens = len(reqs[0].new_token_ids) if len(reqs) == 1 else sum(
+            len(r.new_token_ids) for r in reqs)
+        if native is not None and native.applies(num_tokens) and self._native_safe(reqs):
             self.native_steps += 1
             plan = self._row_plan(reqs[0]) if len(reqs) == 1 else self._plan(reqs, with_ids=True)
             hidden = self.model.forward_native(plan.token_ids, native, plan, self.kv.k,
@@ -281,10 +282,13 @@ class ModelRunner:
         """Whether every position of ``reqs`` has a RoPE row and every block id a cache block:
         the C code reads and writes where these point without checks, so anything else goes to
         PyTorch, which raises its own error."""
-        top = max(r.num_cached + r.dropped_tokens + len(r.new_token_ids) for r in reqs)
-        return (top <= self.model.max_positions
-                and all(0 <= min(r.block_table) and max(r.block_table) < self.kv.num_blocks
-                        for r in reqs if r.block_table))
+        max_positions, num_blocks = self.model.max_positions, self.kv.num_blocks
+        for r in reqs:  # a plain loop: it runs every step, where a generator costs more
+            table = r.block_table
+            if (r.num_cached + r.dropped_tokens + len(r.new_token_ids) > max_positions
+                    or table and (min(table) < 0 or max(table) >= num_blocks)):
+                return False
+        return True
 
     def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:
         """Run one step for ``reqs`` (in inference mode); returns per request float32 logits
@@ -298,10 +302,15 @@ class ModelRunner:
                 raise ValueError("ExtendRequest.block_table does not cover the new tokens")
         # torch.inference_mode's own guard, without its per-call Python wrapper (~10 us a step)
         with torch._C._InferenceMode(True):
-            return self._extend(reqs)
+            hidden, offsets = self._forward(reqs)  # (T, H)
+            if hidden.shape[0] == 1:  # one request of one token (a batch-1 decode step)
+                return [self.model.logits(hidden)]
+            return self._logits(reqs, hidden, offsets)
 
-    def _extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:
-        hidden, offsets = self._forward(reqs)  # (T, H)
+    def _logits(self, reqs: Sequence[ExtendRequest], hidden: torch.Tensor, offsets: list[int]
+                ) -> list[torch.Tensor]:
+        """Per request, the LM head's logits of its last new token's row of ``hidden``, or of
+        all its rows with ``all_logits``."""
         rows: list[int] = []
         spans: list[tuple[int, int]] = []
         for r, off in zip(reqs, offsets):

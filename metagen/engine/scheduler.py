@@ -138,14 +138,17 @@ class Scheduler:
     def reserve(self, seq: Sequence, n: int) -> bool:
         """Make ``block_table`` cover ``num_computed + n`` tokens with writable blocks (after
         dropping what the KV window releases)."""
-        self._drop(seq)
+        if self.config.kv_window_tokens is not None:
+            self._drop(seq)
         bs = self.block_size
         target_blocks = -(-(seq.num_computed_tokens + n) // bs) - seq.dropped_blocks
         table = seq.block_table
         need = max(0, target_blocks - len(table))
         first_written = seq.num_computed_tokens // bs - seq.dropped_blocks
-        cow = [j for j in range(first_written, min(len(table), target_blocks))
-               if self.blocks.refcount(table[j]) > 1]
+        cow: list[int] = []  # (a loop, not a comprehension: this runs every step)
+        for j in range(first_written, min(len(table), target_blocks)):
+            if self.blocks.refcount(table[j]) > 1:
+                cow.append(j)
         if not need and not cow:  # writes only blocks it holds alone: most decode steps
             return True
         total = need + len(cow)

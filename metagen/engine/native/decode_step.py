@@ -191,7 +191,7 @@ class StepPlan:
     def token_ids(self) -> np.ndarray:  # (T,) or (0,)
         """A NumPy view: no torch operator (a step reads it right after the weights went
         through the caches, where each dispatch costs tens of us)."""
-        return self.flat.numpy()[self.bounds[7]:self.bounds[8]]
+        return self.array[self.bounds[7]:self.bounds[8]]
 
     def positions_and_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(T,) int64 each: every flat token's RoPE position (``rope_off`` included) and its
