@@ -108,6 +108,8 @@ class ModelRunner:
         self.native_steps = 0  # steps run by the native decode step (a counter)
         self.native_attention_steps = 0  # steps with PyTorch products, native attention
         self._one_row: StepPlan | None = None  # the last one-row native step's plan
+        # no weight records a graph: a one-token step's head may run outside inference mode
+        self._graph_free = not any(p.requires_grad for p in model.parameters())
 
     def _prefix_groups(self, reqs: Sequence[ExtendRequest]) -> list[tuple[list[int], int]]:
         """The Hydragen groups among ``reqs`` (see :func:`_shared_prefixes`; none with Hydragen
@@ -253,9 +255,10 @@ class ModelRunner:
         if short and not self._native_safe([reqs[i] for i in short]):
             short = []
         self.native_attention_steps += bool(short)
-        input_ids, positions, meta, offsets = self._metadata(reqs, short)
-        return self.model(input_ids, positions, self.kv.k, self.kv.v, meta,
-                          self.kv.scales), offsets
+        with _inference_mode():
+            input_ids, positions, meta, offsets = self._metadata(reqs, short)
+            return self.model(input_ids, positions, self.kv.k, self.kv.v, meta,
+                              self.kv.scales), offsets
 
     def _plan(self, reqs: Sequence[ExtendRequest], with_ids: bool = False) -> StepPlan:
         """The native plan of ``reqs``, with their Hydragen groups (and their new tokens' ids
@@ -291,8 +294,13 @@ class ModelRunner:
         return True
 
     def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:
-        """Run one step for ``reqs`` (in inference mode); returns per request float32 logits
-        (1 or n_new, V)."""
+        """Run one step for ``reqs``; returns per request float32 logits (1 or n_new, V).
+
+        PyTorch's work runs in inference mode, except where it records no graph anyway and the
+        guard would cost more than the work: a native step (a NumPy gather and one C call) and,
+        when no weight requires grad, the head of a one-token step (its logits are then a plain
+        tensor). Entering and leaving the guard cost ~40 us of CPU right after a step's weights
+        went through the caches."""
         if not reqs:
             return []
         for r in reqs:
@@ -300,11 +308,10 @@ class ModelRunner:
                 raise ValueError("ExtendRequest.new_token_ids must not be empty")
             if len(r.block_table) * self.block_size < r.num_cached + len(r.new_token_ids):
                 raise ValueError("ExtendRequest.block_table does not cover the new tokens")
-        # torch.inference_mode's own guard, without its per-call Python wrapper (~10 us a step)
-        with torch._C._InferenceMode(True):
-            hidden, offsets = self._forward(reqs)  # (T, H)
-            if hidden.shape[0] == 1:  # one request of one token (a batch-1 decode step)
-                return [self.model.logits(hidden)]
+        hidden, offsets = self._forward(reqs)  # (T, H)
+        if hidden.shape[0] == 1 and self._graph_free:  # one request of one token
+            return [self.model.logits(hidden)]
+        with _inference_mode():
             return self._logits(reqs, hidden, offsets)
 
     def _logits(self, reqs: Sequence[ExtendRequest], hidden: torch.Tensor, offsets: list[int]
@@ -325,6 +332,11 @@ class ModelRunner:
         if len(spans) == 1:  # one request: all of them (no view to make)
             return [logits]
         return [logits[s:s + k] for s, k in spans]
+
+
+def _inference_mode() -> torch._C._InferenceMode:
+    """``torch.inference_mode()``'s own guard, without its per-call Python wrapper."""
+    return torch._C._InferenceMode(True)
 
 
 def _native_attention(step: DecodeStep, plan: StepPlan,

@@ -153,9 +153,14 @@ class LlamaModel(nn.Module):
         :mod:`metagen.engine.native.decode_step`; a CPU model): input_ids (T,) int64 NumPy ->
         final hidden states (T, hidden); positions and attention come from ``plan``;
         ``kv_scales`` as in :meth:`forward`. Raises ``IndexError`` for an id outside the
-        vocabulary."""
-        # (T, H), a fresh array, updated in place; NumPy's gather dispatches no torch operator
-        h = torch.from_numpy(step.embedding.take(input_ids, axis=0))
+        vocabulary. A one-token step's result is ``step``'s own (1, hidden) buffer, which its
+        next one-token step overwrites (no tensor made per decoded token)."""
+        # (T, H), updated in place; NumPy's gather dispatches no torch operator
+        if len(input_ids) == 1:
+            h = step.one_token
+            step.embedding.take(input_ids, axis=0, out=step.one_token_array)
+        else:
+            h = torch.from_numpy(step.embedding.take(input_ids, axis=0))
         step(h, plan, k_cache, v_cache, scales=kv_scales)  # the final norm included
         return h
 
