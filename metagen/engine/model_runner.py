@@ -108,6 +108,9 @@ class ModelRunner:
         self.native_steps = 0  # steps run by the native decode step (a counter)
         self.native_attention_steps = 0  # steps with PyTorch products, native attention
         self._one_row: StepPlan | None = None  # the last one-row native step's plan
+        # the hidden state of a one-token native step (and its NumPy view), reused by each
+        row = torch.empty(1, model.cfg.hidden_size, dtype=torch.float32)
+        self._token_row = (row, row.numpy())
         # no weight records a graph: a one-token step's head may run outside inference mode
         self._graph_free = not any(p.requires_grad for p in model.parameters())
 
@@ -248,7 +251,8 @@ class ModelRunner:
             self.native_steps += 1
             plan = self._row_plan(reqs[0]) if len(reqs) == 1 else self._plan(reqs, with_ids=True)
             hidden = self.model.forward_native(plan.token_ids, native, plan, self.kv.k,
-                                               self.kv.v, self.kv.scales)
+                                               self.kv.v, self.kv.scales,
+                                               self._token_row if num_tokens == 1 else None)
             return hidden, plan.token_offsets[:-1]
         short = [] if native is None else [
             i for i, r in enumerate(reqs) if len(r.new_token_ids) <= NATIVE_ATTENTION_MAX_ROW]
@@ -294,7 +298,8 @@ class ModelRunner:
         return True
 
     def extend(self, reqs: Sequence[ExtendRequest]) -> list[torch.Tensor]:
-        """Run one step for ``reqs``; returns per request float32 logits (1 or n_new, V).
+        """Run one step for ``reqs``; returns per request float32 logits (1 or n_new, V). Not
+        for concurrent calls (one caller drives a runner: its one-token buffers are reused).
 
         PyTorch's work runs in inference mode, except where it records no graph anyway and the
         guard would cost more than the work: a native step (a NumPy gather and one C call) and,

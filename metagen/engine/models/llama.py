@@ -147,20 +147,20 @@ class LlamaModel(nn.Module):
 
     def forward_native(self, input_ids: np.ndarray, step: DecodeStep, plan: StepPlan,
                        k_cache: torch.Tensor, v_cache: torch.Tensor,
-                       kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
-                       ) -> torch.Tensor:
+                       kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       out: tuple[torch.Tensor, np.ndarray] | None = None) -> torch.Tensor:
         """:meth:`forward` for a step of a few tokens through the native decode step (see
         :mod:`metagen.engine.native.decode_step`; a CPU model): input_ids (T,) int64 NumPy ->
         final hidden states (T, hidden); positions and attention come from ``plan``;
-        ``kv_scales`` as in :meth:`forward`. Raises ``IndexError`` for an id outside the
-        vocabulary. A one-token step's result is ``step``'s own (1, hidden) buffer, which its
-        next one-token step overwrites (no tensor made per decoded token)."""
+        ``kv_scales`` as in :meth:`forward`. ``out``: a contiguous (T, hidden) float32 tensor
+        and its NumPy view to hold the result (returned), else a new one. Raises ``IndexError``
+        for an id outside the vocabulary."""
         # (T, H), updated in place; NumPy's gather dispatches no torch operator
-        if len(input_ids) == 1:
-            h = step.one_token
-            step.embedding.take(input_ids, axis=0, out=step.one_token_array)
-        else:
+        if out is None:
             h = torch.from_numpy(step.embedding.take(input_ids, axis=0))
+        else:
+            h = out[0]
+            step.embedding.take(input_ids, axis=0, out=out[1])
         step(h, plan, k_cache, v_cache, scales=kv_scales)  # the final norm included
         return h
 

@@ -239,9 +239,6 @@ class DecodeStep:
         self._keep = model  # the pointers above are into its tensors
         # (V, hidden): the model's embedding as NumPy, for a step's row gather (no torch op)
         self.embedding: np.ndarray = model.embed.detach().numpy()
-        # (1, hidden): the hidden state of a one-token step, reused by every such step
-        self.one_token = torch.empty(1, cfg.hidden_size, dtype=torch.float32)
-        self.one_token_array: np.ndarray = self.one_token.numpy()
 
     def applies(self, num_tokens: int) -> bool:
         """Whether a step of ``num_tokens`` new tokens should run natively: 1 to
