@@ -95,6 +95,15 @@ def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor
     x = apply_healing(x, seqs)
     if any(s.constraint is not None for s in seqs):
         x = apply_constraints(x, seqs)
+    banned = banned_ids(seqs)
+    if any(banned):
+        x = mask_ids(x, banned)
+    return x
+
+
+def banned_ids(seqs: Sequence[SequenceState]) -> list[list[int] | None]:
+    """Per row, the ids stage 1 removes by id (``bad_words``, ``no_repeat_ngram_size``,
+    end-token suppression), or None where it removes none."""
     banned: list[list[int] | None] = []
     for s in seqs:
         p = s.params
@@ -109,9 +118,19 @@ def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor
             row += suppressed_end_tokens(len(s.output_ids), p.min_tokens, p.ignore_eos,
                                          s.eos_token_ids, p.stop_token_ids)
         banned.append(row or None)
-    if any(banned):
-        x = mask_ids(x, banned)
-    return x
+    return banned
+
+
+def masks_and_temperature_only(seqs: Sequence[SequenceState], bp: BatchParams) -> bool:
+    """True when, for these rows, the pipeline is at most :func:`banned_ids`' ids at ``-inf``
+    then the temperature division: no bias, allowed ids, healing, output constraint, penalty,
+    truncation or Mirostat on any row (so a kernel may apply the two while it reads the raw
+    logits, with the same result)."""
+    if (bp.any_repetition or bp.any_presence_frequency or bp.mirostat_rows or bp.any_top_k
+            or bp.any_top_p or bp.any_min_p or bp.any_typical or bp.any_epsilon or bp.any_eta):
+        return False
+    return all(not s.params.logit_bias and s.params.allowed_token_ids is None and s.heal is None
+               and s.constraint is None for s in seqs)
 
 
 def _penalties(x: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams) -> torch.Tensor:

@@ -22,8 +22,10 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from metagen.decoding.batch import current_mu, gather_params
-from metagen.decoding.processors import check_batch, process_with
+from metagen.decoding.batch import BatchParams, current_mu, gather_params
+from metagen.decoding.processors import (
+    banned_ids, check_batch, masks_and_temperature_only, process_with,
+)
 from metagen.decoding.rng import uniforms_for
 from metagen.decoding.state import SequenceState, fresh_seed
 from metagen.decoding.truncation import mirostat_update
@@ -98,6 +100,17 @@ class RowKernels(Protocol):
 
     def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
         """``(B,)`` float64 ``logsumexp`` per row of ``x``, bit for bit :meth:`draw`'s."""
+        ...
+
+    def draw_raw(self, x: torch.Tensor, uniforms: np.ndarray,
+                 temperatures: Sequence[float] | None,
+                 masked: Sequence[Sequence[int] | None] | None
+                 ) -> tuple[list[int], list[float]]:
+        """``(tokens, logprobs)``, ``B`` Python values each, from the RAW logits ``x`` ``(B, V)``
+        float32 in one pass per row: :meth:`draw`'s token over the row processed by ``masked``
+        ids at ``-inf`` then division by ``float32(temperatures[b])``, and the token's raw
+        logprob ``float32(x[b, t] - logsumexp(x[b]))`` (:meth:`logsumexp`'s); token -2 where the
+        raw row has no finite maximum, -1 where the processed row has none."""
         ...
 
 
@@ -187,6 +200,9 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     raw = logits if logits.dtype == torch.float32 else logits.to(torch.float32)
     if kernels is not None and (raw.device.type != "cpu" or logits.dtype != torch.float32):
         kernels = None
+    if (kernels is not None and not bp.greedy_rows and all(s.params.logprobs is None for s in seqs)
+            and masks_and_temperature_only(seqs, bp)):
+        return _draw_in_one_pass(raw, seqs, bp, kernels)
     all_greedy = len(bp.greedy_rows) == n
     # All greedy with kernels: one pass over the raw logits gives the bad rows (a non-finite
     # logprob), the argmax, its logprob and the logsumexp: the whole step when nothing applies.
@@ -238,6 +254,34 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     return StepOutput(tokens=tokens, logprobs=chosen, top_logprobs=top, errors=errors)
 
 
+def _draw_in_one_pass(raw: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams,
+                      kernels: RowKernels) -> StepOutput:
+    """The step of a batch whose rows all sample, with masked ids and a temperature at most
+    (:func:`~metagen.decoding.processors.masks_and_temperature_only`) and no top-k listed: one
+    kernel pass per row of the raw logits ``(B, V)`` gives the bad and dead rows, the draw and
+    the raw logprob, the values of the general path bit for bit, with no copy of the logits."""
+    n = len(seqs)
+    banned = banned_ids(seqs)
+    tokens, lps = kernels.draw_raw(raw, _uniforms(seqs, range(n)),
+                                   bp.temperature if bp.any_temperature else None,
+                                   banned if any(banned) else None)
+    errors = {b: NumericalError(_why(b, t == -2, seqs[b]), row=b)
+              for b, t in enumerate(tokens) if t < 0}
+    for b in errors:
+        tokens[b] = -1
+    return StepOutput(tokens, lps, [None] * n, errors)
+
+
+def _uniforms(seqs: Sequence[SequenceState], rows: Sequence[int]) -> np.ndarray:
+    """``(len(rows),)`` float64: each row's uniform for this step; a row whose seed was cleared
+    after construction draws one and keeps it."""
+    for b in rows:
+        if seqs[b].rng_seed is None:
+            seqs[b].rng_seed = fresh_seed()
+    return uniforms_for([seqs[b].rng_seed for b in rows],  # type: ignore[misc]
+                        [seqs[b].sample_index for b in rows], [seqs[b].step for b in rows])
+
+
 def _argmax(x: torch.Tensor, kernels: RowKernels | None) -> torch.Tensor:
     """``(B,)`` int64 first index of each row's maximum of ``x`` ``(B, V)``."""
     if kernels is None:
@@ -269,11 +313,7 @@ def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int],
     """Inverse-CDF draws for ``rows`` of the processed logits ``x``, one uniform per row; with
     ``kernels``, also the ``(len(rows),)`` logsumexp of those rows of ``x``. ``dead`` ``(B,)``
     bool: the rows whose weights are invalid (None: none)."""
-    for b in rows:
-        if seqs[b].rng_seed is None:  # cleared after construction: draw one, keep it
-            seqs[b].rng_seed = fresh_seed()
-    u = uniforms_for([seqs[b].rng_seed for b in rows],  # type: ignore[misc]
-                     [seqs[b].sample_index for b in rows], [seqs[b].step for b in rows])
+    u = _uniforms(seqs, rows)
     if len(rows) == x.shape[0]:
         xs, gone = x, dead
     else:

@@ -14,6 +14,11 @@
  * vexp's (relative error ~2e-7 against libm), so a draw can differ from PyTorch's only where u
  * falls within that rounding of a boundary. Each row is computed by the same instructions
  * whichever thread takes it: the result does not depend on the thread count.
+ *
+ * mg_draw_rows is a sampled row's whole step in one call from its raw logits: the draw over the
+ * processed logits (a few masked ids, a temperature, applied as they are read, never written),
+ * the raw logsumexp and the token's raw log-probability, and the bad rows (a non-finite
+ * maximum), with no pre-pass, copy or per-row tensor operation around it.
  */
 #include <math.h>
 #include <stdint.h>
@@ -38,19 +43,55 @@ static inline vec weight(vec d) {
 #endif
 }
 
-/* w[0:SCAN_BLOCK] = exp(x[0:n] - top) (0 where x - top < CUTOFF, and past n); returns their sum
- * in float64, in a fixed order (eight running sums over w[l::8], then added pairwise). */
-static double block_weights(const float *x, int64_t n, float top, float *w) {
+/* w[0:SCAN_BLOCK] = exp(x[0:n] / t - top) (x / t rounded to float32 first, as PyTorch's
+ * division; no division where t == 1; 0 where the difference is below CUTOFF, and past n). */
+static void fill_weights(const float *x, int64_t n, float top, float t, float *w) {
+  const vec vt = vbcast(t), vtop = vbcast(top);
   for (int64_t j = 0; j < SCAN_BLOCK; j += VW) {
     const vmask m = mask_first(n - j);
-    vstoreu(w + j, j < n ? weight(vsub(vload(x + j, m), vbcast(top))) : vzero());
+    vec v = j < n ? vload(x + j, m) : vzero();
+    if (t != 1.0f) v = vdiv(v, vt);
+    vstoreu(w + j, j < n ? weight(vsub(v, vtop)) : vzero());
     if (n - j < VW)
       for (int64_t l = n > j ? n - j : 0; l < VW; l++) w[j + l] = 0.0f;
   }
+}
+
+/* The sum of w[0:SCAN_BLOCK] in float64, in a fixed order (eight running sums over w[l::8],
+ * then added pairwise). */
+static double sum_weights(const float *w) {
   double a[8] = {0};
   for (int64_t j = 0; j < SCAN_BLOCK; j += 8)
     for (int l = 0; l < 8; l++) a[l] += w[j + l];
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* fill_weights without division, and the weights' sum_weights. */
+static double block_weights(const float *x, int64_t n, float top, float *w) {
+  fill_weights(x, n, top, 1.0f, w);
+  return sum_weights(w);
+}
+
+/* The block (of nb, with float64 totals sums) where the cumulative total first exceeds target
+ * (the last one if none does); *before gets the blocks' total before it. */
+static int64_t pick_block(const double *sums, int64_t nb, double target, double *before) {
+  int64_t blk = 0;
+  double b = 0;
+  while (blk < nb - 1 && b + sums[blk] <= target) b += sums[blk++];
+  *before = b;
+  return blk;
+}
+
+/* In a block of n weights w after `before`: the first token whose cumulative sum exceeds target
+ * (the block's own cumulative sum, then plus `before`: PyTorch's rounding); never one of weight
+ * 0 (when u * total rounded onto the block's end: its last positive one). */
+static int64_t pick_in_block(const float *w, int64_t n, double before, double target) {
+  double cum = 0;
+  int64_t j = 0;
+  while (j < n - 1 && (cum += w[j]) + before <= target) j++;
+  if (w[j] <= 0.0f)
+    for (j = n - 1; j > 0 && w[j] <= 0.0f;) j--;
+  return j;
 }
 
 /* The row's maximum, NaN where the row holds a NaN (the vector max drops NaN lanes, so they are
@@ -128,18 +169,87 @@ static void sample_row(const float *x, int64_t V, double u, int argmax, int64_t 
     if (argmax) *tok = first_equal(x, V, top), *lp = (float)((double)top - *lse);
     return;
   }
-  const double target = u * total;
-  int64_t blk = 0;
-  double before = 0;
-  while (blk < nb - 1 && before + sums[blk] <= target) before += sums[blk++];
+  double before;
+  const int64_t blk = pick_block(sums, nb, u * total, &before);
   const int64_t n = V - blk * SCAN_BLOCK < SCAN_BLOCK ? V - blk * SCAN_BLOCK : SCAN_BLOCK;
   block_weights(x + blk * SCAN_BLOCK, n, top, w);
-  double cum = 0; /* the block's own cumulative sum, then plus `before`: PyTorch's rounding */
-  int64_t j = 0;
-  while (j < n - 1 && (cum += w[j]) + before <= target) j++;
-  if (w[j] <= 0.0f) /* only when u * total rounded onto the block's end: its last positive */
-    for (j = n - 1; j > 0 && w[j] <= 0.0f;) j--;
-  *tok = blk * SCAN_BLOCK + j;
+  *tok = blk * SCAN_BLOCK + pick_in_block(w, n, before, u * total);
+}
+
+/* Ascending ids in [0, V) whose logits count as -inf: `k` of them at `ids`. */
+typedef struct {
+  const int64_t *ids;
+  int64_t k;
+} masked_ids;
+
+/* The maximum of x[0:V] outside the masked ids (-inf if there is none), for a row without NaN:
+ * row_max over the runs between them. */
+static float unmasked_max(const float *x, int64_t V, masked_ids m) {
+  float top = -INFINITY;
+  int64_t lo = 0;
+  for (int64_t i = 0; i <= m.k; i++) {
+    const int64_t hi = i < m.k ? m.ids[i] : V;
+    if (hi > lo) {
+      const float t = row_max(x + lo, hi - lo);
+      top = t > top ? t : top;
+    }
+    lo = hi + 1;
+  }
+  return top;
+}
+
+/* Zeroes w[id - lo] for the masked ids in [lo, lo + n); returns how many. */
+static int64_t zero_masked(float *w, masked_ids m, int64_t lo, int64_t n) {
+  int64_t hits = 0;
+  for (int64_t i = 0; i < m.k; i++)
+    if (m.ids[i] >= lo && m.ids[i] < lo + n) w[m.ids[i] - lo] = 0.0f, hits++;
+  return hits;
+}
+
+/* One row's whole sampling step from its RAW logits x[0:V]: the processed logits are x with
+ * the masked ids at -inf, then divided by t (float32, t > 0); *tok gets the draw at u of
+ * exp(processed - max) (sample_row's, bit for bit, as if it were given the processed row), *lse
+ * the raw row's log(sum exp(x)) (bit for bit sample_row's on x) and *lp the token's raw
+ * log-probability (float)(x[tok] - *lse). A row whose raw maximum is not finite (a NaN, a +inf,
+ * or all -inf) gets *tok = -2; one whose processed maximum is not finite (every finite logit
+ * masked, or overflow in the division) *tok = -1; either gets NaN in *lse and *lp. */
+static void draw_row(const float *x, int64_t V, double u, float t, masked_ids m, int64_t *tok,
+                     double *lse, float *lp) {
+  *lse = NAN, *lp = NAN;
+  const float raw_top = row_max(x, V);
+  if (!isfinite(raw_top)) {
+    *tok = -2;
+    return;
+  }
+  int hit = 0; /* the maximum sits on a masked id: look for it outside them */
+  for (int64_t i = 0; i < m.k; i++) hit |= x[m.ids[i]] == raw_top;
+  float top = hit ? unmasked_max(x, V, m) : raw_top;
+  if (t != 1.0f) top /= t; /* division is monotonic: the maximum of the divided row */
+  if (!isfinite(top)) {
+    *tok = -1;
+    return;
+  }
+  const int plain = t == 1.0f && top == raw_top; /* unmasked blocks: the raw weights */
+  const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
+  double sums[nb];
+  float w[SCAN_BLOCK];
+  double total = 0, raw_total = 0;
+  for (int64_t b = 0; b < nb; b++) {
+    const int64_t lo = b * SCAN_BLOCK, n = V - lo < SCAN_BLOCK ? V - lo : SCAN_BLOCK;
+    fill_weights(x + lo, n, top, t, w);
+    const int64_t hits = zero_masked(w, m, lo, n);
+    sums[b] = sum_weights(w);
+    total += sums[b];
+    raw_total += plain && !hits ? sums[b] : block_weights(x + lo, n, raw_top, w);
+  }
+  *lse = (double)raw_top + log(raw_total);
+  double before;
+  const int64_t blk = pick_block(sums, nb, u * total, &before);
+  const int64_t lo = blk * SCAN_BLOCK, n = V - lo < SCAN_BLOCK ? V - lo : SCAN_BLOCK;
+  fill_weights(x + lo, n, top, t, w);
+  zero_masked(w, m, lo, n);
+  *tok = lo + pick_in_block(w, n, before, u * total);
+  *lp = (float)((double)x[*tok] - *lse);
 }
 
 typedef struct {
@@ -150,15 +260,26 @@ typedef struct {
   float *lp;
   int64_t V, B;
   int argmax;
+  const float *t;        /* mg_draw_rows: temperatures, or NULL (1) */
+  const int64_t *ids;    /* mg_draw_rows: masked ids, row b's at ids[off[b]:off[b + 1]] */
+  const int64_t *off;    /* or NULL: none */
   mg_stage rows;
 } sample_job;
 
 static void sample_task(void *ctx, int tid, int nth) {
   sample_job *j = ctx;
   (void)tid, (void)nth;
-  for (int64_t b; (b = mg_claim(&j->rows, j->B)) >= 0; mg_done(&j->rows))
-    sample_row(j->x + b * j->V, j->V, j->u ? j->u[b] : -1.0, j->argmax, j->tok + b, j->lse + b,
-               j->lp + b);
+  for (int64_t b; (b = mg_claim(&j->rows, j->B)) >= 0; mg_done(&j->rows)) {
+    if (j->u && j->lp) {
+      const masked_ids m = {j->off ? j->ids + j->off[b] : NULL,
+                            j->off ? j->off[b + 1] - j->off[b] : 0};
+      draw_row(j->x + b * j->V, j->V, j->u[b], j->t ? j->t[b] : 1.0f, m, j->tok + b,
+               j->lse + b, j->lp + b);
+    } else {
+      sample_row(j->x + b * j->V, j->V, j->u ? j->u[b] : -1.0, j->argmax, j->tok + b,
+                 j->lse + b, j->lp + b);
+    }
+  }
   mg_wait(&j->rows, j->B);
 }
 
@@ -167,7 +288,7 @@ static void sample_task(void *ctx, int tid, int nth) {
  * shared). */
 void mg_sample_rows(const float *x, int64_t B, int64_t V, const double *u, int64_t *tok,
                     double *lse, int threads) {
-  sample_job j = {x, u, tok, lse, NULL, V, B, 0, {0}};
+  sample_job j = {x, u, tok, lse, NULL, V, B, 0, NULL, NULL, NULL, {0}};
   mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
 }
 
@@ -177,7 +298,19 @@ void mg_sample_rows(const float *x, int64_t B, int64_t V, const double *u, int64
  * finite value (a row is usable exactly where lp[b] is finite), in one call. */
 void mg_argmax_rows(const float *x, int64_t B, int64_t V, int64_t *tok, double *lse, float *lp,
                     int threads) {
-  sample_job j = {x, NULL, tok, lse, lp, V, B, 1, {0}};
+  sample_job j = {x, NULL, tok, lse, lp, V, B, 1, NULL, NULL, NULL, {0}};
+  mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
+}
+
+/* For each row b < B of the RAW logits x (B, V), contiguous: draw_row at u[b] with temperature
+ * t[b] (t NULL: 1 for every row) and the masked ids ids[off[b]:off[b + 1]] (ascending, each in
+ * [0, V); off NULL: none), its token, raw logsumexp and raw log-probability into tok[b], lse[b]
+ * and lp[b] (tok[b] -2 / -1: a bad row / nothing to draw); one pass per row, the whole sampling
+ * step of a row that nothing else processes. On up to `threads` threads (rows shared). */
+void mg_draw_rows(const float *x, int64_t B, int64_t V, const double *u, const float *t,
+                  const int64_t *ids, const int64_t *off, int64_t *tok, double *lse, float *lp,
+                  int threads) {
+  sample_job j = {x, u, tok, lse, lp, V, B, 0, t, ids, off, {0}};
   mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
 }
 #endif

@@ -1,7 +1,8 @@
 """Sampling's per-row passes over the vocabulary in C (``sample_rows.c``): the inverse-CDF draw
 of :func:`metagen.decoding.sampler.inverse_cdf_sample` over ``exp(x - max)`` (or a greedy row's
 argmax) and each row's ``logsumexp``, two passes per row, the rows shared among the pool's
-threads.
+threads; and :meth:`SampleRows.draw_raw`, a sampled row's whole step (masked ids, temperature,
+draw, raw logprob, bad rows) from its raw logits in one call.
 
 :class:`SampleRows` satisfies :class:`metagen.decoding.sampler.RowKernels`; the engine hands it to
 :func:`~metagen.decoding.sampler.decode_step` on CPU float32 logits. Measured on the benchmark's
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -41,6 +43,9 @@ class SampleRows:
         self._argmax = lib.mg_argmax_rows
         self._argmax.restype = None
         self._argmax.argtypes = [_P, _I, _I, _P, _P, _P, ctypes.c_int]
+        self._draw_rows = lib.mg_draw_rows
+        self._draw_rows.restype = None
+        self._draw_rows.argtypes = [_P, _I, _I, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int]
         self.threads = threads
         self._on: dict[int, SampleRows] = {}  # on()'s copies, shared by them
 
@@ -98,9 +103,48 @@ class SampleRows:
             self._argmax(x.data_ptr(), b, v, tok, lse, lp, resolve(self.threads))
         return list(tok), list(lse), list(lp)
 
+    def draw_raw(self, x: torch.Tensor, uniforms: np.ndarray,
+                 temperatures: Sequence[float] | None,
+                 masked: Sequence[Sequence[int] | None] | None
+                 ) -> tuple[list[int], list[float]]:
+        """``(tokens, logprobs)``, ``B`` Python values each: each row of the RAW logits ``x``
+        ``(B, V)`` float32 sampled in one pass. The processed row is ``x`` with ``masked[b]``'s
+        ids at ``-inf`` (ids outside ``[0, V)`` ignored; None: none), then divided by
+        ``float32(temperatures[b])`` (> 0; None: no division); the token is :meth:`draw`'s on
+        that processed row at ``uniforms[b]``, bit for bit, and its logprob the raw
+        ``float32(x[b, t] - logsumexp(x[b]))`` (:meth:`logsumexp`'s, bit for bit). Token -2 (and
+        a NaN logprob): the raw row holds a NaN or +inf or no finite value; -1: the processed
+        row has no finite maximum (every finite logit masked, or the division overflowed)."""
+        x = self._rows(x)
+        b, v = x.shape
+        u = np.ascontiguousarray(uniforms, dtype=np.float64)
+        if u.shape != (b,) or (temperatures is not None and len(temperatures) != b) or (
+                masked is not None and len(masked) != b):
+            raise ValueError(f"uniforms, temperatures and masked must have {b} entries")
+        t = None if temperatures is None else (ctypes.c_float * b)(*temperatures)
+        ids, off = (None, None) if masked is None else _csr(masked, v)
+        tok, lse, lp = (ctypes.c_int64 * b)(), (ctypes.c_double * b)(), (ctypes.c_float * b)()
+        if b and v:
+            self._draw_rows(x.data_ptr(), b, v, u.ctypes.data, t, ids, off, tok, lse, lp,
+                            resolve(self.threads))
+        return list(tok), list(lp)
+
     def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
         """``(B,)`` float64 ``log(sum(exp(x)))`` per row, bit for bit :meth:`draw`'s."""
         return self._run(x, None)[1]
+
+
+def _csr(masked: Sequence[Sequence[int] | None], vocab: int) -> tuple[ctypes.Array[ctypes.c_int64],
+                                                                       ctypes.Array[ctypes.c_int64]]:
+    """Each row's distinct ids in ``[0, vocab)``, ascending, one after another, and the
+    ``B + 1`` offsets where each row's start (the C kernel's layout)."""
+    flat: list[int] = []
+    off = [0]
+    for row in masked:
+        if row:
+            flat += sorted({i for i in row if 0 <= i < vocab})
+        off.append(len(flat))
+    return (ctypes.c_int64 * max(len(flat), 1))(*flat), (ctypes.c_int64 * len(off))(*off)
 
 
 def load_from(flags: tuple[str, ...]) -> SampleRows:
