@@ -71,16 +71,19 @@ def mask_tokens(logits: torch.Tensor, banned: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(banned, NEG_INF)
 
 
-def mask_ids(logits: torch.Tensor, rows: Sequence[Sequence[int] | None]) -> torch.Tensor:
+def mask_ids(logits: torch.Tensor, rows: Sequence[Sequence[int] | None],
+             in_place: bool = False) -> torch.Tensor:
     """``mask_tokens(logits, rows_to_mask(rows, V))`` without the dense ``(B, V)`` mask: sets
     ``-inf`` at each row's ids (a few per row: EOS under ``min_tokens``, bad words), ids outside
-    ``[0, V)`` ignored. Returns a new tensor."""
+    ``[0, V)`` ignored. Returns a new tensor, or with ``in_place`` writes ``logits`` and returns
+    it (no ``(B, V)`` copy)."""
     row_idx, cols = flat_row_ids(rows, logits.shape[1])
     if not cols.numel():
-        return logits.clone()
+        return logits if in_place else logits.clone()
     dev = logits.device
-    return logits.index_put((row_idx.to(dev), cols.to(dev)),
-                            torch.tensor(NEG_INF, dtype=logits.dtype, device=dev))
+    index, value = (row_idx.to(dev), cols.to(dev)), torch.tensor(NEG_INF, dtype=logits.dtype,
+                                                                   device=dev)
+    return logits.index_put_(index, value) if in_place else logits.index_put(index, value)
 
 
 def keep_only(logits: torch.Tensor, allowed: torch.Tensor, active: torch.Tensor) -> torch.Tensor:

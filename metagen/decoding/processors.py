@@ -95,9 +95,6 @@ def _constraints(x: torch.Tensor, seqs: Sequence[SequenceState]) -> torch.Tensor
     x = apply_healing(x, seqs)
     if any(s.constraint is not None for s in seqs):
         x = apply_constraints(x, seqs)
-    banned = banned_ids(seqs)
-    if any(banned):
-        x = mask_ids(x, banned)
     return x
 
 
@@ -149,8 +146,6 @@ def _penalties(x: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams) 
 
 
 def _truncate(x: torch.Tensor, bp: BatchParams) -> torch.Tensor:
-    if bp.any_temperature:
-        x = apply_temperature(x, bp.column("temperature"))
     if bp.any_top_k:
         x = top_k_filter(x, bp.column("top_k"))
     if bp.any_top_p:
@@ -180,7 +175,16 @@ def process_with(logits: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchP
         x = x.masked_fill(bad[:, None], 0.0)
     x = _constraints(x, seqs)
     x = _penalties(x, seqs, bp)
-    if len(bp.greedy_rows) < len(seqs):  # greedy rows stop after the penalties
+    sampled = len(bp.greedy_rows) < len(seqs)  # greedy rows stop after the penalties
+    if sampled and bp.any_temperature:
+        x = apply_temperature(x, bp.column("temperature"))
+    # The ids stage 1 removes by id: set here, equal to setting them first (penalties and the
+    # temperature keep -inf at -inf and touch no other entry for them), so in place on the
+    # pipeline's own copy where an earlier stage made one, instead of copying the (B, V) logits.
+    banned = banned_ids(seqs)
+    if any(banned):
+        x = mask_ids(x, banned, in_place=x is not logits)
+    if sampled:
         x = _truncate(x, bp)
     if bad is not None:
         x = x.masked_fill(bad[:, None], float("nan"))

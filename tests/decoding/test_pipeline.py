@@ -254,3 +254,40 @@ def test_argmax_rows_is_torch_argmax_with_ties_inf_and_nan():
         expect = rows.gather(1, tokens[:, None])[:, 0]
         assert torch.equal(best.isnan(), expect.isnan())
         assert torch.equal(best[~best.isnan()], expect[~expect.isnan()])
+
+
+def test_ids_removed_by_id_equal_masking_them_first_and_never_touch_the_input():
+    """End tokens (ignore_eos, min_tokens with stop ids) and bad words are set to -inf after the
+    penalties and the temperature, in place on the pipeline's own copy: bit for bit masking them
+    first, also on each row's maximum, with or without a stage that copies; the input unchanged."""
+    from metagen.decoding.masks import mask_ids
+    from metagen.decoding.penalties import apply_presence_frequency, apply_repetition_penalty
+    from metagen.decoding.truncation import apply_temperature
+
+    logits = logits_for(4, 9)
+    top = logits.argmax(-1).tolist()
+    for kw in ({}, {"temperature": 0.7}, {"temperature": 1.3, "repetition_penalty": 1.3,
+                                          "presence_penalty": 0.5, "frequency_penalty": -0.4}):
+        params = [SamplingParams(ignore_eos=True, **kw),
+                  SamplingParams(min_tokens=5, stop_token_ids=[top[1]], **kw),
+                  SamplingParams(**kw), SamplingParams(temperature=0.0, ignore_eos=True)]
+        seqs = [SequenceState(p, [1, 2, top[b]], [3, 3], eos_token_ids=(top[0], 40),
+                              bad_words_ids=((top[2],),) if b == 2 else (), rng_seed=b)
+                for b, p in enumerate(params)]
+        before = logits.clone()
+        got = process_logits(logits, seqs)
+        assert torch.equal(logits, before)
+        want = mask_ids(logits, [[top[0], 40], [top[0], 40, top[1]], [top[2]], [top[0], 40]])
+        col = lambda name, off: torch.tensor([getattr(p, name) for p in params[:3]] + [off])  # noqa: E731
+        if "repetition_penalty" in kw:
+            seen = torch.zeros(4, V, dtype=torch.bool)
+            for b in range(4):
+                seen[b, [1, 2, 3, top[b]]] = True
+            counts = torch.zeros(4, V)
+            counts[:, 3] = 2
+            want = apply_repetition_penalty(want, seen, col("repetition_penalty", 1.0))
+            want = apply_presence_frequency(want, counts, col("presence_penalty", 0.0),
+                                            col("frequency_penalty", 0.0))
+        if "temperature" in kw:
+            want = apply_temperature(want, col("temperature", 1.0).float())
+        assert torch.equal(got, want), kw
