@@ -47,6 +47,14 @@ static inline vec weight(vec d) {
  * division; no division where t == 1; 0 where the difference is below CUTOFF, and past n). */
 static void fill_weights(const float *x, int64_t n, float top, float t, float *w) {
   const vec vt = vbcast(t), vtop = vbcast(top);
+  if (n == SCAN_BLOCK) { /* a whole block: the same values without masks and tails */
+    if (t != 1.0f)
+      for (int64_t j = 0; j < SCAN_BLOCK; j += VW)
+        vstoreu(w + j, weight(vsub(vdiv(vloadu(x + j), vt), vtop)));
+    else
+      for (int64_t j = 0; j < SCAN_BLOCK; j += VW) vstoreu(w + j, weight(vsub(vloadu(x + j), vtop)));
+    return;
+  }
   for (int64_t j = 0; j < SCAN_BLOCK; j += VW) {
     const vmask m = mask_first(n - j);
     vec v = j < n ? vload(x + j, m) : vzero();
@@ -57,13 +65,52 @@ static void fill_weights(const float *x, int64_t n, float top, float t, float *w
   }
 }
 
-/* The sum of w[0:SCAN_BLOCK] in float64, in a fixed order (eight running sums over w[l::8],
- * then added pairwise). */
-static double sum_weights(const float *w) {
-  double a[8] = {0};
-  for (int64_t j = 0; j < SCAN_BLOCK; j += 8)
-    for (int l = 0; l < 8; l++) a[l] += w[j + l];
+/* The sum of w[0:SCAN_BLOCK] in float64, in a fixed order: eight running sums over w[l::8]
+ * (the vector lanes of acc), then added pairwise. */
+static double reduce8(const double *a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+#if MG_ISA == 512
+typedef __m512d acc8; /* eight float64 running sums */
+static inline acc8 acc_zero(void) { return _mm512_setzero_pd(); }
+static inline acc8 acc_add(acc8 a, const float *w) {
+  return _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(w)));
+}
+static inline double acc_sum(acc8 a) {
+  double l[8];
+  _mm512_storeu_pd(l, a);
+  return reduce8(l);
+}
+#else
+typedef struct { __m256d lo, hi; } acc8;
+static inline acc8 acc_zero(void) { return (acc8){_mm256_setzero_pd(), _mm256_setzero_pd()}; }
+static inline acc8 acc_add(acc8 a, const float *w) {
+  return (acc8){_mm256_add_pd(a.lo, _mm256_cvtps_pd(_mm_loadu_ps(w))),
+                _mm256_add_pd(a.hi, _mm256_cvtps_pd(_mm_loadu_ps(w + 4)))};
+}
+static inline double acc_sum(acc8 a) {
+  double l[8];
+  _mm256_storeu_pd(l, a.lo), _mm256_storeu_pd(l + 4, a.hi);
+  return reduce8(l);
+}
+#endif
+
+static double sum_weights(const float *w) {
+  acc8 a = acc_zero();
+  for (int64_t j = 0; j < SCAN_BLOCK; j += 8) a = acc_add(a, w + j);
+  return acc_sum(a);
+}
+
+/* sum_weights of four blocks at w, w + SCAN_BLOCK, ... into s[0:4]: the same sums, their four
+ * chains of additions interleaved (each one waits on the adder's latency alone). */
+static void sum_weights4(const float *w, double *s) {
+  acc8 a = acc_zero(), b = acc_zero(), c = acc_zero(), d = acc_zero();
+  for (int64_t j = 0; j < SCAN_BLOCK; j += 8) {
+    a = acc_add(a, w + j), b = acc_add(b, w + SCAN_BLOCK + j);
+    c = acc_add(c, w + 2 * SCAN_BLOCK + j), d = acc_add(d, w + 3 * SCAN_BLOCK + j);
+  }
+  s[0] = acc_sum(a), s[1] = acc_sum(b), s[2] = acc_sum(c), s[3] = acc_sum(d);
 }
 
 /* fill_weights without division, and the weights' sum_weights. */
@@ -94,6 +141,42 @@ static int64_t pick_in_block(const float *w, int64_t n, double before, double ta
   return j;
 }
 
+/* Ascending ids in [0, V) whose logits count as -inf: `k` of them at `ids`. */
+typedef struct {
+  const int64_t *ids;
+  int64_t k;
+} masked_ids;
+
+/* Zeroes w[id - lo] for the masked ids in [lo, lo + n); returns how many. */
+static int64_t zero_masked(float *w, masked_ids m, int64_t lo, int64_t n) {
+  int64_t hits = 0;
+  for (int64_t i = 0; i < m.k; i++)
+    if (m.ids[i] >= lo && m.ids[i] < lo + n) w[m.ids[i] - lo] = 0.0f, hits++;
+  return hits;
+}
+
+/* sums[b] = the sum_weights of block b of x[0:V] (fill_weights against top and t, the masked
+ * ids' weights zeroed), for each of its blocks; hit[b] (unless hit is NULL) whether a masked id
+ * fell in block b. Four blocks at a time (sum_weights4). */
+static void block_sums(const float *x, int64_t V, float top, float t, masked_ids m, double *sums,
+                       char *hit) {
+  const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
+  float w[4 * SCAN_BLOCK];
+  for (int64_t b = 0; b < nb; b += 4) {
+    const int64_t k = nb - b < 4 ? nb - b : 4;
+    for (int64_t i = 0; i < k; i++) {
+      const int64_t lo = (b + i) * SCAN_BLOCK, n = V - lo < SCAN_BLOCK ? V - lo : SCAN_BLOCK;
+      fill_weights(x + lo, n, top, t, w + i * SCAN_BLOCK);
+      const int64_t hits = zero_masked(w + i * SCAN_BLOCK, m, lo, n);
+      if (hit) hit[b + i] = hits != 0;
+    }
+    if (k == 4)
+      sum_weights4(w, sums + b);
+    else
+      for (int64_t i = 0; i < k; i++) sums[b + i] = sum_weights(w + i * SCAN_BLOCK);
+  }
+}
+
 /* The row's maximum, NaN where the row holds a NaN (the vector max drops NaN lanes, so they are
  * looked for apart). */
 static float row_max(const float *x, int64_t V) {
@@ -101,10 +184,18 @@ static float row_max(const float *x, int64_t V) {
   float top = -INFINITY;
   int nan = 0;
   if (body) {
-    vec m = vloadu(x);
+    /* four running maxima (the maximum does not depend on the order), one NaN test */
+    vec m = vloadu(x), m1 = m, m2 = m, m3 = m;
+    const int64_t quad = VW + (body - VW) / (4 * VW) * (4 * VW);
 #if MG_ISA == 512
     __mmask16 un = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
-    for (int64_t j = VW; j < body; j += VW) {
+    for (int64_t j = VW; j < quad; j += 4 * VW) {
+      const vec a = vloadu(x + j), b = vloadu(x + j + VW), c = vloadu(x + j + 2 * VW),
+                d = vloadu(x + j + 3 * VW);
+      m = vmax(m, a), m1 = vmax(m1, b), m2 = vmax(m2, c), m3 = vmax(m3, d);
+      un |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(c, d, _CMP_UNORD_Q);
+    }
+    for (int64_t j = quad; j < body; j += VW) {
       const vec v = vloadu(x + j);
       m = vmax(m, v);
       un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
@@ -112,13 +203,21 @@ static float row_max(const float *x, int64_t V) {
     nan = un != 0;
 #else
     vec un = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
-    for (int64_t j = VW; j < body; j += VW) {
+    for (int64_t j = VW; j < quad; j += 4 * VW) {
+      const vec a = vloadu(x + j), b = vloadu(x + j + VW), c = vloadu(x + j + 2 * VW),
+                d = vloadu(x + j + 3 * VW);
+      m = vmax(m, a), m1 = vmax(m1, b), m2 = vmax(m2, c), m3 = vmax(m3, d);
+      un = _mm256_or_ps(un, _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q),
+                                         _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
+    }
+    for (int64_t j = quad; j < body; j += VW) {
       const vec v = vloadu(x + j);
       m = vmax(m, v);
       un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     }
     nan = _mm256_movemask_ps(un) != 0;
 #endif
+    m = vmax(vmax(m, m1), vmax(m2, m3));
     float lanes[VW];
     vstoreu(lanes, m);
     for (int l = 0; l < VW; l++) top = lanes[l] > top ? lanes[l] : top;
@@ -159,11 +258,8 @@ static void sample_row(const float *x, int64_t V, double u, int argmax, int64_t 
   double sums[nb];
   float w[SCAN_BLOCK];
   double total = 0;
-  for (int64_t b = 0; b < nb; b++) {
-    const int64_t n = V - b * SCAN_BLOCK < SCAN_BLOCK ? V - b * SCAN_BLOCK : SCAN_BLOCK;
-    sums[b] = block_weights(x + b * SCAN_BLOCK, n, top, w);
-    total += sums[b];
-  }
+  block_sums(x, V, top, 1.0f, (masked_ids){NULL, 0}, sums, NULL);
+  for (int64_t b = 0; b < nb; b++) total += sums[b];
   *lse = (double)top + log(total);
   if (u < 0) { /* logsumexp only, or with the argmax */
     if (argmax) *tok = first_equal(x, V, top), *lp = (float)((double)top - *lse);
@@ -175,12 +271,6 @@ static void sample_row(const float *x, int64_t V, double u, int argmax, int64_t 
   block_weights(x + blk * SCAN_BLOCK, n, top, w);
   *tok = blk * SCAN_BLOCK + pick_in_block(w, n, before, u * total);
 }
-
-/* Ascending ids in [0, V) whose logits count as -inf: `k` of them at `ids`. */
-typedef struct {
-  const int64_t *ids;
-  int64_t k;
-} masked_ids;
 
 /* The maximum of x[0:V] outside the masked ids (-inf if there is none), for a row without NaN:
  * row_max over the runs between them. */
@@ -198,14 +288,6 @@ static float unmasked_max(const float *x, int64_t V, masked_ids m) {
   return top;
 }
 
-/* Zeroes w[id - lo] for the masked ids in [lo, lo + n); returns how many. */
-static int64_t zero_masked(float *w, masked_ids m, int64_t lo, int64_t n) {
-  int64_t hits = 0;
-  for (int64_t i = 0; i < m.k; i++)
-    if (m.ids[i] >= lo && m.ids[i] < lo + n) w[m.ids[i] - lo] = 0.0f, hits++;
-  return hits;
-}
-
 /* One row's whole sampling step from its RAW logits x[0:V]: the processed logits are x with
  * the masked ids at -inf, then divided by t (float32, t > 0); *tok gets the draw at u of
  * exp(processed - max) (sample_row's, bit for bit, as if it were given the processed row), *lse
@@ -221,9 +303,9 @@ static void draw_row(const float *x, int64_t V, double u, float t, masked_ids m,
     *tok = -2;
     return;
   }
-  int hit = 0; /* the maximum sits on a masked id: look for it outside them */
-  for (int64_t i = 0; i < m.k; i++) hit |= x[m.ids[i]] == raw_top;
-  float top = hit ? unmasked_max(x, V, m) : raw_top;
+  int on_masked = 0; /* the maximum sits on a masked id: look for it outside them */
+  for (int64_t i = 0; i < m.k; i++) on_masked |= x[m.ids[i]] == raw_top;
+  float top = on_masked ? unmasked_max(x, V, m) : raw_top;
   if (t != 1.0f) top /= t; /* division is monotonic: the maximum of the divided row */
   if (!isfinite(top)) {
     *tok = -1;
@@ -231,16 +313,16 @@ static void draw_row(const float *x, int64_t V, double u, float t, masked_ids m,
   }
   const int plain = t == 1.0f && top == raw_top; /* unmasked blocks: the raw weights */
   const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
-  double sums[nb];
+  double sums[nb], raw_sums[nb];
+  char hit[nb];
   float w[SCAN_BLOCK];
+  block_sums(x, V, top, t, m, sums, hit);
+  if (!plain) block_sums(x, V, raw_top, 1.0f, (masked_ids){NULL, 0}, raw_sums, NULL);
   double total = 0, raw_total = 0;
   for (int64_t b = 0; b < nb; b++) {
     const int64_t lo = b * SCAN_BLOCK, n = V - lo < SCAN_BLOCK ? V - lo : SCAN_BLOCK;
-    fill_weights(x + lo, n, top, t, w);
-    const int64_t hits = zero_masked(w, m, lo, n);
-    sums[b] = sum_weights(w);
     total += sums[b];
-    raw_total += plain && !hits ? sums[b] : block_weights(x + lo, n, raw_top, w);
+    raw_total += !plain ? raw_sums[b] : hit[b] ? block_weights(x + lo, n, raw_top, w) : sums[b];
   }
   *lse = (double)raw_top + log(raw_total);
   double before;

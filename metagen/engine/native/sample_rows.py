@@ -121,11 +121,13 @@ class SampleRows:
         if u.shape != (b,) or (temperatures is not None and len(temperatures) != b) or (
                 masked is not None and len(masked) != b):
             raise ValueError(f"uniforms, temperatures and masked must have {b} entries")
-        t = None if temperatures is None else (ctypes.c_float * b)(*temperatures)
+        t = None if temperatures is None else np.array(temperatures, dtype=np.float32)
         ids, off = (None, None) if masked is None else _csr(masked, v)
         tok, lse, lp = (ctypes.c_int64 * b)(), (ctypes.c_double * b)(), (ctypes.c_float * b)()
         if b and v:
-            self._draw_rows(x.data_ptr(), b, v, u.ctypes.data, t, ids, off, tok, lse, lp,
+            self._draw_rows(x.data_ptr(), b, v, u.ctypes.data, None if t is None else t.ctypes.data,
+                            None if ids is None else ids.ctypes.data,
+                            None if off is None else off.ctypes.data, tok, lse, lp,
                             resolve(self.threads))
         return list(tok), list(lp)
 
@@ -134,17 +136,19 @@ class SampleRows:
         return self._run(x, None)[1]
 
 
-def _csr(masked: Sequence[Sequence[int] | None], vocab: int) -> tuple[ctypes.Array[ctypes.c_int64],
-                                                                       ctypes.Array[ctypes.c_int64]]:
+def _csr(masked: Sequence[Sequence[int] | None], vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's distinct ids in ``[0, vocab)``, ascending, one after another, and the
-    ``B + 1`` offsets where each row's start (the C kernel's layout)."""
+    ``B + 1`` offsets where each row's start (the C kernel's layout), as int64 arrays."""
     flat: list[int] = []
     off = [0]
     for row in masked:
         if row:
-            flat += sorted({i for i in row if 0 <= i < vocab})
+            if len(row) == 1:  # the usual case: one end token
+                flat += row if 0 <= row[0] < vocab else ()
+            else:
+                flat += sorted({i for i in row if 0 <= i < vocab})
         off.append(len(flat))
-    return (ctypes.c_int64 * max(len(flat), 1))(*flat), (ctypes.c_int64 * len(off))(*off)
+    return np.array(flat or [0], dtype=np.int64), np.array(off, dtype=np.int64)
 
 
 def load_from(flags: tuple[str, ...]) -> SampleRows:
