@@ -1,6 +1,7 @@
 """Sampling one step of workload B: ``decode_step`` over 16 rows of 32000 logits (temperature 1,
-seeded), PyTorch's passes against the native kernel (``sample_rows.c``) on one and two threads,
-interleaved round by round. Prints medians, bests and the per-round ratio range; ``--json PATH``
+seeded, ``ignore_eos`` with one end token, as the benchmark's best-of-16 request), PyTorch's
+passes against the native kernel (``sample_rows.c``) on one and two threads, interleaved round by
+round. Prints medians, bests and the per-round ratio range; ``--json PATH``
 writes them. ``python -m benchmarks.sample_rows [--rounds 60] [--json PATH]``.
 """
 
@@ -26,8 +27,9 @@ def measure(rounds: int = 60, rows: int = 16, vocab: int = 32000) -> dict[str, d
     if kernel is None:
         raise SystemExit("no native library on this machine")
     logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 3
-    params = SamplingParams(n=rows, temperature=1.0, seed=7)
-    seqs = [SequenceState(params, list(range(512)), sample_index=i) for i in range(rows)]
+    params = SamplingParams(n=rows, temperature=1.0, seed=7, ignore_eos=True)
+    seqs = [SequenceState(params, list(range(512)), sample_index=i, eos_token_ids=(2,))
+            for i in range(rows)]
     ways = {"pytorch": None, "native, 1 thread": kernel.on(1), "native, 2 threads": kernel.on(2)}
     ms: dict[str, list[float]] = {w: [] for w in ways}
     for _ in range(rounds):

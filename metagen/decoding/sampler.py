@@ -10,7 +10,10 @@ the model's own distribution: ``log_softmax`` of the *raw* logits (vLLM's defaul
 chosen token and for the top-k alternatives. With native row kernels (the engine on CPU), a row
 that asks for no top-k gets its chosen token's as ``raw[t] - logsumexp(raw)`` (no ``(B, V)``
 log-softmax; equal to rounding), a row that asks for them the value its top-k dict holds. Either
-way a row's numbers depend only on that row.
+way a row's numbers depend only on that row. A batch whose rows all sample with nothing but a
+temperature and ids removed by id (end tokens, bad words) and list no top-k is one native pass
+per raw row (``RowKernels.draw_raw``): the same tokens and logprobs bit for bit, with no copy
+of the logits and no tensor operator.
 """
 
 from __future__ import annotations

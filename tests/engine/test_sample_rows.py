@@ -135,10 +135,14 @@ def test_greedy_decode_step_with_the_kernel_equals_pytorch(kernel, case):
         assert got.logprobs[2] == want.logprobs[2]
 
 
-def test_engine_seeded_sampling_equals_the_pytorch_path(stories_engine_factory):
-    """best-of-8 on stories260K (vocabulary 512): the engine with the native kernel samples the tokens of the
-    engine without it, with logprobs equal to rounding."""
-    params = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_tokens=24, seed=3)
+@pytest.mark.parametrize("params", [
+    SamplingParams(n=8, temperature=1.0, top_p=1.0, max_tokens=24, seed=3),
+    SamplingParams(n=8, temperature=0.8, max_tokens=24, seed=4, ignore_eos=True),  # one pass
+    SamplingParams(n=8, temperature=1.2, max_tokens=24, seed=5, min_tokens=10, top_p=0.9),
+], ids=["plain", "ignore_eos", "min_tokens+top_p"])
+def test_engine_seeded_sampling_equals_the_pytorch_path(stories_engine_factory, params):
+    """best-of-8 on stories260K (vocabulary 512): the engine with the native kernel samples the
+    tokens of the engine without it, with logprobs equal to rounding."""
     native = stories_engine_factory()
     if native._sample_rows is None:
         pytest.skip("no native library on this machine")
