@@ -105,6 +105,11 @@ class RowKernels(Protocol):
         """``(B,)`` float64 ``logsumexp`` per row of ``x``, bit for bit :meth:`draw`'s."""
         ...
 
+    def uniforms(self, seeds: Sequence[int], sample_indices: Sequence[int],
+                 steps: Sequence[int]) -> np.ndarray:
+        """:func:`~metagen.decoding.rng.uniforms_for` (stream 0), bit for bit."""
+        ...
+
     def draw_raw(self, x: torch.Tensor, uniforms: np.ndarray,
                  temperatures: Sequence[float] | None,
                  masked: Sequence[Sequence[int] | None] | None
@@ -265,7 +270,7 @@ def _draw_in_one_pass(raw: torch.Tensor, seqs: Sequence[SequenceState], bp: Batc
     the raw logprob, the values of the general path bit for bit, with no copy of the logits."""
     n = len(seqs)
     banned = banned_ids(seqs)
-    tokens, lps = kernels.draw_raw(raw, _uniforms(seqs, range(n)),
+    tokens, lps = kernels.draw_raw(raw, _uniforms(seqs, range(n), kernels),
                                    bp.temperature if bp.any_temperature else None,
                                    banned if any(banned) else None)
     errors = {b: NumericalError(_why(b, t == -2, seqs[b]), row=b)
@@ -275,14 +280,19 @@ def _draw_in_one_pass(raw: torch.Tensor, seqs: Sequence[SequenceState], bp: Batc
     return StepOutput(tokens, lps, [None] * n, errors)
 
 
-def _uniforms(seqs: Sequence[SequenceState], rows: Sequence[int]) -> np.ndarray:
-    """``(len(rows),)`` float64: each row's uniform for this step; a row whose seed was cleared
-    after construction draws one and keeps it."""
+def _uniforms(seqs: Sequence[SequenceState], rows: Sequence[int], kernels: RowKernels | None
+              ) -> np.ndarray:
+    """``(len(rows),)`` float64: each row's uniform for this step (the kernels' hash where there
+    are kernels: the same values); a row whose seed was cleared after construction draws one and
+    keeps it."""
     for b in rows:
         if seqs[b].rng_seed is None:
             seqs[b].rng_seed = fresh_seed()
-    return uniforms_for([seqs[b].rng_seed for b in rows],  # type: ignore[misc]
-                        [seqs[b].sample_index for b in rows], [seqs[b].step for b in rows])
+    seeds = [seqs[b].rng_seed for b in rows]
+    indices, steps = [seqs[b].sample_index for b in rows], [seqs[b].step for b in rows]
+    if kernels is None:
+        return uniforms_for(seeds, indices, steps)  # type: ignore[arg-type]
+    return kernels.uniforms(seeds, indices, steps)  # type: ignore[arg-type]
 
 
 def _argmax(x: torch.Tensor, kernels: RowKernels | None) -> torch.Tensor:
@@ -316,7 +326,7 @@ def _sample(x: torch.Tensor, seqs: Sequence[SequenceState], rows: list[int],
     """Inverse-CDF draws for ``rows`` of the processed logits ``x``, one uniform per row; with
     ``kernels``, also the ``(len(rows),)`` logsumexp of those rows of ``x``. ``dead`` ``(B,)``
     bool: the rows whose weights are invalid (None: none)."""
-    u = _uniforms(seqs, rows)
+    u = _uniforms(seqs, rows, kernels)
     if len(rows) == x.shape[0]:
         xs, gone = x, dead
     else:

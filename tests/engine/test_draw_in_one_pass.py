@@ -151,3 +151,20 @@ def test_decode_step_in_one_pass_equals_the_other_paths(kernel, case):
         if b not in got.errors:
             assert general.token_list()[b] == got.token_list()[b]
             assert general.logprob_list()[b] == pytest.approx(got.logprob_list()[b], abs=1e-6)
+
+
+def test_kernel_uniforms_equal_the_python_hash(kernel):
+    """The C hash gives rng.uniforms_for's doubles bit for bit: small, large (up to 2**64 - 1,
+    and past it: taken mod 2**64) and random seeds, indices and steps."""
+    from metagen.decoding.rng import uniform_for
+
+    rng = np.random.default_rng(0)
+    big = [0, 1, 2**63 - 1, 2**64 - 1, 2**64 + 5]
+    seeds = big + [int(v) for v in rng.integers(0, 2**63 - 1, 200)]
+    n = len(seeds)
+    indices = [int(v) for v in rng.integers(0, 64, n)]
+    steps = [int(v) for v in rng.integers(0, 4096, n)]
+    indices[:5], steps[:5] = big[::-1], big
+    got = kernel.uniforms(seeds, indices, steps)
+    assert got.tolist() == [uniform_for(s, i, t) for s, i, t in zip(seeds, indices, steps)]
+    assert kernel.uniforms([], [], []).shape == (0,)

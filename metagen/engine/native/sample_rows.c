@@ -334,6 +334,24 @@ static void draw_row(const float *x, int64_t V, double u, float t, masked_ids m,
   *lp = (float)((double)x[*tok] - *lse);
 }
 
+/* SplitMix64's finalizer, as metagen.decoding.rng._mix. */
+static inline uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* u[b] = metagen.decoding.rng.uniform_for(c[3b], c[3b + 1], c[3b + 2], stream) bit for bit, for
+ * b < n: the finalizer chained over (seed, sample index, step, stream), the hash's top 53 bits
+ * over 2**53. */
+void mg_uniforms(const uint64_t *c, int64_t n, uint64_t stream, double *u) {
+  for (int64_t b = 0; b < n; b++) {
+    const uint64_t h = mix64(mix64(mix64(mix64(c[3 * b]) ^ c[3 * b + 1]) ^ c[3 * b + 2]) ^ stream);
+    u[b] = (double)(h >> 11) * 0x1.0p-53;
+  }
+}
+
 typedef struct {
   const float *x;
   const double *u;

@@ -28,6 +28,7 @@ from metagen.engine.native.threads import resolve
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
+_MASK = (1 << 64) - 1
 
 
 class SampleRows:
@@ -46,6 +47,9 @@ class SampleRows:
         self._draw_rows = lib.mg_draw_rows
         self._draw_rows.restype = None
         self._draw_rows.argtypes = [_P, _I, _I, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int]
+        self._uniforms = lib.mg_uniforms
+        self._uniforms.restype = None
+        self._uniforms.argtypes = [_P, _I, ctypes.c_uint64, _P]
         self.threads = threads
         self._on: dict[int, SampleRows] = {}  # on()'s copies, shared by them
 
@@ -130,6 +134,22 @@ class SampleRows:
                             None if off is None else off.ctypes.data, tok, lse, lp,
                             resolve(self.threads))
         return list(tok), list(lp)
+
+    def uniforms(self, seeds: Sequence[int], sample_indices: Sequence[int],
+                 steps: Sequence[int]) -> np.ndarray:
+        """``(B,)`` float64: element ``b`` is
+        ``metagen.decoding.rng.uniform_for(seeds[b], sample_indices[b], steps[b])`` bit for bit
+        (the same hash in C: one call instead of ``B`` Python hashes). Each argument is taken mod
+        2**64, as there."""
+        b = len(seeds)
+        if len(sample_indices) != b or len(steps) != b:
+            raise ValueError("seeds, sample_indices and steps must have the same length")
+        c = np.array([(s & _MASK, i & _MASK, t & _MASK)
+                      for s, i, t in zip(seeds, sample_indices, steps)], dtype=np.uint64)
+        u = np.empty(b, dtype=np.float64)
+        if b:
+            self._uniforms(c.ctypes.data, b, 0, u.ctypes.data)
+        return u
 
     def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
         """``(B,)`` float64 ``log(sum(exp(x)))`` per row, bit for bit :meth:`draw`'s."""
