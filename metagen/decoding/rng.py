@@ -7,6 +7,10 @@ that; a counter-based one can: the uniform for step ``t`` of sample ``i`` is a h
 splittable pseudorandom number generators", OOPSLA 2014), which passes BigCrush as a generator of
 consecutive counters; the top 53 bits give a double in ``[0, 1)``.
 
+The engine's native sampling kernel computes the same hash in C (``sample_rows.c``,
+``mg_uniforms``; tested bit for bit against :func:`uniform_for`): a change here must be made
+there too.
+
 ``stream`` separates independent draws at the same step (e.g. speculative decoding's accept test
 and its residual resample, or stochastic beam search's Gumbel noise): use a distinct small
 integer per purpose.
