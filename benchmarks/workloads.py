@@ -1,4 +1,5 @@
-"""Workloads A-E of the engine benchmark, timed with repeats; each returns result rows.
+"""Workloads A-E of the engine benchmark, timed in rounds across the peers (:func:`rounds`);
+each returns result rows.
 
 A row is a dict: ``workload``, ``peer``, ``variant``, ``times`` (seconds per run), ``tokens``
 (generated per run), and optional ``ratio`` (``ratio_runs`` per run), ``target`` (the goal, text)
@@ -54,22 +55,11 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def timed(fn: Callable[[], Any], repeats: int, warmup: bool = True) -> tuple[list[float], Any]:
-    """Optionally run ``fn`` once to warm up, then ``repeats`` timed runs; returns the times and
-    the last output."""
-    out = fn() if warmup else None
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return times, out
-
-
 def timed_pair(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int,
                warmup: bool = True) -> tuple[list[float], Any, list[float], Any]:
-    """Like :func:`timed` for two functions whose time ratio is wanted: runs are interleaved
-    (a, b, a, b, ...) so that a drift in machine load hits both alike."""
+    """Two functions whose time ratio is wanted, each run once untimed first if ``warmup``, then
+    ``repeats`` times interleaved (a, b, a, b, ...) so that a drift in machine load hits both
+    alike; returns a's times, a's last output, b's times, b's last output."""
     out_a, out_b = (fn_a(), fn_b()) if warmup else (None, None)
     t_a, t_b = [], []
     for _ in range(repeats):
@@ -80,6 +70,47 @@ def timed_pair(fn_a: Callable[[], Any], fn_b: Callable[[], Any], repeats: int,
         t_a.append(t1 - t0)
         t_b.append(time.perf_counter() - t1)
     return t_a, out_a, t_b, out_b
+
+
+Phases = Callable[[Peer], tuple[Callable[[], Any], ...]]
+
+
+def rounds(peers: list[Peer], phases: Phases, repeats: int, warmup: bool,
+           not_run: list[dict[str, Any]], workload: str) -> dict[str, tuple[list[list[float]],
+                                                                          list[Any]]]:
+    """Time every peer's ``phases(peer)`` (functions run one after another, each timed on its
+    own) in ``repeats`` rounds: a round runs every peer once, starting one peer further along
+    than the round before, so that a drift in machine load over the minutes of a run hits every
+    peer alike and the ratios between peers stay fair (a peer-by-peer order lets a slow minute
+    land on one peer). ``warmup`` runs each peer's phases once untimed first. A peer that raises
+    :class:`Unsupported` or :class:`PeerError` is recorded in ``not_run`` and leaves the rounds.
+    Returns, per peer name that finished, its times per phase (``[phase][run]``) and each
+    phase's last output."""
+    live = {peer.name: (peer, phases(peer)) for peer in peers}
+    times: dict[str, list[list[float]]] = {n: [[] for _ in fns] for n, (_, fns) in live.items()}
+    last: dict[str, list[Any]] = {n: [None] * len(fns) for n, (_, fns) in live.items()}
+
+    def run_once(name: str, timed: bool) -> None:
+        peer, fns = live[name]
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            got = attempt(peer, not_run, workload, lambda: (fn(),))  # None: failed
+            if got is None:
+                del live[name]
+                return
+            if timed:
+                times[name][i].append(time.perf_counter() - t0)
+            last[name][i] = got[0]
+
+    if warmup:
+        for name in list(live):
+            run_once(name, timed=False)
+    for r in range(repeats):
+        order = list(live)
+        for name in order[r % max(1, len(order)):] + order[:r % max(1, len(order))]:
+            if name in live:
+                run_once(name, timed=True)
+    return {n: (times[n], last[n]) for n in live}
 
 
 def attempt(peer: Peer, not_run: list[dict[str, Any]], workload: str,
@@ -159,13 +190,11 @@ def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: dict[str 
     per token, so its bound is higher; ``roof_tok_s[None]``, float32's, for the others)."""
     prompt = random_prompt(s.a_prompt, vocab, 1)
     rows, outputs = [], {}
-    for peer in peers:
-        got = attempt(peer, not_run, "A", lambda: timed_pair(
-            lambda: peer.greedy("target", prompt, s.a_new),
-            lambda: peer.greedy("target", prompt, 1), s.repeats, s.warmup))
-        if got is None:
-            continue
-        t_all, toks, t_one, _ = got
+    got = rounds(peers, lambda peer: (lambda: peer.greedy("target", prompt, s.a_new),
+                                      lambda: peer.greedy("target", prompt, 1)),
+                 s.repeats, s.warmup, not_run, "A")
+    for peer in (p for p in peers if p.name in got):
+        (t_all, t_one), (toks, _) = got[peer.name]
         decode = [(s.a_new - 1) / max(a - b, 1e-9) for a, b in zip(t_all, t_one)]
         frac = [d / roof_tok_s[peer.name if peer.quantization else None] for d in decode]
         outputs[peer.name] = toks
@@ -180,12 +209,11 @@ def workload_b(peers: list[Peer], s: Settings, vocab: int,
                not_run: list[dict[str, Any]]) -> list[dict]:
     prompt = random_prompt(s.b_prompt, vocab, 2)
     rows = []
-    for peer in peers:
-        got = attempt(peer, not_run, "B", lambda: timed(
-            lambda: peer.best_of_n("target", prompt, s.b_n, s.b_new, 7), s.repeats, s.warmup))
-        if got is None:
-            continue
-        times, outs = got
+    got = rounds(peers, lambda peer: (lambda: peer.best_of_n("target", prompt, s.b_n, s.b_new,
+                                                             7),),
+                 s.repeats, s.warmup, not_run, "B")
+    for peer in (p for p in peers if p.name in got):
+        (times,), (outs,) = got[peer.name]
         if [len(o) for o in outs] != [s.b_new] * s.b_n:  # every peer must do the same work
             not_run.append({"workload": "B", "peer": peer.name,
                             "why": f"returned lengths {[len(o) for o in outs]}"})
@@ -199,12 +227,10 @@ def workload_c(peers: list[Peer], s: Settings, vocab: int,
                not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     prompt = random_prompt(s.c_prompt, vocab, 3)
     rows, outputs = [], {}
-    for peer in peers:
-        got = attempt(peer, not_run, "C", lambda: timed(
-            lambda: peer.beam("target", prompt, s.c_width, s.c_new), s.repeats, s.warmup))
-        if got is None:
-            continue
-        times, toks = got
+    got = rounds(peers, lambda peer: (lambda: peer.beam("target", prompt, s.c_width, s.c_new),),
+                 s.repeats, s.warmup, not_run, "C")
+    for peer in (p for p in peers if p.name in got):
+        (times,), (toks,) = got[peer.name]
         outputs[peer.name] = toks
         rows.append(_row("C", peer, f"beam {s.c_width}", times, s.c_new, **dict(peer.last)))
     return rows, outputs
@@ -220,16 +246,13 @@ def workload_d(peers: list[Peer], s: Settings, vocab: int,
              ("draft-int8", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7, s.d_int8_k),
              ("ngram", "target", repetitive_prompt(s.d_prompt, vocab, 5), 1.9, s.d_k)]
     for mode, model, prompt, goal, k in cases:
-        for peer in peers:
-            if mode == "draft-int8" and not isinstance(peer, MetagenPeer):
-                continue
-            got = attempt(peer, not_run, f"D {mode}", lambda: timed_pair(
-                lambda: peer.greedy(model, prompt, s.d_new),
-                lambda: peer.speculative(model, prompt, s.d_new, k, mode),
-                s.repeats, s.warmup))
-            if got is None:
-                continue
-            t_base, base, t_spec, spec = got
+        mine = [p for p in peers if mode != "draft-int8" or isinstance(p, MetagenPeer)]
+        got = rounds(mine, lambda peer: (
+            lambda: peer.greedy(model, prompt, s.d_new),
+            lambda: peer.speculative(model, prompt, s.d_new, k, mode)),
+            s.repeats, s.warmup, not_run, f"D {mode}")
+        for peer in (p for p in mine if p.name in got):
+            (t_base, t_spec), (base, spec) = got[peer.name]
             speed = [b / t for b, t in zip(t_base, t_spec)]
             outputs[f"{peer.name}/{mode}/greedy"] = base
             outputs[f"{peer.name}/{mode}/spec"] = spec
