@@ -17,19 +17,7 @@ from metagen.engine.native import sample_rows as sr
 from metagen.errors import NumericalError
 from metagen.types import SamplingParams
 
-from ._native_variants import load_variant, variants
-
-
-@pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
-def kernel(request, tmp_path_factory) -> sr.SampleRows:
-    return load_variant(sr.load_from, request.param, tmp_path_factory)
-
-
-def _logits(seed: int, rows: int, vocab: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, vocab, generator=g) * (1 + seed % 5)
-    x[:, seed % 7::7] = float("-inf")
-    return x
+from .test_sample_rows import _logits, kernel  # noqa: F401 (kernel: the fixture)
 
 
 def _general_path(kernel, x, u, temps, masked):
