@@ -11,7 +11,8 @@ streams fp32 weights can beat. ``--baseline DIR`` also runs the native step buil
 files in DIR (an older version: ``git archive REV metagen/engine/native | tar -x -C /tmp/old``),
 interleaved with the others, and gives each repeat's ratio baseline / native (median and range),
 so a change is measured against its predecessor under the same load; by wall clock and by the
-process's CPU time (all threads: on a loaded machine the steadier measure of work).
+process's CPU time (all threads: on a loaded machine the steadier measure of work). The baseline
+is bound through DIR's own ``decode_step.py`` where DIR has one (its C structs may differ).
 ``python -m benchmarks.decode_step [--threads N] [--json PATH] [--baseline DIR] [--scenarios B]``.
 """
 
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib.util
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -72,7 +75,7 @@ def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
                 "native": _setup(model, rows, prompt, True)}
         if old is not None:
             ways["baseline"] = _setup(model, rows, prompt, True)
-            ways["baseline"][0].native = DecodeStep(old, model)
+            ways["baseline"][0].native = binding(baseline, old, model)
         xs = [torch.randn(rows, w.shape[0]) for w in _weights(model)]
 
         def products() -> None:
@@ -106,6 +109,21 @@ def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
                     "cpu_baseline_over_native_max": max(cpu_ratios)}
         out.append(row)
     return out
+
+
+def binding(folder: Path, lib: ctypes.CDLL, model) -> DecodeStep:
+    """The decode step over ``lib``, built from the C files in ``folder``, through the
+    ``DecodeStep`` of ``folder/decode_step.py`` where there is one (an older version's C structs
+    may differ from this one's), else this version's."""
+    path = folder / "decode_step.py"
+    if not path.exists():
+        return DecodeStep(lib, model)
+    spec = importlib.util.spec_from_file_location(f"_baseline_{abs(hash(folder))}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.DecodeStep(lib, model)
 
 
 def _weights(model) -> list[torch.Tensor]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.decode_step import _setup
+from benchmarks.decode_step import _setup, binding
 from benchmarks.factory import build_models
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
@@ -62,7 +62,8 @@ def measure(threads: int, rows: int, rounds: int, steps: int,
     for name, folder in folders.items():
         lib = _clocked(folder)
         runner, reqs = _setup(model, rows, 512 if rows > 4 else 256, True)
-        runner.native = DecodeStep(lib, model)
+        runner.native = binding(folder, lib, model) if name == "baseline" else \
+            DecodeStep(lib, model)
         runner.native.threads = threads
         for _ in range(3):
             runner.extend(reqs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -65,6 +66,46 @@ def test_threaded_product_equals_the_one_thread_kernel_bitwise(lib, m, n):
             assert torch.equal(kernel(x, w, b, threads=t), ref), (t, b is None)
 
 
+@pytest.mark.parametrize("m", [1, 2, 5, 7])
+@pytest.mark.parametrize("n", [40, 130, 4101])
+@pytest.mark.parametrize("p", [16, 64])
+def test_panel_major_product_equals_the_row_major_kernel_bitwise(lib, m, n, p):
+    """``mg_matmul_panels`` over a panel-major copy, whole and in slices of whole panels (one
+    row: the four-panels-at-once path where the slice holds four 64-column panels), equals the
+    row-major one-thread kernel bit for bit."""
+    from metagen.engine.native.decode_step import panel_major
+
+    g = torch.Generator().manual_seed(m * 10_000 + n + p)
+    x, w, bias = torch.randn(m, 37, generator=g), torch.randn(37, n, generator=g), \
+        torch.randn(n, generator=g)
+    packed = panel_major(w, p)
+    i, f = ctypes.c_int64, ctypes.c_void_p
+    lib.mg_matmul_panels.argtypes = [f, f, f, f, i, i, i, i, i, i]
+    for b in (None, bias):
+        ref = _whole_product(lib, x, w, b)
+        for cut in sorted({0, p, 5 * p, n // p * p} & set(range(0, n, p))):
+            y = torch.full((m, n), float("nan"))
+            for c0, c1 in ((0, cut), (cut, n)):
+                if c1 > c0:
+                    lib.mg_matmul_panels(x.data_ptr(), packed.data_ptr(),
+                                         None if b is None else b.data_ptr(), y.data_ptr(), m,
+                                         37, n, p, c0, c1)
+            assert torch.equal(y, ref), (cut, b is None)
+
+
+@pytest.mark.parametrize("panel", [16, 32, 64])
+def test_panel_major_decode_step_equals_the_row_major_one_bitwise(lib, random_model_dir, panel):
+    """Every projection read from panel-major copies (16 and 32: the sliced sweep; 64: the
+    AVX-512 build's storage-order tiles, the default for o and down there), on 1, 2, 3, 7 and
+    16 threads, steps as the row-major weights on one thread, bit for bit (and so as PyTorch,
+    within test_decode_step's tolerances)."""
+    folder = random_model_dir("llama")
+    plain = _runners(lib, folder, threads=(1,), panelled=())
+    packed = _runners(lib, folder, threads=(1, 2, 3, 7, 16),
+                      panelled=("qkv", "o", "gate_up", "down"), panel=panel)
+    assert _drive(plain + packed, f"panels{panel}") > 0
+
+
 def test_thread_count_must_be_positive(lib):
     from metagen.engine.native.small_matmul import SmallMatmul
 
@@ -79,8 +120,9 @@ class _Seq:
 
 
 def _runners(lib: ctypes.CDLL, folder, quantization: str | None = None,
-             threads: tuple[int, ...] = THREADS) -> list[ModelRunner]:
-    """One runner per thread count on one model, each with its own KV cache."""
+             threads: tuple[int, ...] = THREADS, **step: Any) -> list[ModelRunner]:
+    """One runner per thread count on one model, each with its own KV cache; ``step``: the
+    :class:`DecodeStep`'s keyword arguments (panel-major copies)."""
     model = load_model(folder, quantization=quantization)
     cfg = model.cfg
     out = []
@@ -88,7 +130,7 @@ def _runners(lib: ctypes.CDLL, folder, quantization: str | None = None,
         kv = KVCache(cfg.num_layers, NUM_BLOCKS, BLOCK, cfg.num_kv_heads, cfg.head_dim,
                      torch.float32, "cpu")
         runner = ModelRunner(model, kv, hydragen=True)
-        runner.native = DecodeStep(lib, model)
+        runner.native = DecodeStep(lib, model, **step)
         runner.native.threads = t
         out.append(runner)
     return out

@@ -27,11 +27,12 @@
  * to finish before the next; the RMSNorms and the SiLU gate, a few rows' worth, are made by each
  * thread for itself where a product reads them, instead of in stages of their own (each stage
  * ends in a wait). Products are cut by output columns, so each weight row is read once per step,
- * in whole-cache-line slices; attention by (group or row, run of kv heads). Each output element is
- * computed by the one-thread path's instructions in its order, so the result is the same bit
- * for bit on any number of threads. Int8 products whose activations are quantized too (act8,
- * q8_act.c) quantize their input into the thread's own buffer at the first unit it claims in the
- * stage: a pure function of the input, so every thread's copy is the same.
+ * in whole-cache-line slices (whole panels of a panel-major weight, mg_layer's *_p: then each
+ * thread's slice is one contiguous region); attention by (group or row, run of kv heads). Each
+ * output element is computed by the one-thread path's instructions in its order, so the result
+ * is the same bit for bit on any number of threads. Int8 products whose activations are
+ * quantized too (act8, q8_act.c) quantize their input into the thread's own buffer at the first
+ * unit it claims in the stage: a pure function of the input, so every thread's copy is the same.
  */
 #ifdef MG_STAGE_CLOCK
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -47,6 +48,8 @@
 
 void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y, int64_t M,
                     int64_t K, int64_t N, int64_t c0, int64_t c1);
+void mg_matmul_panels(const float *x, const float *w, const float *bias, float *y, int64_t M,
+                      int64_t K, int64_t N, int64_t p, int64_t c0, int64_t c1);
 void mg_q8_matmul_cols(const float *x, const int8_t *w, const float *scale, const float *bias,
                        float *y, int64_t M, int64_t K, int64_t N, int64_t c0, int64_t c1);
 int64_t mg_a8_ldq(int64_t K);
@@ -64,15 +67,18 @@ typedef struct {
   const float *final_norm; /* the model's last RMSNorm weight (hidden), or NULL: not applied */
 } mg_model;
 
-/* One layer's weights; float32 projections are (in, out) row-major. Optional ones are NULL.
- * A projection quantized to int8 has its float pointer NULL and instead its *_q weight, (out, in)
- * int8, and *_s scales, (out,) float32 (int8_matmul.c); with act8 set, the int8 products
- * quantize their activations too (q8_act.c). */
+/* One layer's weights; float32 projections are (in, out) row-major, or panel-major where their
+ * *_p is set: columns in panels of *_p floats (a multiple of 16), each panel (in, its width)
+ * row-major, one after another (mg_matmul_panels). Optional ones are NULL. A projection
+ * quantized to int8 has its float pointer NULL and instead its *_q weight, (out, in) int8, and
+ * *_s scales, (out,) float32 (int8_matmul.c); with act8 set, the int8 products quantize their
+ * activations too (q8_act.c). */
 typedef struct {
   const float *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o, *post_norm, *gate_up, *down;
   const int8_t *qkv_q, *o_q, *gate_up_q, *down_q;
   const float *qkv_s, *o_s, *gate_up_s, *down_s;
   int64_t act8;
+  int64_t qkv_p, o_p, gate_up_p, down_p; /* panel widths; 0: row-major */
 } mg_layer;
 
 /* The step: which tokens, where they sit, what they attend to.
@@ -531,7 +537,7 @@ typedef struct {
   int64_t T, layer_stride, scale_stride; /* cache values, and scales, per layer */
   float *h;
   kv_layer cache; /* the first layer's (attention alone: its one layer's) */
-  int64_t width_qkv, width_h, width_gu; /* column units of the products */
+  int nth;                        /* threads of the job: the products' unit widths */
   mg_stage *stage;
   int64_t kv_run;  /* kv heads per unit of own-position attention (kv_run_for) */
   int64_t grp_run; /* kv heads per unit of prefix-group attention (kv_run_for) */
@@ -664,20 +670,41 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
   stage_wait(J, st, n_own, tid);
 }
 
-/* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w) or an int8 one (q, s); an act8
- * product first quantizes x into the thread's lane L (once per stage: while *ready is 0). Sets
- * *ready: the lane's input of this stage is made. */
-static void product_cols(const float *x, const float *w, const int8_t *q, const float *s,
-                         int64_t act8, const lane *L, int *ready, const float *bias, float *y,
-                         int64_t M, int64_t K, int64_t N, int64_t c0, int64_t c1) {
+/* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w; panel-major in panels of p floats
+ * where p > 0) or an int8 one (q, s); an act8 product first quantizes x into the thread's lane L
+ * (once per stage: while *ready is 0). Sets *ready: the lane's input of this stage is made. */
+static void product_cols(const float *x, const float *w, int64_t p, const int8_t *q,
+                         const float *s, int64_t act8, const lane *L, int *ready,
+                         const float *bias, float *y, int64_t M, int64_t K, int64_t N, int64_t c0,
+                         int64_t c1) {
   if (q && act8 && !*ready) mg_a8_quantize(x, M, K, L->aq, L->ad);
   *ready = 1;
   if (q && act8)
     mg_a8_matmul_cols(L->aq, L->ad, q, s, bias, y, M, K, N, c0, c1);
   else if (q)
     mg_q8_matmul_cols(x, q, s, bias, y, M, K, N, c0, c1);
+  else if (p)
+    mg_matmul_panels(x, w, bias, y, M, K, N, p, c0, c1);
   else
     mg_matmul_cols(x, w, bias, y, M, K, N, c0, c1);
+}
+
+/* Column width of a product's units of n columns on nth threads: mg_col_width's one contiguous
+ * slice per thread, in multiples of g as well as of 16 floats (a cache line): whole heads for
+ * the q|k|v product, whole panels for a panel-major weight. */
+static int64_t unit_width(int64_t n, int64_t g, int nth) {
+  if (nth <= 1) return n > 0 ? n : 1;
+  int64_t l = g;
+  while (l % 16) l += g; /* the least common multiple of g and 16 */
+  const int64_t per = ((n + l - 1) / l + nth - 1) / nth;
+  return l * (per > 0 ? per : 1);
+}
+
+/* The least common multiple of a and b (small positive integers). */
+static int64_t lcm(int64_t a, int64_t b) {
+  int64_t l = a;
+  while (l % b) l += a;
+  return l;
 }
 
 /* The lane's x = rms_norm(h) * w of every token. Each thread makes its own copy at the first unit
@@ -705,31 +732,23 @@ static void gate_lane(const step_job *J, const lane *L) {
 
 /* h += x @ W, W float32 (w) or int8 (q, s) (unit: a slice of h's columns). With `gated`, x is
  * the lane's act, made from the step's gate|up at the thread's first unit (gate_lane). */
-static void residual(step_job *J, mg_stage *st, const float *x, const float *w, const int8_t *q,
-                     const float *s, int64_t act8, int tid, int64_t K, int gated) {
-  const int64_t H = J->M->hidden, n = mg_units(H, J->width_h);
+static void residual(step_job *J, mg_stage *st, const float *x, const float *w, int64_t p,
+                     const int8_t *q, const float *s, int64_t act8, int tid, int64_t K,
+                     int gated) {
+  const int64_t H = J->M->hidden, width = unit_width(H, p ? p : 16, J->nth);
+  const int64_t n = mg_units(H, width);
   const lane *L = J->S->lanes + tid;
   int ready = 0;
   for (STAGE(st, n, u)) {
     int64_t c0, c1;
-    mg_cols(H, J->width_h, u, &c0, &c1);
+    mg_cols(H, width, u, &c0, &c1);
     if (gated && !ready) gate_lane(J, L);
-    product_cols(gated ? L->act : x, w, q, s, act8, L, &ready, 0, J->S->tmp, J->T, K, H, c0,
+    product_cols(gated ? L->act : x, w, p, q, s, act8, L, &ready, 0, J->S->tmp, J->T, K, H, c0,
                  c1);
     for (int64_t t = 0; t < J->T; t++)
       for (int64_t c = c0; c < c1; c++) J->h[t * H + c] += J->S->tmp[t * H + c];
   }
   stage_wait(J, st, n, tid);
-}
-
-/* Column width of the q|k|v product's units: mg_col_width's one slice per thread, in whole heads
- * (a multiple of head_dim d as well as of 16 floats), so a unit owns the heads it computes. */
-static int64_t head_width(int64_t n, int64_t d, int nth) {
-  if (nth <= 1) return n > 0 ? n : 1;
-  int64_t g = d;
-  while (g % 16) g += d; /* the least common multiple of d and 16 */
-  const int64_t per = ((n + g - 1) / g + nth - 1) / nth;
-  return g * (per > 0 ? per : 1);
 }
 
 /* Head i (q heads, then k, then v) of token t, just computed in the step's q|k|v: a q head is
@@ -772,35 +791,38 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
   const scratch *S = J->S;
   const int64_t T = J->T, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   const int64_t qkv = (hq + 2 * hkv) * D, I = M->inter;
-  const int64_t n_qkv = mg_units(qkv, J->width_qkv), n_gu = mg_units(2 * I, J->width_gu);
+  /* q|k|v units are whole heads, so a unit owns the heads it computes (and whole panels) */
+  const int64_t w_qkv = unit_width(qkv, W->qkv_p ? lcm(D, W->qkv_p) : D, J->nth);
+  const int64_t w_gu = unit_width(2 * I, W->gate_up_p ? W->gate_up_p : 16, J->nth);
+  const int64_t n_qkv = mg_units(qkv, w_qkv), n_gu = mg_units(2 * I, w_gu);
   const lane *L = S->lanes + tid;
   int ready = 0;
   for (STAGE(st, n_qkv, u)) {
     int64_t c0, c1;
-    mg_cols(qkv, J->width_qkv, u, &c0, &c1);
+    mg_cols(qkv, w_qkv, u, &c0, &c1);
     if (!ready) norm_lane(J, L, W->input_norm);
-    product_cols(L->x, W->qkv, W->qkv_q, W->qkv_s, W->act8, L, &ready, W->qkv_bias, S->qkv, T,
-                 M->hidden, qkv, c0, c1);
+    product_cols(L->x, W->qkv, W->qkv_p, W->qkv_q, W->qkv_s, W->act8, L, &ready, W->qkv_bias,
+                 S->qkv, T, M->hidden, qkv, c0, c1);
     for (int64_t t = 0; t < T; t++)
       for (int64_t i = c0 / D; i < c1 / D; i++) head_work(J, W, kv, t, i);
   }
   stage_wait(J, st++, n_qkv, tid);
   attention(J, st, kv, kv->kq != 0, tid);
   st += 2;
-  residual(J, st++, S->attn, W->o, W->o_q, W->o_s, W->act8, tid, hq * D, 0);
+  residual(J, st++, S->attn, W->o, W->o_p, W->o_q, W->o_s, W->act8, tid, hq * D, 0);
   /* gate|up in slices of its 2 I columns, one run of each weight row per unit (units of the
    * same columns of gate and of up read two runs of half the length: workload A on 2 threads of
    * a loaded 2-core Xeon decoded 1.06x slower so, median of 5 interleaved rounds) */
   ready = 0;
   for (STAGE(st, n_gu, u)) {
     int64_t c0, c1;
-    mg_cols(2 * I, J->width_gu, u, &c0, &c1);
+    mg_cols(2 * I, w_gu, u, &c0, &c1);
     if (!ready) norm_lane(J, L, W->post_norm);
-    product_cols(L->x, W->gate_up, W->gate_up_q, W->gate_up_s, W->act8, L, &ready, 0, S->gu, T,
-                 M->hidden, 2 * I, c0, c1);
+    product_cols(L->x, W->gate_up, W->gate_up_p, W->gate_up_q, W->gate_up_s, W->act8, L, &ready,
+                 0, S->gu, T, M->hidden, 2 * I, c0, c1);
   }
   stage_wait(J, st++, n_gu, tid);
-  residual(J, st, 0, W->down, W->down_q, W->down_s, W->act8, tid, I, 1);
+  residual(J, st, 0, W->down, W->down_p, W->down_q, W->down_s, W->act8, tid, I, 1);
 }
 
 static void step_task(void *ctx, int tid, int nth) {
@@ -822,8 +844,7 @@ static void step_task(void *ctx, int tid, int nth) {
 /* mg_decode_step and mg_decode_step_q8 over the cache whose first layer is `cache`. */
 static int run_step(const mg_model *M, const mg_layer *layers, const mg_plan *P, float *h,
                     kv_layer cache, int64_t layer_stride, int64_t scale_stride, int threads) {
-  const int64_t T = P->tok_off[P->n_rows], H = M->hidden, I = M->inter;
-  const int64_t qkv = (M->n_heads + 2 * M->n_kv_heads) * M->head_dim;
+  const int64_t T = P->tok_off[P->n_rows], H = M->hidden;
   const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
   mg_stage *stages = calloc((size_t)(M->n_layers * STAGES_PER_LAYER), sizeof(mg_stage));
@@ -832,9 +853,7 @@ static int run_step(const mg_model *M, const mg_layer *layers, const mg_plan *P,
     return -1;
   }
   index_tokens(P, &S);
-  step_job J = {M, layers, P, &S, T, layer_stride, scale_stride, h, cache,
-                head_width(qkv, M->head_dim, nth), mg_col_width(H, nth),
-                mg_col_width(2 * I, nth), stages,
+  step_job J = {M, layers, P, &S, T, layer_stride, scale_stride, h, cache, nth, stages,
                 kv_run_for(M->n_kv_heads, P->n_rows, nth),
                 kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, step_task, &J);
@@ -890,7 +909,7 @@ static int attention_only(const mg_model *M, const mg_plan *P, const float *q, i
   S.attn = out;
   const kv_layer c = {(float *)kc, (float *)vc, (int8_t *)kq, (int8_t *)vq, (float *)ks,
                       (float *)vs}; /* read only: attention() without `write` */
-  step_job J = {M, 0, P, &S, T, 0, 0, 0, c, 1, 1, 1, stages,
+  step_job J = {M, 0, P, &S, T, 0, 0, 0, c, nth, stages,
                 kv_run_for(M->n_kv_heads, P->n_rows, nth),
                 kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, attention_task, &J);

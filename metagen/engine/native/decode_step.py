@@ -45,12 +45,16 @@ class _Model(ctypes.Structure):
 
 
 _PROJECTIONS = ("qkv", "o", "gate_up", "down")
+# The float32 projections the step reads from a panel-major copy (see DecodeStep): the two whose
+# 512 output columns left each of two threads a 1 KB run of every row (benchmarks/README.md).
+PANELLED: tuple[str, ...] = ("o", "down")
 
 
 class _Layer(ctypes.Structure):
     _fields_ = [(name, _P) for name in (
         "input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o", "post_norm", "gate_up", "down",
-        *(f"{p}_q" for p in _PROJECTIONS), *(f"{p}_s" for p in _PROJECTIONS))] + [("act8", _I)]
+        *(f"{p}_q" for p in _PROJECTIONS), *(f"{p}_s" for p in _PROJECTIONS))] + [
+        ("act8", _I), *((f"{p}_p", _I) for p in _PROJECTIONS)]
 
 
 class _Plan(ctypes.Structure):
@@ -206,10 +210,22 @@ class StepPlan:
 class DecodeStep:
     """The native decode step bound to one model's weights (which must not move afterwards).
 
+    The float32 projections named in ``panelled`` (default :data:`PANELLED`) are read from a
+    copy made here, panel-major: the output columns in panels of ``panel`` floats (a multiple of
+    16; default the library's ``mg_panel_width``, 64 on AVX-512, and no copy where that is 0, the
+    AVX2 build), each panel (in, its width) row-major, one after another. A thread's share of a
+    product is whole panels, so it streams one contiguous region of the copy, four panels at a
+    time in storage order, where in the model's (in, out) layout it reads a run of each row (o
+    and down, 512 columns, on two threads: 1 KB of every 2 KB row). The copy costs that many
+    more bytes (o and down of the benchmark target: +30 MB beside the 101 MB of projections)
+    and changes no result: each output element is the same chain of FMAs, bit for bit.
+    ``panelled=()`` reads the model's weights only.
+
     Use :func:`for_model`, which returns ``None`` where the native path cannot run.
     """
 
-    def __init__(self, lib: ctypes.CDLL, model: LlamaModel) -> None:
+    def __init__(self, lib: ctypes.CDLL, model: LlamaModel,
+                 panelled: Sequence[str] = PANELLED, panel: int | None = None) -> None:
         cfg = model.cfg
         assert model.cos is not None and model.sin is not None, "the model's RoPE tables"
         # Every step of up to ROW_CAP tokens (the range the kernels are tested over), whatever
@@ -235,8 +251,18 @@ class DecodeStep:
                              cfg.intermediate_size, cfg.num_layers, cfg.rms_norm_eps,
                              cfg.head_dim ** -0.5, model.cos.data_ptr(), model.sin.data_ptr(),
                              model.norm.data_ptr())
-        self._layers = (_Layer * cfg.num_layers)(*map(_layer_struct, model.layers))
+        if panel is None:
+            lib.mg_panel_width.restype = ctypes.c_int64
+            lib.mg_panel_width.argtypes = []
+            panel = int(lib.mg_panel_width())
+            panelled = panelled if panel else ()
+        assert set(panelled) <= set(_PROJECTIONS) and (
+            not panelled or panel > 0 and panel % 16 == 0), (panelled, panel)
+        copies = _panel_copies(model, panelled, panel)
+        self._layers = (_Layer * cfg.num_layers)(
+            *(_layer_struct(layer, c, panel) for layer, c in zip(model.layers, copies)))
         self._keep = model  # the pointers above are into its tensors
+        self._copies = copies  # and into these
         # (V, hidden): the model's embedding as NumPy, for a step's row gather (no torch op)
         self.embedding: np.ndarray = model.embed.detach().numpy()
 
@@ -330,13 +356,45 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _layer_struct(layer: torch.nn.Module) -> _Layer:
+def panel_major(w: torch.Tensor, panel: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``w`` (K, N) as the step's panel-major copy, flat (K * N,): columns ``j .. j + panel``
+    (fewer in the last panel) as a (K, width) row-major block at ``out[j * K:]``. Written into
+    ``out`` where given."""
+    k, n = w.shape
+    out = torch.empty(k * n, dtype=w.dtype) if out is None else out
+    for j in range(0, n, panel):
+        width = min(panel, n - j)
+        out[j * k:(j + width) * k].view(k, width).copy_(w[:, j:j + width])
+    return out
+
+
+def _panel_copies(model: LlamaModel, panelled: Sequence[str], panel: int
+                  ) -> list[dict[str, torch.Tensor]]:
+    """Per layer, the panel-major copies (:func:`panel_major`) of its float32 projections named
+    in ``panelled``, all in one :class:`~metagen.engine.models.weight_arena.WeightArena` (huge
+    pages, as the model's own projections)."""
+    from metagen.engine.models.weight_arena import WeightArena  # the models package imports us
+
+    names = [[p for p in panelled if isinstance(w := getattr(layer, p), torch.Tensor)
+              and w.dtype == torch.float32] for layer in model.layers]
+    shapes = [(getattr(layer, p).numel(),) for layer, ps in zip(model.layers, names) for p in ps]
+    if not shapes:
+        return [{} for _ in model.layers]
+    arena = WeightArena(shapes)
+    return [{p: panel_major(getattr(layer, p), panel, arena.take((getattr(layer, p).numel(),)))
+             for p in ps} for layer, ps in zip(model.layers, names)]
+
+
+def _layer_struct(layer: torch.nn.Module, copies: dict[str, torch.Tensor] | None = None,
+                  panel: int = 0) -> _Layer:
     """The C view of one :class:`~metagen.engine.models.llama.DecoderLayer`: float32
-    projections by their pointer, int8 ones by their weight and scales (the float pointer
-    NULL), and whether those quantize their activations (``act8``, the same for a layer's
-    projections: :func:`~metagen.engine.models.quantize.quantize_model` sets it per model)."""
+    projections by their pointer (those in ``copies`` by their panel-major copy, in panels of
+    ``panel``), int8 ones by their weight and scales (the float pointer NULL), and whether those
+    quantize their activations (``act8``, the same for a layer's projections:
+    :func:`~metagen.engine.models.quantize.quantize_model` sets it per model)."""
     from metagen.engine.models.int8 import Int8Weight  # the models package imports this one
 
+    copies = copies or {}
     fields: dict[str, int | None] = {
         name: _ptr(getattr(layer, name))
         for name in ("input_norm", "qkv_bias", "q_norm", "k_norm", "post_norm")}
@@ -344,6 +402,9 @@ def _layer_struct(layer: torch.nn.Module) -> _Layer:
         w = getattr(layer, p)
         if isinstance(w, Int8Weight):
             fields.update({p: None, f"{p}_q": w.q.data_ptr(), f"{p}_s": w.scale.data_ptr()})
+        elif p in copies:
+            fields.update({p: copies[p].data_ptr(), f"{p}_q": None, f"{p}_s": None,
+                           f"{p}_p": panel})
         else:
             fields.update({p: w.data_ptr(), f"{p}_q": None, f"{p}_s": None})
     qkv = layer.qkv

@@ -114,15 +114,15 @@ static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
  * (benchmarks/README.md). */
 static inline __attribute__((always_inline)) void sweep(const int mr, const int full, const int gr,
                                                         const float *xs, const float *wk,
-                                                        const float *bias, float *y, int64_t ld,
-                                                        int first, vmask msk) {
+                                                        int64_t ldw, const float *bias, float *y,
+                                                        int64_t ld, int first, vmask msk) {
 #define LOAD(p) (full ? vloadu(p) : vload(p, msk))
   vec a[MR];
   UNROLL
   for (int m = 0; m < mr; m++) a[m] = !first ? LOAD(y + m * ld) : (bias ? LOAD(bias) : vzero());
   UNROLL
   for (int r = 0; r < gr; r++) {
-    const vec wv = LOAD(wk + r * ld);
+    const vec wv = LOAD(wk + r * ldw);
     UNROLL
     for (int m = 0; m < mr; m++) a[m] = vfma(vbcast(xs[r * MR + m]), wv, a[m]);
   }
@@ -139,7 +139,7 @@ static inline __attribute__((always_inline)) void sweep(const int mr, const int 
 static inline __attribute__((always_inline)) void stream_rows(const int mr, const float *x,
                                                               const float *w, const float *bias,
                                                               float *y, int64_t K, int64_t N,
-                                                              int64_t ld) {
+                                                              int64_t ldw, int64_t ld) {
   const int64_t body = N / VW * VW;
   const vmask tail = mask_first(N - body), all = mask_first(VW);
   float xs[GR * MR]; /* x[0:mr, k:k+gr] by weight row, so each FMA broadcasts from one base */
@@ -147,28 +147,28 @@ static inline __attribute__((always_inline)) void stream_rows(const int mr, cons
     const int gr = K - k < GR ? (int)(K - k) : GR;
     for (int r = 0; r < gr; r++)
       for (int m = 0; m < mr; m++) xs[r * MR + m] = x[m * K + k + r];
-    const float *wk = w + k * ld;
+    const float *wk = w + k * ldw;
     const int first = k == 0;
     if (gr == GR) { /* GR is a constant here: the sweep unrolls */
       for (int64_t j = 0; j < body; j += VW)
-        sweep(mr, 1, GR, xs, wk + j, bias ? bias + j : 0, y + j, ld, first, all);
+        sweep(mr, 1, GR, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
       if (body < N)
-        sweep(mr, 0, GR, xs, wk + body, bias ? bias + body : 0, y + body, ld, first, tail);
+        sweep(mr, 0, GR, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first, tail);
     } else {
       for (int64_t j = 0; j < body; j += VW)
-        sweep(mr, 1, gr, xs, wk + j, bias ? bias + j : 0, y + j, ld, first, all);
+        sweep(mr, 1, gr, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
       if (body < N)
-        sweep(mr, 0, gr, xs, wk + body, bias ? bias + body : 0, y + body, ld, first, tail);
+        sweep(mr, 0, gr, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first, tail);
     }
   }
 }
 
 typedef void (*stream_fn)(const float *, const float *, const float *, float *, int64_t, int64_t,
-                          int64_t);
+                          int64_t, int64_t);
 #define STREAM(R)                                                                              \
   static void stream_##R(const float *x, const float *w, const float *bias, float *y,          \
-                         int64_t K, int64_t N, int64_t ld) {                                   \
-    stream_rows(R, x, w, bias, y, K, N, ld);                                                   \
+                         int64_t K, int64_t N, int64_t ldw, int64_t ld) {                      \
+    stream_rows(R, x, w, bias, y, K, N, ldw, ld);                                              \
   }
 STREAM(1)
 STREAM(2)
@@ -204,8 +204,9 @@ static inline int mr_of(int64_t M, int64_t pass) {
   return (int)(M / passes + (pass < M % passes));
 }
 
-/* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL], where w and y have rows of ld >= N
- * floats (N of them used: a slice of columns of wider matrices). M, K, N >= 1.
+/* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL], where w has rows of ldw >= N floats
+ * and y rows of ld >= N (N of them used: a slice of columns of wider matrices, or one panel of a
+ * panel-major weight, mg_matmul_panel). M, K, N >= 1.
  * Up to MR rows: stream_rows. More: chunked tiles, where the passes after the first over a chunk
  * are arithmetic on cached weights while the first waits on memory; so the tiles also prefetch
  * the next chunk into L2, and the next chunk's first pass finds it there (16 rows: 44 -> 33 ms
@@ -215,9 +216,9 @@ static inline int mr_of(int64_t M, int64_t pass) {
  * each other for the line fill buffers (16 rows 1.05x, 8 rows 1.11x CPU time, interleaved); on
  * AVX2 that burst, which the spread did not beat there (0.94-0.98x). */
 static void matmul_ld(const float *x, const float *w, const float *bias, float *y, int64_t M,
-                      int64_t K, int64_t N, int64_t ld) {
+                      int64_t K, int64_t N, int64_t ldw, int64_t ld) {
   if (M <= MR) {
-    STREAMS[M](x, w, bias, y, K, N, ld);
+    STREAMS[M](x, w, bias, y, K, N, ldw, ld);
     return;
   }
   chunk c = {0, 0, K < KC ? K : KC, N < NC ? N : NC};
@@ -227,7 +228,7 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
     const int64_t tiles = ((M + MR - 1) / MR) * ((c.nc + TILE_COLS - 1) / TILE_COLS);
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; line in its row */
     const int64_t share = (left + tiles - 1) / tiles + PF_SPREAD; /* +1: runs end at rows' ends */
-    const float *row = w + nx.k0 * ld + nx.c0;
+    const float *row = w + nx.k0 * ldw + nx.c0;
     for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
       const int mr = mr_of(M, pass);
       for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
@@ -237,14 +238,14 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
         int64_t npf = share < row_lines - col ? share : row_lines - col; /* spread: one run */
         npf = !PF_SPREAD ? 0 : npf < left ? npf : left;
         npf = npf < 2 * c.kc ? npf : 2 * c.kc;
-        (cols >= TILE_COLS ? FULL : TAIL)[mr](x + m0 * K + c.k0, K, w + c.k0 * ld + j, ld,
+        (cols >= TILE_COLS ? FULL : TAIL)[mr](x + m0 * K + c.k0, K, w + c.k0 * ldw + j, ldw,
                                               bias ? bias + j : 0, y + m0 * ld + j, ld, c.kc,
                                               c.k0 == 0, mask, row + col * 16, npf);
         left -= npf;
-        if ((col += npf) == row_lines) col = 0, row += ld;
+        if ((col += npf) == row_lines) col = 0, row += ldw;
         for (int64_t i = 0; !PF_SPREAD && i < share && left > 0; i++, left--) { /* a burst */
           __builtin_prefetch(row + col * 16, 0, 2);
-          if (++col == row_lines) col = 0, row += ld;
+          if (++col == row_lines) col = 0, row += ldw;
         }
       }
     }
@@ -254,7 +255,7 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
 /* y = x @ w [+ bias] as matmul_ld, for M, K, N >= 1. */
 void mg_matmul(const float *x, const float *w, const float *bias, float *y, int64_t M, int64_t K,
                int64_t N) {
-  matmul_ld(x, w, bias, y, M, K, N, N);
+  matmul_ld(x, w, bias, y, M, K, N, N, N);
 }
 
 /* Columns [c0, c1) of y = x @ w [+ bias] (M, K, N as mg_matmul). Every element is the same
@@ -262,8 +263,123 @@ void mg_matmul(const float *x, const float *w, const float *bias, float *y, int6
  * slice computes it, so slices computed apart equal the whole product bit for bit. */
 void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y, int64_t M,
                     int64_t K, int64_t N, int64_t c0, int64_t c1) {
-  if (c1 > c0) matmul_ld(x, w + c0, bias ? bias + c0 : 0, y + c0, M, K, c1 - c0, N);
+  if (c1 > c0) matmul_ld(x, w + c0, bias ? bias + c0 : 0, y + c0, M, K, c1 - c0, N, N);
 }
+
+/* Panel-major weights (mg_matmul_panels): the columns in panels, each panel (K, its width)
+ * row-major, one after another, so a panel, and a run of whole panels, is one contiguous region.
+ * A product of one row over panels of TILE_COLS columns reads PANEL_GROUP of them at once in
+ * storage order, prefetching each PANEL_AHEAD bytes ahead: on the 2-core Xeon (AVX-512, no VNNI)
+ * the o and down products of workload A took 1.20x less thread CPU time so than row-major at
+ * one thread and 1.22x at two (benchmarks/README.md), where one panel at a time without the
+ * prefetch gained 1.08x, and the row-major sweep order over a panel lost. */
+#define PANEL_GROUP 4
+#ifndef PANEL_AHEAD
+#define PANEL_AHEAD 4096 /* bytes; 2048 and 8192 measured 1.20x and 1.16x against 4096's 1.22x */
+#endif
+
+/* How many of a panel's K rows may prefetch PANEL_AHEAD bytes past them, from w's, with `span`
+ * floats of further streams beyond it, staying before `end` (the weight's end). */
+static inline int64_t ahead_rows(const float *w, const float *end, int64_t span, int64_t K) {
+  const int64_t room = (int64_t)(end - w) - span - PANEL_AHEAD / 4 - TILE_COLS; /* floats */
+  if (room < 0) return 0;
+  return room / TILE_COLS + 1 < K ? room / TILE_COLS + 1 : K;
+}
+
+/* y[m, i TILE_COLS + c] (c < TILE_COLS) = bias or 0 + sum_k x[m, k] * w[i K TILE_COLS + k
+ * TILE_COLS + c] for m < mr, i < g (mr g <= MR): g consecutive panels of K rows of TILE_COLS
+ * floats, their register tiles walking them together in storage order, k = 0, 1, ... (tile()'s
+ * chain of FMAs for every column): g sequential streams, K TILE_COLS floats apart, keep more
+ * memory requests in flight than one. */
+static inline __attribute__((always_inline)) void panel_tiles(const int mr, const int g,
+                                                              const float *x, int64_t K,
+                                                              const float *w, const float *bias,
+                                                              float *y, int64_t ldy,
+                                                              const float *end) {
+  vec acc[MR][NR];
+  const int64_t pk = K * TILE_COLS, kpf = ahead_rows(w, end, (g - 1) * pk, K);
+  UNROLL
+  for (int m = 0; m < mr * g; m++)
+    UNROLL
+    for (int r = 0; r < NR; r++)
+      acc[m][r] = bias ? vloadu(bias + m / mr * TILE_COLS + r * VW) : vzero();
+  for (int64_t k = 0; k < K; k++) {
+    UNROLL
+    for (int i = 0; i < g; i++) {
+      const float *wk = w + i * pk + k * TILE_COLS;
+      if (k < kpf)
+        for (int b = 0; b < TILE_COLS; b += 16)
+          _mm_prefetch((const char *)(wk + PANEL_AHEAD / 4 + b), _MM_HINT_T0);
+      vec wv[NR];
+      UNROLL
+      for (int r = 0; r < NR; r++) wv[r] = vloadu(wk + r * VW);
+      UNROLL
+      for (int m = 0; m < mr; m++) {
+        const vec bx = vbcast(x[m * K + k]);
+        UNROLL
+        for (int r = 0; r < NR; r++) acc[i * mr + m][r] = vfma(bx, wv[r], acc[i * mr + m][r]);
+      }
+    }
+  }
+  UNROLL
+  for (int i = 0; i < g; i++)
+    UNROLL
+    for (int m = 0; m < mr; m++)
+      UNROLL
+      for (int r = 0; r < NR; r++)
+        vstoreu(y + m * ldy + i * TILE_COLS + r * VW, acc[i * mr + m][r]);
+}
+
+typedef void (*panel_fn)(const float *, int64_t, const float *, const float *, float *, int64_t,
+                         const float *);
+#define PANELS(R, G)                                                                           \
+  static void panels_##R##_##G(const float *x, int64_t K, const float *w, const float *bias,   \
+                               float *y, int64_t ldy, const float *end) {                      \
+    panel_tiles(R, G, x, K, w, bias, y, ldy, end);                                             \
+  }
+PANELS(1, 4) /* PANEL_GROUP */
+PANELS(1, 1)
+PANELS(2, 1)
+PANELS(3, 1)
+PANELS(4, 1)
+#if MR > 4
+PANELS(5, 1)
+PANELS(6, 1)
+static const panel_fn PANEL_TILES[MR + 1] = {0,           panels_1_1, panels_2_1, panels_3_1,
+                                             panels_4_1, panels_5_1, panels_6_1};
+#else
+static const panel_fn PANEL_TILES[MR + 1] = {0, panels_1_1, panels_2_1, panels_3_1, panels_4_1};
+#endif
+
+/* Columns [c0, c1) of y = x @ W [+ bias] (M, K, N as mg_matmul) for W stored panel-major: the
+ * columns in panels of p (a multiple of 16) floats, the last one narrower where p does not
+ * divide N, each panel (K, its width) row-major and the panels one after another (panel j at
+ * w + j * p * K). c0 is a multiple of p, c1 one or N. Each panel is one contiguous run of
+ * memory, so a slice of whole panels is too: a thread streams one region, where its slice of
+ * a row-major W is a run of (c1 - c0) floats in every row (for a hidden-wide output on two
+ * threads, 1 KB of each 2 KB row). Panels of TILE_COLS columns and up to MR rows run in storage
+ * order (panel_tiles), others as mg_matmul_cols does a slice. Every element is mg_matmul_cols's
+ * chain of FMAs, so the result equals the row-major product bit for bit. */
+void mg_matmul_panels(const float *x, const float *w, const float *bias, float *y, int64_t M,
+                      int64_t K, int64_t N, int64_t p, int64_t c0, int64_t c1) {
+  const float *end = w + K * N;
+  if (M == 1 && p == TILE_COLS) /* PANEL_GROUP panels at once while whole ones remain */
+    for (; c0 + PANEL_GROUP * p <= c1; c0 += PANEL_GROUP * p)
+      panels_1_4(x, K, w + c0 * K, bias ? bias + c0 : 0, y + c0, N, end);
+  for (int64_t j = c0; j < c1; j += p) {
+    const int64_t n = c1 - j < p ? c1 - j : p;
+    if (M <= MR && n == TILE_COLS)
+      PANEL_TILES[M](x, K, w + j * K, bias ? bias + j : 0, y + j, N, end);
+    else
+      matmul_ld(x, w + j * K, bias ? bias + j : 0, y + j, M, K, n, n, N);
+  }
+}
+
+/* The panel width (floats) mg_matmul_panels runs in storage order on this build: TILE_COLS where
+ * that is whole cache lines (AVX-512: 64), else 0: the AVX2 build's tile (24) is not, and a
+ * panel there runs matmul_ld's sweep, which over the panels of the 2-core Xeon's AVX-512 build
+ * lost to row-major weights (workload A at two threads, 0.97x thread CPU time). */
+int64_t mg_panel_width(void) { return TILE_COLS % 16 == 0 ? TILE_COLS : 0; }
 
 typedef struct {
   const float *x, *w, *bias;
