@@ -27,6 +27,7 @@ Stages no row uses are skipped, so a batch of plain temperature sampling costs o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -128,6 +129,41 @@ def masks_and_temperature_only(seqs: Sequence[SequenceState], bp: BatchParams) -
         return False
     return all(not s.params.logit_bias and s.params.allowed_token_ids is None and s.heal is None
                and s.constraint is None for s in seqs)
+
+
+@dataclass(frozen=True, slots=True)
+class PlainGreedy:
+    """What the pipeline does to a greedy row that :func:`plain_greedy` accepted: at most its
+    end tokens removed by id (:func:`banned_ids`' end-token part), on every step. ``always``:
+    the ids removed at every step (EOS under ``ignore_eos``); ``early``: the ids removed while
+    fewer than ``min_tokens`` tokens have been generated (EOS and ``stop_token_ids``)."""
+
+    always: frozenset[int]
+    early: frozenset[int]
+    min_tokens: int
+
+    def removes(self, token: int, step: int) -> bool:
+        """True when the row's processing at ``step`` (tokens generated so far) sets ``token``
+        to ``-inf``."""
+        return token in self.always or (step < self.min_tokens and token in self.early)
+
+
+def plain_greedy(seq: SequenceState) -> PlainGreedy | None:
+    """The row's :class:`PlainGreedy` when it decodes greedily, lists no top-k (``logprobs``
+    None) and no processor but end-token suppression can ever apply to it (no penalty, bias,
+    allowed ids, healing, output constraint, bad words or n-gram ban); None otherwise. Depends
+    only on fields a backend sets when it creates the state, so a backend may decide it once
+    per sequence (the engine does, in ``_new_seq``) as long as it leaves those fields alone."""
+    p = seq.params
+    if (not p.is_greedy or p.logprobs is not None or p.repetition_penalty != 1.0
+            or p.presence_penalty or p.frequency_penalty or p.logit_bias
+            or p.allowed_token_ids is not None or seq.heal is not None
+            or seq.constraint is not None or seq.bad_words_ids or p.no_repeat_ngram_size):
+        return None
+    eos = frozenset(seq.eos_token_ids)
+    return PlainGreedy(eos if p.ignore_eos else frozenset(),
+                       eos | frozenset(p.stop_token_ids) if p.min_tokens else frozenset(),
+                       p.min_tokens)
 
 
 def _penalties(x: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 
 from metagen.decoding.batch import BatchParams, current_mu, gather_params
 from metagen.decoding.processors import (
-    banned_ids, check_batch, masks_and_temperature_only, process_with,
+    PlainGreedy, banned_ids, check_batch, masks_and_temperature_only, process_with,
 )
 from metagen.decoding.rng import uniforms_for
 from metagen.decoding.state import SequenceState, fresh_seed
@@ -213,8 +213,11 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
         return _draw_in_one_pass(raw, seqs, bp, kernels)
     all_greedy = len(bp.greedy_rows) == n
     # All greedy with kernels: one pass over the raw logits gives the bad rows (a non-finite
-    # logprob), the argmax, its logprob and the logsumexp: the whole step when nothing applies.
+    # logprob), the argmax, its logprob and the logsumexp: the whole step when nothing applies,
+    # or when only ids removed by id apply and no row's argmax is one of them.
     first = kernels.argmax(raw) if kernels is not None and all_greedy else None
+    if first is not None and _argmax_stands(first[0], first[2], seqs, bp):
+        return StepOutput(first[0], first[2], [None] * n)
     maxima = raw.amax(dim=-1).tolist() if first is None else first[2]  # finite, or a bad row
     bad_l = [not math.isfinite(m) for m in maxima]  # see bad_rows
     bad = torch.tensor(bad_l, device=dev) if any(bad_l) else None
@@ -260,6 +263,40 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     wanted = any(k is not None for k in ks)
     top = top_logprobs_rows(log_softmax_rows(raw) if wanted else raw, ks)  # raw: not read
     return StepOutput(tokens=tokens, logprobs=chosen, top_logprobs=top, errors=errors)
+
+
+def greedy_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
+                plans: Sequence[PlainGreedy | None], kernels: RowKernels
+                ) -> tuple[list[int], list[float]] | None:
+    """``(tokens, logprobs)``, ``B`` Python values each: :func:`decode_step`'s, bit for bit, for
+    a batch whose rows are all plain greedy rows (``plans[b]`` is
+    :func:`~metagen.decoding.processors.plain_greedy` of ``seqs[b]``, decided once by the
+    caller), from one kernel pass over the raw logits ``(B, V)``: each row's argmax and its raw
+    logprob. None where that pass is not the step: a row that is not plain greedy (its plan
+    None), logits that are not ``(len(seqs), V)`` float32 on the CPU, a bad row (NaN, +inf, no
+    finite value), or a row whose argmax is an id its processing removes now; the caller then
+    runs :func:`decode_step`, which gives the errors. Reads ``logits`` only; appends nothing."""
+    if None in plans or logits.dtype != torch.float32 or logits.device.type != "cpu" or (
+            logits.dim() != 2 or logits.shape[0] != len(seqs) or not logits.shape[1]):
+        return None
+    tokens, _, lps = kernels.argmax(logits)
+    for t, lp, plan, seq in zip(tokens, lps, plans, seqs):
+        if plan is None or not math.isfinite(lp) or plan.removes(t, len(seq.output_ids)):
+            return None
+    return tokens, lps
+
+
+def _argmax_stands(tokens: list[int], lps: list[float], seqs: Sequence[SequenceState],
+                   bp: BatchParams) -> bool:
+    """For an all-greedy batch whose raw argmax pass gave ``tokens`` and their logprobs
+    ``lps``: True when that pass is the step, i.e. no row is bad or lists its top-k, the rows
+    are processed by at most ids removed by id, and no row's argmax is one of its removed ids
+    (the masked row's first maximum is then the raw row's: masking only lowers entries). No
+    ``(B, V)`` copy of the logits is made for the masks then."""
+    if (not all(math.isfinite(lp) for lp in lps) or any(s.params.logprobs is not None for s in seqs)
+            or not masks_and_temperature_only(seqs, bp)):
+        return False
+    return not any(ids and t in ids for t, ids in zip(tokens, banned_ids(seqs)))
 
 
 def _draw_in_one_pass(raw: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams,

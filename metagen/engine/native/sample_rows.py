@@ -66,7 +66,7 @@ class SampleRows:
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` checked to be ``(B, V)`` float32 on the CPU, made contiguous."""
-        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
+        if x.dtype != torch.float32 or not x.is_cpu or x.dim() != 2:  # (is_cpu: no device)
             raise ValueError(f"x must be a (B, V) float32 CPU tensor, got {tuple(x.shape)} "
                              f"{x.dtype} on {x.device}")
         return x if x.is_contiguous() else x.contiguous()
@@ -105,7 +105,7 @@ class SampleRows:
         tok, lse, lp = (ctypes.c_int64 * b)(), (ctypes.c_double * b)(), (ctypes.c_float * b)()
         if b and v:
             self._argmax(x.data_ptr(), b, v, tok, lse, lp, resolve(self.threads))
-        return list(tok), list(lse), list(lp)
+        return tok[:], lse[:], lp[:]  # (a slice: lists, faster than list())
 
     def draw_raw(self, x: torch.Tensor, uniforms: np.ndarray,
                  temperatures: Sequence[float] | None,
@@ -133,7 +133,7 @@ class SampleRows:
                             None if ids is None else ids.ctypes.data,
                             None if off is None else off.ctypes.data, tok, lse, lp,
                             resolve(self.threads))
-        return list(tok), list(lp)
+        return tok[:], lp[:]
 
     def uniforms(self, seeds: Sequence[int], sample_indices: Sequence[int],
                  steps: Sequence[int]) -> np.ndarray:
