@@ -43,6 +43,8 @@ import torch
 
 from metagen.beam_params import BeamSearchParams
 from metagen.decoding import SequenceState, decode_step
+from metagen.decoding.processors import plain_greedy
+from metagen.decoding.sampler import greedy_step
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.decoding.masks import bad_words_ids
@@ -236,7 +238,7 @@ class LLMEngine:
 
     def _new_seq(self, req: Request, state: SequenceState, tokens: list[int],
                  detok: Detokenizer) -> Seq:
-        seq = Seq(next(self._ids), req, state, tokens, detok)
+        seq = Seq(next(self._ids), req, state, tokens, detok, greedy=plain_greedy(state))
         req.seqs.append(seq)
         req.num_unfinished += 1
         self.seqs[seq.seq_id] = seq
@@ -439,13 +441,16 @@ class LLMEngine:
                         row_logits.append(last)
                     seq.pending_fork = 0
         self._threads = torch.get_num_threads()  # what a logits hook runs on (see below)
-        with torch_inline():  # small per-row work: no OpenMP workers left spinning
-            if rows:
-                self._sample(rows, stack_rows(row_logits))
-            if verify:
-                self.speculator.verify(self, verify)  # type: ignore[union-attr]
-            for drv, seqs, lgs in driven.values():
-                drv.on_logits(self, seqs, torch.cat(lgs))
+        if rows and self._sample_greedy(rows, row_logits):
+            rows = []  # done without a torch operator on one row: no thread-count switch
+        if rows or verify or driven:
+            with torch_inline():  # small per-row work: no OpenMP workers left spinning
+                if rows:
+                    self._sample(rows, stack_rows(row_logits))
+                if verify:
+                    self.speculator.verify(self, verify)  # type: ignore[union-attr]
+                for drv, seqs, lgs in driven.values():
+                    drv.on_logits(self, seqs, torch.cat(lgs))
         return self._collect_finished(touched)
 
     def count_compute(self, req: Request, start: int, n: int) -> None:
@@ -457,6 +462,31 @@ class LLMEngine:
         self.stats.flops += flops
         req.computed_tokens += n
         req.flops += flops
+
+    def _sample_greedy(self, rows: list[Seq], row_logits: list[torch.Tensor]) -> bool:
+        """Emit the step of ``rows`` and return True when they are all plain greedy rows
+        (``Seq.greedy``, decided when each was made) and one native argmax pass over their
+        logits (``(1, V)`` each) is the step (:func:`~metagen.decoding.sampler.greedy_step`:
+        decode_step's tokens and logprobs bit for bit); else False, having emitted nothing. One
+        row runs no torch operator (the kernel's thread count is explicit), so it needs no
+        ``torch_inline``; several are stacked inside one, as :meth:`_sample`'s are."""
+        if self._sample_rows is None or self.logits_hook is not None:
+            return False
+        plans = [s.greedy for s in rows]
+        if None in plans:
+            return False
+        if len(row_logits) == 1:
+            logits = row_logits[0]
+        else:
+            with torch_inline():  # stack_rows may copy (torch.cat)
+                logits = stack_rows(row_logits)
+        got = greedy_step(logits, [s.state for s in rows], plans,
+                          self._sample_rows.on(self._threads))
+        if got is None:
+            return False
+        for seq, tok, lp in zip(rows, got[0], got[1]):
+            self.emit(seq, tok, lp, None)
+        return True
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         states: list[SequenceState] = []

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from metagen.decoding.processors import PlainGreedy
 from metagen.decoding.state import SequenceState
 from metagen.engine.detokenizer import Detokenizer
 from metagen.types import Completion, SamplingParams
@@ -60,6 +61,7 @@ class Sequence:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     error: Exception | None = None
+    greedy: PlainGreedy | None = None  # plain_greedy(state), decided when the engine made it
 
     @property
     def num_prompt_tokens(self) -> int:
