@@ -208,8 +208,7 @@ def decode_step(logits: torch.Tensor, seqs: Sequence[SequenceState],
     raw = logits if logits.dtype == torch.float32 else logits.to(torch.float32)
     if kernels is not None and (raw.device.type != "cpu" or logits.dtype != torch.float32):
         kernels = None
-    if (kernels is not None and not bp.greedy_rows and all(s.params.logprobs is None for s in seqs)
-            and masks_and_temperature_only(seqs, bp)):
+    if kernels is not None and not bp.greedy_rows and masks_and_temperature_only(seqs, bp):
         return _draw_in_one_pass(raw, seqs, bp, kernels)
     all_greedy = len(bp.greedy_rows) == n
     # All greedy with kernels: one pass over the raw logits gives the bad rows (a non-finite
@@ -302,9 +301,10 @@ def _argmax_stands(tokens: list[int], lps: list[float], seqs: Sequence[SequenceS
 def _draw_in_one_pass(raw: torch.Tensor, seqs: Sequence[SequenceState], bp: BatchParams,
                       kernels: RowKernels) -> StepOutput:
     """The step of a batch whose rows all sample, with masked ids and a temperature at most
-    (:func:`~metagen.decoding.processors.masks_and_temperature_only`) and no top-k listed: one
-    kernel pass per row of the raw logits ``(B, V)`` gives the bad and dead rows, the draw and
-    the raw logprob, the values of the general path bit for bit, with no copy of the logits."""
+    (:func:`~metagen.decoding.processors.masks_and_temperature_only`): one kernel pass per row
+    of the raw logits ``(B, V)`` gives the bad and dead rows, the draw and the raw logprob, the
+    values of the general path bit for bit, with no copy of the logits. Rows that list their
+    top-k then get it, and their token's logprob, from the raw log-softmax as there."""
     n = len(seqs)
     banned = banned_ids(seqs)
     tokens, lps = kernels.draw_raw(raw, _uniforms(seqs, range(n), kernels),
@@ -314,7 +314,16 @@ def _draw_in_one_pass(raw: torch.Tensor, seqs: Sequence[SequenceState], bp: Batc
               for b, t in enumerate(tokens) if t < 0}
     for b in errors:
         tokens[b] = -1
-    return StepOutput(tokens, lps, [None] * n, errors)
+    top: list[dict[int, float] | None] = [None] * n
+    ks = [None if b in errors else s.params.logprobs for b, s in enumerate(seqs)]
+    listed = [b for b, k in enumerate(ks) if k is not None]
+    if listed:  # as _chosen_logprobs and top_logprobs_rows on the general path
+        rows = torch.tensor(listed)
+        idx = torch.tensor([tokens[b] for b in listed])[:, None]
+        for b, lp in zip(listed, log_softmax_rows(raw[rows]).gather(1, idx).squeeze(1).tolist()):
+            lps[b] = lp
+        top = top_logprobs_rows(log_softmax_rows(raw), ks)
+    return StepOutput(tokens, lps, top, errors)
 
 
 def _uniforms(seqs: Sequence[SequenceState], rows: Sequence[int], kernels: RowKernels | None

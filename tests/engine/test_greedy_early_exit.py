@@ -198,3 +198,35 @@ def test_random_llama_greedy_ignore_eos_is_bit_for_bit(random_model_dir, monkeyp
     monkeypatch.setattr(LLMEngine, "_sample_greedy", lambda *a: False)
     want = _generate(slow, prompts, params)
     assert got == want
+
+
+def test_sampled_rows_listing_top_k_take_the_one_pass(kernel, monkeypatch):
+    """A sampled batch with masked ids, temperatures 1 and otherwise, and rows listing their
+    top-k (0, 3) is the one-pass draw, no masked copy: tokens, logprobs (bit for bit), top-k
+    dicts and errors equal the general path's; the caller's logits are unchanged."""
+    calls = []
+    orig = kernel.draw_raw
+    monkeypatch.setattr(kernel, "draw_raw", lambda *a: calls.append(1) or orig(*a))
+    for seed in range(20):
+        with torch.inference_mode():
+            x = _logits(seed, 5, 600)
+            if seed % 4 == 0:
+                x = x.clone()
+                x[3, 2] = float("nan")
+        top = x.argmax(-1).tolist()
+        params = [SamplingParams(temperature=1.0 if b % 2 else 0.7, seed=seed, max_tokens=9,
+                                 ignore_eos=b < 3, logprobs=(None, 0, 3)[b % 3])
+                  for b in range(5)]
+        states = [SequenceState(p, [1], sample_index=b, eos_token_ids=(top[b],))
+                  for b, p in enumerate(params)]
+        before = x.clone()
+        got = decode_step(x, states, kernel)
+        with monkeypatch.context() as m:
+            m.setattr(sampler_mod, "masks_and_temperature_only", lambda *a: False)
+            want = decode_step(x, states, kernel)
+        assert got.token_list() == want.token_list()
+        assert [str(v) for v in got.logprob_list()] == [str(v) for v in want.logprob_list()]
+        assert got.top_logprobs == want.top_logprobs and set(got.errors) == set(want.errors)
+        assert any(got.top_logprobs)
+        torch.testing.assert_close(x, before, rtol=0, atol=0, equal_nan=True)
+    assert len(calls) == 20
