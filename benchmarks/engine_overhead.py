@@ -64,8 +64,9 @@ def measure(threads: int, workload: str, repeats: int, cache: Path) -> dict[str,
             (llm_engine.LLMEngine, "_sample", "sample"),
             (llm_engine, "decode_step", "sampler"), (llm_engine.LLMEngine, "emit", "emit")]:
         _wrap(cur, owner, name, key)
-    if hasattr(llm_engine, "greedy_step"):  # the plain greedy rows' early exit: the sampler too
+    if hasattr(llm_engine, "greedy_step"):  # plain greedy rows' early exit: sampler and sample
         _wrap(cur, llm_engine, "greedy_step", "sampler")
+        _wrap(cur, llm_engine.LLMEngine, "_sample_greedy", "sample")
     per: dict[str, list[float]] = collections.defaultdict(list)
     step = llm_engine.LLMEngine.step
 
