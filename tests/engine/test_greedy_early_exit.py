@@ -15,17 +15,11 @@ from metagen.decoding import sampler as sampler_mod
 from metagen.decoding.masks import suppressed_end_tokens
 from metagen.decoding.processors import plain_greedy
 from metagen.decoding.sampler import greedy_step
-from metagen.engine.native import sample_rows as sr
 from metagen.types import SamplingParams
 
-from ._native_variants import load_variant, variants
+from .test_sample_rows import kernel  # noqa: F401 (the fixture: each ISA variant)
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=40)
-
-
-@pytest.fixture(scope="module", params=variants(), ids=lambda v: v[0])
-def kernel(request, tmp_path_factory) -> sr.SampleRows:
-    return load_variant(sr.load_from, request.param, tmp_path_factory)
 
 
 def _reference(monkeypatch, x, states, kernel):
