@@ -11,9 +11,12 @@ chosen token and for the top-k alternatives. With native row kernels (the engine
 that asks for no top-k gets its chosen token's as ``raw[t] - logsumexp(raw)`` (no ``(B, V)``
 log-softmax; equal to rounding), a row that asks for them the value its top-k dict holds. Either
 way a row's numbers depend only on that row. A batch whose rows all sample with nothing but a
-temperature and ids removed by id (end tokens, bad words) and list no top-k is one native pass
-per raw row (``RowKernels.draw_raw``): the same tokens and logprobs bit for bit, with no copy
-of the logits and no tensor operator.
+temperature and ids removed by id (end tokens, bad words) is one native pass per raw row
+(``RowKernels.draw_raw``): the same tokens and logprobs bit for bit, with no copy of the logits
+(and no tensor operator unless a row lists its top-k). An all-greedy batch with at most ids
+removed by id is its raw argmax pass wherever no row's argmax is one of them;
+:func:`greedy_step` is that pass for rows a caller has classified once
+(:func:`~metagen.decoding.processors.plain_greedy`).
 """
 
 from __future__ import annotations
