@@ -1,6 +1,6 @@
 """The engine benchmark: peers side by side on workloads A-E, in one run; JSON + rich table.
 
-    python -m benchmarks.engine_bench [--quick] [--json PATH] [--threads 1,default]
+    python -m benchmarks.engine_bench [--quick] [--json PATH] [--threads 1,default] [--isa avx2]
 
 (from a source checkout: the harness, its peers and model factory are not part of the installed
 package). Every workload runs at one thread and at torch's default count unless ``--threads``
@@ -10,6 +10,12 @@ One run measures this machine's roofline, builds the deterministic models
 (:mod:`benchmarks.factory`), runs every available peer on every workload it supports, checks that
 all engines produced the same greedy tokens, and prints each ratio with min/median/max over runs.
 Timings are reported, never asserted.
+
+``--isa avx2`` runs what an AVX2-only machine runs, on an AVX-512 one: the process restarts with
+:data:`AVX2_ENV` set (metagen's kernels built ``-mavx2 -mfma``, OpenVINO's oneDNN and torch's MKL
+capped at AVX2). onnxruntime-genai's MLAS and a prebuilt llama.cpp have no such switch and keep
+the CPU's widest ISA, which the table's header and ``meta.isa_env`` record; the memory bandwidth
+and core count stay this machine's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,12 @@ from benchmarks import factory, roofline, workloads
 from benchmarks.peers import PEERS, MetagenPeer, Peer, RemotePeer, weight_bits
 from benchmarks.peers.inprocess import bench_device
 from benchmarks.thread_counts import thread_counts
+
+
+# What ``--isa avx2`` sets before anything loads: metagen's native build, OpenVINO's CPU plugin
+# (oneDNN), torch's MKL (metagen's PyTorch paths, the transformers peer).
+AVX2_ENV = {"METAGEN_NATIVE_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+            "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
 def full_precision(outputs: dict[str, Any]) -> list[str]:
@@ -55,7 +67,8 @@ def cpu_info() -> dict[str, Any]:
 
     kernel = load_small_matmul()
     return {"isa": vector_isa(), "model": cpu_model(), "cores": os.cpu_count(),
-            "kernel_isa": kernel.isa if kernel else None}
+            "kernel_isa": kernel.isa if kernel else None,
+            "isa_env": {k: os.environ[k] for k in AVX2_ENV if k in os.environ}}
 
 
 def run(quick: bool = False, cache_dir: str | Path | None = None,
@@ -240,6 +253,9 @@ def print_table(result: dict[str, Any], console=None) -> None:
         console.print(f"CPU: {cpu['model']}, {cpu['cores']} cores, ISA {cpu['isa']}; metagen's "
                       f"native kernels: {kernels}; threads "
                       f"{', '.join(map(str, result['meta']['threads']))}")
+        if cpu.get("isa_env"):
+            console.print("ISA capped: " + ", ".join(f"{k}={v}" for k, v in cpu["isa_env"].items())
+                          + " (onnxruntime-genai and llama.cpp keep the CPU's widest ISA)")
     table = Table(title="metagen engine benchmark" + (" (quick)" if result["meta"]["quick"] else ""))
     for col in ("wl", "thr", "peer", "variant", "time s median (min-max)", "tok/s", "ratio",
                 "goal", "extra"):
@@ -322,7 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--threads", default="1,default",
                     help="thread counts to run every workload at; 'default': torch's count")
+    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
+                    help="avx2: rerun this process with AVX2_ENV set (what an AVX2 machine runs)")
     args = ap.parse_args(argv)
+    if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        rest = sys.argv[1:] if argv is None else list(argv)
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.engine_bench", *rest],
+                  os.environ | AVX2_ENV)
     bad = set(args.workloads.upper()) - set("ABCDEM")
     if bad or not args.workloads:
         ap.error(f"unknown workload(s) {''.join(sorted(bad))!r}; use letters A-E or M")
