@@ -36,10 +36,15 @@ _I = ctypes.c_int64
 
 
 class Int8Matmul:
-    """A loaded kernel library. ``isa`` is its vector width in bits (512 or 256)."""
+    """A loaded kernel library. ``isa`` is its vector width in bits (512 or 256); ``vnni``
+    whether its int8 x int8 dot is the VNNI instruction (the build targets AVX-512 VNNI or
+    AVX-VNNI; the same bits as without)."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.isa: int = lib.mg_isa()
+        lib.mg_a8_vnni.restype = ctypes.c_int
+        lib.mg_a8_vnni.argtypes = []
+        self.vnni: bool = bool(lib.mg_a8_vnni())
         self._fn = lib.mg_q8_matmul_threads
         self._fn.restype = None
         self._fn.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, ctypes.c_int]

@@ -20,8 +20,8 @@
  * applied last; one row (a batch-1 decode step) goes FL channels at a time (a8_row: the tile's
  * chunks over groups of RG channels, then the FL lane sums in one transpose with fsum's
  * additions, scales and biases as vectors), so each channel's chain of operations is the
- * tile's. (With AVX-512 VNNI, vpdpbusd would do the maddubs + maddwd pair in one
- * instruction, accumulating s32 per block; this machine has none, so it is not written.)
+ * tile's. Where the build targets VNNI (AVX-512 VNNI, or AVX-VNNI on an AVX2 CPU), one vpdpbusd
+ * does the maddubs + maddwd pair: the same exact s32 lane sums, so the same bits.
  *
  * Layout: W (N, K) int8 row-major (Hugging Face's (out, in)); the quantized rows live in a
  * buffer of mg_a8_ldq(K) bytes per row, zero past K, and their scales in mg_a8_ldd(K) floats
@@ -59,7 +59,11 @@ static inline ivec iload_tail(const int8_t *p, int64_t n) {
 /* sum over 4-byte groups of |x| * (w with x's sign): lane i = sum_{4i..4i+3} x * w */
 static inline ivec dot4(ivec ax, __mmask64 neg, ivec w) {
   const ivec sw = _mm512_mask_sub_epi8(w, neg, _mm512_setzero_si512(), w);
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sw);
+#else
   return _mm512_madd_epi16(_mm512_maddubs_epi16(ax, sw), _mm512_set1_epi16(1));
+#endif
 }
 /* the scales of the vector's lanes: blocks 2j (lanes 0-7) and 2j + 1 (8-15) */
 static inline fvec lane_scales(const float *d, int64_t j) {
@@ -95,8 +99,12 @@ static inline ivec iload_tail(const int8_t *p, int64_t n) {
 static inline SIGN_T sign_of(ivec x) { return x; }
 static inline ivec iabs(ivec x) { return _mm256_abs_epi8(x); }
 static inline ivec dot4(ivec ax, SIGN_T x, ivec w) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, _mm256_sign_epi8(w, x));
+#else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, x)),
                            _mm256_set1_epi16(1));
+#endif
 }
 static inline fvec lane_scales(const float *d, int64_t j) { return _mm256_broadcast_ss(d + j); }
 static inline fvec fzero(void) { return _mm256_setzero_ps(); }
@@ -115,6 +123,15 @@ static inline fvec fmul(fvec a, fvec b) { return _mm256_mul_ps(a, b); }
 static inline fvec fadd(fvec a, fvec b) { return _mm256_add_ps(a, b); }
 static inline void fstoreu(float *p, fvec a) { _mm256_storeu_ps(p, a); }
 #endif
+
+/* 1 where dot4 is one vpdpbusd (the build targets AVX-512 VNNI or AVX-VNNI), else 0. */
+int mg_a8_vnni(void) {
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__) || !defined(__AVX512BW__) && defined(__AVXVNNI__)
+  return 1;
+#else
+  return 0;
+#endif
+}
 
 /* Bytes per quantized row and floats of block scales per row for K values. */
 int64_t mg_a8_ldq(int64_t K) { return (K + A8W - 1) / A8W * A8W; }
