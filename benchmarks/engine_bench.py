@@ -60,14 +60,17 @@ def _check_same(outputs: dict[str, Any], keys: list[str]) -> bool | None:
 
 
 def cpu_info() -> dict[str, Any]:
-    """The CPU's vector ISA (``avx512f``, ``avx2`` or ``none``), model name and core count, and
-    the ISA metagen's native kernels were built for on it (None: not available)."""
+    """The CPU's vector ISA (``avx512f``, ``avx2`` or ``none``), model name and core count, the
+    ISA metagen's native kernels were built for on it (None: not available) and whether their
+    int8 x int8 dot is VNNI's."""
     from metagen.engine.native import load_small_matmul
     from metagen.engine.native.cpu import cpu_model, vector_isa
+    from metagen.engine.native.int8_matmul import load as load_int8
 
-    kernel = load_small_matmul()
+    kernel, int8 = load_small_matmul(), load_int8()
     return {"isa": vector_isa(), "model": cpu_model(), "cores": os.cpu_count(),
             "kernel_isa": kernel.isa if kernel else None,
+            "int8_vnni": int8.vnni if int8 else None,
             "isa_env": {k: os.environ[k] for k in AVX2_ENV if k in os.environ}}
 
 
@@ -251,7 +254,8 @@ def print_table(result: dict[str, Any], console=None) -> None:
     if cpu:
         kernels = f"{cpu['kernel_isa']}-bit" if cpu["kernel_isa"] else "unavailable"
         console.print(f"CPU: {cpu['model']}, {cpu['cores']} cores, ISA {cpu['isa']}; metagen's "
-                      f"native kernels: {kernels}; threads "
+                      f"native kernels: {kernels}"
+                      + ("; int8 dot: VNNI" if cpu.get("int8_vnni") else "") + "; threads "
                       f"{', '.join(map(str, result['meta']['threads']))}")
         if cpu.get("isa_env"):
             console.print("ISA capped: " + ", ".join(f"{k}={v}" for k, v in cpu["isa_env"].items())
