@@ -13,6 +13,9 @@ interleaved with the others, and gives each repeat's ratio baseline / native (me
 so a change is measured against its predecessor under the same load; by wall clock and by the
 process's CPU time (all threads: on a loaded machine the steadier measure of work). The baseline
 is bound through DIR's own ``decode_step.py`` where DIR has one (its C structs may differ).
+Both builds (this checkout and ``--baseline``) take ``METAGEN_NATIVE_ISA``'s flags: ``avx2`` times
+the AVX2 path on an AVX-512 machine.
+
 ``python -m benchmarks.decode_step [--threads N] [--json PATH] [--baseline DIR] [--scenarios B]``.
 """
 
@@ -34,9 +37,9 @@ from metagen.engine.kv_cache import KVCache
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
 from metagen.engine.native import load_small_matmul
-from metagen.engine.native.build import NATIVE_FLAGS, build
+from metagen.engine.native.build import build
 from metagen.engine.native.decode_step import DecodeStep
-from metagen.engine.native.library import SOURCES
+from metagen.engine.native.library import SOURCES, requested_flags
 
 BLOCK = 16
 SCENARIOS = {"A: 1 row, 256 cached": (1, 256), "C: 4 beams sharing 256": (4, 256),
@@ -65,7 +68,7 @@ def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
     paths = build_models(Path("/tmp/metagen-bench-models"))
     model = load_model(paths["target"])
     kernel = load_small_matmul()
-    old = ctypes.CDLL(str(build([baseline / p.name for p in SOURCES], NATIVE_FLAGS))) \
+    old = ctypes.CDLL(str(build([baseline / p.name for p in SOURCES], requested_flags()))) \
         if baseline else None
     out = []
     for name, (rows, prompt) in SCENARIOS.items():

@@ -8,6 +8,9 @@ work; a step's wall time at two threads is about the larger thread's work plus i
 library is built with ``-DMG_STAGE_CLOCK`` (decode_step.c's stage clock); ``--baseline DIR``
 also builds the C files in DIR (a version that has the clock) and runs both in alternating
 rounds, giving each round's ratio of the medians of total work, baseline / this.
+Both builds (this checkout and ``--baseline``) take ``METAGEN_NATIVE_ISA``'s flags: ``avx2`` times
+the AVX2 path on an AVX-512 machine.
+
 ``python -m benchmarks.step_stages [--threads 2] [--rows 1] [--rounds 16] [--steps 40]
 [--baseline DIR] [--json PATH]``.
 """
@@ -27,9 +30,9 @@ from benchmarks.decode_step import _setup, binding
 from benchmarks.factory import build_models
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
-from metagen.engine.native.build import NATIVE_FLAGS, build
+from metagen.engine.native.build import build
 from metagen.engine.native.decode_step import DecodeStep
-from metagen.engine.native.library import SOURCES
+from metagen.engine.native.library import SOURCES, requested_flags
 
 STAGES = ("qkv", "group attention", "own attention", "o", "gate|up", "down")
 MAX_THREADS = 64  # MG_MAX_THREADS
@@ -37,7 +40,7 @@ MAX_THREADS = 64  # MG_MAX_THREADS
 
 def _clocked(folder: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build([folder / p.name for p in SOURCES],
-                                (*NATIVE_FLAGS, "-DMG_STAGE_CLOCK"))))
+                                (*requested_flags(), "-DMG_STAGE_CLOCK"))))
     if not hasattr(lib, "mg_stage_clock"):
         raise SystemExit(f"{folder}: decode_step.c has no stage clock (MG_STAGE_CLOCK)")
     return lib
