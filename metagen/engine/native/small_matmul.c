@@ -108,33 +108,49 @@ static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
 #define GR 8 /* weight rows per sweep of stream_rows */
 
 /* y (mr, N) = x (mr, K) @ w (K, N) [+ bias] for mr <= MR, sweeping w in storage order GR rows
- * at a time: per vector of y, its mr accumulators are loaded once, take GR weight vectors
- * (mr FMAs each) and are stored once, so y (mr x N floats) stays in L1/L2 and w is one
- * sequential stream. One row: as fast as MKL's GEMV; the chunked tiles were ~8% slower
- * (benchmarks/README.md). */
+ * at a time: per sw vectors of y (SW), their mr * sw accumulators are loaded once, take GR
+ * weight vectors each (mr FMAs each) and are stored once, so y (mr x N floats) stays in L1/L2
+ * and w is one sequential stream. One row: as fast as MKL's GEMV; the chunked tiles were ~8%
+ * slower (benchmarks/README.md). */
 static inline __attribute__((always_inline)) void sweep(const int mr, const int full, const int gr,
-                                                        const float *xs, const float *wk,
-                                                        int64_t ldw, const float *bias, float *y,
-                                                        int64_t ld, int first, vmask msk) {
+                                                        const int sw, const float *xs,
+                                                        const float *wk, int64_t ldw,
+                                                        const float *bias, float *y, int64_t ld,
+                                                        int first, vmask msk) {
 #define LOAD(p) (full ? vloadu(p) : vload(p, msk))
-  vec a[MR];
+  vec a[MR][2];
   UNROLL
-  for (int m = 0; m < mr; m++) a[m] = !first ? LOAD(y + m * ld) : (bias ? LOAD(bias) : vzero());
+  for (int m = 0; m < mr; m++)
+    UNROLL
+    for (int s = 0; s < sw; s++)
+      a[m][s] = !first ? LOAD(y + m * ld + s * VW) : (bias ? LOAD(bias + s * VW) : vzero());
   UNROLL
   for (int r = 0; r < gr; r++) {
-    const vec wv = LOAD(wk + r * ldw);
+    vec wv[2];
     UNROLL
-    for (int m = 0; m < mr; m++) a[m] = vfma(vbcast(xs[r * MR + m]), wv, a[m]);
+    for (int s = 0; s < sw; s++) wv[s] = LOAD(wk + r * ldw + s * VW);
+    UNROLL
+    for (int m = 0; m < mr; m++)
+      UNROLL
+      for (int s = 0; s < sw; s++) a[m][s] = vfma(vbcast(xs[r * MR + m]), wv[s], a[m][s]);
   }
   UNROLL
-  for (int m = 0; m < mr; m++) {
-    if (full)
-      vstoreu(y + m * ld, a[m]);
-    else
-      vstore(y + m * ld, a[m], msk);
-  }
+  for (int m = 0; m < mr; m++)
+    UNROLL
+    for (int s = 0; s < sw; s++) {
+      if (full)
+        vstoreu(y + m * ld + s * VW, a[m][s]);
+      else
+        vstore(y + m * ld + s * VW, a[m][s], msk);
+    }
 #undef LOAD
 }
+
+/* Vectors of columns per sweep: two (a whole 64-byte line of each weight row) for one row on
+ * AVX2, one elsewhere (AVX-512's vector is already a line). One row's decode step on the AVX2
+ * build of a 2-core Zen 4: 1.09-1.11x with two; two rows measured no gain (0.97-0.99x of the
+ * products). The same FMAs in the same order for every output element: the same bits. */
+#define SW(mr) (MG_ISA == 256 && (mr) == 1 ? 2 : 1)
 
 static inline __attribute__((always_inline)) void stream_rows(const int mr, const float *x,
                                                               const float *w, const float *bias,
@@ -149,16 +165,22 @@ static inline __attribute__((always_inline)) void stream_rows(const int mr, cons
       for (int m = 0; m < mr; m++) xs[r * MR + m] = x[m * K + k + r];
     const float *wk = w + k * ldw;
     const int first = k == 0;
+    const int sw = SW(mr);
+    const int64_t wide = N / (sw * VW) * (sw * VW);
     if (gr == GR) { /* GR is a constant here: the sweep unrolls */
-      for (int64_t j = 0; j < body; j += VW)
-        sweep(mr, 1, GR, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
+      for (int64_t j = 0; j < wide; j += sw * VW)
+        sweep(mr, 1, GR, sw, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
+      for (int64_t j = wide; j < body; j += VW)
+        sweep(mr, 1, GR, 1, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
       if (body < N)
-        sweep(mr, 0, GR, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first, tail);
+        sweep(mr, 0, GR, 1, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first,
+              tail);
     } else {
       for (int64_t j = 0; j < body; j += VW)
-        sweep(mr, 1, gr, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
+        sweep(mr, 1, gr, 1, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
       if (body < N)
-        sweep(mr, 0, gr, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first, tail);
+        sweep(mr, 0, gr, 1, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first,
+              tail);
     }
   }
 }
