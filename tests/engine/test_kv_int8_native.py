@@ -91,6 +91,24 @@ def test_int8_native_attention_equals_dequantize_then_attend(step, threads):
     assert torch.equal(got, step.attention(q, kc, vc, plan, threads=1, scales=(ks, vs)))
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_float_cache_attention_equals_int8_cache_attention_bit_for_bit(step, threads):
+    """A float32 cache is read position by position (every kv head of a position in turn), an
+    int8 one block by block and head by head after dequantizing; both do the same arithmetic in
+    the same order for each query, so a float32 cache holding exactly the values the int8 path
+    dequantizes ((float)q * scale) gives the same bits."""
+    model = step._keep
+    cfg = model.cfg
+    kc, vc, ks, vs = _random_cache(cfg.num_kv_heads, cfg.head_dim, seed=10 + threads)
+    kf, vf = (c.float() * s[:, None, :, None] for c, s in ((kc, ks), (vc, vs)))
+    tables = [[3, 7, 1, 9, 12, 6, 10, 13, 14, 16, 17], [3, 7, 1, 20, 15], [5, 2, 8, 11, 0, 4]]
+    plan = StepPlan.build(BLOCK, tables, [40, 14, 21], [1, 3, 2], [([0, 1], 3)])
+    t = int(plan.tok_off[-1])
+    q = torch.randn(t, cfg.num_heads, cfg.head_dim, generator=torch.Generator().manual_seed(7))
+    got = step.attention(q, kf.contiguous(), vf.contiguous(), plan, threads=threads)
+    assert torch.equal(got, step.attention(q, kc, vc, plan, threads=threads, scales=(ks, vs)))
+
+
 @pytest.mark.parametrize("path", ["step", "attention"])
 @pytest.mark.parametrize("n", [1, 3])
 def test_int8_engine_with_native_kernels_equals_native_off(stories_engine_factory, n, path):
