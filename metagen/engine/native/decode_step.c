@@ -100,6 +100,16 @@ typedef struct {
 /* Positions ahead that attend_pm prefetches. One row over 1024 positions from memory, 8 layers,
  * against the head-by-head order: none 1.14x, 2 1.65x, 4 1.80x, 8 1.72x (2-core Zen 4). */
 #define PMPF 4
+/* The most queries per kv head for which a Hydragen group's prefix is attended by attend (each
+ * query alone, the prefix read position by position) rather than attend_group (the queries
+ * across a vector's lanes, each key element broadcast to them): with a quarter of a vector or
+ * less most lanes are idle while the broadcasts cost as much as with a full one. Group attention
+ * of one step, 2-core Zen 4 (benchmarks.step_stages): AVX-512, 4 queries 568 us against 1080
+ * (step 1.14x; two threads 1.06x), 2 queries 349 against 949 (1.20x), 8 queries 1997 against
+ * 1701; AVX2, 2 queries 1.09x (two threads 1.03x), 4 queries one thread 0.99x, two 0.95x. A
+ * row's arithmetic over a shared prefix so depends on how many queries share it, as it already
+ * differed from attending alone. */
+#define SMALL_GROUP (VW / 4)
 #define UNROLL4 _Pragma("GCC unroll 4")
 #define UNROLL8 _Pragma("GCC unroll 8")
 
@@ -706,7 +716,7 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
         for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
           gather_queries(M, S, L, t, hk, &n);
       }
-    if (D % 4) { /* the query-vectorised path needs head_dim % 4 == 0 */
+    if (D % 4 || n / J->grp_run <= SMALL_GROUP) { /* see SMALL_GROUP */
       for (int64_t i = 0; i < n; i++) L->q_to[i] = P->own_from[first];
       attend(M, P, L->q, L->acc, L->pmx, L->pl, n / J->grp_run, first, 0, L->q_to, &C, hk0,
              J->grp_run, L->s);
