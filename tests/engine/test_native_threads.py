@@ -106,6 +106,27 @@ def test_panel_major_decode_step_equals_the_row_major_one_bitwise(lib, random_mo
     assert _drive(plain + packed, f"panels{panel}") > 0
 
 
+def test_panel_copies_are_shared_per_model_and_remade_after_an_in_place_change(
+        lib, random_model_dir):
+    """Steps built over one loaded model share its panel-major copies (one copy per model, not
+    per engine); a weight changed in place moves its version counter, and a step built after
+    that gets new copies of the changed weights."""
+    from metagen.engine.native.decode_step import panel_major
+
+    model = load_model(random_model_dir("llama"))
+    a, b = (DecodeStep(lib, model, panelled=("o", "down"), panel=16) for _ in range(2))
+    assert a._copies[0]["o"].data_ptr() == b._copies[0]["o"].data_ptr()
+    with torch.no_grad():
+        model.layers[0].o.mul_(0.5)
+    c = DecodeStep(lib, model, panelled=("o", "down"), panel=16)
+    assert c._copies[0]["o"].data_ptr() != a._copies[0]["o"].data_ptr()
+    assert torch.equal(c._copies[0]["o"], panel_major(model.layers[0].o, 16))
+    assert torch.equal(c._copies[1]["down"], panel_major(model.layers[1].down, 16))
+    # other panel widths are other copies
+    d = DecodeStep(lib, model, panelled=("o", "down"), panel=32)
+    assert torch.equal(d._copies[0]["o"], panel_major(model.layers[0].o, 32))
+
+
 def test_thread_count_must_be_positive(lib):
     from metagen.engine.native.small_matmul import SmallMatmul
 
