@@ -5,7 +5,8 @@ A prefix group's queries attend to the group's shared prefix in units of (group,
 heads): each key block of the prefix is read once per unit, for every kv head of the run and
 every query of the group on those heads; then each token attends to its own row's positions.
 Hypothesis draws the numbers of rows, groups, kv heads, query heads per kv head, head_dim (a
-multiple of 4: the query-vectorised path; otherwise the per-query path), prefix lengths and new
+multiple of 4: the query-vectorised path, unless a group has at most a quarter vector of queries
+per kv head; otherwise the per-query path), prefix lengths and new
 tokens per row, on every vector path this CPU runs, and compares against float64 softmax
 attention over each token's positions 0 .. its own. Inputs are N(0, 1) and outputs are convex
 combinations of values, so the float32 kernel differs from the float64 reference by summation
