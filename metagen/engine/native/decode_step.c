@@ -14,6 +14,8 @@
  * query head, FlashAttention's rescaling). Rows of a prefix group (Hydragen) first attend to the
  * group's shared prefix together, so each prefix key and value is read once per group, then
  * each token attends to its own row's positions from the end of that prefix up to its own.
+ * A float32 cache is read position by position, every kv head of a unit in turn (attend_pm); a
+ * group's queries go across vector lanes (attend_group) unless they are few (SMALL_GROUP).
  * Summation orders differ from PyTorch's: results agree to rounding, not bit for bit.
  * The step (mg_decode_step_q8) and attention alone (mg_attention_q8) also run on an int8 cache
  * with one float32 scale per block and kv head: each key block is dequantized into the thread's
