@@ -329,6 +329,11 @@ static void add_value(float *acc, float p, const float *v, int64_t d) {
  * threads 1.02-1.05x). The same arithmetic as attend_block in the same order for each query:
  * each score the one dot product, each output element scaled by corr then taking the block's
  * values in key order, one FMA each; so the same bits. */
+/* Prefetch into L1 the n floats from p (a position's run of kv heads), a line at a time. */
+static inline void prefetch_run(const float *p, int64_t n) {
+  for (int64_t c = 0; c < n; c += 16) __builtin_prefetch(p + c, 0, 3); /* 16 floats: a line */
+}
+
 static void attend_pm(const mg_model *M, const mg_plan *P, const float *const *q,
                       float *const *acc, float *const *mx, float *const *l, int64_t nq,
                       int64_t row, int64_t from, int64_t end, const int64_t *to, const kv_src *C,
@@ -339,8 +344,7 @@ static void attend_pm(const mg_model *M, const mg_plan *P, const float *const *q
     const float *kp[KB], *vp[KB]; /* kv head hk's; head hk + h is h * d floats on */
     key_block(M, P, row, p0, nb, C, hk, kp, vp);
     for (int64_t j = 0; j < nb; j++) {
-      if (j + PMPF < nb) /* 16 floats: a cache line */
-        for (int64_t c = 0; c < nh * d; c += 16) __builtin_prefetch(kp[j + PMPF] + c, 0, 3);
+      if (j + PMPF < nb) prefetch_run(kp[j + PMPF], nh * d);
       for (int64_t i = 0; i < n; i++)
         if (p0 + j < to[i]) s[i * KB + j] = dot(q[i], kp[j] + i / nq * d, d) * M->scale;
     }
@@ -349,8 +353,7 @@ static void attend_pm(const mg_model *M, const mg_plan *P, const float *const *q
         rescale(acc[i], softmax_block(s + i * KB, to[i] - p0 < nb ? to[i] - p0 : nb, mx[i], l[i]),
                 d);
     for (int64_t j = 0; j < nb; j++) {
-      if (j + PMPF < nb)
-        for (int64_t c = 0; c < nh * d; c += 16) __builtin_prefetch(vp[j + PMPF] + c, 0, 3);
+      if (j + PMPF < nb) prefetch_run(vp[j + PMPF], nh * d);
       for (int64_t i = 0; i < n; i++)
         if (p0 + j < to[i]) add_value(acc[i], s[i * KB + j], vp[j] + i / nq * d, d);
     }
@@ -554,10 +557,10 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
   for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
     lane_total += (per_lane[i] + 63) & ~(size_t)63;
   /* every buffer starts on a cache line (malloc gives 16 bytes): two threads writing
-   * neighbouring buffers, or neighbouring heads of one, never share a line */
-  S->block = malloc(total + (size_t)nth * lane_total + 63);
-  if (!S->block) return -1;
-  char *p = (char *)(((uintptr_t)S->block + 63) & ~(uintptr_t)63);
+   * neighbouring buffers, or neighbouring heads of one, never share a line; the sizes are
+   * whole lines, as aligned_alloc requires */
+  char *p = S->block = aligned_alloc(64, total + (size_t)nth * lane_total);
+  if (!p) return -1;
   S->qkv = carve(&p, n[0]);
   S->attn = carve(&p, n[1]);
   S->mx = carve(&p, n[2]);
@@ -718,7 +721,8 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
         for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
           gather_queries(M, S, L, t, hk, &n);
       }
-    if (D % 4 || n / J->grp_run <= SMALL_GROUP) { /* see SMALL_GROUP */
+    /* attend_group needs head_dim % 4 == 0; a few queries go faster alone (SMALL_GROUP) */
+    if (D % 4 || n / J->grp_run <= SMALL_GROUP) {
       for (int64_t i = 0; i < n; i++) L->q_to[i] = P->own_from[first];
       attend(M, P, L->q, L->acc, L->pmx, L->pl, n / J->grp_run, first, 0, L->q_to, &C, hk0,
              J->grp_run, L->s);

@@ -372,7 +372,7 @@ def panel_major(w: torch.Tensor, panel: int, out: torch.Tensor | None = None) ->
 
 # Per model, the last panel-major copies made of it and what they were made from: engines built
 # over one loaded model (several engines, or one per call as the benchmark's peer does) share one
-# copy (30 MB on the benchmark target, ~70 ms to make) instead of each making its own. The key
+# copy (30 MB on the benchmark target, 5-60 ms to make, mostly new pages' first touch) instead of each making its own. The key
 # holds every source's pointer and version counter, so weights changed in place or replaced are
 # copied again (inference tensors have no version counter: theirs are never reused).
 _PANELS: weakref.WeakKeyDictionary[LlamaModel, tuple[tuple, list[dict[str, torch.Tensor]]]] = (

@@ -106,7 +106,8 @@ static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
 #endif
 
 #define GR 8 /* weight rows per sweep of stream_rows */
-/* Floats ahead that a sweep of two or more rows prefetches on each of its GR weight rows. Where
+/* Floats ahead that a sweep of two or more rows prefetches on each of its GR weight rows, while
+ * that stays within the row (stream_rows passes `pf`: no pointer past the weights). Where
  * the FMAs are a good part of the time (a Zen 4 retires one 512-bit FMA a cycle), the hardware
  * prefetchers alone left them and the memory barely overlapped: a 2-core Zen 4's step of four
  * rows 1.05-1.08x with 128 (two threads 1.05x; the AVX2 build 1.04-1.06x), 1.02-1.06x with 64;
@@ -119,10 +120,10 @@ static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
  * and w is one sequential stream. One row: as fast as MKL's GEMV; the chunked tiles were ~8%
  * slower (benchmarks/README.md). */
 static inline __attribute__((always_inline)) void sweep(const int mr, const int full, const int gr,
-                                                        const int sw, const float *xs,
-                                                        const float *wk, int64_t ldw,
-                                                        const float *bias, float *y, int64_t ld,
-                                                        int first, vmask msk) {
+                                                        const int sw, const int pf,
+                                                        const float *xs, const float *wk,
+                                                        int64_t ldw, const float *bias, float *y,
+                                                        int64_t ld, int first, vmask msk) {
 #define LOAD(p) (full ? vloadu(p) : vload(p, msk))
   vec a[MR][2];
   UNROLL
@@ -132,7 +133,7 @@ static inline __attribute__((always_inline)) void sweep(const int mr, const int 
       a[m][s] = !first ? LOAD(y + m * ld + s * VW) : (bias ? LOAD(bias + s * VW) : vzero());
   UNROLL
   for (int r = 0; r < gr; r++) {
-    if (mr >= 2) __builtin_prefetch(wk + r * ldw + SPF, 0, 3);
+    if (pf) __builtin_prefetch(wk + r * ldw + SPF, 0, 3);
     vec wv[2];
     UNROLL
     for (int s = 0; s < sw; s++) wv[s] = LOAD(wk + r * ldw + s * VW);
@@ -174,20 +175,24 @@ static inline __attribute__((always_inline)) void stream_rows(const int mr, cons
     const int first = k == 0;
     const int sw = SW(mr);
     const int64_t wide = N / (sw * VW) * (sw * VW);
+    const int64_t pf_end = mr >= 2 ? N - SPF : 0; /* columns whose prefetch stays in the row */
     if (gr == GR) { /* GR is a constant here: the sweep unrolls */
       for (int64_t j = 0; j < wide; j += sw * VW)
-        sweep(mr, 1, GR, sw, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
+        sweep(mr, 1, GR, sw, j < pf_end, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first,
+              all);
       for (int64_t j = wide; j < body; j += VW)
-        sweep(mr, 1, GR, 1, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
+        sweep(mr, 1, GR, 1, j < pf_end, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first,
+              all);
       if (body < N)
-        sweep(mr, 0, GR, 1, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first,
-              tail);
+        sweep(mr, 0, GR, 1, body < pf_end, xs, wk + body, ldw, bias ? bias + body : 0, y + body,
+              ld, first, tail);
     } else {
       for (int64_t j = 0; j < body; j += VW)
-        sweep(mr, 1, gr, 1, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first, all);
+        sweep(mr, 1, gr, 1, j < pf_end, xs, wk + j, ldw, bias ? bias + j : 0, y + j, ld, first,
+              all);
       if (body < N)
-        sweep(mr, 0, gr, 1, xs, wk + body, ldw, bias ? bias + body : 0, y + body, ld, first,
-              tail);
+        sweep(mr, 0, gr, 1, body < pf_end, xs, wk + body, ldw, bias ? bias + body : 0, y + body,
+              ld, first, tail);
     }
   }
 }
