@@ -6,10 +6,11 @@ and gets back a new state plus, for every new live beam, the index of the beam i
 (``parents``) and its new token, which it turns into engine forks. State objects are immutable
 values; every step returns a new one.
 
-- :func:`beam_step` — beam search with length penalty and the three early-stopping modes,
-  reproducing ``transformers``' beam search step for step (keep ``(1 + #eos) * W`` candidates,
-  continue the best ``W`` unfinished ones, admit finished ones among the top ``W``, stop when no
-  running beam can beat the worst finished one).
+- :func:`beam_step` (or :func:`beam_step_from`, from the step's best candidates) — beam search
+  with length penalty and the three early-stopping modes, reproducing ``transformers``' beam
+  search step for step (keep ``(1 + #eos) * W`` candidates, continue the best ``W`` unfinished
+  ones, admit finished ones among the top ``W``, stop when no running beam can beat the worst
+  finished one).
 - :func:`diversity_penalty` — Hamming diversity between groups for diverse beam search
   (Vijayakumar et al. 2018, "Diverse Beam Search"); each group is an ordinary beam state.
 - :func:`stochastic_beam_step` — stochastic beam search with the Gumbel-top-k trick (Kool et al.
@@ -20,8 +21,9 @@ values; every step returns a new one.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal, Protocol, Union
 
 import torch
 
@@ -117,6 +119,16 @@ class BeamState:
     step: int = 0
 
 
+class BeamKernels(Protocol):
+    """A step's candidates found without the full log-probability matrix (``sample_rows.c`` on
+    CPU): ``beam_top(x, scores, keep)`` gives the ``keep`` best ``(values, flat indices)`` that
+    :func:`beam_step_from` takes, from the RAW logits ``x`` (W, V) of beams with running
+    ``scores``, or None when a row holds NaN or +inf or no finite value."""
+
+    def beam_top(self, x: torch.Tensor, scores: Sequence[float], keep: int
+                 ) -> tuple[list[float], list[int]] | None: ...
+
+
 @dataclass(slots=True, frozen=True)
 class BeamMove:
     """How live beams evolved in one step: new beam ``i`` = old beam ``parents[i]`` followed by
@@ -126,6 +138,13 @@ class BeamMove:
     tokens: tuple[int, ...]
 
 
+def candidate_count(width: int, params: BeamParams) -> int:
+    """How many of a step's best continuations :func:`beam_step_from` needs for ``width``
+    beams: ``(1 + #eos) * width`` (at least ``2 * width``), so that ``width`` of them continue
+    even when each end token takes one (transformers' rule)."""
+    return max(2, 1 + len(params.eos_token_ids)) * width
+
+
 def beam_step(state: BeamState, log_probs: torch.Tensor, params: BeamParams
               ) -> tuple[BeamState, BeamMove]:
     """One beam-search step. ``log_probs`` (W_live, V) are the next-token log-probs of
@@ -133,25 +152,33 @@ def beam_step(state: BeamState, log_probs: torch.Tensor, params: BeamParams
 
     Returns the new state and the move; when the new state is ``done`` the move is empty.
     """
-    w = state.width
     if log_probs.dim() != 2 or log_probs.shape[0] != len(state.running):
         raise InvalidParameterError("log_probs", tuple(log_probs.shape),
                                     f"must be ({len(state.running)}, V)")
     vocab = log_probs.shape[1]
-    keep = max(2, 1 + len(params.eos_token_ids)) * w
     acc = log_probs.to(torch.float32) + torch.tensor(state.scores, dtype=torch.float32,
                                                      device=log_probs.device)[:, None]
+    keep = candidate_count(state.width, params)
     top_lp, top_idx = torch.topk(acc.reshape(-1), k=min(keep, acc.numel()))  # (K,)
-    parents = (top_idx // vocab).tolist()
-    tokens = (top_idx % vocab).tolist()
-    top = top_lp.tolist()
+    return beam_step_from(state, top_lp.tolist(), top_idx.tolist(), vocab, params)
+
+
+def beam_step_from(state: BeamState, top: Sequence[float], flat: Sequence[int], vocab: int,
+                   params: BeamParams) -> tuple[BeamState, BeamMove]:
+    """:func:`beam_step` from the step's best candidates: ``top`` the
+    :func:`candidate_count` (or all, if fewer) best values of ``state.scores[i] + log_probs[i,
+    t]``, best first, and ``flat`` their ``i * vocab + t``. A driver that finds them without
+    the full log-probability matrix (one pass per row in C) steps here."""
+    w = state.width
+    parents = [f // vocab for f in flat]
+    tokens = [f % vocab for f in flat]
     gen_len = state.step + 1
     eos = set(params.eos_token_ids)
     hits = [t in eos or gen_len >= params.max_tokens for t in tokens]
 
-    # (e) continue the best `width` candidates that did not finish
+    # (e) continue the best `width` candidates that did not finish (ties: the better-ranked one)
     masked = [s + (NEG if h else 0.0) for s, h in zip(top, hits)]
-    order = torch.topk(torch.tensor(masked), k=min(w, len(masked)))[1].tolist()
+    order = sorted(range(len(masked)), key=lambda i: -masked[i])[:w]
     new_running = tuple(state.running[parents[i]] + (tokens[i],) for i in order)
     new_scores = tuple(masked[i] for i in order)
     move = BeamMove(tuple(parents[i] for i in order), tuple(tokens[i] for i in order))

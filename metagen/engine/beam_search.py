@@ -40,8 +40,8 @@ import torch
 
 from metagen.beam_params import BeamSearchParams
 from metagen.decoding.beam import (
-    BeamMove, BeamParams, BeamState, Finished, StochasticBeamState, beam_step, best_hypotheses,
-    diversity_penalty, stochastic_beam_step)
+    BeamKernels, BeamMove, BeamParams, BeamState, Finished, StochasticBeamState, beam_step, beam_step_from,
+    best_hypotheses, candidate_count, diversity_penalty, stochastic_beam_step)
 from metagen.decoding.constraint_mask import apply_constraints
 from metagen.decoding.healing import text_after
 from metagen.decoding.processors import apply_healing
@@ -92,31 +92,66 @@ class BeamDriver:
         live = self._live()
         if any(s.seq_id not in self.ready for s in live):
             return  # wait (parked) until every live beam has its logits
-        rows = constrained(torch.stack([self.ready[s.seq_id] for s in live]), live)  # (W, V)
+        if len(seqs) == len(live) and all(a is b for a, b in zip(seqs, live)):
+            rows = logits  # every live beam's logits came in this call, in order
+        else:
+            rows = torch.stack([self.ready[s.seq_id] for s in live])  # (W, V)
         self.ready.clear()
-        log_probs = apply_healing(torch.log_softmax(rows.float(), dim=-1), live_states(live))
-        # log_probs hold NaN iff a row held NaN or +inf, or no finite value; their sum is NaN
-        # iff one of them is (log-softmax gives no +inf, so -inf entries only sum to -inf)
-        if math.isnan(float(log_probs.sum())):
+        kernels = engine.row_kernels() if self._plain(live) else None
+        if kernels is not None and rows.dtype == torch.float32:
+            steps = self._step_native(kernels, rows)
+        else:
+            steps = self._step(live, rows)
+        if steps is None:
             self._fail(engine, live, NumericalError("beam search: logits contain NaN or no "
                                                     "finite value"))
             return
+        stepped = [g for g, _ in steps]
+        moves = [(self.groups[g], move) for g, move in steps]
+        for g, beams in zip(stepped, advance(engine, live, moves)):
+            self.groups[g] = beams
+
+    def _plain(self, live: list[Seq]) -> bool:
+        """One group, and no beam with an output constraint or healing: each step ranks the
+        beams' raw log-probabilities."""
+        return len(self.states) == 1 and all(
+            st.constraint is None and st.heal is None for st in live_states(live))
+
+    def _step_native(self, kernels: BeamKernels, rows: torch.Tensor
+                     ) -> list[tuple[int, BeamMove]] | None:
+        """The one group's step from its candidates found in C (one pass per row for the
+        logsumexp, one for the row's best logits; no log-softmax or top-k over every row);
+        None when a row holds NaN or +inf or no finite value."""
+        state = self.states[0]
+        got = kernels.beam_top(rows, state.scores, candidate_count(state.width, self.params))
+        if got is None:
+            return None
+        self.states[0], move = beam_step_from(state, got[0], got[1], rows.shape[1], self.params)
+        return [(0, move)]
+
+    def _step(self, live: list[Seq], rows: torch.Tensor) -> list[tuple[int, BeamMove]] | None:
+        """Every unfinished group's step over the live beams' log-probabilities (constrained,
+        healed, each group penalised by the tokens the groups before it chose); None when a row
+        holds NaN or +inf or no finite value."""
+        assert self.groups is not None
+        log_probs = apply_healing(torch.log_softmax(constrained(rows, live).float(), dim=-1),
+                                  live_states(live))
+        # log_probs hold NaN iff a row held NaN or +inf, or no finite value; their sum is NaN
+        # iff one of them is (log-softmax gives no +inf, so -inf entries only sum to -inf)
+        if math.isnan(float(log_probs.sum())):
+            return None
         index = {s.seq_id: i for i, s in enumerate(live)}
         chosen: list[int] = []
-        stepped: list[int] = []
-        moves: list[tuple[list[Seq], BeamMove]] = []
+        steps: list[tuple[int, BeamMove]] = []
         for g, state in enumerate(self.states):
             if state.done:
                 continue
-            beams = self.groups[g]
-            lp = log_probs[[index[s.seq_id] for s in beams]]  # (W_g, V)
+            lp = log_probs[[index[s.seq_id] for s in self.groups[g]]]  # (W_g, V)
             lp = diversity_penalty(lp, chosen, self.params.diversity_penalty)
             self.states[g], move = beam_step(state, lp, self.params)
             chosen.extend(move.tokens)
-            stepped.append(g)
-            moves.append((beams, move))
-        for g, beams in zip(stepped, advance(engine, live, moves)):
-            self.groups[g] = beams
+            steps.append((g, move))
+        return steps
 
     def _fail(self, engine: LLMEngine, live: list[Seq], error: Exception) -> None:
         self.error = error

@@ -59,7 +59,7 @@ from metagen.engine.kv_window import held_blocks, longest_sequence, released_blo
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.models.quantize import quantization_of
-from metagen.engine.native.sample_rows import load as load_sample_rows
+from metagen.engine.native.sample_rows import SampleRows, load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
 from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
@@ -487,6 +487,12 @@ class LLMEngine:
         for seq, tok, lp in zip(rows, got[0], got[1]):
             self.emit(seq, tok, lp, None)
         return True
+
+    def row_kernels(self) -> SampleRows | None:
+        """The native passes over each row's vocabulary (``sample_rows.c``: sampling's draw, a
+        beam step's candidates) on the current step's thread count; None off the CPU or where
+        the native library cannot be built."""
+        return None if self._sample_rows is None else self._sample_rows.on(self._threads)
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         states: list[SequenceState] = []

@@ -22,6 +22,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "pool.h"
 #include "simd.h"
@@ -246,6 +247,16 @@ static int64_t first_equal(const float *x, int64_t V, float top) {
   return 0;
 }
 
+/* The float64 total of the row's weights exp(x - top) (top its maximum), block by block into
+ * sums[0:nb] as well (nb = V / SCAN_BLOCK rounded up): log of it plus top is the row's lse. */
+static double row_total(const float *x, int64_t V, float top, double *sums) {
+  const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
+  double total = 0;
+  block_sums(x, V, top, 1.0f, (masked_ids){NULL, 0}, sums, NULL);
+  for (int64_t b = 0; b < nb; b++) total += sums[b];
+  return total;
+}
+
 /* The row's log(sum exp(x)) (float64) into *lse, then, for u >= 0, its draw into *tok, or, for
  * u < 0 with `argmax`, the first index of its maximum and that maximum's log-probability
  * (float)(max - lse) into *lp: finite exactly where the row's maximum is (no NaN, no +inf, not
@@ -257,9 +268,7 @@ static void sample_row(const float *x, int64_t V, double u, int argmax, int64_t 
   const int64_t nb = (V + SCAN_BLOCK - 1) / SCAN_BLOCK;
   double sums[nb];
   float w[SCAN_BLOCK];
-  double total = 0;
-  block_sums(x, V, top, 1.0f, (masked_ids){NULL, 0}, sums, NULL);
-  for (int64_t b = 0; b < nb; b++) total += sums[b];
+  const double total = row_total(x, V, top, sums);
   *lse = (double)top + log(total);
   if (u < 0) { /* logsumexp only, or with the argmax */
     if (argmax) *tok = first_equal(x, V, top), *lp = (float)((double)top - *lse);
@@ -412,5 +421,104 @@ void mg_draw_rows(const float *x, int64_t B, int64_t V, const double *u, const f
                   int threads) {
   sample_job j = {x, u, tok, lse, lp, V, B, 0, t, ids, off, {0}};
   mg_parallel(threads < B ? threads : (int)B, sample_task, &j);
+}
+/* ---- a beam search step's candidates ------------------------------------------------------ */
+
+/* Inserts (v, j) among the n (< cap) or cap values held in vals/ids, largest first; a value equal
+ * to a held one goes after it (the callers offer ascending j: ties keep the lower index). Returns
+ * the new count. */
+static int64_t hold(float *vals, int64_t *ids, int64_t n, int64_t cap, float v, int64_t j) {
+  if (n == cap && !(v > vals[cap - 1])) return n;
+  int64_t p = n < cap ? n++ : cap - 1;
+  for (; p > 0 && vals[p - 1] < v; p--) vals[p] = vals[p - 1], ids[p] = ids[p - 1];
+  vals[p] = v, ids[p] = j;
+  return n;
+}
+
+/* The k (1 <= k <= V) largest of x[0:V] (no NaN) into vals/ids, largest first, ties to the lower
+ * index: the first k held, then a vector compare against the k-th skips everything below it. */
+static void row_top(const float *x, int64_t V, int64_t k, float *vals, int64_t *ids) {
+  int64_t n = 0, j = 0;
+  for (; j < k; j++) n = hold(vals, ids, n, k, x[j], j);
+  for (; j + VW <= V; j += VW) {
+#if MG_ISA == 512
+    unsigned m = _mm512_cmp_ps_mask(vloadu(x + j), vbcast(vals[k - 1]), _CMP_GT_OQ);
+#else
+    unsigned m = (unsigned)_mm256_movemask_ps(
+        _mm256_cmp_ps(vloadu(x + j), vbcast(vals[k - 1]), _CMP_GT_OQ));
+#endif
+    for (; m; m &= m - 1) { /* hold re-checks each lane against the k-th as it rises */
+      const int64_t l = j + __builtin_ctz(m);
+      n = hold(vals, ids, n, k, x[l], l);
+    }
+  }
+  for (; j < V; j++) n = hold(vals, ids, n, k, x[j], j);
+}
+
+typedef struct {
+  const float *x;
+  float *vals;   /* (B, k): each row's k largest logits, largest first */
+  int64_t *ids;  /* (B, k): their indices */
+  double *lse;   /* (B,): each row's logsumexp, NaN for a bad row */
+  int64_t V, B, k;
+  mg_stage rows;
+} top_job;
+
+static void top_task(void *ctx, int tid, int nth) {
+  top_job *j = ctx;
+  (void)tid, (void)nth;
+  for (int64_t b; (b = mg_claim(&j->rows, j->B)) >= 0; mg_done(&j->rows)) {
+    const float *x = j->x + b * j->V;
+    const float top = row_max(x, j->V);
+    if (!isfinite(top)) { /* a NaN, a +inf, or every logit -inf */
+      j->lse[b] = NAN;
+      continue;
+    }
+    double sums[(j->V + SCAN_BLOCK - 1) / SCAN_BLOCK];
+    j->lse[b] = (double)top + log(row_total(x, j->V, top, sums));
+    row_top(x, j->V, j->k, j->vals + b * j->k, j->ids + b * j->k);
+  }
+  mg_wait(&j->rows, j->B);
+}
+
+/* A beam search step's candidates from the RAW logits x (B, V), contiguous, of the B live beams
+ * with running scores score[0:B]: candidate (b, t) scores acc = (float)((float)(x[b, t] -
+ * lse[b]) + score[b]), lse[b] the row's logsumexp (float64, mg_sample_rows' bit for bit), i.e.
+ * the beam's score plus the token's log-probability. The `keep` (>= 1) best, best first, ties to
+ * the lower flat index b * V + t, go to acc[0:n] and flat[0:n], n = min(keep, B * V), returned.
+ * Returns -1 when a row holds a NaN or a +inf or no finite value (nothing written), -2 when
+ * scratch memory could not be had. Each row on one of up to `threads` threads (rows shared);
+ * the result does not depend on the count. Only the rows' `keep` largest logits can be among
+ * the best (a row's candidates rank as its logits do), so those are all that is merged. */
+int64_t mg_beam_top(const float *x, int64_t B, int64_t V, const float *score, int64_t keep,
+                    float *acc, int64_t *flat, int threads) {
+  if (B <= 0 || V <= 0) return 0;
+  const int64_t k = keep < V ? keep : V;
+  float *vals = malloc((size_t)(B * k) * sizeof *vals);
+  int64_t *ids = malloc((size_t)(B * k) * sizeof *ids);
+  double *lse = malloc((size_t)B * sizeof *lse);
+  int64_t n = -2;
+  if (vals && ids && lse) {
+    top_job j = {x, vals, ids, lse, V, B, k, {0}};
+    mg_parallel(threads < B ? threads : (int)B, top_task, &j);
+    n = 0;
+    for (int64_t b = 0; b < B && n >= 0; b++)
+      if (isnan(lse[b])) n = -1;
+    for (int64_t b = 0; b < B && n >= 0; b++)
+      for (int64_t i = 0; i < k; i++) {
+        const float a = (float)((double)vals[b * k + i] - lse[b]) + score[b];
+        const int64_t f = b * V + ids[b * k + i];
+        if (n == keep) {
+          if (a < acc[keep - 1]) break; /* this row's later candidates rank lower still */
+          if (a == acc[keep - 1] && f > flat[keep - 1]) continue;
+        }
+        int64_t p = n < keep ? n++ : keep - 1;
+        for (; p > 0 && (acc[p - 1] < a || (acc[p - 1] == a && flat[p - 1] > f)); p--)
+          acc[p] = acc[p - 1], flat[p] = flat[p - 1];
+        acc[p] = a, flat[p] = f;
+      }
+  }
+  free(vals), free(ids), free(lse);
+  return n;
 }
 #endif

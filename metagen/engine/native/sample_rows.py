@@ -47,6 +47,9 @@ class SampleRows:
         self._draw_rows = lib.mg_draw_rows
         self._draw_rows.restype = None
         self._draw_rows.argtypes = [_P, _I, _I, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int]
+        self._beam_top = lib.mg_beam_top
+        self._beam_top.restype = _I
+        self._beam_top.argtypes = [_P, _I, _I, _P, _I, _P, _P, ctypes.c_int]
         self._uniforms = lib.mg_uniforms
         self._uniforms.restype = None
         self._uniforms.argtypes = [_P, _I, ctypes.c_uint64, _P]
@@ -134,6 +137,29 @@ class SampleRows:
                             None if off is None else off.ctypes.data, tok, lse, lp,
                             resolve(self.threads))
         return tok[:], lp[:]
+
+    def beam_top(self, x: torch.Tensor, scores: Sequence[float], keep: int
+                 ) -> tuple[list[float], list[int]] | None:
+        """A beam search step's ``keep`` best candidates from the RAW logits ``x`` ``(B, V)``
+        float32 of ``B`` beams with running ``scores``: ``(acc, flat)``, best first, where
+        candidate ``flat = b * V + t`` scores ``float32(float32(x[b, t] - logsumexp(x[b])) +
+        float32(scores[b]))`` (the beam's score plus the token's log-probability; the logsumexp
+        is :meth:`logsumexp`'s, bit for bit), ties to the lower ``flat``; ``min(keep, B * V)``
+        of them. None when a row holds a NaN or +inf or no finite value. One pass for each
+        row's logsumexp and one for its ``keep`` largest logits, instead of a log-softmax and a
+        top-k over all ``B * V``."""
+        x = self._rows(x)
+        b, v = x.shape
+        if len(scores) != b or keep < 1:
+            raise ValueError(f"scores must have {b} entries and keep must be >= 1, got "
+                             f"{len(scores)} and {keep}")
+        n = min(keep, b * v)
+        acc, flat = (ctypes.c_float * n)(), (ctypes.c_int64 * n)()
+        got = self._beam_top(x.data_ptr(), b, v, (ctypes.c_float * b)(*scores), keep, acc, flat,
+                             resolve(self.threads))
+        if got == -2:
+            raise MemoryError("beam_top: no memory for the rows' candidates")
+        return None if got < 0 else (acc[:got], flat[:got])
 
     def uniforms(self, seeds: Sequence[int], sample_indices: Sequence[int],
                  steps: Sequence[int]) -> np.ndarray:
