@@ -40,8 +40,8 @@ import torch
 
 from metagen.beam_params import BeamSearchParams
 from metagen.decoding.beam import (
-    BeamKernels, BeamMove, BeamParams, BeamState, Finished, StochasticBeamState, beam_step, beam_step_from,
-    best_hypotheses, candidate_count, diversity_penalty, stochastic_beam_step)
+    BeamKernels, BeamMove, BeamParams, BeamState, Finished, StochasticBeamState, beam_step,
+    beam_step_from, best_hypotheses, candidate_count, diversity_penalty, stochastic_beam_step)
 from metagen.decoding.constraint_mask import apply_constraints
 from metagen.decoding.healing import text_after
 from metagen.decoding.processors import apply_healing

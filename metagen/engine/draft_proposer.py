@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from metagen.decoding import SequenceState, greedy_tokens, probs_for_sampling, uniforms_for
+from metagen.decoding.processors import plain_greedy
+from metagen.decoding.sampler import RowKernels, greedy_step
 from metagen.decoding.speculative import sample_inverse_cdf
 from metagen.engine import direct_steps
 from metagen.engine.mirrors import Mirrors
@@ -64,7 +66,7 @@ class DraftDriver:
                                 r.state.eos_token_ids, r.state.bad_words_ids,
                                 rng_seed=r.state.rng_seed) for _, _, r in live]
         if all(s.params.is_greedy for s in states):
-            tokens, dead = self._greedy(sub, states)
+            tokens, dead = self._greedy(sub, states, engine.row_kernels())
             probs: torch.Tensor | None = None
         else:
             tokens, dead, probs = self._sampled(sub, states)
@@ -78,9 +80,17 @@ class DraftDriver:
                 engine.extend(seq.seq_id, [tokens[j]])
 
     @staticmethod
-    def _greedy(logits: torch.Tensor, states: list[SequenceState]
+    def _greedy(logits: torch.Tensor, states: list[SequenceState], kernels: RowKernels | None
                 ) -> tuple[list[int], list[bool]]:
-        """Greedy rows: the processed argmax (the draft's ``q`` is a point mass on it)."""
+        """Greedy rows: the processed argmax (the draft's ``q`` is a point mass on it). Rows
+        that only end-token suppression can touch take one native argmax pass
+        (:func:`~metagen.decoding.sampler.greedy_step`: the same tokens), which costs a fifth of
+        the processing pipeline's passes over a 32000-token row; others, and a bad row, go
+        through the pipeline."""
+        if kernels is not None:
+            got = greedy_step(logits, states, [plain_greedy(s) for s in states], kernels)
+            if got is not None:
+                return got[0], [False] * len(states)
         tokens, dead = greedy_tokens(logits, states)
         return tokens.tolist(), dead.tolist()
 

@@ -29,6 +29,7 @@ its expected tokens per cost, from its own running acceptance rate and the cost 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -39,7 +40,7 @@ import torch
 from metagen.decoding import (
     SequenceState, greedy_tokens, log_softmax_rows, probs_for_sampling, uniforms_for,
 )
-from metagen.decoding.sampler import top_logprobs_rows
+from metagen.decoding.sampler import greedy_step, top_logprobs_rows
 from metagen.decoding.speculative import speculative_accept
 from metagen.engine.adaptive_k import AcceptanceTracker, best_k, draft_step_cost
 from metagen.engine.proposers import NgramProposer, Proposer
@@ -166,8 +167,10 @@ class Speculator:
                                      heal=st.heal)
                        for t in range(seq.num_draft + 1)]  # one matcher, synced row by row
         flat = engine.apply_logits_hook(torch.cat([lg for _, lg in rows]), states)  # (N, V)
-        raw_lp = log_softmax_rows(flat)
         greedy = all(seq.state.params.is_greedy for seq, _ in rows)
+        if greedy and self._verify_argmax(engine, [seq for seq, _ in rows], flat, states):
+            return
+        raw_lp = log_softmax_rows(flat)
         if greedy:
             target, dead_t = greedy_tokens(flat, states)  # (N,) argmax and dead rows
         else:
@@ -187,17 +190,46 @@ class Speculator:
             off += n
         if not good:
             return
-        emitted = (self._accept_greedy(good, offsets, target) if greedy
+        emitted = (self._accept_greedy(good, offsets, target.tolist()) if greedy
                    else self._accept_sampled(good, offsets, target))
-        self._emit(engine, good, offsets, emitted, raw_lp)
+        logprobs = []
+        for seq, off, toks in zip(good, offsets, emitted):
+            lp = raw_lp[off:off + len(toks)]
+            chosen = lp.gather(1, torch.tensor(toks, device=lp.device)[:, None])[:, 0].tolist()
+            ks = [seq.state.params.logprobs] * len(toks)
+            logprobs.append((chosen, top_logprobs_rows(lp, ks)))
+        self._emit(engine, good, emitted, logprobs)
+
+    def _verify_argmax(self, engine: LLMEngine, seqs: list[Seq], flat: torch.Tensor,
+                       states: list[SequenceState]) -> bool:
+        """The round of greedy rows that only end-token suppression can touch (each ``Seq.greedy``
+        set), from one native argmax pass over the verified logits ``flat`` (N, V)
+        (:func:`~metagen.decoding.sampler.greedy_step`: the processed argmax at every position
+        and its raw logprob, as a decode step gives them), instead of a log-softmax and the
+        processing pipeline over every row; False, having done nothing, where that pass is not
+        the step (no native kernels, a logits hook, another processor, a bad row): the general
+        rule then runs."""
+        kernels = engine.row_kernels()
+        if kernels is None or engine.logits_hook is not None:
+            return False
+        plans = [seq.greedy for seq in seqs for _ in range(seq.num_draft + 1)]
+        got = greedy_step(flat, states, plans, kernels)
+        if got is None:
+            return False
+        best, lps = got
+        offsets = list(itertools.accumulate([seq.num_draft + 1 for seq in seqs], initial=0))[:-1]
+        emitted = self._accept_greedy(seqs, offsets, best)
+        none: list[dict[int, float] | None] = [None] * len(flat)  # no row lists its top-k
+        self._emit(engine, seqs, emitted, [(lps[off:off + len(toks)], none)
+                                           for off, toks in zip(offsets, emitted)])
+        return True
 
     @staticmethod
-    def _accept_greedy(seqs: list[Seq], offsets: list[int], argmax: torch.Tensor
+    def _accept_greedy(seqs: list[Seq], offsets: list[int], best: list[int]
                        ) -> list[list[int]]:
-        """Greedy rows (``argmax`` (N,): the processed argmax at every verified position): per
+        """Greedy rows (``best`` (N,): the processed argmax at every verified position): per
         row, its drafts while they equal the argmax, then the argmax where they stop --
         :func:`~metagen.decoding.speculative.greedy_accept`, on lists (a round is a few tokens)."""
-        best = argmax.tolist()
         out = []
         for seq, off in zip(seqs, offsets):
             drafts = seq.token_ids[len(seq.token_ids) - seq.num_draft:]
@@ -232,17 +264,15 @@ class Speculator:
         out = speculative_accept(drafts, q, target, acc_u, res_u, num_draft=num_draft)
         return [out.tokens[j, :na + 1].tolist() for j, na in enumerate(out.num_accepted.tolist())]
 
-    def _emit(self, engine: LLMEngine, seqs: list[Seq], offsets: list[int],
-              emitted: list[list[int]], raw_lp: torch.Tensor) -> None:
+    def _emit(self, engine: LLMEngine, seqs: list[Seq], emitted: list[list[int]],
+              logprobs: list[tuple[list[float], list[dict[int, float] | None]]]) -> None:
         """Drop every row's drafts, then emit ``emitted[j]`` (its accepted drafts and its
-        corrected or bonus token) through the engine's append path, claiming the accepted
-        drafts' KV one by one; free the blocks past what a row kept."""
+        corrected or bonus token) with ``logprobs[j]`` (each token's logprob and its top-k
+        listing) through the engine's append path, claiming the accepted drafts' KV one by one;
+        free the blocks past what a row kept."""
         self.stats.rounds += 1
-        for seq, off, toks in zip(seqs, offsets, emitted):
+        for seq, toks, (chosen, tops) in zip(seqs, emitted, logprobs):
             na, nd = len(toks) - 1, seq.num_draft
-            lp = raw_lp[off:off + na + 1]
-            tops = top_logprobs_rows(lp, [seq.state.params.logprobs] * (na + 1))
-            chosen = lp.gather(1, torch.tensor(toks, device=lp.device)[:, None])[:, 0].tolist()
             base = len(seq.token_ids) - nd
             del seq.token_ids[base:]
             seq.num_draft, seq.draft_probs = 0, None

@@ -90,6 +90,39 @@ def test_speculative_greedy_equals_plain_greedy(setup, proposer_kind: str) -> No
         proposer.draft.check_integrity()
 
 
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=0, max_tokens=30),
+    SamplingParams(temperature=0, max_tokens=30, min_tokens=12, logprobs=2),  # general rule
+], ids=["plain", "min_tokens+logprobs"])
+def test_speculative_greedy_native_argmax_equals_the_pytorch_path(setup, stories_path,
+                                                                 params) -> None:
+    """A greedy round's draft steps and verification through the native argmax pass (one pass
+    per row: the draft's token, the verified positions' argmax and raw logprob) give the tokens
+    of the engines without native kernels, and logprobs equal to float32 rounding; a row that
+    lists its top-k takes the general rule either way."""
+    tok, _, target_model, _ = setup
+    prompts = [tok(p).input_ids for p in PROMPTS]
+    noisy = load_model(stories_path)  # a draft that agrees often but not always
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for w in noisy.parameters():
+            w.add_(torch.randn(w.shape, generator=gen) * 0.15 * w.std())
+    runs = []
+    for native in (True, False):
+        proposer = draft(noisy)
+        target = engine(target_model, 128, proposer=proposer, eos=(2,))
+        if target.row_kernels() is None:
+            pytest.skip("no native library on this machine")
+        if not native:
+            target._sample_rows = proposer.draft._sample_rows = None
+        runs.append(target.generate(prompts, params))
+        stats = target.speculator.stats
+        assert 0 < stats.accepted < stats.proposed  # drafts both accepted and rejected
+    for a, b in zip(*runs):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        assert a.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-4)
+
+
 def test_speculative_stops_at_eos_and_max_tokens(setup) -> None:
     tok, hf, target_model, _ = setup
     ids = tok("Once upon a time").input_ids
