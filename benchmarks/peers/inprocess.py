@@ -176,3 +176,11 @@ class MetagenW8A8Peer(MetagenPeer):
 
     name = "metagen-w8a8"
     quantization = "w8a8"
+
+
+class MetagenInt4Peer(MetagenPeer):
+    """metagen's engine with ``quantization="int4"``: int4 projections with a scale per channel
+    and block of 32 inputs, int8 activations, the LM head in w8a8."""
+
+    name = "metagen-int4"
+    quantization = "int4"

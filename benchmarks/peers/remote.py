@@ -134,6 +134,13 @@ class OnnxRuntimeGenAIInt8Peer(OnnxRuntimeGenAIPeer):
     name, quantization = "onnxruntime-genai-int8", "int8"
 
 
+class OnnxRuntimeGenAIInt4Peer(OnnxRuntimeGenAIPeer):
+    """onnxruntime-genai on its builder's ``-p int4`` weights (MatMulNBits, 4 bits, blocks of
+    32, its CPU default of int8 activations: accuracy level 4)."""
+
+    name, quantization = "onnxruntime-genai-int4", "int4"
+
+
 class LlamaCppPeer(RemotePeer):
     name, env, worker = "llama.cpp", "llama.cpp", "llama_cpp_worker"
 

@@ -299,9 +299,10 @@ def engine_backend(backend: str, quantization: str | None) -> str:
 
 
 QUANTIZATION_FLAG = click.option(
-    "--quantization", default=None, metavar="int8|w8a8",
-    help="Quantize the weights at load: int8 (weight-only, per-channel scales) or w8a8 (also "
-    "each product's activations, per block of 32); built-in engine only.")
+    "--quantization", default=None, metavar="int8|w8a8|int4",
+    help="Quantize the weights at load: int8 (weight-only, per-channel scales), w8a8 (also "
+    "each product's activations, per block of 32) or int4 (a scale per channel and block of 32 "
+    "inputs, int8 activations, the LM head in w8a8); built-in engine only.")
 
 
 def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:

@@ -40,8 +40,8 @@ import click
 @click.option("--max-num-seqs", default=None, type=int, help="Running batch size (engine).")
 @click.option("--dtype", default=None, help="Model dtype (engine option).")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
-@click.option("--quantization", default=None, metavar="int8|w8a8",
-              help="Quantize the weights at load: int8 or w8a8 (engine option).")
+@click.option("--quantization", default=None, metavar="int8|w8a8|int4",
+              help="Quantize the weights at load: int8, w8a8 or int4 (engine option).")
 @click.option("--orm", "orms", multiple=True, metavar="NAME=PATH",
               help="An outcome reward model strategy requests can name (repeatable).")
 @click.option("--prm", "prms", multiple=True, metavar="NAME=PATH",

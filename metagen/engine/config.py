@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from metagen.engine.models.config import ModelConfig
 
 DType = Literal["float32", "bfloat16", "float16"]
-Quantization = Literal["int8", "w8a8"]
-QUANTIZATIONS: tuple[str, ...] = ("int8", "w8a8")
+Quantization = Literal["int8", "w8a8", "int4"]
+QUANTIZATIONS: tuple[str, ...] = ("int8", "w8a8", "int4")
 KVCacheDType = Literal["auto", "int8"]
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "int8")
 DEFAULT_KV_CACHE_BYTES = 64 << 20  # the KV budget when neither num_blocks nor kv_cache_bytes
@@ -95,8 +95,10 @@ class EngineConfig:
     product's activations to int8 (per row, blocks of 32:
     :func:`~metagen.engine.models.int8.quantize_activations`) and multiplies int8 by int8: less
     exact, faster than "int8" for batch-1 decoding and slower at 16 rows on a CPU without VNNI
-    (``benchmarks/README.md``), so it is a choice, not the default; ``None`` keeps the weights
-    as loaded.
+    (``benchmarks/README.md``), so it is a choice, not the default; "int4" stores the four
+    projections as int4 with a float32 scale per output channel and block of 32 inputs
+    (:mod:`metagen.engine.models.int4`; an eighth of the float32 bytes, w8a8's int8 activations,
+    an untied LM head in w8a8); ``None`` keeps the weights as loaded.
     Token dropping (:mod:`metagen.engine.kv_window`, StreamingLLM): with ``kv_window_tokens``
     set (a positive multiple of ``block_size``), each sequence keeps the blocks of its first
     ``kv_sink_tokens`` tokens (rounded up to whole blocks; 0 = no sinks) and of its most recent

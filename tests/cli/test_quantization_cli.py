@@ -1,6 +1,6 @@
-"""``--quantization int8`` (and ``w8a8``) reaches the engine from ``metagen generate`` (and names
-itself when it cannot apply); the testbed policy decodes the same greedy answer in int8 and in
-w8a8 as in float32."""
+"""``--quantization int8`` (and ``w8a8``, ``int4``) reaches the engine from ``metagen generate``
+(and names itself when it cannot apply); the testbed policy decodes the same greedy answer in
+int8, w8a8 and int4 as in float32."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+@pytest.mark.parametrize("quantization", ["int8", "w8a8", "int4"])
 def test_int8_generate_runs_on_the_engine_and_matches_float32(capsys, quantization) -> None:
     code, out, err = _run(capsys, "--quantization", quantization)
     assert code == 0, err
@@ -35,7 +35,7 @@ def test_int8_generate_runs_on_the_engine_and_matches_float32(capsys, quantizati
 
 
 def test_bad_or_inapplicable_quantization_is_one_line_naming_the_flag(capsys) -> None:
-    for argv in (["--quantization", "int4"], ["--quantization", "int8", "--backend", "hf"]):
+    for argv in (["--quantization", "int3"], ["--quantization", "int4", "--backend", "hf"]):
         code, out, err = _run(capsys, *argv)
         assert code != 0 and not out and "quantization" in err, (argv, err)
         assert "Traceback" not in err

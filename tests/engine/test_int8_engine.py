@@ -15,7 +15,7 @@ from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
 
 
-@pytest.mark.parametrize("bad", ["int4", "INT8", "", 8, True])
+@pytest.mark.parametrize("bad", ["int3", "INT8", "", 8, True])
 def test_bad_quantization_names_the_parameter(bad, tmp_path):
     with pytest.raises(InvalidParameterError, match="quantization"):
         EngineConfig(quantization=bad)

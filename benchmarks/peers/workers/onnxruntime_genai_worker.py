@@ -33,7 +33,7 @@ from typing import Any
 from _onnxruntime_genai_convert import convert_all, decode_read_bytes
 from _serve import Unsupported, Worker, converted_dir, serve
 
-PRECISIONS = {None: "fp32", "int8": "int8"}  # quantization -> the builder's -p
+PRECISIONS = {None: "fp32", "int8": "int8", "int4": "int4"}  # quantization -> the builder's -p
 NGRAM_SIZE = 3
 MAX_ROWS = 32  # onnxruntime-genai: "batch_size must be in [1, 32]"
 
@@ -70,7 +70,7 @@ class OnnxRuntimeGenAIWorker(Worker):
         import onnxruntime_genai as og
 
         if quantization not in PRECISIONS:
-            raise Unsupported(f"quantization {quantization!r}: use int8")
+            raise Unsupported(f"quantization {quantization!r}: use int8 or int4")
         self.og = og
         og.disable_telemetry_events()
         fmt = f"oga-{PRECISIONS[quantization]}-noeos"

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from metagen.engine.attention import AttentionMetadata, paged_attention
+from metagen.engine.models.int4 import Int4Weight
 from metagen.engine.models.int8 import Int8Weight
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.rope import apply_rope, attention_scaling, inv_frequencies, rope_tables
@@ -27,15 +28,15 @@ from metagen.engine.native import load_small_matmul
 from metagen.engine.native.decode_step import DecodeStep, StepPlan
 
 
-Weight = torch.Tensor | Int8Weight  # a float (in, out) projection, or one quantized to int8
+Weight = torch.Tensor | Int8Weight | Int4Weight  # float (in, out), or quantized to int8 / int4
 
 
 def project(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None
             ) -> torch.Tensor:
     """x (T, in) @ weight (in, out) [+ bias (out,)] -> (T, out). A few rows on the CPU go to
     metagen's native kernel (:mod:`metagen.engine.native.small_matmul`), the rest to torch; an
-    int8 weight applies itself (:meth:`Int8Weight.apply_to`)."""
-    if isinstance(weight, Int8Weight):
+    quantized weight applies itself (:meth:`Int8Weight.apply_to`, :meth:`Int4Weight.apply_to`)."""
+    if isinstance(weight, (Int8Weight, Int4Weight)):
         return weight.apply_to(x, bias)
     kernel = load_small_matmul()
     if kernel is not None and kernel.applies(x, weight, bias):

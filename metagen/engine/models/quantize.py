@@ -1,11 +1,14 @@
 """Quantize a loaded model's weights in place: ``quantization="int8"`` replaces every linear
 projection (q|k|v, o, gate|up, down, and an untied LM head) by an
 :class:`~metagen.engine.models.int8.Int8Weight` (int8, one float32 scale per output channel);
-``"w8a8"`` by the same weights that also quantize their activations (``act8``).
-Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and stays
+``"w8a8"`` by the same weights that also quantize their activations (``act8``); ``"int4"``
+the four projections by :class:`~metagen.engine.models.int4.Int4Weight` (int4, a scale per
+output channel and block of 32 inputs, int8 activations) and an untied LM head by w8a8's int8
+(as llama.cpp's Q4_0 mix keeps its output matrix at higher precision: the head decides every
+token). Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and stays
 too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
 runs on the loaded model, one projection at a time (the float copy of each is freed as it goes).
-On CPU the int8 weights share one buffer on huge pages, as the loader's float ones do
+On CPU the quantized weights share one buffer on huge pages, as the loader's float ones do
 (:class:`~metagen.engine.models.weight_arena.WeightArena`: decoding streams them all).
 """
 
@@ -15,6 +18,7 @@ import torch
 from torch import nn
 
 from metagen.engine.config import Quantization, check_quantization
+from metagen.engine.models.int4 import Int4Weight
 from metagen.engine.models.int8 import Int8Weight
 from metagen.engine.models.llama import LlamaModel
 from metagen.engine.models.weight_arena import WeightArena
@@ -22,19 +26,29 @@ from metagen.engine.models.weight_arena import WeightArena
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 
 
-def _swap(module: nn.Module, name: str, act8: bool, arena: WeightArena | None) -> None:
-    weight = getattr(module, name)
-    quantized = Int8Weight.from_in_out(weight, act8)
+def _quantized(weight: torch.Tensor, kind: str) -> Int8Weight | Int4Weight:
+    """``weight`` (in, out) as ``kind``: "int4", or "int8" / "w8a8"."""
+    return Int4Weight.from_in_out(weight) if kind == "int4" else \
+        Int8Weight.from_in_out(weight, act8=kind == "w8a8")
+
+
+def _swap(module: nn.Module, name: str, quantized: Int8Weight | Int4Weight,
+          arena: WeightArena | None) -> None:
     if arena is not None:
-        quantized.q = arena.take(quantized.q.shape).copy_(quantized.q)
+        if isinstance(quantized, Int4Weight):
+            quantized.packed = arena.take(quantized.packed.shape).copy_(quantized.packed)
+        else:
+            quantized.q = arena.take(quantized.q.shape).view(torch.int8).copy_(quantized.q)
     delattr(module, name)  # a registered parameter cannot be reassigned a module
     setattr(module, name, quantized)
 
 
 def quantization_of(model: LlamaModel) -> Quantization | None:
-    """How ``model``'s projections are stored: ``"int8"`` or ``"w8a8"`` once
+    """How ``model``'s projections are stored: ``"int8"``, ``"w8a8"`` or ``"int4"`` once
     :func:`quantize_model` ran on it, else ``None`` (as loaded)."""
     qkv = model.layers[0].qkv
+    if isinstance(qkv, Int4Weight):
+        return "int4"
     return None if not isinstance(qkv, Int8Weight) else "w8a8" if qkv.act8 else "int8"
 
 
@@ -45,14 +59,23 @@ def quantize_model(model: LlamaModel, quantization: Quantization | None) -> Llam
     check_quantization(quantization)
     if quantization is None:
         return model
-    act8 = quantization == "w8a8"
-    targets: list[tuple[nn.Module, str]] = [(layer, name) for layer in model.layers
-                                            for name in PROJECTIONS]
+    targets: list[tuple[nn.Module, str, str]] = [(layer, name, quantization)
+                                                 for layer in model.layers for name in PROJECTIONS]
     if model.lm_head is not None:
-        targets.append((model, "lm_head"))
+        targets.append((model, "lm_head", "w8a8" if quantization == "int4" else quantization))
     arena = None
-    if model.device.type == "cpu":  # q is (out, in): the float projection (in, out) turned
-        arena = WeightArena([getattr(m, n).shape[::-1] for m, n in targets], torch.int8)
-    for module, name in targets:
-        _swap(module, name, act8, arena)
+    if model.device.type == "cpu":
+        arena = WeightArena([_stored_shape(getattr(m, n).shape, kind)
+                             for m, n, kind in targets], torch.uint8)
+    for module, name, kind in targets:  # one at a time: each float copy is freed as it goes
+        _swap(module, name, _quantized(getattr(module, name), kind), arena)
     return model
+
+
+def _stored_shape(shape: torch.Size, kind: str) -> tuple[int, ...]:
+    """The shape of the buffer a float (in, out) projection becomes as ``kind``: int8's q
+    (out, in), or int4's packed bytes."""
+    k, n = shape
+    if kind == "int4":
+        return (-(-n // 16) * 16 * (-(-k // 32) * 32) // 2,)
+    return (n, k)

@@ -57,6 +57,10 @@ void mg_q8_matmul_cols(const float *x, const int8_t *w, const float *scale, cons
 int64_t mg_a8_ldq(int64_t K);
 int64_t mg_a8_ldd(int64_t K);
 void mg_a8_quantize(const float *x, int64_t M, int64_t K, int8_t *q, float *d);
+void mg_w4_xsums(const int8_t *q, int64_t M, int64_t K, int32_t *xs);
+void mg_w4_matmul_cols(const int8_t *q, const float *d, const int32_t *xs, const uint8_t *w,
+                       const float *ws, const float *bias, float *y, int64_t M, int64_t K,
+                       int64_t N, int64_t c0, int64_t c1);
 void mg_a8_matmul_cols(const int8_t *q, const float *d, const int8_t *w, const float *scale,
                        const float *bias, float *y, int64_t M, int64_t K, int64_t N, int64_t c0,
                        int64_t c1);
@@ -73,8 +77,9 @@ typedef struct {
  * *_p is set: columns in panels of *_p floats (a multiple of 16), each panel (in, its width)
  * row-major, one after another (mg_matmul_panels). Optional ones are NULL. A projection
  * quantized to int8 has its float pointer NULL and instead its *_q weight, (out, in) int8, and
- * *_s scales, (out,) float32 (int8_matmul.c); with act8 set, the int8 products quantize their
- * activations too (q8_act.c). */
+ * *_s scales, (out,) float32 (int8_matmul.c); with act8 = 1, the int8 products quantize their
+ * activations too (q8_act.c). act8 = 2: the projections are int4 (q4.c): *_q their packed bytes,
+ * *_s their group scales, the activations quantized as with act8 = 1. */
 typedef struct {
   const float *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o, *post_norm, *gate_up, *down;
   const int8_t *qkv_q, *o_q, *gate_up_q, *down_q;
@@ -510,10 +515,11 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
 
 /* A thread's own buffers: the gathered queries of one attention work unit and their state, the
  * input of a norm's or the SiLU gate's product (x: (T, hidden) normed tokens; act: (T, inter)
- * gated), and the quantized activations (aq, ad: mg_a8_quantize's) of the int8-activation
- * products. */
+ * gated), and the quantized activations (aq, ad: mg_a8_quantize's; axs: mg_w4_xsums' for int4
+ * weights) of the int8-activation products. */
 typedef struct {
   int8_t *aq;
+  int32_t *axs;
   float *ad, *x, *act;
   float *s, *grp, *deq;
   int64_t *q_to; /* each gathered query's end position (exclusive) */
@@ -551,7 +557,7 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
                              nq * sizeof(int64_t), nq * sizeof(void *), nq * sizeof(void *),
                              nq * sizeof(void *), nq * sizeof(void *), 2 * KB * D * f,
                              T * mg_a8_ldq(kmax), T * mg_a8_ldd(kmax) * f, T * H * f,
-                             T * M->inter * f};
+                             T * M->inter * f, T * mg_a8_ldd(kmax) * sizeof(int32_t)};
   size_t total = 0, lane_total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
@@ -583,6 +589,7 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
     L->ad = carve(&p, per_lane[9]);
     L->x = carve(&p, per_lane[10]);
     L->act = carve(&p, per_lane[11]);
+    L->axs = carve(&p, per_lane[12]);
   }
   S->q_base = S->qkv;
   S->q_stride = qkv;
@@ -760,15 +767,21 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
 }
 
 /* Columns [c0, c1) of y = x @ W [+ bias] for a float32 W (w; panel-major in panels of p floats
- * where p > 0) or an int8 one (q, s); an act8 product first quantizes x into the thread's lane L
- * (once per stage: while *ready is 0). Sets *ready: the lane's input of this stage is made. */
+ * where p > 0), an int8 one (q, s) or an int4 one (act8 = 2: q packed, s group scales); an act8
+ * product first quantizes x into the thread's lane L (once per stage: while *ready is 0). Sets
+ * *ready: the lane's input of this stage is made. */
 static void product_cols(const float *x, const float *w, int64_t p, const int8_t *q,
                          const float *s, int64_t act8, const lane *L, int *ready,
                          const float *bias, float *y, int64_t M, int64_t K, int64_t N, int64_t c0,
                          int64_t c1) {
-  if (q && act8 && !*ready) mg_a8_quantize(x, M, K, L->aq, L->ad);
+  if (q && act8 && !*ready) {
+    mg_a8_quantize(x, M, K, L->aq, L->ad);
+    if (act8 == 2) mg_w4_xsums(L->aq, M, K, L->axs);
+  }
   *ready = 1;
-  if (q && act8)
+  if (q && act8 == 2)
+    mg_w4_matmul_cols(L->aq, L->ad, L->axs, (const uint8_t *)q, s, bias, y, M, K, N, c0, c1);
+  else if (q && act8)
     mg_a8_matmul_cols(L->aq, L->ad, q, s, bias, y, M, K, N, c0, c1);
   else if (q)
     mg_q8_matmul_cols(x, q, s, bias, y, M, K, N, c0, c1);

@@ -423,7 +423,8 @@ def _layer_struct(layer: torch.nn.Module, copies: dict[str, torch.Tensor] | None
     ``panel``), int8 ones by their weight and scales (the float pointer NULL), and whether those
     quantize their activations (``act8``, the same for a layer's projections:
     :func:`~metagen.engine.models.quantize.quantize_model` sets it per model)."""
-    from metagen.engine.models.int8 import Int8Weight  # the models package imports this one
+    from metagen.engine.models.int4 import Int4Weight  # the models package imports this one
+    from metagen.engine.models.int8 import Int8Weight
 
     copies = copies or {}
     fields: dict[str, int | None] = {
@@ -433,13 +434,16 @@ def _layer_struct(layer: torch.nn.Module, copies: dict[str, torch.Tensor] | None
         w = getattr(layer, p)
         if isinstance(w, Int8Weight):
             fields.update({p: None, f"{p}_q": w.q.data_ptr(), f"{p}_s": w.scale.data_ptr()})
+        elif isinstance(w, Int4Weight):
+            fields.update({p: None, f"{p}_q": w.packed.data_ptr(), f"{p}_s": w.ws.data_ptr()})
         elif p in copies:
             fields.update({p: copies[p].data_ptr(), f"{p}_q": None, f"{p}_s": None,
                            f"{p}_p": panel})
         else:
             fields.update({p: w.data_ptr(), f"{p}_q": None, f"{p}_s": None})
     qkv = layer.qkv
-    return _Layer(**fields, act8=int(isinstance(qkv, Int8Weight) and qkv.act8))
+    act8 = 2 if isinstance(qkv, Int4Weight) else int(isinstance(qkv, Int8Weight) and qkv.act8)
+    return _Layer(**fields, act8=act8)
 
 
 def _plan_struct(plan: StepPlan) -> _Plan:

@@ -24,7 +24,8 @@ from metagen.errors import InvalidParameterError
 
 _HERE = Path(__file__).parent
 SOURCES: tuple[Path, ...] = (_HERE / "small_matmul.c", _HERE / "decode_step.c",
-                             _HERE / "int8_matmul.c", _HERE / "q8_act.c", _HERE / "sample_rows.c",
+                             _HERE / "int8_matmul.c", _HERE / "q8_act.c", _HERE / "q4.c",
+                             _HERE / "sample_rows.c",
                              _HERE / "pool.c")
 _log = logging.getLogger(__name__)
 
