@@ -113,6 +113,9 @@ def test_applies_to_a_few_contiguous_float32_rows(kernel):
     assert not kernel.applies(torch.randn(4, 8).double())
     assert not kernel.applies(torch.randn(8, 4).t())
     assert not kernel.applies(torch.randn(4, 8, requires_grad=True))
+    # w8a8 on a VNNI build: prefill too (integer products past the float32 multiply rate)
+    assert kernel.applies(torch.randn(cap + 1, 8), act8=True) == kernel.vnni
+    assert kernel.applies(torch.randn(cap, 8), act8=True)
 
 
 @pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 40])

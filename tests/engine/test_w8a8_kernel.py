@@ -105,7 +105,7 @@ def test_rows_are_independent_and_a_non_finite_row_stays_its_own(kernel):
     assert torch.equal(y[[0, 1, 2, 3, 5, 7, 8]], whole[[0, 1, 2, 3, 5, 7, 8]])
 
 
-@pytest.mark.parametrize("m", [1, 16, 33])
+@pytest.mark.parametrize("m", [1, 16, 33, 300])
 def test_act8_weight_native_and_fallback_agree(m, monkeypatch):
     """An ``act8`` Int8Weight quantizes its activations on every path: natively for the kernel's
     rows, by :func:`quantize_activations` and a dequantized torch product otherwise."""

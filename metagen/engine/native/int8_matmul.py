@@ -57,13 +57,18 @@ class Int8Matmul:
         """The most rows :meth:`applies` gives the kernel: :data:`MAX_ROWS` of its vector width."""
         return MAX_ROWS[self.isa]
 
-    def applies(self, x: torch.Tensor) -> bool:
+    def applies(self, x: torch.Tensor, act8: bool = False) -> bool:
         """Whether the kernel takes activations ``x``: 1 to :attr:`max_rows` contiguous float32
         CPU rows without autograd (decode steps, wide batches; more rows are prefill, where
-        MKL's GEMM on a dequantized copy wins; the weight side is checked by the caller's
-        type)."""
-        return (x.dim() == 2 and 1 <= x.shape[0] <= self.max_rows and x.dtype == torch.float32
-                and x.device.type == "cpu" and x.is_contiguous() and not x.requires_grad)
+        MKL's GEMM on a dequantized copy won on the Xeon the cap was measured on; the weight
+        side is checked by the caller's type). With ``act8`` (w8a8) on a VNNI build any number
+        of rows: each ``vpdpbusd`` does four multiply-adds a lane where a float32 FMA does one,
+        and on the 2-core Zen 4 the kernel took 0.43-0.45x MKL's float32 GEMM time at 256 rows
+        on the benchmark target's shapes (``benchmarks/README.md``)."""
+        return (x.dim() == 2 and 1 <= x.shape[0] and (
+                    x.shape[0] <= self.max_rows or act8 and self.vnni)
+                and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()
+                and not x.requires_grad)
 
     def __call__(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
                  bias: torch.Tensor | None = None, threads: int | None = None,
