@@ -153,7 +153,7 @@ def test_speculative_rejects_bad_settings(setup) -> None:
         EngineConfig(prompt_lookup=3, speculative_model="x")
     with pytest.raises(InvalidParameterError, match="speculative_quantization"):
         EngineConfig(speculative_model="x",
-                     speculative_quantization="int4")  # type: ignore[arg-type]
+                     speculative_quantization="int3")  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="speculative_quantization"):
         EngineConfig(prompt_lookup=3, speculative_quantization="int8")
 
