@@ -45,14 +45,18 @@ def test_round_trip_within_half_a_step_per_group(out, n_in, spread, seed):
     w = torch.randn(out, n_in, generator=g) * spread * torch.rand(out, 1, generator=g)
     q, scale = quantize_int4(w)
     blocks = -(-n_in // 32)
-    assert q.dtype == torch.int8 and q.shape == (out, n_in) and int(q.abs().max()) <= 7
+    assert q.dtype == torch.int8 and q.shape == (out, n_in)
+    assert int(q.min()) >= -8 and int(q.max()) <= 7
     assert scale.dtype == torch.float32 and scale.shape == (out, blocks)
-    step = scale.double().repeat_interleave(32, dim=1)[:, :n_in]
+    step = scale.double().abs().repeat_interleave(32, dim=1)[:, :n_in]
     err = (dequantize_int4(q, scale).double() - w.double()).abs()
-    assert (err <= step / 2 * (1 + 1e-5) + 1e-30).all()
-    # each block's largest magnitude is exactly 7 steps
-    padded = torch.nn.functional.pad(q.abs(), (0, blocks * 32 - n_in)).view(out, blocks, 32)
-    assert (padded.amax(dim=2) == 7).all()
+    assert (err <= step * (1 + 1e-5) + 1e-30).all()  # a value clamped to 7 steps: one step
+    unclamped = q < 7
+    assert (err[unclamped] <= step[unclamped] / 2 * (1 + 1e-5) + 1e-30).all()
+    # each block's value of largest magnitude is exactly -8 steps
+    pw = torch.nn.functional.pad(w, (0, blocks * 32 - n_in)).view(out, blocks, 32)
+    pq = torch.nn.functional.pad(q, (0, blocks * 32 - n_in)).view(out, blocks, 32)
+    assert (pq.gather(2, pw.abs().argmax(dim=2, keepdim=True)) == -8).all()
     packed, ws = pack_int4(q, scale)
     groups = -(-out // 16)
     assert packed.dtype == torch.uint8 and packed.numel() == groups * 16 * blocks * 32 // 2
@@ -76,9 +80,13 @@ def test_packed_layout_golden_bytes():
     assert ws[0, :, :2].eq(1).all() and ws[0, :, 2:].eq(0).all()
 
 
-def test_zero_blocks_and_bad_weights():
+def test_zero_blocks_golden_values_and_bad_weights():
     q, scale = quantize_int4(torch.cat([torch.zeros(1, 32), torch.ones(1, 32)], dim=1))
     assert scale[0, 0] == 0 and torch.equal(dequantize_int4(q, scale)[0, :32], torch.zeros(32))
+    # Q4_0's rule: the extreme (-2.0) is -8 steps of 0.25; 1.9 is 7.6 steps, clamped to 7
+    q, scale = quantize_int4(torch.tensor([[-2.0, 1.9, 0.3, 0.125, -0.0625]]))
+    assert scale.tolist() == [[0.25]]
+    assert q.tolist() == [[-8, 7, 1, 0, 0]]  # 0.5 steps rounds to even: 0
     for bad in (torch.ones(3), torch.ones(2, 2, dtype=torch.int32),
                 torch.tensor([[1.0, float("nan")]]), torch.tensor([[float("inf"), 1.0]])):
         with pytest.raises(InvalidParameterError, match="invalid w="):

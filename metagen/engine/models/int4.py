@@ -1,10 +1,14 @@
-"""int4 weights with group scales (``quantization="int4"``): Q4_0's granularity, symmetric.
+"""int4 weights with group scales (``quantization="int4"``): Q4_0's rule and granularity.
 
 For a weight ``w`` (out, in), each output channel ``n`` and block ``b`` of :data:`GROUP`
-consecutive inputs (the last may be shorter) get ``scale[n, b] = max_{k in b} |w[n, k]| / 7`` and
-``q[n, k] = round(w[n, k] / scale[n, b])`` in [-7, 7], so the dequantized weight is within
-``scale[n, b] / 2`` of ``w`` (1/14 of the block's largest magnitude). A block of zeros gets
-scale 0 and dequantizes to exact zeros. Activations are quantized per row and block of 32 as
+consecutive inputs (the last may be shorter) get ``scale[n, b] = e / -8``, ``e`` the block's value
+of largest magnitude (signed), and ``q[n, k] = round(w[n, k] / scale[n, b])`` clamped to [-8, 7]:
+all 16 levels are used and ``e`` itself is exactly -8 steps. The dequantized weight is within
+``|scale| / 2`` of ``w`` except for a value within half a step of ``-e``, clamped to 7 steps, so
+within ``|scale|`` (1/8 of the block's largest magnitude). A block of zeros gets scale 0 and
+dequantizes to exact zeros. (Symmetric 15 levels, ``max |w| / 7``, measured worse: on the
+testbed's 500 problems greedy -1.0 against +0.2 points from float32, and on stories260K 376
+against 416 of 512 greedy next tokens equal to float32's.) Activations are quantized per row and block of 32 as
 ``w8a8``'s are (:func:`~metagen.engine.models.int8.quantize_activations`), and the native kernel
 (``native/q4.c``) multiplies int8 activations by int4 weights as integers, for decode steps and
 prefill alike; elsewhere (other devices and dtypes, no native library) the same quantized activations meet the dequantized weight in a torch product,
@@ -25,14 +29,15 @@ from metagen.engine.native.int4_matmul import Int4Matmul
 from metagen.engine.native.int4_matmul import load as load_int4_matmul
 from metagen.errors import InvalidParameterError
 
-QMAX = 7
+QMIN, QMAX = -8, 7
 GROUP = 32  # inputs per weight scale (and per activation scale)
 CHANNELS = 16  # output channels per packed group (q4.c's W4G)
 
 
 def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (out, in), any float dtype -> (q (out, in) int8 in [-7, 7], scale (out, ceil(in / 32))
-    float32) as in the module docstring: ``|q * scale[:, k // 32] - w| <= scale / 2``. Raises
+    """w (out, in), any float dtype -> (q (out, in) int8 in [-8, 7], scale (out, ceil(in / 32))
+    float32, possibly negative) as in the module docstring:
+    ``|q * scale[:, k // 32] - w| <= |scale|`` (``|scale| / 2`` where q < 7). Raises
     :class:`~metagen.errors.InvalidParameterError` naming ``w`` for a tensor that is not 2-D
     float or holds a non-finite value."""
     if w.dim() != 2 or not w.is_floating_point():
@@ -42,9 +47,10 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise InvalidParameterError("w", tuple(w.shape), "holds a NaN or infinite value")
     n, k = w32.shape
     blocks = nn.functional.pad(w32, (0, -k % GROUP)).view(n, -1, GROUP)
-    scale = blocks.abs().amax(dim=2) / QMAX  # (out, blocks)
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round(blocks / safe[:, :, None]).clamp_(-QMAX, QMAX).to(torch.int8)
+    extreme = blocks.gather(2, blocks.abs().argmax(dim=2, keepdim=True))[..., 0]
+    scale = extreme / QMIN  # (out, blocks)
+    safe = torch.where(scale != 0, scale, torch.ones_like(scale))
+    q = torch.round(blocks / safe[:, :, None]).clamp_(QMIN, QMAX).to(torch.int8)
     return q.view(n, -1)[:, :k].contiguous(), scale.contiguous()
 
 
@@ -56,7 +62,7 @@ def dequantize_int4(q: torch.Tensor, scale: torch.Tensor,
 
 
 def pack_int4(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q (N, K) int8 in [-7, 7], scale (N, ceil(K / 32))) -> (packed uint8 (bytes,), scales
+    """(q (N, K) int8 in [-8, 7], scale (N, ceil(K / 32))) -> (packed uint8 (bytes,), scales
     float32 (groups, blocks, 16)) in ``q4.c``'s layout; padding channels and inputs hold
     q = 0 and scale 0."""
     n, k = q.shape

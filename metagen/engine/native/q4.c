@@ -2,7 +2,7 @@
  * one float32 scale per output channel and group of 32 inputs (Q4_0's granularity), x quantized
  * to int8 per block of 32 on the fly (q8_act.c's mg_a8_quantize) and multiplied as integers.
  *
- * Weights: q[n, k] in [-7, 7] stands for q * ws[n, k / 32]. Stored as u = q + 8 (a nibble, 1..15;
+ * Weights: q[n, k] in [-8, 7] stands for q * ws[n, k / 32]. Stored as u = q + 8 (a nibble, 0..15;
  * 8 for padding) in groups of W4G = 16 output channels: for group g, chunk t (inputs 8t .. 8t + 7)
  * is 64 bytes, byte 4c + i (channel c < 16, i < 4) holding u[16g + c, 8t + i] in its low nibble
  * and u[16g + c, 8t + 4 + i] in its high one. A group is K8 / 8 chunks (K8 = K rounded up to 32),
