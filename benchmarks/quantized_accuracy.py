@@ -1,7 +1,7 @@
 """What quantized weights cost in accuracy on the testbed: float32 against int8 and w8a8, paired.
 
-    python -m benchmarks.quantized_accuracy [--problems 500] [--out DIR] [--quantizations int8,w8a8]
-                                            [--max-tokens 160] [--json PATH]
+    python -m benchmarks.quantized_accuracy [--problems 500] [--out DIR]
+        [--quantizations int8,w8a8,int4] [--max-tokens 160] [--json PATH]
 
 Runs ``metagen eval testbed`` on the testbed policy for each weight format (float32, then each
 of ``--quantizations``), twice: greedy, and best-of-16 (ORM) with self-consistency over one
@@ -11,7 +11,8 @@ seeds, so the comparison is paired: for each (strategy, N) it reports both accur
 difference with its paired standard error (per-problem differences: shared difficulty cancels),
 and, where each problem is right or wrong (not an expectation over subsamples, as at N below
 the samples drawn), the discordant problems (right in one format only) and McNemar's exact
-two-sided p-value over them; and the share of samples whose text is the same in both formats. Never asserted in tests.
+two-sided p-value over them; and the share of samples whose text is the same in both formats.
+Never asserted in tests.
 """
 
 from __future__ import annotations

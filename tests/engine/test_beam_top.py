@@ -30,7 +30,8 @@ def _rows(seed: int, rows: int, vocab: int) -> tuple[torch.Tensor, list[float]]:
 
 def _reference(x: torch.Tensor, scores: list[float]) -> list[float]:
     """Every candidate's value, flat: a float64 log-softmax plus the beam's score."""
-    acc = torch.log_softmax(x.double(), dim=-1) + torch.tensor(scores, dtype=torch.float64)[:, None]
+    score = torch.tensor(scores, dtype=torch.float64)[:, None]
+    acc = torch.log_softmax(x.double(), dim=-1) + score
     return acc.reshape(-1).tolist()
 
 

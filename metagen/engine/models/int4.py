@@ -8,11 +8,13 @@ all 16 levels are used and ``e`` itself is exactly -8 steps. The dequantized wei
 within ``|scale|`` (1/8 of the block's largest magnitude). A block of zeros gets scale 0 and
 dequantizes to exact zeros. (Symmetric 15 levels, ``max |w| / 7``, measured worse: on the
 testbed's 500 problems greedy -1.0 against +0.2 points from float32, and on stories260K 376
-against 416 of 512 greedy next tokens equal to float32's.) Activations are quantized per row and block of 32 as
-``w8a8``'s are (:func:`~metagen.engine.models.int8.quantize_activations`), and the native kernel
+against 416 of 512 greedy next tokens equal to float32's.)
+
+Activations are quantized per row and block of 32 as ``w8a8``'s are
+(:func:`~metagen.engine.models.int8.quantize_activations`), and the native kernel
 (``native/q4.c``) multiplies int8 activations by int4 weights as integers, for decode steps and
-prefill alike; elsewhere (other devices and dtypes, no native library) the same quantized activations meet the dequantized weight in a torch product,
-equal up to float32 rounding.
+prefill alike; elsewhere (other devices and dtypes, no native library) the same quantized
+activations meet the dequantized weight in a torch product, equal up to float32 rounding.
 
 :class:`Int4Weight` keeps the weight packed as the kernel reads it (two weights a byte, groups of
 16 output channels interleaved four inputs at a time: the layout is ``q4.c``'s), half the bytes
@@ -25,13 +27,11 @@ import torch
 from torch import nn
 
 from metagen.engine.models.int8 import quantize_activations
-from metagen.engine.native.int4_matmul import Int4Matmul
+from metagen.engine.native.int4_matmul import CHANNELS, GROUP, Int4Matmul
 from metagen.engine.native.int4_matmul import load as load_int4_matmul
 from metagen.errors import InvalidParameterError
 
 QMIN, QMAX = -8, 7
-GROUP = 32  # inputs per weight scale (and per activation scale)
-CHANNELS = 16  # output channels per packed group (q4.c's W4G)
 
 
 def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,8 +5,8 @@ projection (q|k|v, o, gate|up, down, and an untied LM head) by an
 the four projections by :class:`~metagen.engine.models.int4.Int4Weight` (int4, a scale per
 output channel and block of 32 inputs, int8 activations) and an untied LM head by w8a8's int8
 (as llama.cpp's Q4_0 mix keeps its output matrix at higher precision: the head decides every
-token). Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and stays
-too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
+token). Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and
+stays too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
 runs on the loaded model, one projection at a time (the float copy of each is freed as it goes).
 On CPU the quantized weights share one buffer on huge pages, as the loader's float ones do
 (:class:`~metagen.engine.models.weight_arena.WeightArena`: decoding streams them all).
@@ -22,6 +22,7 @@ from metagen.engine.models.int4 import Int4Weight
 from metagen.engine.models.int8 import Int8Weight
 from metagen.engine.models.llama import LlamaModel
 from metagen.engine.models.weight_arena import WeightArena
+from metagen.engine.native.int4_matmul import packed_bytes
 
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 
@@ -76,6 +77,4 @@ def _stored_shape(shape: torch.Size, kind: str) -> tuple[int, ...]:
     """The shape of the buffer a float (in, out) projection becomes as ``kind``: int8's q
     (out, in), or int4's packed bytes."""
     k, n = shape
-    if kind == "int4":
-        return (-(-n // 16) * 16 * (-(-k // 32) * 32) // 2,)
-    return (n, k)
+    return (packed_bytes(n, k),) if kind == "int4" else (n, k)

@@ -19,7 +19,14 @@ from metagen.errors import InvalidParameterError
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
-GROUP, CHANNELS = 32, 16
+GROUP = 32  # inputs per weight scale (and per activation scale)
+CHANNELS = 16  # output channels per packed group (q4.c's W4G, checked at load)
+
+
+def packed_bytes(n: int, k: int) -> int:
+    """Bytes of an (n, k) int4 weight in ``q4.c``'s layout: ``n`` rounded up to whole groups of
+    :data:`CHANNELS`, ``k`` to whole blocks of :data:`GROUP`, two weights a byte."""
+    return -(-n // CHANNELS) * CHANNELS * (-(-k // GROUP) * GROUP) // 2
 
 
 class Int4Matmul:
@@ -53,7 +60,7 @@ class Int4Matmul:
         n_threads = resolve(threads)
         m, k = x.shape
         groups, blocks = -(-n // CHANNELS), -(-k // GROUP)
-        if (packed.dtype != torch.uint8 or packed.numel() != groups * blocks * GROUP * 8
+        if (packed.dtype != torch.uint8 or packed.numel() != packed_bytes(n, k)
                 or ws.shape != (groups, blocks, CHANNELS) or ws.dtype != torch.float32
                 or not packed.is_contiguous() or not ws.is_contiguous()
                 or (bias is not None and (bias.shape != (n,) or bias.dtype != torch.float32

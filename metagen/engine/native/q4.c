@@ -17,7 +17,8 @@
  * inputs, each channel's int32 dot of u with the activation bytes q_x, less 8 * sum_k q_x[k]
  * (u = q + 8), is exact; converted to float and FMAed with ws[n, b] * d_x[b] into the channel's
  * lane:
- *   y[m, n] = sum_b (ws[n, b] * d_x[m, b]) * (sum_{k in b} u[n, k] q_x[m, k] - 8 sum_{k in b} q_x[m, k])
+ *   y[m, n] = sum_b (ws[n, b] * d_x[m, b])
+ *                   * (sum_{k in b} u[n, k] q_x[m, k] - 8 sum_{k in b} q_x[m, k])
  * in block order, then + bias[n]. Against y = x @ dequant(W)^T the error is at most
  * sum_b ws[n, b] d_x[m, b] / 2 * sum_{k in b} |q[n, k]| plus float32 rounding of the block sums.
  *
