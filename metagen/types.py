@@ -102,8 +102,11 @@ class SamplingParams:
       ``allowed_token_ids`` restricts sampling to a set.
     - ``max_tokens`` >= 1; ``min_tokens`` <= ``max_tokens`` suppresses EOS and stop tokens.
     - ``stop`` strings end a completion and are not included in its text.
-    - ``seed`` makes sample ``i`` a pure function of (seed, i), whatever else is in the batch;
-      ``None`` or -1 means random.
+    - ``seed`` makes sample ``i``'s random draws a pure function of (seed, i), whatever else is
+      in the batch; the sample itself is then fixed up to the logits' float32 rounding, which
+      may differ with the prefix cache's state, the batch and the thread count unless the
+      engine is deterministic (``EngineConfig.deterministic``: bit for bit). ``None`` or -1
+      means random.
     - ``logprobs`` k >= 0 returns the top-k alternatives of the model's own distribution per token.
     - ``regex``, ``json_schema`` (dict or JSON string), ``grammar`` (Lark) and ``choice`` (a list
       of strings) constrain the output to a language; at most one may be set, and a malformed one

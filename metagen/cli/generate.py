@@ -251,12 +251,15 @@ _SEARCH_FLAGS = [
                  "same output (the target verifies them in its own precision)."),
     click.option("--prompt-lookup", type=str, metavar="INT", default=None,
                  help="Speculative decoding by prompt lookup with n-grams up to INT tokens."),
+    click.option("--deterministic", is_flag=True, default=None,
+                 help="Batch-invariant engine steps: seeded samples the same bits whatever "
+                 "the prefix cache holds, the batch and the thread count (built-in engine)."),
 ]
 
 
 _SEARCH_NAMES = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty",
                  "speculative_model", "num_speculative_tokens", "speculative_quantization",
-                 "prompt_lookup")
+                 "prompt_lookup", "deterministic")
 
 
 def _search_flags(f: Any) -> Any:
@@ -311,7 +314,8 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
             "num_speculative_tokens": _int("num_speculative_tokens",
                                            search["num_speculative_tokens"]),
             "speculative_quantization": search["speculative_quantization"],
-            "prompt_lookup": _int("prompt_lookup", search["prompt_lookup"])}
+            "prompt_lookup": _int("prompt_lookup", search["prompt_lookup"]),
+            "deterministic": search["deterministic"] or None}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -385,8 +389,8 @@ def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: st
     elif any(v is not None for v in spec.values()):
         if backend == "hf":
             name = next(k for k, v in spec.items() if v is not None)
-            raise InvalidParameterError(name, search[name], "speculative decoding runs on the "
-                                        "built-in engine: use --backend local (or auto)")
+            raise InvalidParameterError(name, search[name], "runs on the built-in engine: use "
+                                        "--backend local (or auto)")
         backend = "local"  # speculation needs the engine: auto must not fall back
     if not remote:
         backend = engine_backend(backend, quantization)

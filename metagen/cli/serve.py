@@ -4,7 +4,7 @@ Binds ``127.0.0.1`` unless ``--host`` says otherwise. ``--api-key KEY`` (or the 
 variable ``METAGEN_API_KEY``, which keeps the key out of the process list) makes every route but
 ``/health`` require ``Authorization: Bearer KEY``; the key is never printed or logged. Engine
 options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``,
-``--quantization``) go to :class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
+``--quantization``, ``--deterministic``) go to :class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
 folder is a one-line error and exit status 2.
 
 ``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
@@ -42,6 +42,9 @@ import click
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
 @click.option("--quantization", default=None, metavar="int8|w8a8|int4",
               help="Quantize the weights at load: int8, w8a8 or int4 (engine option).")
+@click.option("--deterministic", is_flag=True,
+              help="Batch-invariant engine steps: a seeded request's samples are the same bits "
+              "whatever else is being served and whatever the prefix cache holds (engine).")
 @click.option("--orm", "orms", multiple=True, metavar="NAME=PATH",
               help="An outcome reward model strategy requests can name (repeatable).")
 @click.option("--prm", "prms", multiple=True, metavar="NAME=PATH",
@@ -51,7 +54,8 @@ import click
 def serve(model: Path, host: str, port: int, api_key: str | None,
           served_model_name: str | None, max_concurrent: int, max_body_bytes: int,
           num_blocks: int | None, max_num_seqs: int | None, dtype: str | None,
-          device: str | None, quantization: str | None, orms: tuple[str, ...],
+          device: str | None, quantization: str | None, deterministic: bool,
+          orms: tuple[str, ...],
           prms: tuple[str, ...],
           shutdown_timeout: int) -> None:
     """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
@@ -64,7 +68,8 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
     options: dict[str, Any] = {k: v for k, v in (("num_blocks", num_blocks),
                                                  ("max_num_seqs", max_num_seqs),
                                                  ("dtype", dtype), ("device", device),
-                                                 ("quantization", quantization))
+                                                 ("quantization", quantization),
+                                                 ("deterministic", deterministic or None))
                                if v is not None}
     orm_paths = parse_named_paths(orms, "--orm")
     prm_paths = parse_named_paths(prms, "--prm")

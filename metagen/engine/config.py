@@ -64,6 +64,21 @@ def _check_kv_window(sinks: object, window: object, block_size: int, speculative
                                     "speculative decoding (speculative_model, prompt_lookup)")
 
 
+def _check_deterministic(cfg: EngineConfig) -> None:
+    """Raise :class:`~metagen.errors.InvalidParameterError` naming ``deterministic`` for the
+    settings its batch-invariant kernels do not cover (see :class:`EngineConfig`)."""
+    clash = [name for name, on in (
+        ("quantization", cfg.quantization is not None), ("dtype", cfg.dtype != "float32"),
+        # an int8 block's scale grows as tokens arrive, requantizing the earlier ones: its
+        # values depend on how its tokens were split into steps
+        ("kv_cache_dtype", cfg.kv_cache_dtype != "auto"),
+        ("speculative_model", cfg.speculative_model is not None),
+        ("prompt_lookup", cfg.prompt_lookup is not None)) if on]
+    if clash:
+        raise InvalidParameterError("deterministic", True, "runs float32 weights without "
+                                    f"speculative decoding; cannot be combined with {clash[0]}")
+
+
 @dataclass(slots=True, frozen=True)
 class EngineConfig:
     """Engine settings.
@@ -115,6 +130,13 @@ class EngineConfig:
     budget counts both, so it holds ~4x the tokens of a float32 cache; the native decode step
     quantizes its new K/V in C (a larger step in PyTorch) and attention dequantizes in the
     kernel.
+    ``deterministic`` runs every step through the native kernels, batch-invariant
+    (:mod:`metagen.engine.invariant`): a token's logits are the same bits whatever the prefix
+    cache held, whatever else was batched with it and on any thread count, so a seeded sample
+    is a function of its prompt, seed and index alone. It needs the native build and a float32
+    CPU model without ``quantization`` and a float32 KV cache; it turns Hydragen off and excludes speculative decoding
+    (the draft's own engine would need it too). Wide prefills run slower (the native products
+    at most 16 rows at a time instead of MKL's GEMM).
     """
 
     block_size: int = 16
@@ -137,6 +159,7 @@ class EngineConfig:
     kv_sink_tokens: int = 0
     kv_window_tokens: int | None = None
     kv_cache_dtype: KVCacheDType = "auto"
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("block_size", self.block_size)
@@ -152,7 +175,7 @@ class EngineConfig:
                 self.hydragen_min_prefix, bool) or self.hydragen_min_prefix < 0:
             raise InvalidParameterError("hydragen_min_prefix", self.hydragen_min_prefix,
                                         "must be an integer >= 0")
-        for name in ("prefix_cache", "hydragen", "adaptive_speculation"):
+        for name in ("prefix_cache", "hydragen", "adaptive_speculation", "deterministic"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidParameterError(name, getattr(self, name), "must be a bool")
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -186,6 +209,8 @@ class EngineConfig:
         if not isinstance(self.kv_cache_dtype, str) or self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidParameterError("kv_cache_dtype", self.kv_cache_dtype,
                                         f"must be one of: {', '.join(KV_CACHE_DTYPES)}")
+        if self.deterministic:
+            _check_deterministic(self)
 
     def torch_dtype(self) -> torch.dtype:
         import torch

@@ -14,7 +14,8 @@ bitwise, because the kernel a product takes depends on the step's shape (the nat
 kernels, MKL on one thread, MKL split across threads, a GPU's) and each sums in its own order.
 Tests hold scores to a relative 1e-5 of their value alone (``BATCH_RTOL``). Greedy and seeded
 samples are therefore the same tokens in any batch unless two candidates' probabilities lie
-within that rounding of each other.
+within that rounding of each other. ``EngineConfig(deterministic=True)`` makes them bitwise:
+every step through the batch-invariant native kernels (:mod:`metagen.engine.invariant`).
 
 Beam search and speculative decoding run inside this loop, on this one core (one block manager,
 one radix cache, one runner):
@@ -114,7 +115,8 @@ class LLMEngine:
         self.radix = RadixCache(self.blocks) if cfg.prefix_cache else None
         self.scheduler = Scheduler(cfg, self.blocks, self.radix, self.kv.copy_blocks)
         self.runner = ModelRunner(model, self.kv, hydragen=cfg.hydragen,
-                                  hydragen_min_prefix=cfg.hydragen_min_prefix)
+                                  hydragen_min_prefix=cfg.hydragen_min_prefix,
+                                  deterministic=cfg.deterministic)
         eos = set(mc.eos_token_ids)
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
             eos.add(int(tokenizer.eos_token_id))

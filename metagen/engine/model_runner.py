@@ -38,9 +38,12 @@ from dataclasses import dataclass
 import torch
 
 from metagen.engine.attention import AttentionMetadata, PrefixGroup, RowChunk
+from metagen.engine.invariant import split_steps
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.models.llama import LlamaModel
 from metagen.engine.native.decode_step import DecodeStep, StepPlan, for_model as native_decode_step
+from metagen.engine.native.small_matmul import SmallMatmul, load as load_small_matmul
+from metagen.errors import InvalidParameterError
 
 
 ATTN_CHUNK_BYTES = 64 << 20  # bound on a row chunk's transient attention tensors
@@ -93,13 +96,18 @@ def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int, min_tokens:
 
 class ModelRunner:
     """Runs the model over the paged KV cache. Stateless between calls apart from the cache (and
-    a reused one-row plan buffer, rewritten by each one-row native step)."""
+    a reused one-row plan buffer, rewritten by each one-row native step).
+
+    ``deterministic``: every step through the native kernels, batch-invariant
+    (:mod:`metagen.engine.invariant`); raises :class:`~metagen.errors.InvalidParameterError`
+    naming ``deterministic`` where they cannot run (no native build, not a float32 CPU model)."""
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, hydragen: bool = True,
-                 hydragen_min_prefix: int = 0, native: bool = True) -> None:
+                 hydragen_min_prefix: int = 0, native: bool = True,
+                 deterministic: bool = False) -> None:
         self.model = model
         self.kv = kv_cache
-        self.hydragen = hydragen
+        self.hydragen = hydragen and not deterministic  # a group's prefix is summed apart
         self.hydragen_min_prefix = hydragen_min_prefix
         self.device = model.device
         self.block_size = kv_cache.block_size
@@ -113,6 +121,8 @@ class ModelRunner:
         self._token_row = (row, row.numpy())
         # no weight records a graph: a one-token step's head may run outside inference mode
         self._graph_free = not any(p.requires_grad for p in model.parameters())
+        self._head: tuple[SmallMatmul, torch.Tensor] | None = (
+            _invariant_head(model, self.native) if deterministic else None)
 
     def _prefix_groups(self, reqs: Sequence[ExtendRequest]) -> list[tuple[list[int], int]]:
         """The Hydragen groups among ``reqs`` (see :func:`_shared_prefixes`; none with Hydragen
@@ -245,6 +255,8 @@ class ModelRunner:
         attention dequantizes in the kernel.
         """
         native = self.native
+        if self._head is not None and native is not None and self._native_safe(reqs):
+            return self._forward_invariant(native, reqs)
         num_tokens = len(reqs[0].new_token_ids) if len(reqs) == 1 else sum(
             len(r.new_token_ids) for r in reqs)
         if native is not None and native.applies(num_tokens) and self._native_safe(reqs):
@@ -263,6 +275,32 @@ class ModelRunner:
             input_ids, positions, meta, offsets = self._metadata(reqs, short)
             return self.model(input_ids, positions, self.kv.k, self.kv.v, meta,
                               self.kv.scales), offsets
+
+    def _forward_invariant(self, native: DecodeStep, reqs: Sequence[ExtendRequest]
+                           ) -> tuple[torch.Tensor, list[int]]:
+        """:meth:`_forward` of a deterministic runner: the step's tokens through the native
+        step in pieces of at most ``native.max_tokens`` (:func:`split_steps`), each piece's rows
+        attending the K/V the earlier pieces wrote."""
+        lens = [len(r.new_token_ids) for r in reqs]
+        offsets = [0] * len(reqs)
+        for i in range(1, len(reqs)):
+            offsets[i] = offsets[i - 1] + lens[i - 1]
+        hidden = torch.empty(offsets[-1] + lens[-1], self.model.cfg.hidden_size,
+                             dtype=torch.float32)  # (T, H)
+        for piece in split_steps(lens, native.max_tokens):
+            sub = [ExtendRequest(reqs[i].block_table, reqs[i].num_cached + first,
+                                 reqs[i].new_token_ids[first:first + n],
+                                 dropped_tokens=reqs[i].dropped_tokens)
+                   for i, first, n in piece]
+            self.native_steps += 1
+            plan = self._plan(sub, with_ids=True)  # no groups: Hydragen is off
+            h = self.model.forward_native(plan.token_ids, native, plan, self.kv.k, self.kv.v,
+                                          self.kv.scales)
+            done = 0
+            for i, first, n in piece:
+                hidden[offsets[i] + first:offsets[i] + first + n] = h[done:done + n]
+                done += n
+        return hidden, offsets
 
     def _plan(self, reqs: Sequence[ExtendRequest], with_ids: bool = False) -> StepPlan:
         """The native plan of ``reqs``, with their Hydragen groups (and their new tokens' ids
@@ -314,7 +352,7 @@ class ModelRunner:
             if len(r.block_table) * self.block_size < r.num_cached + len(r.new_token_ids):
                 raise ValueError("ExtendRequest.block_table does not cover the new tokens")
         hidden, offsets = self._forward(reqs)  # (T, H)
-        if hidden.shape[0] == 1 and self._graph_free:  # one request of one token
+        if hidden.shape[0] == 1 and self._graph_free and self._head is None:  # one token
             return [self.model.logits(hidden)]
         with _inference_mode():
             return self._logits(reqs, hidden, offsets)
@@ -333,10 +371,30 @@ class ModelRunner:
         if len(rows) < hidden.shape[0]:  # rows ascend: all of them are hidden's own order
             hidden = hidden.index_select(0, torch.tensor(rows, dtype=torch.long,
                                                          device=self.device))
-        logits = self.model.logits(hidden)  # (N, V)
+        if self._head is not None:  # every row count through one kernel: batch-invariant
+            kernel, weight = self._head
+            logits = kernel(hidden.contiguous(), weight)  # (N, V)
+        else:
+            logits = self.model.logits(hidden)  # (N, V)
         if len(spans) == 1:  # one request: all of them (no view to make)
             return [logits]
         return [logits[s:s + k] for s, k in spans]
+
+
+def _invariant_head(model: LlamaModel, native: DecodeStep | None
+                    ) -> tuple[SmallMatmul, torch.Tensor]:
+    """The native product and the LM head's (hidden, V) float32 weight a deterministic runner
+    computes every row's logits with (a transposed copy of a tied embedding). Raises
+    :class:`~metagen.errors.InvalidParameterError` naming ``deterministic`` where the native
+    kernels cannot run the model."""
+    kernel = load_small_matmul()
+    head = model.embed.t().contiguous() if model.lm_head is None else model.lm_head
+    if native is None or kernel is None or not isinstance(head, torch.Tensor) or (
+            head.dtype != torch.float32 or model.device.type != "cpu"):
+        raise InvalidParameterError(
+            "deterministic", True, "needs metagen's native kernels (a C compiler, "
+            "METAGEN_NATIVE unset) and a float32 model on the CPU without quantization")
+    return kernel, head
 
 
 def _inference_mode() -> torch._C._InferenceMode:

@@ -11,7 +11,7 @@ Safe to call from many threads and asyncio tasks at once (``agenerate``, ``astre
 ``ascore``): one loop thread owns the engine; a caller that is interrupted, times out or raises
 aborts only its own requests, and the next call works. A request's output does not depend on
 what it was batched with, within the engine's batch-composition guarantee
-(:mod:`metagen.engine.llm_engine`).
+(:mod:`metagen.engine.llm_engine`: float32 rounding; bit for bit with ``deterministic=True``).
 
 Usage per call (counted from the call's own requests, so concurrent calls don't mix):
 ``prompt_tokens`` counts each prompt once per request (``n`` samples share one
