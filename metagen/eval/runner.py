@@ -130,8 +130,12 @@ class EvalConfig:
     def key_fields(self, task: TaskSpec) -> dict[str, Any]:
         """Everything that changes the outputs (the run key's input; ``strategy`` is the
         comma-joined list); ``limit`` is not in it: items are keyed by id, so a larger limit
-        extends a run."""
+        extends a run. Each local model folder (the policy's ``path``, ``reward``, ``prm``)
+        also gives its content fingerprint (:func:`~metagen.eval.fingerprint.folder_fingerprint`)
+        as ``model_files``, ``reward_files``, ``prm_files``: new weights at the same path make a
+        new key. A server's model has none (its name and URL are what the key holds)."""
         from metagen._version import __version__
+        from metagen.eval.fingerprint import folder_fingerprint
 
         sampling = {k: v for k, v in self.sampling.to_dict().items() if k not in ("n", "seed")}
         return {"task": task.name, "data_sha256": task.data_fingerprint(self.data),
@@ -141,7 +145,10 @@ class EvalConfig:
                 "strategy_args": dict(self.strategy_args), "reward": self.reward,
                 "prm": self.prm,
                 "max_subsets": self.max_subsets, "metagen_version": __version__,
-                "executor_limits": dict(task.executor_limits)}
+                "executor_limits": dict(task.executor_limits),
+                **{f"{role}_files": found for role, folder in (
+                    ("model", self.model.get("path")), ("reward", self.reward),
+                    ("prm", self.prm)) if (found := folder_fingerprint(folder)) is not None}}
 
 
 @dataclass(slots=True, frozen=True)

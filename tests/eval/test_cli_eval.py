@@ -155,6 +155,24 @@ def test_a_changed_temperature_or_seed_is_refused_without_force_resume(tmp_path,
                  "--force-resume"]) == 0
 
 
+def test_new_weights_at_the_same_path_are_refused_without_force_resume(tmp_path, capsys):
+    """The ORM's checkpoint has the policy's config, size and safetensors header: only the
+    content tells them apart, and a resume over swapped weights is refused naming it."""
+    import shutil
+
+    model, out = tmp_path / "model", tmp_path / "run"
+    shutil.copytree(POLICY, model)
+    args = [str(model) if a == str(POLICY) else a for a in ARGS]
+    args += ["--limit", "1", "--out", str(out)]
+    assert main(args) == 0
+    shutil.copy(POLICY.parent / "orm" / "model.safetensors", model / "model.safetensors")
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "run_key" in err and "model_files" in err and len(err.splitlines()) == 1
+    assert main([*args, "--force-resume"]) == 0
+
+
 def test_an_unwritable_output_folder_is_one_line_before_any_model_load(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     for out in (tmp_path / "file" / "run", Path("/sys/metagen-eval-test")):
