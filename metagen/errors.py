@@ -172,3 +172,26 @@ class TruncatedStream(BackendError):
     ``[DONE]`` marker: the text received so far is not a complete completion."""
 
     outcome = "truncated"
+
+
+class RunFolderBusyError(InvalidParameterError):
+    """Another process is running an evaluation into the same output folder (``param`` is
+    ``out``); ``holder`` is its pid when it could be read. Raised before any model is loaded."""
+
+    def __init__(self, folder: str, holder: int | None) -> None:
+        who = f"pid {holder}" if holder is not None else "another process"
+        super().__init__("out", folder, f"is in use by another metagen eval ({who}); wait for "
+                         "it to end or use another --out")
+        self.holder = holder
+
+
+class RunFolderWriteError(MetagenError):
+    """Writing a run's folder failed mid-run (no space left, a quota, a read-only or failing
+    disk). ``path`` is the file that could not be written, ``reason`` what the system said. What
+    was committed before stays; once the cause is fixed, rerunning the same command resumes."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot write {path}: {reason}; the items already stored are kept, "
+                         "and rerunning the same command resumes once that is fixed")
+        self.path = path
+        self.reason = reason

@@ -1,11 +1,12 @@
 """``metagen eval TASK``: run a strategy over a task at every N, resumably, into ``--out DIR``.
 
 ``--model PATH`` loads a local model folder; ``--base-url URL --model NAME`` samples from an
-OpenAI-compatible server. The output folder is checked and its run key compared before any
-model is loaded; a rerun of the same command resumes (done items are skipped), a changed setting
-is refused unless ``--force-resume``. Exit status: 0 complete, 1 some items failed, 2 a usage
-or load error, 128 + signal when SIGINT / SIGTERM stopped it (``results.json`` then says
-``partial``)."""
+OpenAI-compatible server. The output folder is checked and locked (a second process on it
+is refused) and its run key compared before any model is loaded; a rerun of the same command
+resumes (done items are skipped), a changed setting or model content is refused unless
+``--force-resume``. Exit status: 0 complete, 1 some items failed, 2 a usage or load error, a
+folder in use, or a write to the folder that failed (disk full), 128 + signal when SIGINT /
+SIGTERM stopped it (``results.json`` then says ``partial``)."""
 
 from __future__ import annotations
 

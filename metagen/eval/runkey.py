@@ -2,9 +2,10 @@
 
 Two invocations with equal keys may share a store (resume); a different key is refused unless
 the caller forces it. The key covers what :func:`run_key_fields` is given: the task and the
-sha256 of its data, the model (path, or server URL + name + revision), every sampling
-parameter, the prompt template and system prompt, the strategy and its arguments, the reward
-model, the seed, the sample count, the library version and executor limits where code runs.
+sha256 of its data, the model (path and a fingerprint of the folder's content, or server URL +
+name + revision), every sampling parameter, the prompt template and system prompt, the
+strategy and its arguments, the reward model, the seed, the sample count, the library version
+and executor limits where code runs.
 """
 
 from __future__ import annotations

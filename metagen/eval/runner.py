@@ -12,16 +12,17 @@ every sample once; the per-N metrics (:mod:`metagen.eval.metrics`) and costs
 (:data:`~metagen.eval.adaptive.ADAPTIVE`) run on their own, at each N, each its own seeded run.
 An item's results, scores and done mark are stored in one transaction (its samples as they are
 drawn). Items run ``concurrency`` at a time in threads
-(:mod:`metagen.eval.threads`) or on a pool's workers; only the calling thread writes the store. The
-output folder is checked and the run key claimed before any model is loaded. ``results.json``
-is rewritten atomically at the end, with status ``complete`` (every item done) or ``partial``
-(items failed and will be retried by a rerun, or a signal or an error stopped the run). Items
-are keyed by id, never by position or worker (L6).
+(:mod:`metagen.eval.threads`) or on a pool's workers; only the calling thread writes the store.
+The output folder is checked and locked and the run key claimed before any model is loaded.
+``results.json`` is rewritten atomically at the end, with status ``complete`` (every item
+done) or ``partial`` (items failed and will be retried by a rerun, or a signal or an error
+stopped the run). Items are keyed by id, never by position or worker (L6).
 """
 
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,10 +43,12 @@ from metagen.eval.provenance import hardware, versions
 from metagen.eval.recording import SaveCall, replay
 from metagen.eval.runrows import REWARD, read_run_rows
 from metagen.eval.runkey import run_key
+from metagen.eval.runlock import run_folder_lock
 from metagen.eval.seeds import item_seed
 from metagen.eval.selectors import CONFIDENCE, SUBSAMPLED, StoredReward, make_selector
 from metagen.eval.store import ItemResult, RunStore, StoredSample
 from metagen.eval.tasks import EvalItem, TaskSpec
+from metagen.eval.writefail import folder_writes
 from metagen.scorers.callables import as_reward, check_scores
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import Completion, SamplingParams
@@ -130,8 +133,12 @@ class EvalConfig:
     def key_fields(self, task: TaskSpec) -> dict[str, Any]:
         """Everything that changes the outputs (the run key's input; ``strategy`` is the
         comma-joined list); ``limit`` is not in it: items are keyed by id, so a larger limit
-        extends a run."""
+        extends a run. Each local model folder (the policy's ``path``, ``reward``, ``prm``)
+        also gives its content fingerprint (:func:`~metagen.eval.fingerprint.folder_fingerprint`)
+        as ``model_files``, ``reward_files``, ``prm_files``: new weights at the same path make a
+        new key. A server's model has none (its name and URL are what the key holds)."""
         from metagen._version import __version__
+        from metagen.eval.fingerprint import folder_fingerprint
 
         sampling = {k: v for k, v in self.sampling.to_dict().items() if k not in ("n", "seed")}
         return {"task": task.name, "data_sha256": task.data_fingerprint(self.data),
@@ -141,7 +148,10 @@ class EvalConfig:
                 "strategy_args": dict(self.strategy_args), "reward": self.reward,
                 "prm": self.prm,
                 "max_subsets": self.max_subsets, "metagen_version": __version__,
-                "executor_limits": dict(task.executor_limits)}
+                "executor_limits": dict(task.executor_limits),
+                **{f"{role}_files": found for role, folder in (
+                    ("model", self.model.get("path")), ("reward", self.reward),
+                    ("prm", self.prm)) if (found := folder_fingerprint(folder)) is not None}}
 
 
 @dataclass(slots=True, frozen=True)
@@ -182,13 +192,18 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     """Run (or resume) ``config`` into folder ``out``; returns (the results.json object, exit
     status: 0 complete, 1 items failed, 130/143 interrupted by SIGINT/SIGTERM).
 
-    Before any model is loaded: the folder is checked (writable, space), the task's
-    ``preflight`` run (code tasks: opt-in and sandbox), the items are read and
-    the store's run key compared (a different key raises ``InvalidParameterError`` naming
-    ``run_key`` unless ``force_resume``). ``load_generator()`` and the scorers the strategies
-    need (``load_reward()`` for best_of_n / weighted_vote, ``load_confidence()`` for their
-    ``_confidence`` variants, ``load_prm()`` for the step searches of
-    :data:`~metagen.eval.direct.DIRECT`) are called only when an item remains to be done.
+    Before any model is loaded: the folder is checked (writable, space) and locked for the
+    run (:mod:`~metagen.eval.runlock`: a folder another process is running into raises
+    :class:`~metagen.errors.RunFolderBusyError` naming ``out``), the task's ``preflight`` run
+    (code tasks: opt-in and sandbox), the items are read and the store's run key compared (a
+    different key raises ``InvalidParameterError`` naming ``run_key`` unless
+    ``force_resume``). A write to the folder that fails later (disk full, quota, read-only or
+    failing disk) raises :class:`~metagen.errors.RunFolderWriteError` naming the file; the
+    items committed before it stay, and a rerun resumes. ``load_generator()`` and the scorers
+    the strategies need (``load_reward()`` for best_of_n / weighted_vote,
+    ``load_confidence()`` for their ``_confidence`` variants, ``load_prm()`` for the step
+    searches of :data:`~metagen.eval.direct.DIRECT`) are called only when an item remains to
+    be done.
 
     ``concurrency`` > 1 does that many items at once in threads over the one generator (when
     it is safe to call from several threads: :func:`~metagen.eval.threads.thread_safe`); each
@@ -203,6 +218,17 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise InvalidParameterError("concurrency", concurrency, "must be a positive integer")
     folder = check_output_dir(out)
+    with run_folder_lock(folder), folder_writes(folder / STORE_NAME, (sqlite3.Error,)):
+        return _run_locked(config, task, folder, loaders, force_resume=force_resume,
+                           progress=progress, pool=pool, concurrency=concurrency,
+                           load_generator=load_generator)
+
+
+def _run_locked(config: EvalConfig, task: TaskSpec, folder: Path,
+                loaders: Mapping[str, Loader | None], *, load_generator: Callable[[], Any],
+                force_resume: bool, progress: Progress | None, pool: ItemPool | None,
+                concurrency: int) -> tuple[dict[str, Any], int]:
+    """:func:`run_eval` once the folder is checked and locked."""
     task.preflight()
     items = task.items(config.data, config.limit)
     fields = config.key_fields(task)
@@ -250,7 +276,8 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
             store.end_session(ended, status)
             report = _report(config, fields, key, store, items, failed, status,
                              started, ended, len(items) - len(todo))
-            write_json_atomic(folder / RESULTS_NAME, report)
+            with folder_writes(folder / RESULTS_NAME, (OSError,)):
+                write_json_atomic(folder / RESULTS_NAME, report)
     return report, code
 
 

@@ -3,7 +3,10 @@
 What a run gets: new user, pid, mount, network, IPC, UTS and cgroup namespaces (no network at
 all, not even loopback to the host); a read-only view of ``/usr`` (and the ``/lib*``, ``/bin``
 links or binds) and a few ``/etc`` files, nothing else of the host (no home, no project, no
-``/tmp``); a private size-capped tmpfs ``/work`` as the only writable place; an empty
+``/tmp``); a private size-capped tmpfs ``/work`` as the only writable place (``/dev/shm`` is a
+link to its folder ``/work/.shm``, so shared memory counts against the same one quota; ``/dev``
+itself is a read-only tmpfs holding only ``null``, ``zero``, ``full``, ``random``, ``urandom``,
+``tty`` and the ``fd``/``stdin``/``stdout``/``stderr`` links: no pseudo-terminals); an empty
 environment; uid/gid 65534 inside, no capabilities, no further user namespaces; when started as
 root, bubblewrap itself runs as uid 65534 too. Where the v1 ``memory`` and ``pids`` cgroups are
 writable each run gets its own (``memory.limit_in_bytes``, ``pids.max``), which also lets the
@@ -33,6 +36,10 @@ NAME = "bubblewrap"
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/mime.types")
+_DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEV_LINKS = {"stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+              "stderr": "/proc/self/fd/2", "fd": "/proc/self/fd", "core": "/proc/kcore"}
+SHM_DIR = "/work/.shm"  # /dev/shm links here: inside the one size-capped tmpfs
 _ENV = {"HOME": "/work", "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
         "TMPDIR": "/work", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
 
@@ -90,7 +97,7 @@ class BubblewrapExecutor:
         prefix = str(Path(os.path.realpath(self.python)).parent.parent)
         if not prefix.startswith("/usr"):
             a += ["--ro-bind", prefix, prefix]
-        a += ["--proc", "/proc", "--dev", "/dev",
+        a += ["--proc", "/proc", *_dev_args(),
               "--size", str(tmpfs_bytes), "--perms", "0700", "--tmpfs", "/work"]
         made: set[str] = set()
         for name, fd in zip(names, fds):
@@ -101,8 +108,10 @@ class BubblewrapExecutor:
             a += ["--file", str(fd), f"/work/{name}"]
         for key, value in _ENV.items():
             a += ["--setenv", key, value]
-        # The root (bwrap's own tmpfs holding the mount points) is made read-only last.
-        return a + ["--remount-ro", "/", "--chdir", "/work", "--", self.python, "-I", "-B",
+        # /dev and the root (bwrap's own tmpfs holding the mount points) are made read-only
+        # last, so that the work tmpfs is the only writable filesystem.
+        return a + ["--perms", "0700", "--dir", SHM_DIR, "--remount-ro", "/dev",
+                    "--remount-ro", "/", "--chdir", "/work", "--", self.python, "-I", "-B",
                     "main.py"]
 
     def run(self, program: str, *, stdin: str | None = None,
@@ -180,6 +189,20 @@ class BubblewrapExecutor:
                     os.close(fd)
             if cg is not None:
                 cg.close()
+
+
+def _dev_args() -> list[str]:
+    """``bwrap`` arguments for a ``/dev`` like ``--dev`` makes, less its unbounded writable
+    tmpfs and its ``/dev/shm`` folder: a small tmpfs (made read-only at the end of the command
+    line) with the host's harmless device nodes bound in, the standard links, and ``/dev/shm``
+    a link to :data:`SHM_DIR` in the size-capped work tmpfs."""
+    a = ["--perms", "0755", "--size", str(64 << 10), "--tmpfs", "/dev"]
+    for node in _DEV_NODES:
+        if os.path.exists(f"/dev/{node}"):
+            a += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    for name, target in {**_DEV_LINKS, "shm": SHM_DIR}.items():
+        a += ["--symlink", target, f"/dev/{name}"]
+    return a
 
 
 def _read_status(fd: int) -> int | None:

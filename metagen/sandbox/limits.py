@@ -18,7 +18,8 @@ class Limits:
     ``memory_bytes``: memory (per-run cgroup where available, plus an address-space rlimit).
     ``max_processes``: processes and threads (per-run cgroup ``pids.max`` plus RLIMIT_NPROC).
     ``disk_bytes``: the most the program may write: the largest single file (RLIMIT_FSIZE), and
-    where the backend has a quota, the total it may add to the work directory.
+    where the backend has a quota, the total it may add to all its writable places together
+    (``bubblewrap``: the work tmpfs, which also holds ``/dev/shm``).
     ``max_output_bytes``: bytes kept of stdout and of stderr each; more ends the run.
     ``max_open_files``: file descriptors (RLIMIT_NOFILE).
     A bad value raises :class:`InvalidParameterError` naming the field.

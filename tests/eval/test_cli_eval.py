@@ -1,18 +1,23 @@
 """``metagen eval`` end to end on the testbed policy: SIGKILL at random points and rerun gives
 the uninterrupted results (L1); SIGTERM writes a partial status and exits non-zero, a rerun
-completes (L2); a changed setting is refused (L5); an unusable folder is one line, before any
-model load (L9)."""
+completes (L2); a changed setting or new weights at the model's path are refused (L5); an
+unusable folder is one line, before any model load, and a disk that fills mid-run is one line
+and loses nothing (L9); a second process on a folder in use is refused."""
 
 from __future__ import annotations
 
 import json
 import os
+import contextlib
+import errno
+import fcntl
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -155,6 +160,24 @@ def test_a_changed_temperature_or_seed_is_refused_without_force_resume(tmp_path,
                  "--force-resume"]) == 0
 
 
+def test_new_weights_at_the_same_path_are_refused_without_force_resume(tmp_path, capsys):
+    """The ORM's checkpoint has the policy's config, size and safetensors header: only the
+    content tells them apart, and a resume over swapped weights is refused naming it."""
+    import shutil
+
+    model, out = tmp_path / "model", tmp_path / "run"
+    shutil.copytree(POLICY, model)
+    args = [str(model) if a == str(POLICY) else a for a in ARGS]
+    args += ["--limit", "1", "--out", str(out)]
+    assert main(args) == 0
+    shutil.copy(POLICY.parent / "orm" / "model.safetensors", model / "model.safetensors")
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "run_key" in err and "model_files" in err and len(err.splitlines()) == 1
+    assert main([*args, "--force-resume"]) == 0
+
+
 def test_an_unwritable_output_folder_is_one_line_before_any_model_load(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     for out in (tmp_path / "file" / "run", Path("/sys/metagen-eval-test")):
@@ -164,3 +187,111 @@ def test_an_unwritable_output_folder_is_one_line_before_any_model_load(tmp_path,
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and "out" in err and "not a writable folder" in err
         assert len(err.splitlines()) == 1 and "no-such-model" not in err
+
+
+def _lock_held(out: Path) -> bool:
+    """Whether some process holds the run folder's lock (probed with a lock of our own)."""
+    try:
+        fd = os.open(out / "run.lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _stop_when(proc: subprocess.Popen, ready: Callable[[], bool]) -> None:
+    """SIGSTOP ``proc`` as soon as ``ready()`` (it must still be running then)."""
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and not ready() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None and ready(), "the run ended (or never got ready) unstopped"
+    os.kill(proc.pid, signal.SIGSTOP)  # an exit in between leaves a zombie, seen by poll:
+    assert proc.poll() is None, "the run ended before it could be stopped"
+
+
+def _resume(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGCONT)
+
+
+def test_a_second_eval_into_a_folder_in_use_is_refused_in_one_line(tmp_path, baseline):
+    """The first process is paused while it holds the folder (so the two surely overlap);
+    the second exits 2 at once with one line naming ``out`` and the holder's pid, having
+    computed nothing; the first then completes as if alone."""
+    out = tmp_path / "shared"
+    first = subprocess.Popen(_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT)
+    try:
+        _stop_when(first, lambda: _lock_held(out))
+        second = _run(out)
+        assert second.returncode == 2, second.stderr
+        err = second.stderr.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: invalid out=")
+        assert "in use" in err and f"pid {first.pid}" in err
+    finally:
+        _resume(first)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert _comparable(out) == baseline
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path) -> Iterator[Path]:
+    """A private 72 MiB tmpfs (the folder check asks for 64 MiB free), unmounted afterwards."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=72m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until the file system has no byte left (1 MiB, then 4 KiB writes)."""
+    with path.open("wb", buffering=0) as fh:
+        for chunk in (b"x" * (1 << 20), b"x" * 4096):
+            try:
+                while True:
+                    fh.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+
+
+def test_a_disk_that_fills_mid_run_is_one_line_exit_2_and_a_rerun_resumes(small_tmpfs,
+                                                                          baseline):
+    """A run on a real tmpfs is paused after its first stored item, the tmpfs filled, the run
+    resumed: its next write fails. Expected: exit 2, one error line naming the store and the
+    cause, no traceback, the stored items kept; after freeing space the same command
+    completes with the results of an uninterrupted run."""
+    out = small_tmpfs / "run"
+    proc = subprocess.Popen(_cmd(out, "--concurrency", "1"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        _stop_when(proc, lambda: 1 <= _items_done(out) < 8)
+        stored = _items_done(out)
+        _fill(small_tmpfs / "filler")
+    finally:
+        _resume(proc)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(out / "run.sqlite") in errors[0]
+    assert "no space left on device" in errors[0]
+    assert err.strip().splitlines()[-1] == errors[0]
+    if (out / "results.json").exists():  # only ever whole
+        json.loads((out / "results.json").read_text())
+    (small_tmpfs / "filler").unlink()
+    assert _items_done(out) >= stored
+    done = _run(out)
+    assert done.returncode == 0, done.stderr
+    assert _comparable(out) == baseline

@@ -28,6 +28,7 @@ UNSAFE_UNSAFE_TO_RUN = {
     "E5": "a fork bomb is only run where a per-run pids cgroup contains it",
     "E14-kill": "kill(-1, 9) is only run inside a pid namespace",
     "E15-kill": "kill(-1, 9) is only run inside a pid namespace",
+    "E10-shm": "filling /dev and /dev/shm is only run where they are the sandbox's own",
 }
 
 _PREFLIGHT = []

@@ -77,6 +77,27 @@ def test_e10_disk_quota_total(request, executor):
     assert res.stdout.split()[0] == "ENOSPC" and int(res.stdout.split()[1]) <= 8
 
 
+def test_e10_the_quota_is_total_over_every_writable_place(request, executor):
+    """/dev/shm counts against ``disk_bytes`` with the work folder (one quota for both), /dev
+    itself is read-only, and shared memory still works (a multiprocessing lock, a segment)."""
+    claim(request, executor, "E10-shm")
+    prog = ("import errno, multiprocessing\nfrom multiprocessing import shared_memory\n"
+            "multiprocessing.Lock()\nseg = shared_memory.SharedMemory(create=True, size=4096)\n"
+            "seg.close()\nseg.unlink()\n"
+            "for place in ('/dev/shm', '/dev', '/work'):\n    n = 0\n    try:\n"
+            "        for i in range(30):\n"
+            "            with open(f'{place}/f{i}', 'wb') as f:\n"
+            "                f.write(b'x' * (1 << 20))\n            n += 1\n"
+            "    except OSError as e:\n        print(place, n, errno.errorcode[e.errno])\n")
+    res = executor.run(prog, limits=Limits(disk_bytes=8 << 20))
+    assert res.status == "ok", (res.status, res.stderr)
+    got = {p: (int(n), err) for p, n, err in (line.split() for line in res.stdout.splitlines())}
+    assert got["/dev"] == (0, "EROFS")
+    assert got["/dev/shm"][1] == got["/work"][1] == "ENOSPC"
+    assert got["/dev/shm"][0] >= 1  # usable, but within the one quota:
+    assert got["/dev/shm"][0] + got["/work"][0] <= 8
+
+
 def test_e10_one_huge_file_is_refused(executor):
     prog = ("import errno\ntry:\n    with open('big', 'wb') as f:\n"
             "        f.write(b'x' * (16 << 20))\n    print('wrote')\n"
