@@ -169,7 +169,7 @@ def test_issue_reproduction_raising_hook_recovers(make_gen):
     _integrity(gen)
 
 
-def test_a_hook_failing_once_for_the_batch_is_retried_per_request(make_gen):
+def test_scripted_hook_failing_once_for_the_batch_is_retried_per_request(make_gen):
     """Scripted fault: the hook raises for one whole-batch call only. Its per-request retry
     succeeds, so the request runs on as if nothing had happened, and the loop serves on."""
     gen = make_gen()
