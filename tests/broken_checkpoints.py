@@ -89,6 +89,17 @@ def missing_shard(folder: Path) -> None:
     (folder / "model-00002-of-00002.safetensors").unlink()
 
 
+def cast_to_int8(folder: Path) -> None:
+    """Every tensor stored as int8 (``tensor.to(torch.int8)``: the values truncated), shapes
+    and names kept -- a checkpoint a careless conversion script writes."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    file = folder / "model.safetensors"
+    tensors = {k: v.to(torch.int8) for k, v in load_file(file).items()}
+    save_file(tensors, file, metadata={"format": "pt"})
+
+
 BROKEN: dict[str, tuple[Breaker, str]] = {
     "more_layers_than_weights": (edit_config(num_hidden_layers=50), "num_hidden_layers"),
     "negative_hidden_size": (edit_config(hidden_size=-64), "hidden_size"),
@@ -112,4 +123,5 @@ BROKEN: dict[str, tuple[Breaker, str]] = {
     "header_length_past_end": (header_past_end, "model.safetensors"),
     "file_too_short": (too_short, "model.safetensors"),
     "index_names_missing_shard": (missing_shard, "model-00002-of-00002.safetensors"),
+    "weights_cast_to_int8": (cast_to_int8, "model.safetensors"),
 }

@@ -30,7 +30,10 @@ one radix cache, one runner):
 
 ``logits_hook`` (a callable ``(logits (B, V), states) -> logits``, ``states`` the rows'
 SequenceStates) sees the raw logits of sampled and verified rows before processing (tests use it
-to inject NaN, RELIABILITY V22); beam rows do not go through it.
+to inject NaN); beam rows do not go through it. It is called once per step for all those rows
+and must be row-wise, as the rest of the step is: a row's result depends on its own logits and
+state only. A hook that raises fails only the requests it raises for (see
+:meth:`LLMEngine.apply_logits_hook`).
 """
 
 from __future__ import annotations
@@ -369,7 +372,7 @@ class LLMEngine:
         """One step: draft (speculation) -> schedule -> forward -> score / verify / drive /
         sample each row whose logits are ready -> return the requests finished by it.
 
-        If the step raises (a raising ``logits_hook``, a ``KeyboardInterrupt`` in the forward),
+        If the step raises (a ``KeyboardInterrupt`` in the forward or in a ``logits_hook``),
         every request with a sequence in its batch is aborted -- its blocks freed, none of them
         put in the prefix cache -- and the exception propagates: the engine is consistent
         (``check_integrity`` holds) and serves the other requests at the next step."""
@@ -501,29 +504,61 @@ class LLMEngine:
         for s in rows:
             states.append(s.state)
         if self.logits_hook is not None:
-            logits = self.apply_logits_hook(logits, states)
+            logits = self.apply_logits_hook(logits, states, rows)
         kernels = None if self._sample_rows is None else self._sample_rows.on(self._threads)
         out = decode_step(logits, states, kernels)  # logits (B, V)
         tokens = out.token_list()
         lps = out.logprob_list()
         for i, seq in enumerate(rows):
-            if i in out.errors:
-                seq.error = out.errors[i]
+            if i in out.errors or seq.error is not None:  # a NaN row, or its hook call raised
+                seq.error = seq.error or out.errors[i]
                 self._finish(seq, "error")
                 continue
             self.emit(seq, tokens[i], lps[i], out.top_logprobs[i])
 
-    def apply_logits_hook(self, logits: torch.Tensor, states: list[SequenceState]
-                          ) -> torch.Tensor:
-        """``logits_hook(logits, states)`` (or ``logits`` without one), on the thread count the
-        step was called with: a hook may run models of its own (the lockstep generator's
-        auxiliary engines), which the per-row work's one thread would slow down."""
+    def apply_logits_hook(self, logits: torch.Tensor, states: Sequence[SequenceState],
+                          seqs: Sequence[Seq]) -> torch.Tensor:
+        """``logits_hook(logits, states)`` (or ``logits`` without one); ``seqs[i]`` is the
+        sequence row ``i`` belongs to. The hook gets a copy of ``logits`` (it may write it in
+        place) and runs on the thread count the step was called with: a hook may run models of
+        its own (the lockstep generator's auxiliary engines), which the per-row work's one
+        thread would slow down.
+
+        Failure is per request. When the call for the whole batch raises an ``Exception``, the
+        hook is called again for each request's rows alone (in batch order). A request whose own
+        call raises fails: each of its sequences gets that exception as ``error`` and its rows
+        are NaN in the result, so the step finishes them with ``finish_reason="error"`` as it
+        does any non-finite row. Every other request takes its own call's rows -- what the batch
+        call gives them, the hook being row-wise -- and runs on as it would without the failed
+        one. A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``) propagates:
+        the step fails (see :meth:`step`)."""
         if self.logits_hook is None:
             return logits
-        if logits.is_inference():  # the runner's own memory: the hook may write a copy in place
-            logits = logits.clone()
         with torch_threads(self._threads):
-            return self.logits_hook(logits, states)
+            try:
+                return self.logits_hook(logits.clone(), states)
+            except Exception:  # noqa: BLE001 -- isolated below: only its requests fail
+                return self._hook_per_request(logits, states, seqs)
+
+    def _hook_per_request(self, logits: torch.Tensor, states: Sequence[SequenceState],
+                          seqs: Sequence[Seq]) -> torch.Tensor:
+        """The hook's rows, called once per request (see :meth:`apply_logits_hook`)."""
+        assert self.logits_hook is not None
+        groups: dict[int, list[int]] = {}
+        for i, seq in enumerate(seqs):
+            groups.setdefault(id(seq.request), []).append(i)
+        out = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        for rows in groups.values():
+            index = torch.tensor(rows, device=logits.device)
+            try:
+                part = self.logits_hook(logits.index_select(0, index), [states[i] for i in rows])
+            except Exception as exc:  # noqa: BLE001 -- this request's failure, not the step's
+                for i in rows:
+                    seqs[i].error = exc
+                part = torch.full((len(rows), logits.shape[1]), float("nan"),
+                                  device=logits.device)
+            out.index_copy_(0, index, part.to(out.dtype))
+        return out
 
     def emit(self, seq: Seq, tok: int, logprob: float, top: dict[int, float] | None) -> None:
         """Emit one sampled (or verified) token: output, logprobs, stop checks."""

@@ -10,9 +10,11 @@ handle, yields their :class:`~metagen.engine.outputs.StreamDelta` s after every 
 Failure is per caller. A caller that stops waiting -- interrupted (``KeyboardInterrupt``), timed
 out, cancelled, or raising in its own code -- aborts only its own requests: their blocks are freed
 and every other caller's requests run on, with the outputs they would have had without it. A
-submission that raises (an invalid request) fails only its handle. A step that raises aborts the
-requests of that step's batch (see :meth:`LLMEngine.step`) and hands the exception to their
-callers; the loop keeps serving. Only if scheduling itself fails is the engine declared dead:
+submission that raises (an invalid request) fails only its handle; a logits hook that raises
+fails only the requests it raised for (they end with ``finish_reason="error"``, see
+:meth:`LLMEngine.apply_logits_hook`). A step that raises aborts the requests of that step's
+batch (see :meth:`LLMEngine.step`) and hands the exception to their callers; the loop keeps
+serving. Only if scheduling itself fails is the engine declared dead:
 every caller, present and future, then gets :class:`EngineDeadError`.
 
 Thread-safety contract: after a loop owns an engine, call the engine only through the loop

@@ -166,7 +166,9 @@ class Speculator:
                                      rng_seed=st.rng_seed, constraint=st.constraint,
                                      heal=st.heal)
                        for t in range(seq.num_draft + 1)]  # one matcher, synced row by row
-        flat = engine.apply_logits_hook(torch.cat([lg for _, lg in rows]), states)  # (N, V)
+        owners = [seq for seq, _ in rows for _ in range(seq.num_draft + 1)]
+        flat = engine.apply_logits_hook(torch.cat([lg for _, lg in rows]), states,
+                                        owners)  # (N, V); a failed hook call's rows are NaN
         greedy = all(seq.state.params.is_greedy for seq, _ in rows)
         if greedy and self._verify_argmax(engine, [seq for seq, _ in rows], flat, states):
             return
@@ -181,8 +183,9 @@ class Speculator:
         for seq, lg in rows:
             n = seq.num_draft + 1
             if any(dead[off:off + n]):
-                seq.error = NumericalError(f"request {seq.request.request_id}: logits of a "
-                                           "verified position are NaN/inf or leave no token")
+                seq.error = seq.error or NumericalError(  # its hook call's error, if that
+                    f"request {seq.request.request_id}: logits of a verified position are "
+                    "NaN/inf or leave no token")
                 engine.finish(seq.seq_id, "error")
             else:
                 good.append(seq)

@@ -35,7 +35,7 @@ from metagen.decoding import SequenceState
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.device import resolve_device
-from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.errors import InvalidParameterError, ModelLoadError, UnsupportedArchitectureError
 from metagen.generators.base import Capabilities, Prompt, check_prompts
 from metagen.generators.flops import FlopModel, flop_model_of
 from metagen.generators.hf_rows import (
@@ -64,6 +64,23 @@ def _check_config_file(folder: Path) -> None:
     if not isinstance(cfg, dict):
         raise ModelLoadError(f"{file}: the config must be a JSON object, not "
                              f"{type(cfg).__name__}")
+
+
+def _check_like_the_engine(folder: Path) -> None:
+    """Refuse what the built-in engine refuses, before transformers reads a weight: for an
+    architecture the engine implements, its checks of config.json and every weight (present,
+    in its shape, a floating dtype: transformers would cast integer-stored weights to float and
+    generate nonsense) raise the same ``ModelLoadError``. An architecture the engine does not
+    implement, a ``.bin`` checkpoint and one that declares its own ``quantization_config``
+    (whose integer tensors transformers' quantizers read) are left to transformers' checks."""
+    from metagen.engine.models.loader import check_checkpoint
+
+    if "quantization_config" in json.loads((folder / "config.json").read_text()):
+        return
+    try:
+        check_checkpoint(folder)
+    except UnsupportedArchitectureError:
+        return
 
 
 @contextlib.contextmanager
@@ -166,10 +183,12 @@ class HFGenerator:
 
         ``dtype`` None keeps the checkpoint's dtype. The device is checked first
         (:class:`~metagen.errors.DeviceUnavailableError`). Raises ``ModelLoadError`` (one line)
-        when the folder is missing, its ``config.json`` is not a JSON object, transformers cannot
-        load it, or the checkpoint lacks weights the model needs: transformers would fill those
-        with random values, so the error names a few of them and their count instead (weights
-        tied to another, like a tied LM head, are not missing).
+        when the folder is missing, its ``config.json`` is not a JSON object, the built-in
+        engine's checks refuse it (an architecture the engine implements: the same error as
+        the engine's, e.g. for a weight stored as int8), transformers cannot load it, or the
+        checkpoint lacks weights the model needs: transformers would fill those with random
+        values, so the error names a few of them and their count instead (weights tied to
+        another, like a tied LM head, are not missing).
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -177,6 +196,7 @@ class HFGenerator:
         torch_dtype = _resolve_dtype(dtype)
         device = resolve_device(device)
         _check_config_file(folder)
+        _check_like_the_engine(folder)
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
             with _quiet_load_report():

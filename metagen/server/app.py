@@ -48,6 +48,7 @@ from metagen.server.requests import (
 )
 from metagen.server.responses import chat_response, check_outputs, completion_response, usage
 from metagen.server.strategy import StrategyRunner, strategy_response
+from metagen.server.strategy_errors import check_samples, request_error
 from metagen.server.strategy_params import parse_strategy
 from metagen.server.strategy_stream import strategy_events
 from metagen.server.streaming import sse_events
@@ -183,6 +184,8 @@ class _Routes:
             if not isinstance(body.get("prompt"), str):
                 raise bad_request("prompt", "a strategy request takes one text prompt")
             prompt = req.prompt_texts[0]
+        check_samples(sreq, req)
+
         async def answer(cancelled: threading.Event,
                          progress: Callable[[Usage], None] | None = None) -> dict[str, Any]:
             try:
@@ -190,6 +193,8 @@ class _Routes:
             except asyncio.CancelledError:
                 cancelled.set()  # the client left: abort its call in flight, stop the strategy
                 raise
+            except InvalidParameterError as exc:  # the request's parameters, refused inside
+                raise request_error(exc, sreq, req) from None
             u = result.usage
             self.state.metrics.add_tokens(u.prompt_tokens, u.generated_tokens)
             return strategy_response(req, sreq, result, self.backend.tokenizer,

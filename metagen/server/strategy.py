@@ -13,7 +13,9 @@ spent: every sample's tokens, the prompt, cached tokens, and the scorers' tokens
 candidate's index, every candidate's score, whether the budget stopped the run and, when asked,
 every candidate's text (``return: "candidates"``) or the run's trace with its search tree
 (``return: "tree"``). With ``stream: true`` the answer is streamed after one progress chunk per
-stage (:mod:`metagen.server.strategy_stream`).
+stage (:mod:`metagen.server.strategy_stream`). Parameters the library refuses are a 400 naming
+the request's own field, before any model call where they can be checked up front
+(:mod:`metagen.server.strategy_errors`).
 
 Strategy requests run one at a time (so each one's usage is its own; plain requests run
 alongside them). A strategy whose client leaves is cancelled (:mod:`metagen.server.cancellation`):

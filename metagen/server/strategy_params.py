@@ -14,7 +14,10 @@ strategies take ``n``. Their own parameters:
   (``uniform`` | ``logprob``), ``method`` (``exact`` | ``aggregate`` | ``prune``);
 - ``step_beam_search``: ``prm`` (a PRM name from ``--prm``; may be left out when exactly one is
   loaded), ``width``, ``branching``, ``max_depth`` (positive integers), ``select``
-  (``score`` | ``vote`` | ``weighted_vote``).
+  (``score`` | ``vote`` | ``weighted_vote``). The knobs multiply: a search step samples
+  ``width x branching`` completions (the first from the prompt, later ones ``branching`` per live
+  beam), at most ``MAX_STRATEGY_N`` (a parallel strategy's largest ``n``), and the search makes
+  up to ``max_depth`` steps: ``width x branching x max_depth`` is at most ``MAX_SEARCH_SAMPLES``.
 
 Anything else is a 400 naming the field (``metagen.strategy``, ``metagen.<name>``,
 ``metagen.budget.<name>``), raised before any model call.
@@ -32,6 +35,9 @@ from metagen.strategies.budget import Budget
 
 MAX_STRATEGY_N = 256
 MAX_SEARCH_SIZE = 64  # width, branching, max_depth
+_DEFAULT_DEPTH = 16
+# samples of a whole search: the largest per-step count for the default number of steps
+MAX_SEARCH_SAMPLES = MAX_STRATEGY_N * _DEFAULT_DEPTH
 _COMMON = frozenset({"strategy", "budget", "return", "return_candidates"})
 _PARALLEL = _COMMON | {"n"}
 # strategy -> the keys its ``metagen`` object may hold
@@ -47,7 +53,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "weighting": ("uniform", "logprob"), "method": ("exact", "aggregate", "prune"),
     "select": ("score", "vote", "weighted_vote"), "return": ("candidates", "tree"),
 }
-_SEARCH_INTS = {"width": 4, "branching": 4, "max_depth": 16}
+_SEARCH_INTS = {"width": 4, "branching": 4, "max_depth": _DEFAULT_DEPTH}
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,6 +75,20 @@ def _int(value: Any, name: str, hi: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= hi:
         raise bad_request(f"metagen.{name}", f"metagen.{name} must be an integer in [1, {hi}]")
     return value
+
+
+def _check_search_work(width: int, branching: int, max_depth: int) -> None:
+    """A 400 naming the knobs whose product is over its cap (see the module docstring)."""
+    per_step = width * branching
+    if per_step > MAX_STRATEGY_N:
+        raise bad_request("metagen.width", f"metagen.width x metagen.branching = {width} x "
+                          f"{branching} = {per_step} samples per search step; at most "
+                          f"{MAX_STRATEGY_N}")
+    if per_step * max_depth > MAX_SEARCH_SAMPLES:
+        raise bad_request("metagen.max_depth", f"metagen.width x metagen.branching x "
+                          f"metagen.max_depth = {width} x {branching} x {max_depth} = "
+                          f"{per_step * max_depth} samples in the search; at most "
+                          f"{MAX_SEARCH_SAMPLES}")
 
 
 def _choice(value: Any, name: str) -> str:
@@ -153,5 +173,6 @@ def parse_strategy(value: Any, rewards: Mapping[str, Any],
     elif name == "step_beam_search":
         prm = _named(value.get("prm"), "prm", prms or {}, "--prm")
         options |= {k: _int(value.get(k, d), k, MAX_SEARCH_SIZE) for k, d in _SEARCH_INTS.items()}
+        _check_search_work(options["width"], options["branching"], options["max_depth"])
     return StrategyRequest(name, n, reward, prm, options, parse_budget(value.get("budget")),
                            _returns(value))

@@ -169,23 +169,87 @@ def test_issue_reproduction_raising_hook_recovers(make_gen):
     _integrity(gen)
 
 
-def test_a_failing_step_fails_only_its_batch_and_the_loop_serves_on(make_gen):
+def test_scripted_hook_failing_once_for_the_batch_is_retried_per_request(make_gen):
+    """Scripted fault: the hook raises for one whole-batch call only. Its per-request retry
+    succeeds, so the request runs on as if nothing had happened, and the loop serves on."""
     gen = make_gen()
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     alone = gen.generate(["The sun was"], params)[0][0].token_ids
     fired = threading.Event()
 
-    def hook(logits, states):  # fails exactly one step
+    def hook(logits, states):  # fails exactly one call
         if not fired.is_set():
             fired.set()
             raise RuntimeError("scripted fault in a logits hook")
         return logits
 
     gen.logits_hook = hook
-    with pytest.raises(RuntimeError, match="scripted fault"):
-        gen.generate(["Once upon a time"], params)
+    [[got]] = gen.generate(["The sun was"], params)
+    assert fired.is_set() and got.finish_reason == "length" and got.token_ids == alone
+    gen.logits_hook = None
     assert gen.loop.alive
-    assert gen.generate(["The sun was"], params)[0][0].token_ids == alone
+    _integrity(gen)
+
+
+RAISE_SEED = 666  # the scripted hook below raises for every call holding a row of this seed
+
+
+@pytest.mark.parametrize("engine", [{}, {"prompt_lookup": 3}], ids=["plain", "speculative"])
+def test_scripted_hook_raising_for_one_request_fails_only_it_among_concurrent_callers(
+        make_gen, engine):
+    """Seven callers' requests decode in the same steps; the logits hook raises whenever it sees
+    the rows of one of them (n=2). That request ends with ``finish_reason="error"`` (the hook's
+    exception named in ``stop_reason``); every other caller gets, token for token, what it gets
+    alone on an engine without the hook; the engine is left clean."""
+    good = [(PROMPTS[i], SamplingParams(n=1 + i % 2, temperature=0.0 if i % 4 == 0 else 0.9,
+                                        seed=10 + i, max_tokens=12, ignore_eos=True))
+            for i in range(6)]
+    bad = SamplingParams(n=2, temperature=0.9, seed=RAISE_SEED, max_tokens=12)
+    solo = make_gen(**engine)
+    alone = [[c.token_ids for c in solo.generate([p], sp)[0]] for p, sp in good]
+    gen = make_gen(**engine)
+    shared_calls: list[int] = []  # rows of the failing calls that held other requests too
+
+    def hook(logits, states):
+        if any(st.params.seed == RAISE_SEED for st in states):
+            if any(st.params.seed != RAISE_SEED for st in states):
+                shared_calls.append(len(states))
+            raise RuntimeError("scripted fault for one request")
+        return logits
+
+    gen.logits_hook = hook
+    gate = threading.Event()
+    holder = threading.Thread(target=lambda: gen.loop.call(lambda e: gate.wait(30)))
+    holder.start()
+    while gen.loop.pending:  # the loop holds: every submission below joins the same steps
+        time.sleep(0.01)
+    got: dict[int, object] = {}
+    errors: list[BaseException] = []
+
+    def worker(i: int, prompt: str, sp: SamplingParams) -> None:
+        try:
+            got[i] = gen.generate([prompt], sp)[0]
+        except BaseException as exc:  # noqa: BLE001 -- reported below
+            errors.append(exc)
+
+    jobs = [*good, (PROMPTS[6], bad)]
+    threads = [threading.Thread(target=worker, args=(i, p, sp)) for i, (p, sp) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while gen.loop.pending < len(jobs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.set()
+    for t in threads + [holder]:
+        t.join(120)
+    assert not errors, errors
+    assert shared_calls, "the failing request never shared a hook call with another"
+    for i in range(len(good)):
+        assert [c.token_ids for c in got[i]] == alone[i], i
+        assert all(c.finish_reason == "length" for c in got[i])
+    assert [(c.finish_reason, c.stop_reason) for c in got[len(good)]] == \
+        [("error", "RuntimeError")] * 2
+    gen.logits_hook = None
     _integrity(gen)
 
 

@@ -296,15 +296,31 @@ def test_same_accounting_and_scores_as_the_engine(stories_gen, stories_path) -> 
 
 def test_missing_weights_are_an_error_not_random_values(tmp_path, stories_path) -> None:
     """transformers fills weights missing from the checkpoint with random values; the backend
-    refuses such a checkpoint, naming some of the missing weights and their count."""
+    refuses such a checkpoint (the engine's check: the config's layers against the weights')."""
     from tests.broken_checkpoints import copy_checkpoint, edit_config
 
     folder = copy_checkpoint(stories_path, tmp_path / "layers50")
     edit_config(num_hidden_layers=50)(folder)
-    with pytest.raises(ModelLoadError, match=r"405 weights the model needs are missing from .*"
-                       r"'model\.layers\.\d+\.") as info:
+    with pytest.raises(ModelLoadError, match=r"num_hidden_layers=50 but the checkpoint holds "
+                       r"weights for 5 layers") as info:
         HFGenerator.from_pretrained(folder)
     assert len(str(info.value).splitlines()) == 1
+
+
+def test_weights_cast_to_int8_are_refused_with_the_engines_error(tmp_path,
+                                                                  stories_path) -> None:
+    """transformers casts int8-stored weights back to float and runs them ("time time time");
+    the backend applies the engine's weight checks and raises the engine's error."""
+    from metagen.engine.models import load_model
+    from tests.broken_checkpoints import cast_to_int8, copy_checkpoint
+
+    folder = copy_checkpoint(stories_path, tmp_path / "int8")
+    cast_to_int8(folder)
+    with pytest.raises(ModelLoadError) as engine:
+        load_model(folder)
+    with pytest.raises(ModelLoadError, match="non-float dtype torch.int8") as hf:
+        HFGenerator.from_pretrained(folder)
+    assert str(hf.value) == str(engine.value)
 
 
 def test_untied_head_missing_is_named_and_tied_head_is_not_missing(tmp_path, stories_path,

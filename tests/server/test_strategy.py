@@ -16,8 +16,11 @@ import socket
 import threading
 import time
 
+import logging
+
 import httpx
 
+from metagen.errors import InvalidPromptError
 from metagen.scorers import load_prm
 from metagen.server.rewards import load_orm, parse_named_paths
 from metagen.strategies.mbr import mbr
@@ -99,7 +102,12 @@ def test_best_of_n_on_a_chat_prompt_is_refused_without_a_template(sdk):
     ("best_of_n", {}, "metagen"),
     ({"strategy": "best_of_n"}, {"n": 2}, "n"),
     ({"strategy": "best_of_n"}, {"echo": True}, "echo"),
-    ({"strategy": "best_of_n", "n": 4}, {"temperature": 0}, "n"),  # 4 greedy samples (V8)
+    ({"strategy": "best_of_n", "n": 4}, {"temperature": 0}, "metagen.n"),  # 4 greedy samples
+    ({"strategy": "mbr", "n": 4}, {"temperature": 0}, "metagen.n"),
+    ({"strategy": "step_beam_search"}, {"temperature": 0}, "metagen.width"),  # 4 x 4 greedy
+    ({"strategy": "step_beam_search", "width": 64, "branching": 64}, {}, "metagen.width"),
+    ({"strategy": "step_beam_search", "width": 16, "branching": 16, "max_depth": 17}, {},
+     "metagen.max_depth"),
     ({"strategy": "step_beam_search", "width": 0}, {}, "metagen.width"),
     ({"strategy": "step_beam_search", "n": 4}, {}, "metagen.n"),
     ({"strategy": "step_beam_search", "prm": "orm"}, {}, "metagen.prm"),
@@ -114,6 +122,60 @@ def test_bad_strategy_requests_are_400s_naming_the_field(sdk, metagen, extra, pa
         sdk.completions.create(model=MODEL, prompt="Question: 2 + 2\nAnswer:\n", max_tokens=8,
                                extra_body={"metagen": metagen} | extra)
     assert err.value.param == param
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_search_of_width_64_by_branching_64_is_a_400_before_any_work(policy_server, sdk,
+                                                                       caplog, stream):
+    """64 x 64 = 4096 samples per step pass each knob's own bound: the product's bound refuses
+    it, naming the request's fields (not the library's ``n=4096``), before any model call and
+    without an unhandled error in the server's log -- streamed too."""
+    calls = policy_server.generator.usage.calls
+    with caplog.at_level(logging.ERROR, logger="metagen.server"):
+        with pytest.raises(openai.BadRequestError) as err:
+            sdk.completions.create(model=MODEL, prompt=PROBLEM, max_tokens=8, stream=stream,
+                                   extra_body={"metagen": {"strategy": "step_beam_search",
+                                                           "width": 64, "branching": 64}})
+    assert err.value.param == "metagen.width"
+    message = err.value.body["message"]
+    assert "metagen.width x metagen.branching" in message and "4096" in message
+    assert "n=" not in message
+    assert policy_server.generator.usage.calls == calls
+    assert not [r for r in caplog.records if r.name == "metagen.server"]
+
+
+def _scripted_refusing_prm(prompts, steps):
+    """Scripted fault: a PRM that refuses the prompt it is given, at run time."""
+    raise InvalidPromptError("prompts", len(prompts), "scripted: the PRM cannot read it")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_scripted_a_refusal_inside_a_strategy_is_a_400_naming_the_request_field(
+        policy_server, caplog, stream):
+    """An ``InvalidParameterError`` raised inside the strategy (here by its PRM, after the first
+    step) answers 400 naming the request's own field (``prompt``, not the library's
+    ``prompts``), as an error event when streaming, and never as an unhandled error."""
+    faulty = start_server(policy_server.generator, prms={"prm": _scripted_refusing_prm})
+    try:
+        with caplog.at_level(logging.ERROR, logger="metagen.server"):
+            with openai.OpenAI(base_url=faulty.base_url, api_key="unused",
+                               max_retries=0) as client:
+                with pytest.raises(openai.APIError) as err:
+                    out = client.completions.create(
+                        model=MODEL, prompt=PROBLEM, max_tokens=8, temperature=0.8,
+                        stream=stream, extra_body={"metagen": {"strategy": "step_beam_search"}
+                                                   | SEARCH})
+                    if stream:
+                        list(out)
+    finally:
+        stop_server(faulty)
+    body = err.value.body if isinstance(err.value.body, dict) else {}
+    body = body.get("error", body)
+    assert body["param"] == "prompt" and body["type"] == "invalid_request_error"
+    assert "scripted" in body["message"]
+    if not stream:
+        assert isinstance(err.value, openai.BadRequestError)
+    assert not [r for r in caplog.records if r.name == "metagen.server"]
 
 
 def test_orm_option_parsing():

@@ -118,6 +118,27 @@ def check_weights(cfg: ModelConfig, raw: SafetensorsFiles, folder: Path) -> None
                              f"{', ...' if len(missing) > 3 else ''}")
 
 
+def check_checkpoint(path: str | Path) -> None:
+    """The checks :func:`load_model` makes before reading any weight, on their own (headers
+    only): config.json describes a model the engine implements with consistent values, every
+    safetensors header is sound, and the checkpoint holds every weight of that model, in its
+    shape and a floating dtype. Raises what :func:`load_model` raises for the same folder:
+    :class:`UnsupportedArchitectureError` for an architecture (or ``.bin``-only checkpoint) the
+    engine does not implement, :class:`ModelLoadError` naming the file or field otherwise.
+    Other backends call it so that they refuse what the engine refuses (a checkpoint whose
+    weights were cast to int8 is refused here, where transformers would cast them back and
+    run)."""
+    _checked(Path(path))
+
+
+def _checked(folder: Path) -> tuple[ModelConfig, SafetensorsFiles]:
+    """The config and the headers of ``folder``, checked (see :func:`check_checkpoint`)."""
+    cfg = ModelConfig.from_folder(folder)
+    raw = _read_tensors(folder)
+    check_weights(cfg, raw, folder)
+    return cfg, raw
+
+
 def _projection_names(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
     """Each fused projection's state name -> the Hugging Face weights it concatenates, in the
     order the loader builds them."""
@@ -166,9 +187,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     """
     check_quantization(quantization)  # before any file is read
     folder = Path(path)
-    cfg = ModelConfig.from_folder(folder)
-    raw = _read_tensors(folder)
-    check_weights(cfg, raw, folder)
+    cfg, raw = _checked(folder)
 
     def key(name: str) -> str:
         stored = _stored_name(raw, name)
