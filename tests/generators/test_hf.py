@@ -9,6 +9,7 @@ from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadE
 from metagen.generators.base import Generator, ScoringGenerator
 from metagen.generators.hf import HFGenerator
 from metagen.types import SamplingParams
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 LILY = ", there was a little girl named Lily."
 OTHERS = ["The cat", "One day, a boy", "Tom and Sue", "The sun was", "Lily had a",
@@ -39,7 +40,7 @@ def test_greedy_equals_plain_transformers_generate(random_llama_path) -> None:
         assert list(comp.token_ids) == ref.sequences[0, enc["input_ids"].shape[1]:].tolist()
         raw = torch.log_softmax(torch.stack(ref.logits)[:, 0].float(), dim=-1)  # (T, V)
         expected = raw.gather(1, torch.tensor(comp.token_ids)[:, None])[:, 0]
-        assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=1e-4)
+        assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=FLOAT_LOGPROB_TOL)
 
 
 def test_gpt2_greedy_and_context(random_gpt2_path) -> None:

@@ -1,0 +1,30 @@
+"""The bound for tests that compare log-probabilities (or logits, scores) of the same float32 model
+computed along two paths, and where it comes from.
+
+Source: summation order. The paths (a different batch shape or chunking, a thread split, the
+native kernels against PyTorch, AVX-512 against AVX2 vectors, MKL against ATen, transformers'
+forward against the engine's, a server against the library) add the same float32 products in
+a different order. A float32 sum of K products is off by at most gamma_K * sum |terms|
+(gamma_K ~ K u, u = 2^-24 = 6e-8) and, the roundings of different terms being uncorrelated,
+typically by ~sqrt(K) u * sum |terms|.
+
+Size on the models the tests use (stories260K: width 64, MLP 172, 5 layers; the testbed
+policy: width 192, MLP 512, 4 layers; the random test models: width 64, 2 layers): the
+final-norm output has |h| ~ 1 per coordinate and the logits |z| <= ~25, so one logit's
+rounding is ~sqrt(192) * 6e-8 * 25 ~ 2e-5 at most typical, and the errors the layers below pass
+up are of the same order relative to |z| after each RMSNorm rescales them. A log-probability
+z - logsumexp(z) adds the log-sum-exp's own (smaller) error. Measured: at most 6e-6 (stories260K,
+AVX-512 and AVX2). FLOAT_LOGPROB_TOL is five times the typical estimate. A sum of n such
+values (a cumulative log-probability, a sequence score) adds n errors of random sign, ~sqrt(n)
+times one: ~3e-5 for the 20-40 tokens the tests sum, at the measured 6e-6 per token.
+
+Not covered: two paths that quantize (int8 / int4 weights, w8a8 activations, the int8 KV cache)
+from different float32 inputs, where a value on a rounding boundary is stored a whole step
+apart: those tests feed both paths the same quantized state, bound the difference in units of
+the quantization step, or compare tokens and a statistic over positions
+(tests/engine/_int8_runs.py, tests/engine/_bounds.py).
+"""
+
+from __future__ import annotations
+
+FLOAT_LOGPROB_TOL = 1e-4
