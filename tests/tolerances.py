@@ -28,3 +28,13 @@ the quantization step, or compare tokens and a statistic over positions
 from __future__ import annotations
 
 FLOAT_LOGPROB_TOL = 1e-4
+# The random test models (tests/engine/conftest.py: width 64, products of <= 96 terms, 2 layers)
+# have logits |z| <= ~6 (measured 5.9): ~sqrt(96) * 6e-8 * 6 = 3.5e-6 typical, five times that
+RANDOM_MODEL_TOL = 2e-5
+# A reward model's probability-valued score (a sigmoid of its head's logit; a two-label softmax
+# is a sigmoid of the logits' difference) moves by at most 1/4 of that logit's change (1/2 of
+# one logit's for two labels). The random reward models of tests/scorers (width 32, 2 layers)
+# have head logits |z| < 1: ~sqrt(64) * 6e-8 * 1 = 5e-7 per logit, far below 1e-5. Scores of
+# the testbed's reward models through the server against the library are the same computation
+# in another batch: within the engine's batch-composition bound, 1e-5 relative of a score <= 1.
+SCORE_TOL = 1e-5
