@@ -3,8 +3,8 @@ computed along two paths, and where it comes from.
 
 Source: summation order. The paths (a different batch shape or chunking, a thread split, the
 native kernels against PyTorch, AVX-512 against AVX2 vectors, MKL against ATen, transformers'
-forward against the engine's, a server against the library) add the same float32 products in
-a different order. A float32 sum of K products is off by at most gamma_K * sum |terms|
+forward or llama.cpp's ggml against the engine's, a server against the library) add the same
+float32 products in a different order. A float32 sum of K products is off by at most gamma_K * sum |terms|
 (gamma_K ~ K u, u = 2^-24 = 6e-8) and, the roundings of different terms being uncorrelated,
 typically by ~sqrt(K) u * sum |terms|.
 

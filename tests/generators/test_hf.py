@@ -136,7 +136,7 @@ def test_score_matches_generation_logprobs(stories_gen) -> None:
     before = stories_gen.usage
     (good, other, empty), = stories_gen.score(["Once upon a time"],
                                               [[comp.text, ", there was a purple cow", ""]])
-    assert good == pytest.approx(comp.cumulative_logprob, abs=1e-4)
+    assert good == pytest.approx(comp.cumulative_logprob, abs=FLOAT_LOGPROB_TOL)
     assert other < good and empty == 0.0
     used = stories_gen.usage - before
     assert used.scorer_calls == 1 and used.calls == 0 and used.scorer_tokens > 0
@@ -273,7 +273,7 @@ def test_score_across_a_token_merge(stories_gen) -> None:
     with torch.no_grad():
         logp = torch.log_softmax(stories_gen.model(torch.tensor([ids])).logits[0].float(), -1)
     expected = sum(float(logp[t - 1, ids[t]]) for t in range(k, len(ids)))
-    assert merged == pytest.approx(expected, abs=1e-4)
+    assert merged == pytest.approx(expected, abs=FLOAT_LOGPROB_TOL)
 
 
 def test_same_accounting_and_scores_as_the_engine(stories_gen, stories_path) -> None:
@@ -292,7 +292,7 @@ def test_same_accounting_and_scores_as_the_engine(stories_gen, stories_path) -> 
     conts = [[", there was a dog", "me", ""]]
     for prompt in ("Once upon a time", "Once upon a ti"):
         assert stories_gen.score([prompt], conts)[0] == pytest.approx(
-            local.score([prompt], conts)[0], abs=1e-4)
+            local.score([prompt], conts)[0], abs=FLOAT_LOGPROB_TOL)
 
 
 def test_missing_weights_are_an_error_not_random_values(tmp_path, stories_path) -> None:
