@@ -4,9 +4,9 @@ computed along two paths, and where it comes from.
 Source: summation order. The paths (a different batch shape or chunking, a thread split, the
 native kernels against PyTorch, AVX-512 against AVX2 vectors, MKL against ATen, transformers'
 forward or llama.cpp's ggml against the engine's, a server against the library) add the same
-float32 products in a different order. A float32 sum of K products is off by at most gamma_K * sum |terms|
-(gamma_K ~ K u, u = 2^-24 = 6e-8) and, the roundings of different terms being uncorrelated,
-typically by ~sqrt(K) u * sum |terms|.
+float32 products in a different order. A float32 sum of K products is off by at most
+gamma_K * sum |terms| (gamma_K ~ K u, u = 2^-24 = 6e-8) and, the roundings of different terms
+being uncorrelated, typically by ~sqrt(K) u * sum |terms|.
 
 Size on the models the tests use (stories260K: width 64, MLP 172, 5 layers; the testbed
 policy: width 192, MLP 512, 4 layers; the random test models: width 64, 2 layers): the
