@@ -49,6 +49,7 @@ def assert_int8_runs_agree(pairs: Iterable[tuple[RequestOutput, RequestOutput]])
     for a, b in pairs:
         assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
         for x, y in zip(a.outputs, b.outputs):
+            assert x.logprobs is not None and y.logprobs is not None
             diffs += [abs(p - q) for p, q in zip(x.logprobs, y.logprobs)]
     assert diffs, "nothing to compare"
     assert statistics.median(diffs) <= FLOAT_TOL, sorted(diffs)[-10:]
