@@ -7,9 +7,10 @@ setup:
 demo: setup
 	$(PY) -m metagen demo
 
+# mypy, an AVX2 pass of the engine and decoding tests on AVX-512 CPUs, then the whole suite
+# without -x; the last line is a pytest summary covering every pass (scripts/run_tests.py)
 test: setup
-	$(PY) -m mypy metagen
-	$(PY) -m pytest -x
+	@$(PY) scripts/run_tests.py
 
 bench: setup
 	$(PY) -m metagen bench engine

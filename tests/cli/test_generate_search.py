@@ -15,6 +15,7 @@ from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator
 from metagen.generators.beam import BeamSearchGenerator
 from metagen.types import SamplingParams
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 TESTBED = Path(__file__).resolve().parents[2] / "metagen" / "testbed" / "models"
 
@@ -39,7 +40,8 @@ def test_cli_num_beams_equals_transformers_beam_search(capsys, stories_path) -> 
     (comp,) = doc["completions"]
     gen = ref.sequences[0, ids.shape[1]:].tolist()
     assert comp["token_ids"] == gen[:len(comp["token_ids"])]
-    assert comp["cumulative_logprob"] == pytest.approx(ref.sequences_scores[0].item(), abs=1e-4)
+    assert comp["cumulative_logprob"] == pytest.approx(ref.sequences_scores[0].item(),
+                                                       abs=FLOAT_LOGPROB_TOL)
     assert doc["beam"]["num_beams"] == 4 and doc["backend"] == "local"
 
 
@@ -81,7 +83,7 @@ def test_beam_search_generator_is_a_generator_on_both_backends(stories_path) -> 
         assert [c.token_ids for c in ca] == [c.token_ids for c in cb] and len(ca) == 3
         assert [c.text for c in ca] == [c.text for c in cb]
         assert [c.cumulative_logprob for c in ca] == pytest.approx(
-            [c.cumulative_logprob for c in cb], abs=1e-4)
+            [c.cumulative_logprob for c in cb], abs=FLOAT_LOGPROB_TOL)
     assert local.usage.calls == 1 and local.usage.generated_tokens > 0
     with pytest.raises(InvalidParameterError, match="num_return_sequences"):
         local.generate(["x y"], SamplingParams(n=5, max_tokens=5))

@@ -12,6 +12,7 @@ import torch
 from metagen.beam_params import BeamSearchParams
 from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 # (prompt, k): mid-word with k 1 and 2, a trailing space, a one-letter word start
 CASES = [("Once upon a ti", 1), ("Once upon a ti", 2), ("Once upon a ", 1), ("Lily saw a b", 1)]
@@ -63,7 +64,7 @@ def test_every_beam_heals_and_scores_are_the_models_logprobs(stories, hf, prompt
     assert scores == sorted(scores, reverse=True)
     for c in out.outputs:
         want = hf_logprob(hf, list(out.prompt_ids), c.token_ids)
-        assert c.cumulative_logprob == pytest.approx(want, abs=1e-4)
+        assert c.cumulative_logprob == pytest.approx(want, abs=FLOAT_LOGPROB_TOL)
 
 
 def test_first_tokens_differ_where_several_extend_the_removed_text(stories):
@@ -84,7 +85,7 @@ def test_one_beam_is_the_sampling_paths_greedy_healed_completion(stories, prompt
     [b], [g] = beam.outputs, greedy.outputs
     assert beam.prompt_ids == greedy.prompt_ids
     assert b.token_ids == g.token_ids and b.text == g.text
-    assert b.cumulative_logprob == pytest.approx(sum(g.logprobs), abs=1e-4)
+    assert b.cumulative_logprob == pytest.approx(sum(g.logprobs), abs=FLOAT_LOGPROB_TOL)
 
 
 def test_diverse_and_stochastic_beams_heal(stories, hf):
@@ -96,7 +97,7 @@ def test_diverse_and_stochastic_beams_heal(stories, hf):
         check_healed(stories, "Once upon a ti", ids, out, 2)
     for c in out.outputs:  # stochastic: the sequence's summed log-probability
         assert c.cumulative_logprob == pytest.approx(
-            hf_logprob(hf, list(out.prompt_ids), c.token_ids), abs=1e-4)
+            hf_logprob(hf, list(out.prompt_ids), c.token_ids), abs=FLOAT_LOGPROB_TOL)
 
 
 def test_healing_changes_nothing_after_a_whole_word(stories):

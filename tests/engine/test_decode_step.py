@@ -20,6 +20,7 @@ from metagen.engine.model_runner import NATIVE_ATTENTION_MAX_ROW, ExtendRequest,
 from metagen.engine.models.loader import load_model
 from metagen.engine.native.decode_step import DecodeStep, StepPlan, for_model
 from metagen.engine.native.library import open_library
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 from ._native_variants import variants
 
@@ -86,8 +87,9 @@ def test_int8_native_steps_equal_pytorch_steps(random_model_dir, kind, isa, quan
 
 
 def _close(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None = None) -> None:
-    """``x`` equals ``y`` to float32 rounding (1e-4). With ``w`` (activations quantized to int8 on
-    both paths; ``w`` is the same value with float activations): a value the two paths compute a
+    """``x`` equals ``y`` to float32 rounding (FLOAT_LOGPROB_TOL, tests/tolerances.py). With
+    ``w`` (activations quantized to int8 on both paths; ``w`` is the same value with float
+    activations): a value the two paths compute a
     rounding apart can land on either side of a quantization step, and that step spreads through
     the later layers, so ``x`` may differ from ``y`` by at most half of what quantizing every
     activation moves (``|y - w|``), in the largest and in the mean difference. A machine's own
@@ -96,10 +98,11 @@ def _close(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None = None) -> N
     and 0.009-0.012 on average, against 0.4-1.2 and 0.07-0.46 for the whole quantization)."""
     d = (x - y).abs()
     if w is None:
-        assert d.max().item() < 1e-4
+        assert d.max().item() < FLOAT_LOGPROB_TOL
         return
     q = (y - w).abs()
-    assert d.max().item() <= max(1e-4, q.max().item() / 2), (d.max().item(), q.max().item())
+    assert d.max().item() <= max(FLOAT_LOGPROB_TOL, q.max().item() / 2), (d.max().item(),
+                                                                           q.max().item())
     assert d.mean().item() <= max(1e-6, q.mean().item() / 2), (d.mean().item(), q.mean().item())
 
 
@@ -249,7 +252,7 @@ def test_stories_greedy_200_tokens_through_the_native_step_equal_transformers(
     ref_tokens, ref_lps = hf_greedy(stories_path, prompt, 200, banned=engine.eos_token_ids)
     assert engine.runner.native_steps >= 199  # every decode step ran natively
     assert list(out.token_ids) == ref_tokens
-    assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < FLOAT_LOGPROB_TOL
 
 
 def test_positions_or_blocks_out_of_range_never_reach_the_native_step(random_model_dir):

@@ -9,7 +9,9 @@ differ by float32 summation rounding only: the bound asserted is 1e-5 on outputs
 
 Engine: on stories260K with an int8 cache, decoding through the whole native step (its int8
 write in C) or through native attention alone (the step off: PyTorch products and write) gives
-the tokens of the same engine with native kernels off, and log-probabilities within 1e-4; so do
+the tokens of the same engine with native kernels off, and log-probabilities that agree as two
+int8-cache paths can (float32 rounding on most positions; a value on a rounding boundary is
+stored one step apart and moves the positions after it: tests/engine/_int8_runs.py); so do
 prefix-cache hits and a fork (copy-on-write of a partial block with its scales) through the
 native step, whose results are the same bit for bit at 1 and 3 threads.
 """
@@ -26,8 +28,9 @@ from metagen.engine.native.decode_step import DecodeStep, StepPlan
 from metagen.engine.native.library import open_library
 from metagen.types import SamplingParams
 
+from ._int8_runs import assert_int8_runs_agree
 from ._native_variants import variants
-from .test_kv_int8 import GREEDY30, _same
+from .test_kv_int8 import GREEDY30
 
 BLOCK, NUM_BLOCKS = 4, 24
 OUT_TOL = 1e-5
@@ -125,9 +128,7 @@ def test_int8_engine_with_native_kernels_equals_native_off(stories_engine_factor
     a, b = (e.generate([prompt], params)[0] for e in (native, off))
     ran = native.runner.native_steps if path == "step" else native.runner.native_attention_steps
     assert ran >= 47 and off.runner.native_steps == off.runner.native_attention_steps == 0
-    assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
-    for x, y in zip(a.outputs, b.outputs):
-        assert max(abs(p - r) for p, r in zip(x.logprobs, y.logprobs)) < 1e-4
+    assert_int8_runs_agree([(a, b)])  # was max < 1e-4: 1.2e-3 on an AVX2-only EPYC
 
 
 def _int8_engine(factory, native: bool, threads: int | None = None):
@@ -169,8 +170,7 @@ def test_int8_step_on_prefix_hits_and_forks_equals_native_off(stories_engine_fac
     assert [r.num_cached_tokens for r in a] == [0, 40, 40, 40]
     assert native.runner.native_steps > 0 and off.runner.native_steps == 0
     assert len(a[-1].outputs) == 3
-    for x, y in zip(a, b):
-        _same(x, y, 1e-4)  # measured 4.9e-6
+    assert_int8_runs_agree(zip(a, b))  # was max < 1e-4 per request: 3.5e-4 on AVX2
 
 
 def test_int8_step_is_the_same_at_any_thread_count(stories_engine_factory):

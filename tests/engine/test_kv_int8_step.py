@@ -9,10 +9,21 @@ a block written from its first slot (fresh scale), a row of three tokens across 
 Hydragen prefix group; on every vector path this CPU runs, at 1 and 3 threads (the same bits).
 
 Step: against the PyTorch int8 path (same model, the runner's native kernels off) over
-prefills, decode and verification steps on a random llama, every step's logits agree within
-1e-3 (measured 4.2e-6) and every int8 value within one quantization step (measured: identical):
-the two paths' K/V differ by float32 rounding (~1e-7 relative), which can move a value across a
-rounding boundary of its block's scale.
+prefills, decode and verification steps on a random llama. Each step starts both paths from the
+same quantized state (the PyTorch path's cache copied into the native one), so the step's K/V
+differ by float32 rounding only (~1e-7 relative; layer 0's are the same bits), and:
+
+- every int8 value it leaves is within one quantization step of the other path's: the two
+  values before rounding (x / scale, |x / scale| <= 127) differ by far less than one step, and
+  two reals less than 1 apart round to integers at most 1 apart (a requantized entry: the same
+  old q times ratios of scales that differ by float32 rounding); the scales within 1e-5
+  relative (each is a maximum |x| / 127 of values that differ by float32 rounding);
+- where the step wrote the same int8 values on both paths (a value within float32 rounding of
+  a rounding boundary is rare; at least half the steps), its logits agree within
+  FLOAT_LOGIT_TOL: both attend over the same quantized state, so only float32 summation order
+  differs (logits |z| <= ~10 from sums of <= 96 products: unit roundoff 2^-24 times the sum of
+  the terms' magnitudes, ~1e-5 at most; measured 4.2e-6). Where a value was stored one step
+  apart the step's logits move by that step's effect, which no float32 bound covers.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from .test_kv_int8_native import step  # noqa: F401  (the native step on each ve
 
 BLOCK, NUM_BLOCKS = 4, 24
 TINY, HUGE = 1e-4, 100.0  # old scales that every new value outgrows / none reaches
-LOGIT_TOL = 1e-3
+FLOAT_LOGIT_TOL = 1e-4  # float32 rounding on the same quantized state (docstring)
 
 def _int8_cache(cfg, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random int8 K/V (L, NUM_BLOCKS, BLOCK, Hkv, D) and scales (L, NUM_BLOCKS, Hkv) in
@@ -96,22 +107,38 @@ def test_int8_step_equals_the_pytorch_int8_path(step):
     rows = [(list(range(1, 7)), 6), (list(range(7, 13)), 9), (list(range(13, 19)), 3)]
     prompts = [ExtendRequest(table, 0, torch.randint(3, 96, (n,), generator=g).tolist())
                for table, n in rows]
-    for runner in (native, ref):  # prefilled one row at a time (the native step on `native`)
-        for r in prompts:
-            runner.extend([r])
+    steps = [[r] for r in prompts]  # prefilled one row at a time (the native step on `native`)
     cached = [n for _, n in rows]
     for i in range(8):  # decode steps; every third one verifies 3 tokens on row 1
         lens = [1, 3 if i % 3 == 2 else 1, 1]
-        reqs = [ExtendRequest(table, c, torch.randint(3, 96, (n,), generator=g).tolist(),
-                              all_logits=True)
-                for (table, _), c, n in zip(rows, cached, lens)]
-        a, b = native.extend(reqs), ref.extend(reqs)
-        for x, y in zip(a, b):
-            assert float((x - y).abs().max()) < LOGIT_TOL
+        steps.append([ExtendRequest(table, c, torch.randint(3, 96, (n,), generator=g).tolist(),
+                                    all_logits=True)
+                      for (table, _), c, n in zip(rows, cached, lens)])
         cached = [c + n for c, n in zip(cached, lens)]
+    same_state = 0
+    for reqs in steps:
+        a, b = native.extend(reqs), ref.extend(reqs)
+        if _within_one_step(native.kv, ref.kv):  # the same quantized state: float32 rounding
+            same_state += 1
+            for x, y in zip(a, b):
+                assert float((x - y).abs().max()) < FLOAT_LOGIT_TOL
+        _copy_cache(ref.kv, native.kv)
     assert native.native_steps == 11 and ref.native_steps == 0
-    assert native.kv.scales is not None and ref.kv.scales is not None
-    for x, y in ((native.kv.k, ref.kv.k), (native.kv.v, ref.kv.v)):
+    assert same_state >= len(steps) / 2
+
+
+def _within_one_step(kv, ref) -> bool:
+    """Asserts every int8 value of ``kv`` within one step of ``ref``'s and the scales within
+    1e-5 relative (module docstring); returns whether the int8 values are the same (the scales
+    then differ by float32 rounding at most, as the values they dequantize to do)."""
+    assert kv.scales is not None and ref.scales is not None
+    for x, y in ((kv.k, ref.k), (kv.v, ref.v)):
         assert int((x.int() - y.int()).abs().max()) <= 1
-    for x, y in zip(native.kv.scales, ref.kv.scales):
+    for x, y in zip(kv.scales, ref.scales):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=0)
+    return torch.equal(kv.k, ref.k) and torch.equal(kv.v, ref.v)
+
+
+def _copy_cache(src, dst) -> None:
+    for x, y in zip((src.k, src.v) + src.scales, (dst.k, dst.v) + dst.scales):
+        y.copy_(x)

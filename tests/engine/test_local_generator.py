@@ -10,6 +10,7 @@ from metagen.errors import InvalidPromptError, ModelLoadError
 from metagen.generators.base import Generator, ScoringGenerator
 from metagen.generators.local import LocalGenerator
 from metagen.types import SamplingParams
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_generate_equals_hf_generator(local, hf, params):
         for a, b in zip(row_a, row_b):
             assert (a.text, a.token_ids, a.finish_reason, a.stop_reason) == \
                 (b.text, b.token_ids, b.finish_reason, b.stop_reason)
-            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < FLOAT_LOGPROB_TOL
             if params.logprobs:
                 assert [sorted(t) for t in a.top_logprobs] == [sorted(t) for t in b.top_logprobs]
 
@@ -83,7 +84,7 @@ def test_score_equals_hf_score(local, hf):
     ours = local.score(PROMPTS, conts)
     ref = hf.score(PROMPTS, conts)
     for a, b in zip(ours, ref):
-        assert all(abs(x - y) < 1e-4 for x, y in zip(a, b))
+        assert all(abs(x - y) < FLOAT_LOGPROB_TOL for x, y in zip(a, b))
     assert local.usage.scorer_calls >= 1
 
 

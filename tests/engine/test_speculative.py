@@ -24,6 +24,7 @@ from metagen.engine.proposers import NgramProposer, ngram_lookup
 from metagen.engine.speculative_decoding import Speculator
 from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 
 def engine(model, num_blocks: int, block_size: int = 8, proposer=None, k: int = 4, eos=(),
@@ -120,7 +121,7 @@ def test_speculative_greedy_native_argmax_equals_the_pytorch_path(setup, stories
         assert 0 < stats.accepted < stats.proposed  # drafts both accepted and rejected
     for a, b in zip(*runs):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
-        assert a.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=1e-4)
+        assert a.outputs[0].logprobs == pytest.approx(b.outputs[0].logprobs, abs=FLOAT_LOGPROB_TOL)
 
 
 def test_speculative_stops_at_eos_and_max_tokens(setup) -> None:
@@ -174,7 +175,7 @@ def test_requests_speculation_cannot_serve_decode_normally(setup, stories_path) 
     ca, cb = a[1].outputs[0], b[1].outputs[0]
     assert (ca.text, ca.token_ids, ca.finish_reason, ca.stop_reason) == \
         (cb.text, cb.token_ids, cb.finish_reason, cb.stop_reason)
-    assert ca.logprobs == pytest.approx(cb.logprobs, abs=1e-4)
+    assert ca.logprobs == pytest.approx(cb.logprobs, abs=FLOAT_LOGPROB_TOL)
     assert [set(t) for t in ca.top_logprobs] == [set(t) for t in cb.top_logprobs]
     assert len(b[2].outputs) == 3 and all(len(c.token_ids) == 20 for c in b[2].outputs)
     assert spec.speculator.stats.accepted > 0

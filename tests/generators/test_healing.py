@@ -16,6 +16,7 @@ from metagen.generators.openai_wire import (
     Dialect, build_request, check_supported, dialect_from_models,
 )
 from metagen.types import SamplingParams
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 POLICY = Path(metagen.__file__).parent / "testbed" / "models" / "policy"
 
@@ -38,7 +39,7 @@ def test_local_equals_hf(local, stories_gen, prompt, k):
     params = greedy(12, token_healing=k, logprobs=2)
     [[a]], [[b]] = local.generate([prompt], params), stories_gen.generate([prompt], params)
     assert a.token_ids == b.token_ids and a.text == b.text
-    assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert a.logprobs == pytest.approx(b.logprobs, abs=FLOAT_LOGPROB_TOL)
     assert [set(t) for t in a.top_logprobs] == [set(t) for t in b.top_logprobs]
 
 
@@ -74,7 +75,7 @@ def test_healed_token_logprob_is_the_models_own(local, stories_gen):
     with torch.no_grad():
         logits = stories_gen.model(torch.tensor([ids[:-2]])).logits[0, -1].float()
     want = torch.log_softmax(logits, -1)[c.token_ids[0]].item()
-    assert c.logprobs[0] == pytest.approx(want, abs=1e-4)
+    assert c.logprobs[0] == pytest.approx(want, abs=FLOAT_LOGPROB_TOL)
 
 
 @pytest.mark.parametrize("gen_name", ["local", "stories_gen"])

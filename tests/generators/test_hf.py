@@ -9,6 +9,7 @@ from metagen.errors import InvalidParameterError, InvalidPromptError, ModelLoadE
 from metagen.generators.base import Generator, ScoringGenerator
 from metagen.generators.hf import HFGenerator
 from metagen.types import SamplingParams
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 LILY = ", there was a little girl named Lily."
 OTHERS = ["The cat", "One day, a boy", "Tom and Sue", "The sun was", "Lily had a",
@@ -39,7 +40,7 @@ def test_greedy_equals_plain_transformers_generate(random_llama_path) -> None:
         assert list(comp.token_ids) == ref.sequences[0, enc["input_ids"].shape[1]:].tolist()
         raw = torch.log_softmax(torch.stack(ref.logits)[:, 0].float(), dim=-1)  # (T, V)
         expected = raw.gather(1, torch.tensor(comp.token_ids)[:, None])[:, 0]
-        assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=1e-4)
+        assert torch.allclose(torch.tensor(comp.logprobs), expected, atol=FLOAT_LOGPROB_TOL)
 
 
 def test_gpt2_greedy_and_context(random_gpt2_path) -> None:
@@ -135,7 +136,7 @@ def test_score_matches_generation_logprobs(stories_gen) -> None:
     before = stories_gen.usage
     (good, other, empty), = stories_gen.score(["Once upon a time"],
                                               [[comp.text, ", there was a purple cow", ""]])
-    assert good == pytest.approx(comp.cumulative_logprob, abs=1e-4)
+    assert good == pytest.approx(comp.cumulative_logprob, abs=FLOAT_LOGPROB_TOL)
     assert other < good and empty == 0.0
     used = stories_gen.usage - before
     assert used.scorer_calls == 1 and used.calls == 0 and used.scorer_tokens > 0
@@ -272,7 +273,7 @@ def test_score_across_a_token_merge(stories_gen) -> None:
     with torch.no_grad():
         logp = torch.log_softmax(stories_gen.model(torch.tensor([ids])).logits[0].float(), -1)
     expected = sum(float(logp[t - 1, ids[t]]) for t in range(k, len(ids)))
-    assert merged == pytest.approx(expected, abs=1e-4)
+    assert merged == pytest.approx(expected, abs=FLOAT_LOGPROB_TOL)
 
 
 def test_same_accounting_and_scores_as_the_engine(stories_gen, stories_path) -> None:
@@ -291,7 +292,7 @@ def test_same_accounting_and_scores_as_the_engine(stories_gen, stories_path) -> 
     conts = [[", there was a dog", "me", ""]]
     for prompt in ("Once upon a time", "Once upon a ti"):
         assert stories_gen.score([prompt], conts)[0] == pytest.approx(
-            local.score([prompt], conts)[0], abs=1e-4)
+            local.score([prompt], conts)[0], abs=FLOAT_LOGPROB_TOL)
 
 
 def test_missing_weights_are_an_error_not_random_values(tmp_path, stories_path) -> None:

@@ -9,6 +9,7 @@ import torch
 
 from metagen.errors import ModelLoadError
 from metagen.scorers import HFProcessRewardModel, HFRewardModel, split_steps
+from tests.tolerances import SCORE_TOL
 
 PROMPTS = ["Q: 2+3?\n", "Q: what is 12 * 4?\n", "Q: 7-1?\n"]
 COMPLETIONS = ["2 + 3 = 5\n#### 5", "12 * 4 = 48\n48 + 0 = 48\n#### 48", "#### 6"]
@@ -28,21 +29,21 @@ def test_orm_matches_transformers_sequence_classification(orm_path):
     got = rm.score(PROMPTS, COMPLETIONS)
     for p, c, g in zip(PROMPTS, COMPLETIONS, got):
         want = torch.sigmoid(_reference_orm(orm_path, p + c)[0]).item()
-        assert g == pytest.approx(want, abs=1e-5)
+        assert g == pytest.approx(want, abs=SCORE_TOL)
 
 
 def test_orm_two_labels_is_softmax_of_label_one(orm2_path):
     rm = HFRewardModel.from_pretrained(orm2_path)
     got = rm.score(PROMPTS[:1], COMPLETIONS[:1])[0]
     want = torch.softmax(_reference_orm(orm2_path, PROMPTS[0] + COMPLETIONS[0]), -1)[1].item()
-    assert got == pytest.approx(want, abs=1e-5)
+    assert got == pytest.approx(want, abs=SCORE_TOL)
 
 
 def test_orm_batched_equals_one_by_one_and_counts_usage(orm_path):
     rm = HFRewardModel.from_pretrained(orm_path, batch_size=3)
     batched = rm.score(PROMPTS, COMPLETIONS)
     single = [rm.score([p], [c])[0] for p, c in zip(PROMPTS, COMPLETIONS)]
-    assert batched == pytest.approx(single, abs=1e-5)
+    assert batched == pytest.approx(single, abs=SCORE_TOL)
     tokens = sum(len(rm.tokenizer(p + c)["input_ids"]) for p, c in zip(PROMPTS, COMPLETIONS))
     usage = rm.usage
     assert usage.scorer_calls == 1 + 3
@@ -56,7 +57,7 @@ def test_orm_shares_the_prompt_forward_pass_across_samples(orm_path):
     shared = rm.score([PROMPTS[0]] * 4, comps)
     for c, g in zip(comps, shared):
         want = torch.sigmoid(_reference_orm(orm_path, PROMPTS[0] + c)[0]).item()
-        assert g == pytest.approx(want, abs=1e-5)
+        assert g == pytest.approx(want, abs=SCORE_TOL)
     p = len(rm.tokenizer(PROMPTS[0])["input_ids"])
     tails = sum(len(rm.tokenizer(PROMPTS[0] + c)["input_ids"]) - p for c in comps)
     assert rm.usage.scorer_tokens == 2 * p + tails  # two chunks of 2 rows, one prompt pass each
@@ -79,7 +80,7 @@ def test_prm_step_scores_are_token_logits_at_each_steps_last_token(prm_path):
             with torch.no_grad():
                 logits = model(input_ids=torch.tensor([full])).logits[0, :, 0]  # (T,)
             assert scores[k] == pytest.approx(torch.sigmoid(logits[len(ids) - 1]).item(),
-                                              abs=1e-5)
+                                              abs=SCORE_TOL)
 
 
 @pytest.mark.parametrize("how", ["last", "min", "prod", "mean"])
@@ -116,7 +117,7 @@ def test_value_head_folder(tmp_path, stories_path):
         hidden = model.model(input_ids=ids).last_hidden_state[0, -1]
     want = torch.sigmoid(hidden @ weights["v_head.summary.weight"][0]
                          + weights["v_head.summary.bias"][0]).item()
-    assert rm.score(["Q: hi\n"], ["A"])[0] == pytest.approx(want, abs=1e-5)
+    assert rm.score(["Q: hi\n"], ["A"])[0] == pytest.approx(want, abs=SCORE_TOL)
 
 
 def test_missing_or_headless_folder_raises_model_load_error(tmp_path, stories_path):

@@ -16,8 +16,9 @@ from metagen.scorers import (PRM_PRESETS, FormattedPRM, HFProcessRewardModel, PR
 from metagen.scorers.prm_format import resolve_format
 from metagen.strategies import step_beam_search
 from tests.scorers.conftest import save_model
+from tests.tolerances import SCORE_TOL
 
-TOL = 1e-5
+TOL = SCORE_TOL
 PROMPTS = ["Q: 2+3?", "Q: what is 12 * 4?", "Q: 7-1?"]
 STEPS = [["Step 1: 2 + 3 = 5\n", "Step 2: #### 5"],
          ["Step 1: 12 * 4 = 48\n", "Step 2: 48 + 0 = 48\n", "Step 3: #### 48"],

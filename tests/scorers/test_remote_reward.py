@@ -42,8 +42,9 @@ from metagen.strategies import best_of_n, step_beam_search  # noqa: E402
 
 from tests.generators.fault_server import Fault, FaultServer  # noqa: E402
 from tests.scorers.test_prm_layouts import separator_path, tokenizer_dir  # noqa: E402,F401
+from tests.tolerances import SCORE_TOL
 
-TOL = 1e-5
+TOL = SCORE_TOL
 PROMPTS = ["Q: 2+3?\n", "Q: what is 12 * 4?\n", "Q: 7-1?\n"]
 COMPLETIONS = ["2 + 3 = 5\n#### 5", "12 * 4 = 48\n48 + 0 = 48\n#### 48", "#### 6"]
 STEPS = [split_steps(c) for c in COMPLETIONS]

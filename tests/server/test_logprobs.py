@@ -15,11 +15,12 @@ import pytest
 
 from metagen.types import SamplingParams
 from tests.server.conftest import API_KEY, MODEL
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 PROMPT = "Once upon a time there was a little"
 MESSAGES = [{"role": "system", "content": "Tell a story."},
             {"role": "user", "content": "Once upon a time"}]
-TOL = 1e-4
+TOL = FLOAT_LOGPROB_TOL
 
 
 @pytest.fixture(scope="module")

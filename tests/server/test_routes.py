@@ -9,6 +9,7 @@ import pytest
 
 from metagen.types import SamplingParams
 from tests.server.conftest import MODEL
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 PROMPT = "Once upon a time"
 MESSAGES = [{"role": "system", "content": "Tell a story."},
@@ -43,7 +44,7 @@ def test_completions_equal_the_library_for_the_same_seed(http, ref_gen):
         assert choice["text"] == ref.text
         block = choice["logprobs"]
         assert [int(t.split(":")[1]) for t in block["tokens"]] == list(ref.token_ids)
-        assert block["token_logprobs"] == pytest.approx(list(ref.logprobs), abs=1e-4)
+        assert block["token_logprobs"] == pytest.approx(list(ref.logprobs), abs=FLOAT_LOGPROB_TOL)
         assert [{int(k.split(":")[1]) for k in d} for d in block["top_logprobs"]] == \
             [set(d) for d in ref.top_logprobs]
         assert choice["finish_reason"] == ref.finish_reason
@@ -101,7 +102,8 @@ def test_chat_equals_the_library(http, ref_gen):
         assert choice["message"] == {"role": "assistant", "content": ref.text}
         content = choice["logprobs"]["content"]
         assert [int(e["token"].split(":")[1]) for e in content] == list(ref.token_ids)
-        assert [e["logprob"] for e in content] == pytest.approx(list(ref.logprobs), abs=1e-4)
+        assert [e["logprob"] for e in content] == pytest.approx(list(ref.logprobs),
+                                                                abs=FLOAT_LOGPROB_TOL)
         assert all(len(e["top_logprobs"]) == 3 for e in content)
 
 

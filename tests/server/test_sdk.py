@@ -10,6 +10,7 @@ import pytest
 from metagen.generators.openai import OpenAIGenerator
 from metagen.types import SamplingParams
 from tests.server.conftest import API_KEY, MODEL, start_server, stop_server
+from tests.tolerances import FLOAT_LOGPROB_TOL
 
 PROMPT = "Once upon a time"
 MESSAGES = [{"role": "system", "content": "Tell a story."},
@@ -41,7 +42,8 @@ def test_sdk_completions_n_and_logprobs_equal_the_library(client, ref_gen):
                                                        max_tokens=12, logprobs=3))
     assert [c.text for c in got.choices] == [w.text for w in want]
     for choice, ref in zip(got.choices, want):
-        assert choice.logprobs.token_logprobs == pytest.approx(list(ref.logprobs), abs=1e-4)
+        assert choice.logprobs.token_logprobs == pytest.approx(list(ref.logprobs),
+                                                               abs=FLOAT_LOGPROB_TOL)
         assert all(len(top) <= 3 for top in choice.logprobs.top_logprobs)
     assert got.usage.completion_tokens == sum(len(w.token_ids) for w in want)
 
@@ -56,7 +58,7 @@ def test_sdk_chat_equals_the_library(client, ref_gen):
     assert [c.message.role for c in got.choices] == ["assistant", "assistant"]
     for choice, ref in zip(got.choices, want):
         assert [e.logprob for e in choice.logprobs.content] == \
-            pytest.approx(list(ref.logprobs), abs=1e-4)
+            pytest.approx(list(ref.logprobs), abs=FLOAT_LOGPROB_TOL)
         assert all(len(e.top_logprobs) == 2 for e in choice.logprobs.content)
 
 
@@ -168,7 +170,7 @@ def test_openai_generator_generate_equals_local(remote, ref_gen, prompt):
     for g, w in zip(got, _sample_refs(ref_gen, prompt, params)):
         assert (g.text, g.token_ids, g.finish_reason, g.stop_reason) == \
             (w.text, w.token_ids, w.finish_reason, w.stop_reason)
-        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+        assert g.logprobs == pytest.approx(w.logprobs, abs=FLOAT_LOGPROB_TOL)
         assert [set(d) for d in g.top_logprobs] == [set(d) for d in w.top_logprobs]
 
 
@@ -182,4 +184,4 @@ def test_openai_generator_score_equals_local(remote, ref_gen):
     conts = [[" there was a girl", " Lily", "!"]]
     got = remote.score([PROMPT], conts)
     want = ref_gen.score([PROMPT], conts)
-    assert got[0] == pytest.approx(want[0], abs=1e-4)
+    assert got[0] == pytest.approx(want[0], abs=FLOAT_LOGPROB_TOL)

@@ -30,6 +30,7 @@ from metagen.strategies.best_of_n import best_of_n
 from metagen.testbed import format_prompt, make_problems, model_path
 from metagen.types import SamplingParams
 from tests.server.conftest import MODEL, start_server, stop_server
+from tests.tolerances import SCORE_TOL
 
 BEST_OF_16 = {"strategy": "best_of_n", "n": 16, "reward": "orm", "return_candidates": True}
 
@@ -76,7 +77,7 @@ def test_best_of_16_equals_the_library(sdk, policy_ref, orm, seed):
     info = got.model_extra["metagen"]
     assert got.choices[0].text == want.best.text
     assert info["candidates"] == [c.text for c in want.candidates]
-    assert info["scores"] == pytest.approx(want.scores, abs=1e-5)
+    assert info["scores"] == pytest.approx(want.scores, abs=SCORE_TOL)
     assert info["chosen"] == next(i for i, c in enumerate(want.candidates) if c is want.best)
     assert got.usage.completion_tokens == want.usage.generated_tokens
     assert got.usage.prompt_tokens == want.usage.prompt_tokens
@@ -214,7 +215,7 @@ def test_each_strategy_equals_the_library(sdk, policy_ref, orm, prm, strategy):
     info = got.model_extra["metagen"]
     assert got.choices[0].text == want.best.text
     assert info["candidates"] == [c.text for c in want.candidates]
-    assert info["scores"] == pytest.approx(list(want.scores), abs=1e-5)
+    assert info["scores"] == pytest.approx(list(want.scores), abs=SCORE_TOL)
     assert got.usage.completion_tokens == want.usage.generated_tokens > 0
     assert got.usage.model_extra["scorer_calls"] == want.usage.scorer_calls
 
