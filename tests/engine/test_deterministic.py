@@ -24,6 +24,8 @@ from metagen.testbed.modeling import MODELS_DIR
 from metagen.testbed.problems import format_prompt, make_problems
 from metagen.types import SamplingParams
 
+from tests.tolerances import FLOAT_LOGPROB_TOL
+
 from ._native_variants import cpu_flags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +139,33 @@ def test_deterministic_refuses_what_it_does_not_cover(option):
         EngineConfig(deterministic=True, **option)
     with pytest.raises(InvalidParameterError, match="deterministic"):
         EngineConfig(deterministic=1)  # type: ignore[arg-type]
+
+
+def test_deterministic_greedy_equals_transformers(native, stories_path, stories_engine_factory,
+                                                  hf_greedy):
+    """The batch-invariant path computes the same model: transformers' greedy tokens, and
+    logprobs within float32 summation-order rounding (tests/tolerances.py)."""
+    engine = stories_engine_factory(deterministic=True)
+    prompt = engine.tokenizer("Once upon a time")["input_ids"]
+    out = engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=120,
+                                                   ignore_eos=True))[0].outputs[0]
+    ref_tokens, ref_lps = hf_greedy(stories_path, prompt, 120, banned=engine.eos_token_ids)
+    assert list(out.token_ids) == ref_tokens
+    assert max(abs(a - b) for a, b in zip(out.logprobs, ref_lps)) < FLOAT_LOGPROB_TOL
+
+
+def test_deterministic_scores_equal_alone_and_in_a_chunked_batch(native, stories_engine_factory):
+    """Prompt scoring (every position's logits) and chunked prefill: the same bits whatever the
+    step size and batch."""
+    tok_engine = stories_engine_factory(deterministic=True)
+    ids = [tok_engine.tokenizer(t)["input_ids"] for t in (
+        "Once upon a time there was a dog named Max who liked to run in the park",
+        "Lily and Tom went to the beach", "The sun was hot")]
+    alone = [stories_engine_factory(deterministic=True).generate(
+        [p], SamplingParams(temperature=0.0, max_tokens=8, logprobs=2))[0] for p in ids]
+    chunked = stories_engine_factory(deterministic=True, max_num_batched_tokens=7).generate(
+        ids, SamplingParams(temperature=0.0, max_tokens=8, logprobs=2))
+    for a, b in zip(alone, chunked):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        assert a.outputs[0].logprobs == b.outputs[0].logprobs
+        assert a.outputs[0].top_logprobs == b.outputs[0].top_logprobs
