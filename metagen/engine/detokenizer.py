@@ -4,7 +4,7 @@ The text of a completion is decoded together with a few prompt tokens of context
 SentencePiece leading space or a multi-token character decodes as it would inside the full text).
 Stop strings are searched only in the newly decoded tail. :meth:`Detokenizer.stream_text` holds
 back ``max(len(stop)) - 1`` characters and any trailing incomplete character (U+FFFD) until the
-completion finishes, so a partial stop string is never emitted (vLLM's rule, RELIABILITY V12).
+completion finishes, so a partial stop string is never emitted (vLLM's rule).
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@ Its prefix-cache match is capped so the logits of the prompt's last token are co
 prompt has several continuations it is first prefilled alone and cached, so each continuation
 only computes its own tokens (plus the partial last block of the prompt).
 
-Failures are per item (RELIABILITY V16/V17/V22/V24 applied to scoring): an item with ids outside
-the vocabulary, too long, a bad conditioning length ``k``, or a non-finite log-probability fails
-alone. With ``errors="raise"`` (the default) the call raises the first failure; with
+Failures are per item, as in generation: an item with ids outside the vocabulary, too long, a
+bad conditioning length ``k``, or a non-finite log-probability fails alone. With ``errors="raise"`` (the default) the call raises the first failure; with
 ``errors="return"`` the failed item's slot holds its exception and every other item is scored as
 in a call without the failed ones. A sequence whose log-probabilities turn non-finite stops at
 once and its KV blocks are not put in the prefix cache.

@@ -11,7 +11,7 @@ from metagen.types import Completion
 class RequestOutput:
     """A finished request: one completion per sample (in sample order) and per-sample errors.
 
-    A sample that failed (e.g. NaN logits, RELIABILITY V22) has ``finish_reason == "error"`` and
+    A sample that failed (e.g. NaN logits) has ``finish_reason == "error"`` and
     its exception in ``errors``; the other samples and requests are unaffected.
     """
 

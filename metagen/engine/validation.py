@@ -1,6 +1,7 @@
-"""Request checks that need the model: token ids against the vocabulary, lengths against the
-context (RELIABILITY V9, V14, V15, V16, V17). Each raises a typed ``ValueError`` naming the
-parameter before the engine does any work, so a bad request never reaches a batch."""
+"""Request checks that need the model: token ids against the vocabulary (prompts, logit bias,
+token-id lists), lengths against the context (empty and over-long prompts, token budgets). Each
+raises a typed ``ValueError`` naming the parameter before the engine does any work, so a bad
+request never reaches a batch."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ sandbox works the constructor raises :class:`~metagen.errors.SandboxUnavailable`
 back to unsandboxed execution unless the caller names ``backend="unsafe-local"`` (or passes such
 an executor). Without the caller's opt-in (``allow_code_execution=True`` or
 ``METAGEN_ALLOW_CODE_EXECUTION=1``) the constructor raises
-:class:`~metagen.errors.CodeExecutionNotAllowed` (RELIABILITY E21/E22). Both checks happen when
+:class:`~metagen.errors.CodeExecutionNotAllowed` (an explicit opt-in and a capability preflight). Both checks happen when
 the utility is constructed, before any model call. Values are compared in this (trusted) process
 as serialised JSON text, so an object whose ``__eq__`` is always true cannot fake agreement
 (E17), and a run counts only on the harness's per-run nonce (E16). A failure of the sandbox
