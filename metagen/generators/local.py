@@ -125,14 +125,15 @@ class LocalGenerator:
         each prompt's usage (:mod:`metagen.generators.metered`). The FLOP allowance becomes a
         token pool before the call (:func:`~metagen.allowance.token_room`): each prompt's
         prefill as if nothing were cached (its ``n`` samples share it), then every token at the
-        longest context of the call (prompt + ``max_tokens``). When the pool holds no token,
-        nothing runs (:func:`~metagen.generators.metered.nothing_run`)."""
+        longest context of the call (prompt + ``max_tokens``). When the pool holds no token or
+        the deadline has passed, nothing runs (:func:`~metagen.generators.metered.nothing_run`).
+        """
         start = time.perf_counter()
         ids = self._encode_all(prompts, params)
         guard = None
         if allowance is not None and not allowance.unlimited:
             pool = self._token_pool(ids, params, allowance)
-            if pool is not None and pool < 1:
+            if allowance.expired() or (pool is not None and pool < 1):
                 return nothing_run(len(ids), params.n)
             guard = AllowanceGuard(allowance, pool)
         outs = self.loop.submit(_adder(ids, params), guard=guard).result(timeout)
