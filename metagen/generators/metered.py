@@ -9,7 +9,9 @@ requests. What the prompts share -- the call itself (``calls`` = 1) and its wall
 by :func:`share_call`: the call goes to the first prompt, the wall time in equal parts. The parts
 add up exactly to what the call added to ``generator.usage``.
 
-:func:`metered_generate` uses that method where a generator has it. A backend that cannot stop
+:func:`metered_generate` uses that method where a generator's class defines it (a wrapper that
+only forwards attributes, e.g. the server's cancellable generator, is called through its own
+``generate``). A backend that cannot stop
 in flight (a remote server) gets the allowance as a cap on ``max_tokens`` before the call
 instead: every sample an equal share of the token pool (``pool // samples``) and, when the
 generator declares ``num_params``, of the tokens the FLOPs pay for at ``2 * num_params`` each
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from metagen.allowance import BUDGET_STOP, Allowance, empty_cut
 from metagen.generators.base import Generator, Prompt
@@ -80,8 +82,8 @@ def share_call(own: Sequence[Usage], calls: int, wall_time: float) -> list[Usage
 def metered_generate(generator: Generator, prompts: Sequence[Prompt], params: SamplingParams,
                      allowance: Allowance | None = None) -> MeteredCall:
     """One call of ``generator`` within ``allowance`` (see the module docstring)."""
-    if isinstance(generator, MeteredGenerator):
-        return generator.generate_metered(prompts, params, allowance)
+    if callable(getattr(type(generator), "generate_metered", None)):
+        return cast(MeteredGenerator, generator).generate_metered(prompts, params, allowance)
     samples = len(prompts) * params.n
     cap = capped_max_tokens(params.max_tokens, samples, allowance,
                             getattr(generator, "num_params", None))
