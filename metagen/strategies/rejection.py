@@ -8,9 +8,11 @@ sample (the lowest index within that round), after ``max_samples``, or for every
 :class:`~metagen.strategies.budget.Budget` is exhausted, or after the round it cut: each round
 gets what is left of the budget as its allowance, enforced in flight
 (:mod:`metagen.strategies.budget`), so generated tokens never exceed the token limit and calls
-never exceed ``max_calls``. Each prompt's usage is its own requests' (the call counted on the
-first of a round's prompts), plus a share of the verifier's by generated tokens. Without an accepted sample the best-scoring one so far is returned
-(``trace["accepted"] = False``). With a ``seed`` in ``params``, round r samples with seed + r.
+never exceed ``max_calls``; a sample stopped before its first token is not drawn (never
+verified). Each prompt's usage is its own requests' (the call counted on the first of a round's
+prompts), plus a share of the verifier's by generated tokens. Without an accepted sample the
+best-scoring one so far is returned (``trace["accepted"] = False``). With a ``seed`` in
+``params``, round r samples with seed + r.
 """
 
 from __future__ import annotations
