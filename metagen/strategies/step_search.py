@@ -152,6 +152,14 @@ class StepSearch:
             total = total + (now - self._prm_start)
         return total + Usage(scorer_calls=self._own_scorer_calls)
 
+    def prompt_usages(self, weights: Sequence[float]) -> list[Usage]:
+        """Each prompt's usage so far: its tree's own generator usage plus a share, by
+        ``weights``, of the rest of :meth:`usage` (scorers, calls made without trees); the
+        parts add up to :meth:`usage`."""
+        own = sum(self._tree_usage, Usage())
+        rest = split_usage(self.usage() - own, weights)
+        return [u + part for u, part in zip(self._tree_usage, rest)]
+
     def _token_cap(self, samples: int, per_sample: int) -> int | None:
         """``max_tokens`` for a call of ``samples`` samples, or ``None`` when no call fits."""
         used = self.usage()
@@ -393,10 +401,7 @@ class StepSearch:
         ``trace`` entries go into every Result's trace, ``per_tree(tree)`` entries into that
         tree's."""
         total = self.usage()
-        weights = [t.generated_tokens() for t in self.trees]
-        own = sum(self._tree_usage, Usage())
-        usages = [u + part for u, part in
-                  zip(self._tree_usage, split_usage(total - own, weights))]
+        usages = self.prompt_usages([t.generated_tokens() for t in self.trees])
         out = []
         for tree, usage in zip(self.trees, usages):
             cands = candidates(tree) if candidates is not None else tree.terminal_leaves()
