@@ -13,6 +13,10 @@ aborts only its own requests, and the next call works. A request's output does n
 what it was batched with, within the engine's batch-composition guarantee
 (:mod:`metagen.engine.llm_engine`).
 
+``generate_metered(prompts, params, allowance)`` keeps a call within an
+:class:`~metagen.allowance.Allowance` (token pool, FLOPs, deadline), enforced by the engine loop
+between steps, and returns each prompt's own usage (:mod:`metagen.generators.metered`).
+
 Usage per call (counted from the call's own requests, so concurrent calls don't mix):
 ``prompt_tokens`` counts each prompt once per request (``n`` samples share one
 prefill), ``cached_prompt_tokens`` those served from the prefix cache, ``generated_tokens`` every
