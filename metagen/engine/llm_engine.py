@@ -39,7 +39,7 @@ state only. A hook that raises fails only the requests it raises for (see
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -348,6 +348,23 @@ class LLMEngine:
             if not seq.is_finished:
                 self._finish(seq, "abort")
             self.seqs.pop(seq.seq_id, None)
+
+    def stop_early(self, request_id: str, seq_ids: Collection[int] | None = None,
+                   stop_reason: str = "budget") -> RequestOutput | None:
+        """End sequences of sampling request ``request_id`` now, between steps, keeping what they
+        generated: ``finish_reason`` "length" and ``stop_reason``. ``seq_ids`` None ends every
+        unfinished one; ending a sequence also drops the samples it was still to fork, so the
+        output may hold fewer than ``n`` completions. Returns the request's output once all its
+        sequences have finished (it then leaves the engine, as after a step), else None."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return None
+        for seq in req.seqs:
+            if not seq.is_finished and (seq_ids is None or seq.seq_id in seq_ids):
+                seq.pending_fork = 0
+                self._finish(seq, "length", stop_reason)
+        done = self._collect_finished([req])
+        return done[0] if done else None
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()

@@ -17,6 +17,10 @@ batch (see :meth:`LLMEngine.step`) and hands the exception to their callers; the
 serving. Only if scheduling itself fails is the engine declared dead:
 every caller, present and future, then gets :class:`EngineDeadError`.
 
+A submission may carry an allowance guard (:mod:`metagen.engine.allowance_guard`): before every
+step the loop lets it stop the submission's requests that their allowance (tokens, FLOPs, a
+deadline) no longer pays for; they finish with ``stop_reason="budget"`` and keep their tokens.
+
 Thread-safety contract: after a loop owns an engine, call the engine only through the loop
 (:meth:`EngineLoop.call` runs any function on the engine between steps, e.g. ``check_integrity``).
 The loop thread is a daemon started at the first submission; :meth:`close` stops it.
@@ -32,6 +36,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from metagen.engine.allowance_guard import AllowanceGuard
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.outputs import RequestOutput, StreamDelta
 from metagen.engine.stream_deltas import DeltaTracker
@@ -52,8 +57,10 @@ class RequestHandle:
     submission's requests.
     """
 
-    def __init__(self, loop: EngineLoop, stream: bool, aio: asyncio.AbstractEventLoop | None):
+    def __init__(self, loop: EngineLoop, stream: bool, aio: asyncio.AbstractEventLoop | None,
+                 guard: AllowanceGuard | None = None):
         self._loop, self.stream, self._aio = loop, stream, aio
+        self.guard = guard  # stops the requests in flight when their allowance is spent
         self._events: Any = asyncio.Queue() if aio is not None else queue.SimpleQueue()
         self.request_ids: list[str] = []
         self._outputs: dict[str, RequestOutput] = {}
@@ -165,10 +172,12 @@ class EngineLoop:
     # -- caller side -----------------------------------------------------------------------------
 
     def submit(self, submission: Submission, *, stream: bool = False,
-               aio: bool = False) -> RequestHandle:
+               aio: bool = False, guard: AllowanceGuard | None = None) -> RequestHandle:
         """Run ``submission(engine)`` in the loop before its next step; a handle on the requests
-        it adds. ``aio=True`` binds the handle to the running asyncio event loop."""
-        handle = RequestHandle(self, stream, asyncio.get_running_loop() if aio else None)
+        it adds. ``aio=True`` binds the handle to the running asyncio event loop. A ``guard``
+        is asked before every step and stops the requests when their allowance is spent
+        (:mod:`metagen.engine.allowance_guard`)."""
+        handle = RequestHandle(self, stream, asyncio.get_running_loop() if aio else None, guard)
         self._enqueue(("submit", (handle, submission)))
         return handle
 
@@ -235,6 +244,7 @@ class EngineLoop:
                     self._die(EngineDeadError("the engine loop was closed"), items[i + 1:])
                     return
                 self._apply(kind, value)
+            self._enforce()
             if not engine.has_unfinished():
                 continue
             steps = engine.stats.steps
@@ -277,6 +287,17 @@ class EngineLoop:
                 box.put((True, fn(self.engine)))
             except BaseException as exc:  # noqa: BLE001 -- re-raised in the calling thread
                 box.put((False, exc))
+
+    def _enforce(self) -> None:
+        """Before a step: each guarded handle's guard stops what its allowance no longer pays
+        for; the outputs of the requests it finished go to their handle."""
+        stopped: list[RequestOutput] = []
+        for handle in self._live:
+            if handle.guard is not None:
+                live = [r for r in handle.request_ids if r in self._owner]
+                stopped += handle.guard.enforce(self.engine, live, list(handle._outputs.values()))
+        if stopped:
+            self._dispatch(stopped)
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
         for out in outputs:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from metagen.allowance import Allowance
 from metagen.decoding import SequenceState
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
@@ -38,6 +39,7 @@ from metagen.device import resolve_device
 from metagen.errors import InvalidParameterError, ModelLoadError, UnsupportedArchitectureError
 from metagen.generators.base import Capabilities, Prompt, check_prompts
 from metagen.generators.flops import FlopModel, flop_model_of
+from metagen.generators.hf_budget import RowGuard
 from metagen.generators.hf_rows import (
     LogitsHook,
     MetagenLogitsProcessor,
@@ -45,6 +47,7 @@ from metagen.generators.hf_rows import (
     RowTracker,
     TrackerStoppingCriteria,
 )
+from metagen.generators.metered import MeteredCall, nothing_run, share_call
 from metagen.generators.tokenize import (
     bad_words_ids, check_fits_context, continuation_text, encode_prompt, eos_token_ids)
 from metagen.types import Completion, SamplingParams, Usage
@@ -229,6 +232,15 @@ class HFGenerator:
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams
                  ) -> list[list[Completion]]:
         """``len(prompts)`` lists of ``params.n`` completions. Validates everything first."""
+        return self.generate_metered(prompts, params).completions
+
+    def generate_metered(self, prompts: Sequence[Prompt], params: SamplingParams,
+                         allowance: Allowance | None = None) -> MeteredCall:
+        """:meth:`generate` within ``allowance``, enforced before every decoding step
+        (:mod:`metagen.generators.hf_budget`; the FLOPs become a token pool before the call:
+        every row's prefill, then every token at the longest context), with each prompt's
+        usage (:mod:`metagen.generators.metered`). When the allowance pays for no token, nothing
+        runs (:func:`~metagen.generators.metered.nothing_run`)."""
         start = time.perf_counter()
         if not isinstance(params, SamplingParams):
             raise InvalidParameterError("params", params, "must be a SamplingParams")
@@ -243,18 +255,24 @@ class HFGenerator:
                                      constraint=None if matcher is None else matcher.copy(),
                                      heal=heal))
                 for i, (ids, heal) in enumerate(healed) for j in range(params.n)]
+        guard = None
+        if allowance is not None and not allowance.unlimited:
+            guard = RowGuard(allowance, rows, self.flop_model, params.max_tokens)
+            if guard.runs_nothing:
+                return nothing_run(len(prompt_ids), params.n)
         for lo in range(0, len(rows), self.max_batch_rows):
-            self._run(rows[lo:lo + self.max_batch_rows], params)
+            self._run(rows[lo:lo + self.max_batch_rows], params, guard)
         out: list[list[Completion]] = [[] for _ in prompt_ids]
-        flops = 0.0
+        own = [Usage() for _ in prompt_ids]
         for row in rows:
             out[row.prompt_index].append(row.completion(self.tokenizer))
-            flops += self.flop_model.sequence(len(row.seq.prompt_ids), len(row.seq.output_ids))
-        self._usage = self._usage + Usage(
-            prompt_tokens=sum(len(r.seq.prompt_ids) for r in rows),
-            generated_tokens=sum(len(r.seq.output_ids) for r in rows), calls=1,
-            generator_flops=flops, wall_time=time.perf_counter() - start)
-        return out
+            p, g = len(row.seq.prompt_ids), len(row.seq.output_ids)
+            own[row.prompt_index] = own[row.prompt_index] + Usage(
+                prompt_tokens=p, generated_tokens=g,
+                generator_flops=self.flop_model.sequence(p, g))
+        usage = share_call(own, 1, time.perf_counter() - start)
+        self._usage = self._usage + sum(usage, Usage())
+        return MeteredCall(out, usage)
 
     def beam_search(self, prompts: Sequence[Prompt], params: Any) -> list[list[Completion]]:
         """transformers' beam search (``generate(num_beams=...)``, raw log-probabilities) for
@@ -318,7 +336,8 @@ class HFGenerator:
             check_fits_context(ids, params.max_tokens, self.context_length)
 
     @torch.inference_mode()
-    def _run(self, rows: list[Row], params: SamplingParams) -> None:
+    def _run(self, rows: list[Row], params: SamplingParams, guard: RowGuard | None = None
+             ) -> None:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         width = max(len(r.seq.prompt_ids) for r in rows)
@@ -328,7 +347,8 @@ class HFGenerator:
             ids = row.seq.prompt_ids
             input_ids[b, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             mask[b, width - len(ids):] = 1
-        tracker = RowTracker(rows, self.tokenizer, self.eos_ids, self.pad_id, self.logits_hook)
+        tracker = RowTracker(rows, self.tokenizer, self.eos_ids, self.pad_id, self.logits_hook,
+                             guard)
         self.model.generate(
             input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
             do_sample=False, num_beams=1, max_new_tokens=params.max_tokens,

@@ -19,6 +19,9 @@ A row finishes, checked in this order after each token:
 - ``"length"`` at ``max_tokens`` tokens;
 - ``"error"`` when its logits hold NaN/+inf (V22): the row stops, the others go on.
 
+Before a step, an allowance's guard may end rows (``"length"``, ``stop_reason="budget"``;
+:mod:`metagen.generators.hf_budget`).
+
 Finished rows keep being computed by ``transformers`` (their tokens are ignored) until every row is
 done, so the tracker never touches their state again.
 """
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
@@ -78,16 +81,25 @@ class Row:
             stop_reason=self.stop_reason)
 
 
+class RowStopper(Protocol):
+    """Stops rows before a step (an allowance: :mod:`metagen.generators.hf_budget`)."""
+
+    def enforce(self, active: Sequence[Row]) -> None:
+        """Set ``finish`` on the rows of ``active`` (the running ones) that must stop now."""
+        ...
+
+
 class RowTracker:
     """Chooses the tokens of a batch of rows and tracks which rows are finished."""
 
     def __init__(self, rows: list[Row], tokenizer: Any, eos_ids: Sequence[int], pad_id: int,
-                 logits_hook: LogitsHook | None = None) -> None:
+                 logits_hook: LogitsHook | None = None, guard: RowStopper | None = None) -> None:
         self.rows = rows
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(eos_ids)
         self.pad_id = pad_id
         self.logits_hook = logits_hook
+        self.guard = guard
 
     def done_mask(self) -> torch.Tensor:
         """``(B,)`` bool: rows that are finished."""
@@ -100,6 +112,8 @@ class RowTracker:
             raise ValueError(f"expected logits of shape ({len(self.rows)}, V), got "
                              f"{tuple(logits.shape)}")
         chosen = torch.full((len(self.rows),), self.pad_id, dtype=torch.long)
+        if self.guard is not None:  # an allowance may stop rows before this step's tokens
+            self.guard.enforce([r for r in self.rows if r.finish is None])
         active = [i for i, r in enumerate(self.rows) if r.finish is None]
         if not active:
             return chosen

@@ -13,6 +13,10 @@ aborts only its own requests, and the next call works. A request's output does n
 what it was batched with, within the engine's batch-composition guarantee
 (:mod:`metagen.engine.llm_engine`: float32 rounding; bit for bit with ``deterministic=True``).
 
+``generate_metered(prompts, params, allowance)`` keeps a call within an
+:class:`~metagen.allowance.Allowance` (token pool, FLOPs, deadline), enforced by the engine loop
+between steps, and returns each prompt's own usage (:mod:`metagen.generators.metered`).
+
 Usage per call (counted from the call's own requests, so concurrent calls don't mix):
 ``prompt_tokens`` counts each prompt once per request (``n`` samples share one
 prefill), ``cached_prompt_tokens`` those served from the prefix cache, ``generated_tokens`` every
@@ -31,13 +35,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from metagen.allowance import Allowance, token_room
 from metagen.beam_params import BeamSearchParams
+from metagen.engine.allowance_guard import AllowanceGuard
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine, LogitsHook
 from metagen.engine.loop import EngineLoop, RequestHandle
 from metagen.engine.outputs import PromptLogprobs, RequestOutput
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 from metagen.generators.base import Capabilities, Prompt, check_prompts, render_prompt
+from metagen.generators.flops import FlopModel
+from metagen.generators.metered import MeteredCall, nothing_run, padded, share_call
 from metagen.generators.tokenize import check_fits_context, encode_prompt, scored_sequence
 from metagen.types import MAX_LOGPROBS, Completion, SamplingParams, Usage
 
@@ -114,6 +122,48 @@ class LocalGenerator:
         outs = self.loop.submit(_adder(ids, params)).result(timeout)
         return self._completions(outs, start)
 
+    def generate_metered(self, prompts: Sequence[Prompt], params: SamplingParams,
+                         allowance: Allowance | None = None, *,
+                         timeout: float | None = None) -> MeteredCall:
+        """:meth:`generate` within ``allowance``, enforced between the engine's steps, with
+        each prompt's usage (:mod:`metagen.generators.metered`). The FLOP allowance becomes a
+        token pool before the call (:func:`~metagen.allowance.token_room`): each prompt's
+        prefill as if nothing were cached (its ``n`` samples share it), then every token at the
+        longest context of the call (prompt + ``max_tokens``). When the pool holds no token or
+        the deadline has passed, nothing runs (:func:`~metagen.generators.metered.nothing_run`).
+        """
+        start = time.perf_counter()
+        ids = self._encode_all(prompts, params)
+        guard = None
+        if allowance is not None and not allowance.unlimited:
+            pool = self._token_pool(ids, params, allowance)
+            if allowance.expired() or (pool is not None and pool < 1):
+                return nothing_run(len(ids), params.n)
+            guard = AllowanceGuard(allowance, pool)
+        outs = self.loop.submit(_adder(ids, params), guard=guard).result(timeout)
+        own = [Usage(prompt_tokens=len(o.prompt_ids), cached_prompt_tokens=o.num_cached_tokens,
+                     generated_tokens=o.generated_tokens, generator_flops=o.flops)
+               for o in outs]
+        usage = share_call(own, 1, time.perf_counter() - start)
+        self._add_usage(sum(usage, Usage()))
+        rows = [padded([self._mark_error(c, e) for c, e in zip(o.outputs, o.errors)], params.n)
+                for o in outs]
+        return MeteredCall(rows, usage)
+
+    def _token_pool(self, ids: list[list[int]], params: SamplingParams, allowance: Allowance
+                    ) -> int | None:
+        """The call's token pool: the allowance's tokens, or fewer when its FLOPs pay for
+        fewer (see :meth:`generate_metered`); ``None`` when neither is limited."""
+        pool = allowance.generated_tokens
+        if allowance.flops is None:
+            return pool
+        mc = self.engine.model.cfg
+        model = FlopModel(mc.num_params, mc.num_layers, mc.num_heads * mc.head_dim)
+        prefill = sum(model.forward(0, len(p)) for p in ids)
+        longest = max(len(p) for p in ids) + params.max_tokens
+        room = token_room(allowance.flops, prefill, model.forward(longest - 1, 1))
+        return room if pool is None else min(pool, room)
+
     def beam_search(self, prompts: Sequence[Prompt], params: BeamSearchParams, *,
                     timeout: float | None = None) -> list[list[Completion]]:
         """Beam search (plain, diverse or stochastic) for each prompt, run by the engine loop
@@ -149,6 +199,9 @@ class LocalGenerator:
                          cached_prompt_tokens=sum(o.num_cached_tokens for o in outs),
                          generated_tokens=sum(o.generated_tokens for o in outs), calls=1,
                          generator_flops=flops, wall_time=time.perf_counter() - start)
+        self._add_usage(call)
+
+    def _add_usage(self, call: Usage) -> None:
         with self._usage_lock:
             self._usage = self._usage + call
 

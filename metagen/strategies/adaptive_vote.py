@@ -18,11 +18,13 @@ Contracts:
 - The final choice is :class:`~metagen.strategies.voting.SelfConsistency` over all the prompt's
   successful samples (same tie-breaking), with the same Result layout as ``self_consistency``
   plus ``trace["rounds"]`` (rounds the prompt took) and ``trace["decided"]`` (stopped by the
-  rule, not by ``n``). Usage is the generator's delta over the run, apportioned by generated
-  tokens; ``min_successful`` raises ``InsufficientSamples`` as in ``self_consistency``.
-- A :class:`~metagen.strategies.budget.Budget` is asked before each round; a round is shrunk so
-  its ``max_tokens`` per sample fits the remaining token limit, and none is made when nothing
-  fits (``stopped_by_budget``).
+  rule, not by ``n``). Each prompt's usage is what its own requests used over the rounds
+  (:mod:`metagen.strategies.parallel`); ``min_successful`` raises ``InsufficientSamples`` as in
+  ``self_consistency``.
+- A :class:`~metagen.strategies.budget.Budget` is asked before each round (none once it is
+  exhausted) and each round gets what is left of it as its allowance, enforced in flight
+  (:mod:`metagen.strategies.budget`); a round that the budget cut is the last
+  (``stopped_by_budget``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from metagen.allowance import budget_cut
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
+from metagen.generators.metered import metered_generate
 from metagen.scorers.verifiers import Extract, Match
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import (
@@ -57,17 +61,12 @@ def check_confidence(value: object, name: str = "confidence") -> float:
     return float(value)
 
 
-def round_size(batch: int, drawn: int, n: int, max_tokens: int, open_prompts: int,
-               budget: Budget | None, used: Usage) -> int:
-    """Samples per open prompt in the next round: ``min(batch, n - drawn)``, shrunk so that
-    ``size * max_tokens * open_prompts`` fits the budget's remaining tokens (0: no round)."""
-    size = min(batch, n - drawn)
-    if budget is None:
-        return size
-    if budget.exhausted(used):
+def round_size(batch: int, drawn: int, n: int, budget: Budget | None, used: Usage) -> int:
+    """Samples per open prompt in the next round: ``min(batch, n - drawn)``, or 0 (no round)
+    once the budget is exhausted by ``used``."""
+    if budget is not None and budget.exhausted(used):
         return 0
-    room = budget.remaining_tokens(used)
-    return size if room is None else min(size, room // (max_tokens * open_prompts))
+    return min(batch, n - drawn)
 
 
 def adaptive_self_consistency(
@@ -98,30 +97,32 @@ def adaptive_self_consistency(
     rows: list[list[Completion]] = [[] for _ in prompts]
     rounds = [0] * len(prompts)
     decided = [False] * len(prompts)
-    gen_before = generator.usage
+    gen_usage = [Usage() for _ in prompts]
     capped, r = False, 0
-    while True:
+    while not capped:
         open_ = [i for i in range(len(prompts)) if not decided[i] and len(rows[i]) < n]
         if not open_:
             break
-        size = round_size(batch, len(rows[open_[0]]), n, params.max_tokens, len(open_),
-                          budget, generator.usage - gen_before)
+        size = round_size(batch, len(rows[open_[0]]), n, budget, sum(gen_usage, Usage()))
         if size < 1:
             capped = True
             break
         seed = params.seed if params.seed is None or r == 0 else derive_seed(params.seed, r)
-        outs = check_counts(generator.generate([prompts[i] for i in open_],
-                                               params.with_(n=size, seed=seed)),
-                            len(open_), size, type(generator).__name__)
+        allowance = None if budget is None else budget.allowance(sum(gen_usage, Usage()))
+        call = metered_generate(generator, [prompts[i] for i in open_],
+                                params.with_(n=size, seed=seed), allowance)
+        outs = check_counts(call.completions, len(open_), size, type(generator).__name__)
         r += 1
-        for i, row in zip(open_, outs):
+        for i, row, used in zip(open_, outs, call.usage):
             rows[i].extend(row)
             rounds[i] += 1
+            gen_usage[i] = gen_usage[i] + used
+            capped = capped or any(budget_cut(c) for c in row)
             ok = [c for c in rows[i] if failure_reason(c) is None]
             decided[i] = vote_decided(selector._classes(ok)[1], rule, confidence=confidence,
                                       window=window)
-    results = select_and_wrap(prompts, single, rows, selector, n, capped,
-                               generator.usage - gen_before, start, min_successful)
+    results = select_and_wrap(prompts, single, rows, selector, n, capped, gen_usage, start,
+                              min_successful)
     for i, res in enumerate([results] if isinstance(results, Result) else results):
         res.trace.update({"strategy": "adaptive_self_consistency", "rounds": rounds[i],
                           "decided": decided[i], "rule": rule, "confidence": confidence})

@@ -1,18 +1,36 @@
-"""Compute budgets: stop a run anytime and return the best so far.
+"""Compute budgets: a promise about the compute of one strategy run, kept where it is spent.
 
 A :class:`Budget` caps generated tokens, FLOPs (generator + scorer), backend calls or wall-clock
-seconds. Strategies ask ``budget.exhausted(usage)`` before each new generate call and
-``budget.remaining_tokens(usage)`` to size the next call so the token cap is never exceeded;
-a run that stops this way returns ``Result(stopped_by_budget=True)``. Before their first call
-they ask ``budget.check_generator(generator)``: a FLOP limit on a generator whose FLOPs are
-unknown (capability ``flops`` False) is a ``CapabilityError`` before any request.
+seconds (the run's calls' wall time). Where each is enforced:
+
+- ``max_calls``: before a call (calls are discrete): no call is made once ``max_calls`` were.
+- ``max_generated_tokens``, ``max_flops``, ``max_seconds``: before a call
+  (``budget.exhausted(usage)``: nothing left, no call), and *within* it: the call gets
+  ``budget.allowance(usage)`` -- what is left of each -- which a step-by-step backend (the
+  built-in engine, transformers) enforces between decoding steps: the call's samples share the
+  remaining tokens as one pool, the FLOPs become a token pool before the call, and the time
+  left is a deadline (:mod:`metagen.allowance`). A sample that the allowance stops ends with
+  ``finish_reason="length"`` and ``stop_reason="budget"``; one stopped before its first token is
+  empty and is no candidate. A remote server cannot be stopped in flight: there the allowance
+  caps ``max_tokens`` before the call (equal shares; :mod:`metagen.generators.metered`) and the
+  deadline is checked only between calls.
+
+So generated tokens never exceed ``max_generated_tokens``; FLOPs exceed ``max_flops`` only by a
+scorer call (scorers are not stopped in flight) or a preemption's recomputation; wall time
+exceeds ``max_seconds`` by at most one decoding step (one whole call on a remote server, plus any
+scorer call). A run stopped this way returns ``Result(stopped_by_budget=True)`` with the best so
+far. Before their first call strategies ask ``budget.check_generator(generator)``: a FLOP limit
+on a generator whose FLOPs are unknown (capability ``flops`` False) is a ``CapabilityError``
+before any request.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
+from metagen.allowance import Allowance
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Capabilities
 from metagen.types import Usage
@@ -69,6 +87,18 @@ class Budget:
             raise CapabilityError(f"a max_flops budget needs known FLOPs; "
                                   f"{type(generator).__name__} reports them as unknown "
                                   "(declare its num_params)")
+
+    def allowance(self, usage: Usage) -> Allowance:
+        """What the next call may spend after ``usage`` (the run's usage so far): the tokens
+        and FLOPs left, and a deadline (``time.monotonic()``) when the seconds left run out.
+        Ask :meth:`exhausted` first: a spent limit gives an allowance of nothing."""
+        flops = None
+        if self.max_flops is not None:
+            flops = 0.0 if math.isnan(usage.flops) else max(0.0, self.max_flops - usage.flops)
+        deadline = None
+        if self.max_seconds is not None:
+            deadline = time.monotonic() + max(0.0, self.max_seconds - usage.wall_time)
+        return Allowance(self.remaining_tokens(usage), flops, deadline)
 
     def remaining_tokens(self, usage: Usage) -> int | None:
         """Generated tokens still allowed (``None`` when uncapped)."""

@@ -45,7 +45,6 @@ from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.selection import argmax_first
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import StepSearch
-from metagen.strategies.step_select import split_usage
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.trace_confidence import (
     confidence_threshold,
@@ -95,7 +94,8 @@ def grow(search: StepSearch, traces: list[Trace], thresholds: Sequence[float | N
         for t in live:
             heads.setdefault((t.prompt, "".join(t.steps)), []).append(t)
         prefixes = [extend_prompt(search.trees[p].prompt, text) for p, text in heads]
-        outs = search._generate(prefixes, [len(ts) for ts in heads.values()], base)
+        outs = search._generate(prefixes, [len(ts) for ts in heads.values()], base,
+                                [p for p, _ in heads])
         if outs is None:
             for t in live:
                 t.ended = True
@@ -169,8 +169,7 @@ def deepconf(generator: Generator, prompts: Sequence[Prompt], *, n: int = 16, wa
         for t in new:
             traces[t.prompt].append(t)
         grow(search, new, thresholds, top_k, window)
-    total = search.usage()
-    usages = split_usage(total, [sum(len(t.token_ids) for t in ts) for ts in traces])
+    usages = search.prompt_usages([sum(len(t.token_ids) for t in ts) for ts in traces])
     return [_result(voter, ts, thr, window, usage, search, keep, warmup)
             for ts, thr, usage in zip(traces, thresholds, usages)]
 

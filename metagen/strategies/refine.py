@@ -46,7 +46,7 @@ from metagen.strategies.refine_prompts import (  # noqa: F401 (the templates are
     refine_prompt,
 )
 from metagen.strategies.step_beam import positive_int
-from metagen.strategies.step_search import StepSearch, split_usage
+from metagen.strategies.step_search import StepSearch
 from metagen.types import Completion, Result, SamplingParams
 
 @dataclass(slots=True, frozen=True)
@@ -84,11 +84,12 @@ class RefineRun(StepSearch):
                  params: SamplingParams | None, budget: Budget) -> None:
         super().__init__(name, generator, prompts, None, params=params, budget=budget)
 
-    def generate_one(self, prefixes: list[Prompt], params: SamplingParams | None = None
-                     ) -> list[Completion] | None:
-        """One completion per prefix, in one call; ``None`` when the budget forbids it."""
+    def generate_one(self, prefixes: list[Prompt], params: SamplingParams | None = None,
+                     chains: Sequence[int] | None = None) -> list[Completion] | None:
+        """One completion per prefix, in one call; ``None`` when the budget forbids it.
+        ``chains[i]``: the prompt (chain) prefix ``i`` serves, charged its usage."""
         p = params or self.params
-        out = self._generate(prefixes, [1] * len(prefixes), p.with_(n=1))
+        out = self._generate(prefixes, [1] * len(prefixes), p.with_(n=1), chains)
         return None if out is None else [c[0] for c in out]
 
     def count_feedback_call(self) -> None:
@@ -151,7 +152,8 @@ def _record_unreviewed(chain: Chain, c: Completion, max_attempts: int) -> None:
 def _results(run: RefineRun, chains: list[Chain], trace: dict[str, Any]) -> list[Result]:
     total = run.usage()
     out = []
-    for i, (chain, usage) in enumerate(zip(chains, split_usage(total, [c.tokens for c in chains]))):
+    usages = run.prompt_usages([c.tokens for c in chains])
+    for i, (chain, usage) in enumerate(zip(chains, usages)):
         good = [k for k, a in enumerate(chain.attempts) if not a.get("error")]
         ok = [k for k in good if chain.attempts[k].get("ok")]
         scored = [k for k in good if chain.attempts[k].get("score") is not None]
@@ -207,7 +209,7 @@ def refine_with_feedback(generator: Generator, prompts: Sequence[Prompt], feedba
         live = [i for i, ch in enumerate(chains) if ch.stop_reason is None]
         if not live:
             break
-        outs = run.generate_one([chains[i].next_prompt for i in live])
+        outs = run.generate_one([chains[i].next_prompt for i in live], chains=live)
         if outs is None:
             break
         run.count_feedback_call()
@@ -255,7 +257,7 @@ def self_refine(generator: Generator, prompts: Sequence[Prompt], *, max_attempts
         live = [i for i, ch in enumerate(chains) if ch.stop_reason is None]
         if not live:
             break
-        outs = run.generate_one([chains[i].next_prompt for i in live])
+        outs = run.generate_one([chains[i].next_prompt for i in live], chains=live)
         if outs is None:
             break
         for i, c in zip(live, outs):
@@ -266,7 +268,8 @@ def self_refine(generator: Generator, prompts: Sequence[Prompt], *, max_attempts
         good = [(i, c) for i, c in zip(live, outs) if c.finish_reason != "error"]
         crit_prompts = [critique_prompt(chains[i].prompt, c.text, critique_template,
                                         critique_turn) for i, c in good]
-        crits = run.generate_one(crit_prompts, critique_params) if good else []
+        crits = run.generate_one(crit_prompts, critique_params,
+                                 chains=[i for i, _ in good]) if good else []
         if crits is None:
             crits = []  # the budget stopped the critiques: record attempts without feedback
         by_index = {i: cr for (i, _), cr in zip(good, crits)}

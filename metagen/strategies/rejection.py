@@ -5,10 +5,14 @@ Runs in rounds. Each round makes ONE generate call with ``batch`` samples for ev
 waiting, and one verifier call for them. A sample is accepted when its verifier score is
 ``>= threshold`` (a verifier may also return a bool). Stops per prompt at the first accepted
 sample (the lowest index within that round), after ``max_samples``, or for everyone when the
-:class:`~metagen.strategies.budget.Budget` is exhausted or cannot fit another round of
-``max_tokens`` per sample — generated tokens therefore never exceed the token limit and calls
-never exceed ``max_calls``. Without an accepted sample the best-scoring one so far is returned
-(``trace["accepted"] = False``). With a ``seed`` in ``params``, round r samples with seed + r.
+:class:`~metagen.strategies.budget.Budget` is exhausted, or after the round it cut: each round
+gets what is left of the budget as its allowance, enforced in flight
+(:mod:`metagen.strategies.budget`), so generated tokens never exceed the token limit and calls
+never exceed ``max_calls``; a sample stopped before its first token is not drawn (never
+verified). Each prompt's usage is its own requests' (the call counted on the first of a round's
+prompts), plus a share of the verifier's by generated tokens. Without an accepted sample the
+best-scoring one so far is returned (``trace["accepted"] = False``). With a ``seed`` in
+``params``, round r samples with seed + r.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
+from metagen.allowance import budget_cut
 from metagen.errors import InsufficientSamples, InvalidParameterError
 from metagen.generators.base import Generator, Prompt
+from metagen.generators.metered import metered_generate
 from metagen.scorers.base import RewardLike, RewardModel
 from metagen.scorers.callables import CallableReward, check_scores
 from metagen.strategies.budget import Budget
@@ -29,6 +35,7 @@ from metagen.strategies.parallel import (
     as_prompt_list,
     check_counts,
     failure_reason,
+    with_wall,
 )
 from metagen.strategies.selection import argmax_first, scorers_usage
 from metagen.types import SEED_MAX, Completion, Result, SamplingParams, Usage
@@ -66,32 +73,36 @@ def rejection_sampling(generator: Generator, prompt: Prompt | Sequence[Prompt],
     scores: list[list[float]] = [[] for _ in range(k)]
     failures: list[Counter[str]] = [Counter() for _ in range(k)]
     accepted: list[int | None] = [None] * k
-    drawn, rounds, gen_usage, stopped = 0, 0, Usage(), False
+    drawn, rounds, stopped = 0, 0, False
+    gen_usage = [Usage() for _ in range(k)]
     score_before = scorers_usage(check)
-    while True:
+    while not stopped:
         active = [i for i in range(k) if accepted[i] is None]
         n = min(batch, max_samples - drawn)
         if not active or n <= 0:
             break
-        run_usage = gen_usage + (scorers_usage(check) - score_before)
-        room = None if budget is None else budget.remaining_tokens(run_usage)
-        if room is not None:
-            n = min(n, room // (params.max_tokens * len(active)))
-        if budget is not None and (budget.exhausted(run_usage) or n <= 0):
+        run_usage = sum(gen_usage, Usage()) + (scorers_usage(check) - score_before)
+        if budget is not None and budget.exhausted(run_usage):
             stopped = True
             break
         seed = None if params.seed is None else (params.seed + rounds) % SEED_MAX
-        round_params = params.with_(n=n, seed=seed)
-        before = generator.usage
-        outs = check_counts(generator.generate([prompts[i] for i in active], round_params),
-                            len(active), n, type(generator).__name__)
-        gen_usage = gen_usage + (generator.usage - before)
+        call = metered_generate(generator, [prompts[i] for i in active],
+                                params.with_(n=n, seed=seed),
+                                None if budget is None else budget.allowance(run_usage))
+        outs = check_counts(call.completions, len(active), n, type(generator).__name__)
+        for i, used in zip(active, call.usage):
+            gen_usage[i] = gen_usage[i] + used
+        stopped = any(budget_cut(c) for row in outs for c in row)
         rounds, drawn = rounds + 1, drawn + n
         _score_round(check, active, outs, prompts, cands, scores, failures, accepted, threshold)
-    total = gen_usage + (scorers_usage(check) - score_before)
-    total = Usage(**{**total.to_dict(), "wall_time": time.perf_counter() - start})
-    shares = [total] if single else apportion(
-        total, [sum(c.num_tokens for c in row) for row in cands])
+    scorer = scorers_usage(check) - score_before
+    weights = [sum(c.num_tokens for c in row) for row in cands]
+    seconds = time.perf_counter() - start
+    shares = [with_wall(g + part, seconds / k)
+              for g, part in zip(gen_usage, apportion(scorer, weights))]
+    total = sum(shares, Usage())
+    if single:
+        shares = [total]
     results = []
     for i in range(k):
         index = accepted[i] if accepted[i] is not None else (
@@ -126,6 +137,8 @@ def _score_round(check: RewardModel, active: list[int], outs: list[list[Completi
     for i, row in zip(active, outs):
         for c in row:
             reason = failure_reason(c)
+            if budget_cut(c) and not c.num_tokens:
+                continue  # stopped by the budget before its first token: never drawn
             if reason is None:
                 pairs.append((i, c))
             else:

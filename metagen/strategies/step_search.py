@@ -24,15 +24,19 @@ Contracts:
 - Before each call the budget is asked: when it is exhausted, or the remaining generated-token
   budget cannot give every requested sample at least one token, no call is made, the search
   stops with ``stopped_by_budget`` and the best so far is returned. ``max_tokens`` of a call is
-  sized so that ``Budget.max_generated_tokens`` can never be exceeded; a step that this cap cut
-  short is terminal (``info["budget_cut"]``, finish ``"length"``) and marks the run
-  ``stopped_by_budget``.
+  sized so that ``Budget.max_generated_tokens`` can never be exceeded (equal shares, so a step
+  does not depend on its siblings), and the call gets what is left of the FLOPs and seconds as
+  its allowance, enforced in flight where the backend can (:mod:`metagen.strategies.budget`);
+  a step that the cap or the allowance cut short is terminal (``info["budget_cut"]``, finish
+  ``"length"``) and marks the run ``stopped_by_budget``.
 - A completion with ``finish_reason == "error"`` is dropped and counted in ``Result.failures``;
   a scorer that fails raises (a failed scorer call is never a score).
 - Usage is ``generator.usage`` after minus before, plus the scorer's ``usage`` delta (or one
   ``scorer_calls`` per batched call for plain callables); a scorer whose ``generator`` attribute
-  is the search's generator is counted through the generator only. The usage of a batched run is
-  apportioned among its prompts by their share of generated tokens (integer fields by largest
+  is the search's generator is counted through the generator only. In a batched run each prompt
+  is charged the generator usage of its own tree's requests (a call that served several trees
+  is counted on the first); the rest (scorer usage, wall time, calls made without a tree) is
+  apportioned among the prompts by their share of generated tokens (integer fields by largest
   remainder), so the Results' usages sum to the batch total, which each trace also carries.
 
 The pure selection helpers (score, vote, weighted vote) live in
@@ -45,8 +49,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from metagen.allowance import budget_cut
 from metagen.errors import InvalidParameterError, MetagenError
 from metagen.generators.base import Generator, Prompt, check_prompts
+from metagen.generators.metered import metered_generate
 from metagen.scorers.base import (
     ProcessRewardLike,
     ProcessRewardModel,
@@ -134,6 +140,7 @@ class StepSearch:
         self._prm_shared = shares
         self._own_scorer_calls = 0
         self._budget_cap: int | None = None  # max_tokens of the last call when the budget cut it
+        self._tree_usage = [Usage() for _ in self.trees]  # generator usage of each tree's calls
         self._calls_made = 0
 
     # ----------------------------------------------------------------- accounting
@@ -144,6 +151,14 @@ class StepSearch:
         if self._prm_start is not None and now is not None:
             total = total + (now - self._prm_start)
         return total + Usage(scorer_calls=self._own_scorer_calls)
+
+    def prompt_usages(self, weights: Sequence[float]) -> list[Usage]:
+        """Each prompt's usage so far: its tree's own generator usage plus a share, by
+        ``weights``, of the rest of :meth:`usage` (scorers, calls made without trees); the
+        parts add up to :meth:`usage`."""
+        own = sum(self._tree_usage, Usage())
+        rest = split_usage(self.usage() - own, weights)
+        return [u + part for u, part in zip(self._tree_usage, rest)]
 
     def _token_cap(self, samples: int, per_sample: int) -> int | None:
         """``max_tokens`` for a call of ``samples`` samples, or ``None`` when no call fits."""
@@ -157,9 +172,10 @@ class StepSearch:
         return cap if cap >= 1 else None
 
     # ----------------------------------------------------------------- generation
-    def _generate(self, prefixes: list[Prompt], ks: list[int], params: SamplingParams
-                  ) -> list[list[Completion]] | None:
-        """k_i completions for prefix i, in as few calls as the contract allows."""
+    def _generate(self, prefixes: list[Prompt], ks: list[int], params: SamplingParams,
+                  trees: Sequence[int] | None = None) -> list[list[Completion]] | None:
+        """k_i completions for prefix i, in as few calls as the contract allows; ``trees[i]``
+        (when given) is the tree prefix ``i`` belongs to, which is charged its usage."""
         total = sum(ks)
         cap = self._token_cap(total, params.max_tokens)
         if cap is None:
@@ -167,13 +183,15 @@ class StepSearch:
             return None
         self._budget_cap = cap if cap < params.max_tokens else None
         if len(set(ks)) == 1:
-            out = self.generator.generate(prefixes, self._seeded(params).with_(
-                n=ks[0], max_tokens=cap))
+            out = self._call(prefixes, self._seeded(params).with_(n=ks[0], max_tokens=cap),
+                             trees)
             self._check_shape(out, len(prefixes), ks[0])
             return [list(c) for c in out]
         if params.seed is None:
             flat = [p for p, k in zip(prefixes, ks) for _ in range(k)]
-            out = self.generator.generate(flat, self._seeded(params).with_(n=1, max_tokens=cap))
+            flat_trees = None if trees is None else [t for t, k in zip(trees, ks)
+                                                     for _ in range(k)]
+            out = self._call(flat, self._seeded(params).with_(n=1, max_tokens=cap), flat_trees)
             self._check_shape(out, len(flat), 1)
             grouped, i = [], 0
             for k in ks:
@@ -186,12 +204,24 @@ class StepSearch:
             if self.budget.exhausted(self.usage()):
                 self.stopped_by_budget = True
                 break
-            out = self.generator.generate([prefixes[i] for i in idx],
-                                          self._seeded(params).with_(n=k, max_tokens=cap))
+            out = self._call([prefixes[i] for i in idx],
+                             self._seeded(params).with_(n=k, max_tokens=cap),
+                             None if trees is None else [trees[i] for i in idx])
             self._check_shape(out, len(idx), k)
             for i, comps in zip(idx, out):
                 result[i] = list(comps)
         return result
+
+    def _call(self, prefixes: list[Prompt], params: SamplingParams,
+              trees: Sequence[int] | None) -> list[list[Completion]]:
+        """One generate call within what is left of the budget (its allowance, enforced in
+        flight where the backend can); each prefix's usage goes to its tree in ``trees``."""
+        allowance = self.budget.allowance(self.usage()) if self.budget != UNLIMITED else None
+        call = metered_generate(self.generator, prefixes, params, allowance)
+        if trees is not None and len(call.usage) == len(trees):
+            for t, used in zip(trees, call.usage):
+                self._tree_usage[t] = self._tree_usage[t] + used
+        return call.completions
 
     def _seeded(self, params: SamplingParams) -> SamplingParams:
         """Call ``j`` of a seeded run uses ``derive_seed(seed, j)`` (call 0: the seed itself)."""
@@ -230,7 +260,8 @@ class StepSearch:
         heads = [requests[idx[0]][0] for idx in merged.values()]
         ks = [sum(requests[i][1] for i in idx) for idx in merged.values()]
         step_params = self.steps.params(params or self.params, n=1)
-        groups = self._generate([self.prefix(n) for n in heads], ks, step_params)
+        groups = self._generate([self.prefix(n) for n in heads], ks, step_params,
+                                [n.tree for n in heads])
         if groups is None:
             return None
         self.search_step += 1
@@ -262,9 +293,10 @@ class StepSearch:
         return kid
 
     def _note_cut(self, info: dict[str, Any], c: Completion) -> None:
-        """A sample cut short by the budget's token cap stops the search after this step."""
-        if self._budget_cap is not None and c.finish_reason == "length" \
-                and c.num_tokens >= self._budget_cap:
+        """A sample cut short by the budget (its token cap, or in flight) stops the search
+        after this step."""
+        if budget_cut(c) or (self._budget_cap is not None and c.finish_reason == "length"
+                             and c.num_tokens >= self._budget_cap):
             info["budget_cut"] = True
             self.stopped_by_budget = True
 
@@ -278,7 +310,8 @@ class StepSearch:
         if not items:
             return []
         prefixes = [self.prefix(n, extra) for n, extra in items]
-        groups = self._generate(prefixes, [1] * len(items), self.steps.params(params, n=1))
+        groups = self._generate(prefixes, [1] * len(items), self.steps.params(params, n=1),
+                                [n.tree for n, _ in items])
         if groups is None:
             return None
         out: list[tuple[str, bool, int] | None] = []
@@ -299,7 +332,8 @@ class StepSearch:
         if not nodes:
             return []
         groups = self._generate([self.prefix(n) for n in nodes], [1] * len(nodes),
-                                params.with_(n=1, max_tokens=max_tokens))
+                                params.with_(n=1, max_tokens=max_tokens),
+                                [n.tree for n in nodes])
         if groups is None:
             return None
         out: list[Completion | None] = []
@@ -367,8 +401,7 @@ class StepSearch:
         ``trace`` entries go into every Result's trace, ``per_tree(tree)`` entries into that
         tree's."""
         total = self.usage()
-        weights = [t.generated_tokens() for t in self.trees]
-        usages = split_usage(total, weights)
+        usages = self.prompt_usages([t.generated_tokens() for t in self.trees])
         out = []
         for tree, usage in zip(self.trees, usages):
             cands = candidates(tree) if candidates is not None else tree.terminal_leaves()

@@ -31,7 +31,6 @@ from metagen.strategies.rebase import allocate
 from metagen.strategies.refine import FEEDBACK_TEMPLATE, Feedback, FeedbackFn, RefineRun
 from metagen.strategies.refine_prompts import FEEDBACK_TURN, check_turn, feedback_prompt
 from metagen.strategies.step_beam import positive_int
-from metagen.strategies.step_search import split_usage
 from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.types import Completion, Result, SamplingParams
 
@@ -75,7 +74,8 @@ def treefinement(generator: Generator, prompts: Sequence[Prompt], feedback: Feed
         if not requests:
             break
         prefixes = [_prompt_for(trees[n.tree], n, template, feedback_turn) for n, _ in requests]
-        groups = run._generate(prefixes, [k for _, k in requests], run.params.with_(n=1))
+        groups = run._generate(prefixes, [k for _, k in requests], run.params.with_(n=1),
+                               [n.tree for n, _ in requests])
         if groups is None:
             break
         run.count_feedback_call()
@@ -145,7 +145,7 @@ def _results(run: RefineRun, completions: dict[tuple[int, int], Completion],
              status: list[str | None], trace: dict[str, Any]) -> list[Result]:
     total = run.usage()
     out = []
-    usages = split_usage(total, [t.generated_tokens() for t in run.trees])
+    usages = run.prompt_usages([t.generated_tokens() for t in run.trees])
     for tree, usage in zip(run.trees, usages):
         nodes = sorted((n for n in tree.root.walk() if n.parent is not None), key=lambda n: n.id)
         ok = [n for n in nodes if n.terminal]

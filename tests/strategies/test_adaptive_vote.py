@@ -102,13 +102,15 @@ def test_scripted_window_rule_and_failures_do_not_vote():
     assert res.failures == {"timeout": 1} and len(res.candidates) == 3
 
 
-def test_scripted_budget_shrinks_rounds():
+def test_scripted_budget_cuts_the_last_round():
     gen = MockGenerator(["a b c d e f g 1", "a b c d e f g 2"] * 8)  # 8 tokens = max_tokens
     res = adaptive_self_consistency(gen, "Q", n=16, batch=4,
                                     budget=Budget(max_generated_tokens=6 * PARAMS.max_tokens),
                                     **KW)
-    assert res.stopped_by_budget and len(res.candidates) == 6   # rounds of 4, then 2
-    assert [c.params.n for c in gen.calls] == [4, 2]
+    # a round of 4 x 8 tokens, then 16 left: equal shares of 4 tokens (a scripted backend
+    # cannot stop in flight), which cut the round's samples and end the run
+    assert [(c.params.n, c.params.max_tokens) for c in gen.calls] == [(4, 8), (4, 4)]
+    assert res.stopped_by_budget and len(res.candidates) == 8
     assert res.usage.generated_tokens == 6 * PARAMS.max_tokens
 
 

@@ -85,17 +85,20 @@ def test_scripted_failed_scorer_is_never_a_score():
         best_of_n(gen, "Q", n=6, reward=lambda p, c: float("nan"), params=PARAMS)
 
 
-def test_scripted_budget_caps_n_so_tokens_fit():
-    gen = MockGenerator(OUTPUTS)
+def test_scripted_budget_caps_max_tokens_on_a_backend_without_in_flight_stops():
+    gen = MockGenerator(OUTPUTS)  # no generate_metered: the allowance becomes a max_tokens cap
     res = best_of_n(gen, "Q", n=6, reward=TableReward(REWARD), params=PARAMS,
-                    budget=Budget(max_generated_tokens=20))
-    assert gen.calls[0].params.n == 2  # 2 * max_tokens(8) <= 20 < 3 * 8
+                    budget=Budget(max_generated_tokens=7))
+    call = gen.calls[0].params
+    assert call.n == 6 and call.max_tokens == 1  # equal shares: 7 // 6
     assert res.stopped_by_budget and res.trace["requested"] == 6
-    assert res.usage.generated_tokens <= 20
+    assert res.usage.generated_tokens == 6 <= 7
+    cut = [c for c in res.candidates if c.stop_reason == "budget"]
+    assert len(cut) == 3  # "a b", "d e f", "h i" ran into the cap; the one-word ones ended
 
 
 def test_scripted_budget_without_room_makes_no_call():
     gen = MockGenerator(OUTPUTS)
     res = best_of_n(gen, "Q", n=6, reward=TableReward(REWARD), params=PARAMS,
-                    budget=Budget(max_generated_tokens=7))
+                    budget=Budget(max_generated_tokens=5))
     assert gen.num_calls == 0 and res.best is None and res.stopped_by_budget

@@ -44,9 +44,10 @@ def test_scripted_budget_token_limit_is_never_exceeded():
     gen = MockGenerator(["w a b c d e f g h i"] * 10)  # every sample uses max_tokens=8
     res = rejection_sampling(gen, "Q", accept, batch=3, max_samples=100, params=PARAMS,
                              budget=Budget(max_generated_tokens=40))
-    # rounds of 3 x 8 = 24 tokens, then room for 16 -> a round of 2, then room 0 -> stop
-    assert [c.params.n for c in gen.calls] == [3, 2]
-    assert res.usage.generated_tokens == 40 and res.stopped_by_budget
+    # a round of 3 x 8 = 24 tokens, then room for 16: the scripted backend cannot stop in
+    # flight, so the next round's samples get equal shares (16 // 3 = 5 tokens), which cut them
+    assert [(c.params.n, c.params.max_tokens) for c in gen.calls] == [(3, 8), (3, 5)]
+    assert res.usage.generated_tokens == 24 + 15 <= 40 and res.stopped_by_budget
 
 
 def test_scripted_budget_max_calls_is_exact():
