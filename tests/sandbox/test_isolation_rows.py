@@ -21,14 +21,22 @@ QUICK = Limits(wall_seconds=5, cpu_seconds=2)
 
 
 def _detached_sleeper(tok: str, *, setsid: bool) -> str:
-    """Fork; the child (optionally setsid, then forking again) execs a long sleep marked tok."""
+    """Fork; the child (optionally setsid, then forking again) execs a long sleep marked tok.
+    The program goes on only once that exec happened (the pipe's write end is close-on-exec, so
+    its reader sees EOF at the exec): on a loaded machine the run could otherwise end before
+    the sleeper exists, and a backend that cannot kill it would pass by luck."""
     return (
         "import os, sys\n"
+        "r, w = os.pipe()\n"
         "if os.fork() == 0:\n"
+        "    os.close(r)\n"
         f"    if {setsid}:\n        os.setsid()\n"
         "        if os.fork() != 0:\n            os._exit(0)\n"
         "    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1000)', "
-        f"{tok!r}])\n")
+        f"{tok!r}])\n"
+        "os.close(w)\n"
+        "os.read(r, 1)\n"
+        "print('sleeper started', flush=True)\n")
 
 
 def test_e6_double_fork_setsid_has_no_survivor(request, executor):
@@ -36,8 +44,8 @@ def test_e6_double_fork_setsid_has_no_survivor(request, executor):
     tok = token()
     try:
         prog = _detached_sleeper(tok, setsid=True) + "import time\ntime.sleep(1000)\n"
-        res = executor.run(prog, limits=Limits(wall_seconds=1))
-        assert res.status == "timeout"
+        res = executor.run(prog, limits=Limits(wall_seconds=2))
+        assert res.status == "timeout" and "sleeper started" in res.stdout
         assert processes_with(tok) == []
     finally:
         kill_all_with(tok)
@@ -50,6 +58,7 @@ def test_e6_parent_exits_while_child_sleeps(request, executor):
         prog = _detached_sleeper(tok, setsid=True) + "import time\ntime.sleep(0.2)\n"
         res = executor.run(prog, limits=Limits(wall_seconds=5))
         assert res.status == "ok" and res.exit_code == 0 and res.wall_seconds < 2
+        assert "sleeper started" in res.stdout
         assert processes_with(tok) == []
     finally:
         kill_all_with(tok)
