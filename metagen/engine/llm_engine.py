@@ -65,7 +65,7 @@ from metagen.engine.models import LlamaModel, ModelConfig, load_model
 from metagen.engine.models.quantize import quantization_of
 from metagen.engine.native.sample_rows import SampleRows, load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
-from metagen.engine.outputs import EngineStats, RequestOutput, StreamDelta
+from metagen.engine.outputs import EngineSnapshot, EngineStats, RequestOutput, StreamDelta
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.row_logits import stack_rows
 from metagen.engine.scheduler import Scheduler
@@ -337,6 +337,19 @@ class LLMEngine:
         seq = self.seqs[seq_id]
         if not seq.is_finished:
             self._finish(seq, reason)
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine's state between two steps (for monitoring: the server's ``/metrics``).
+        Call it from the thread that drives the engine (the loop's ``call``), never during a
+        step."""
+        radix = self.radix
+        return EngineSnapshot(
+            running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
+            blocks_free=self.blocks.num_free, blocks_total=self.blocks.num_blocks,
+            prompt_tokens=self.stats.prompt_tokens,
+            cached_prompt_tokens=self.stats.cached_prompt_tokens,
+            blocks_cached=len(radix.cached_blocks()) if radix is not None else 0,
+            blocks_in_requests=len({b for seq in self.seqs.values() for b in seq.block_table}))
 
     def abort(self, request_id: str) -> None:
         """Stop a request now: its sequences leave the batch and free their blocks."""

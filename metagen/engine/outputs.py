@@ -81,4 +81,20 @@ class EngineStats:
         return EngineStats(*(getattr(self, f.name) for f in fields(self)))
 
 
-__all__ = ["EngineStats", "RequestOutput", "StreamDelta"]
+@dataclass(slots=True, frozen=True)
+class EngineSnapshot:
+    """The engine's state between two steps (:meth:`LLMEngine.snapshot`): sequences running
+    and waiting, KV blocks free and in all, blocks held by the prefix cache and blocks in the
+    table of a live sequence (a block can be both), and the cumulative prompt counters."""
+
+    running: int
+    waiting: int
+    blocks_free: int
+    blocks_total: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    blocks_cached: int = 0  # stored in the prefix cache
+    blocks_in_requests: int = 0  # in the block table of a live sequence
+
+
+__all__ = ["EngineSnapshot", "EngineStats", "RequestOutput", "StreamDelta"]

@@ -9,31 +9,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.loop import RequestHandle
-from metagen.engine.outputs import PromptLogprobs
+from metagen.engine.outputs import EngineSnapshot, PromptLogprobs
 from metagen.generators.base import Generator
 from metagen.generators.local import LocalGenerator
 from metagen.types import SamplingParams
 
 SNAPSHOT_TIMEOUT_S = 5.0
-
-
-@dataclass(slots=True, frozen=True)
-class EngineSnapshot:
-    """The engine's state between two steps (for ``/metrics``)."""
-
-    running: int
-    waiting: int
-    blocks_free: int
-    blocks_total: int
-    prompt_tokens: int
-    cached_prompt_tokens: int
-    blocks_cached: int = 0  # stored in the prefix cache
-    blocks_in_requests: int = 0  # in the block table of a live sequence
 
 
 class Backend(Protocol):
@@ -100,15 +85,6 @@ class LocalBackend:
 
     async def snapshot(self) -> EngineSnapshot:
         """Read in the loop's thread, between steps (raises ``EngineDeadError`` once it died)."""
-        return await asyncio.to_thread(self.generator.loop.call, _snapshot, SNAPSHOT_TIMEOUT_S)
+        return await asyncio.to_thread(self.generator.loop.call, LLMEngine.snapshot,
+                                       SNAPSHOT_TIMEOUT_S)
 
-
-def _snapshot(engine: LLMEngine) -> EngineSnapshot:
-    return EngineSnapshot(running=len(engine.scheduler.running),
-                          waiting=len(engine.scheduler.waiting),
-                          blocks_free=engine.blocks.num_free, blocks_total=engine.blocks.num_blocks,
-                          prompt_tokens=engine.stats.prompt_tokens,
-                          cached_prompt_tokens=engine.stats.cached_prompt_tokens,
-                          blocks_cached=len(engine.radix.cached_blocks()) if engine.radix else 0,
-                          blocks_in_requests=len({b for seq in engine.seqs.values()
-                                                  for b in seq.block_table}))

@@ -380,3 +380,27 @@ def test_scripted_fault_in_scheduling_ends_the_loop_with_a_typed_error(make_gen)
     assert not gen.loop.alive
     with pytest.raises(EngineDeadError):
         gen.generate(["Hi"], SamplingParams(max_tokens=3), timeout=30)
+
+
+def test_snapshot_counts_what_the_engine_holds(stories_engine_factory):
+    """``LLMEngine.snapshot()`` between steps: running/waiting sequences, blocks free + used =
+    total, the prefix cache's blocks and the live sequences' blocks, the prompt counters."""
+    engine = stories_engine_factory(block_size=4, num_blocks=64)
+    tok = engine.tokenizer
+    empty = engine.snapshot()
+    assert (empty.running, empty.waiting, empty.blocks_free, empty.blocks_total) == (0, 0, 64, 64)
+    prompt = tok("Once upon a time there was a little dog")["input_ids"]
+    rid = engine.add_request(prompt, SamplingParams(n=3, temperature=1.0, seed=0, max_tokens=12))
+    engine.step()  # the prefill, then three samples forked
+    mid = engine.snapshot()
+    seqs = engine.requests[rid].seqs
+    assert mid.running == len(seqs) == 3 and mid.waiting == 0
+    held = {b for s in seqs for b in s.block_table}
+    assert mid.blocks_in_requests == len(held)
+    assert mid.blocks_free == 64 - len(held | set(engine.radix.cached_blocks()))
+    assert mid.prompt_tokens == len(prompt)
+    engine.run_until_done([rid])
+    done = engine.snapshot()
+    assert (done.running, done.blocks_in_requests) == (0, 0)
+    assert done.blocks_cached == len(engine.radix.cached_blocks()) > 0
+    assert done.blocks_free == 64 - done.blocks_cached
