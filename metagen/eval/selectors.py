@@ -11,7 +11,7 @@ from metagen.eval.runrows import REWARD
 from metagen.generators.base import Prompt
 from metagen.strategies import MBR, BestOfN, SelfConsistency, WeightedVote
 from metagen.strategies.selection import Selector
-from metagen.tasks.answer_key import AnswerKey
+from metagen.answers.key import AnswerKey
 
 CONFIDENCE = "confidence"  # the policy's own confidence in each sample (LikelihoodVerifier)
 

@@ -24,7 +24,7 @@ from metagen.report.limits import ReportLimits
 from metagen.report.store_reader import StoredRun, read_store
 from metagen.report.summary import provenance_summary
 from metagen.report.tables import compute_optimal_table, difficulty_table
-from metagen.tasks.answer_key import AnswerKey
+from metagen.answers.key import AnswerKey
 
 
 def read_results(folder: str | Path) -> dict[str, Any]:

@@ -14,14 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from metagen.errors import InvalidParameterError
-
 from metagen.sandbox.executor import Executor
 from metagen.sandbox.limits import Limits
 from metagen.sandbox.unit_tests import CodeVerdict, grade_program
-from metagen.scorers.execution import extract_code
 
 #: Default limits of one grading run (the test process and the program together).
 CODE_LIMITS = Limits(wall_seconds=20.0, cpu_seconds=10.0)
+
+_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+
+
+def extract_code(text: str) -> str:
+    """The first fenced code block of ``text`` (```python ... ```), else the text itself."""
+    match = _FENCE.search(text)
+    return match.group(1) if match else text
 
 
 @dataclass(slots=True, frozen=True)

@@ -49,7 +49,7 @@ from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import derive_seed
 from metagen.strategies.stopping import STOP_RULES, StopRule, vote_decided
 from metagen.strategies.voting import SelfConsistency
-from metagen.tasks.answer_key import AnswerKey
+from metagen.answers.key import AnswerKey
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 

@@ -53,7 +53,7 @@ from metagen.strategies.trace_confidence import (
     token_confidence,
 )
 from metagen.strategies.voting import SelfConsistency, vote_trace, vote
-from metagen.tasks.answer_key import AnswerKey
+from metagen.answers.key import AnswerKey
 from metagen.types import Completion, FinishReason, Result, SamplingParams
 
 

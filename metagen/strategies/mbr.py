@@ -32,7 +32,7 @@ from metagen.scorers.base import AggregatingUtility, Utility, UtilityLike
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
 from metagen.strategies.selection import Selection, argmax_first, scorers_usage
-from metagen.tasks.answer_key import AnswerKey
+from metagen.answers.key import AnswerKey
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 Method = Literal["exact", "aggregate", "prune"]

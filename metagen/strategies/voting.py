@@ -6,12 +6,12 @@
   2022, ORM-weighted majority voting) or by the sample's length-normalised probability (Wang et
   al. 2023, Table 1); ``aggregate="sum"`` adds the weights of an answer, ``"mean"`` averages them.
 
-Answers come from ``extract(text)`` (default :func:`metagen.tasks.answer.extract_answer`) and are
+Answers come from ``extract(text)`` (default :func:`metagen.answers.numeric.extract_answer`) and are
 grouped with ``match`` (default ``answers_match``). A sample without an answer abstains. A task's
-``answer_key`` (:class:`~metagen.tasks.answer_key.AnswerKey`, e.g. MATH-500's) replaces both
+``answer_key`` (:class:`~metagen.answers.key.AnswerKey`, e.g. MATH-500's) replaces both
 (passing it with ``extract`` or ``match`` is an error) and, when it has a ``canonical`` form,
 groups answers by that form first and calls ``match`` only to merge new forms into classes
-(at most O(n^2) calls for n samples, see :func:`~metagen.tasks.answer_key.group_by_canonical`).
+(at most O(n^2) calls for n samples, see :func:`~metagen.answers.key.group_by_canonical`).
 Deterministic tie-breaking (documented contract): among answers with equal votes the one whose
 first occurrence has the LOWEST sample index wins; self-consistency returns that first
 occurrence, weighted voting the highest-weight sample of the winning answer (lowest index among
@@ -39,7 +39,7 @@ from metagen.strategies.selection import (
     group_answers,
     scorers_usage,
 )
-from metagen.tasks.answer_key import AnswerKey, resolve_answer_key
+from metagen.answers.key import AnswerKey, resolve_answer_key
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.tasks.answer_key import AnswerKey
+from metagen.answers.key import AnswerKey
 from metagen.tasks.boxed import extract_math_answer
 from metagen.tasks.jsonl import read_jsonl
 from metagen.tasks.math_equiv import MathEquivalence, canonical_answer
