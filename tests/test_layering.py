@@ -1,4 +1,5 @@
-"""The package's import graph: no cycle between packages, and the layering rules.
+"""The package's import graph: no cycle between packages, the layering rules, and no module of
+the algorithm and task packages reaching into another object's private members.
 
 Every module under ``metagen/`` is parsed with :mod:`ast`; every import — at module level or
 inside a function, both make the same dependency — is mapped to the top-level node of
@@ -29,6 +30,10 @@ FORBIDDEN: dict[str, set[str]] = {
     "engine": {"strategies", "scorers", "tasks", "eval", "server", "cli"},
     "tasks": {"strategies", "scorers"},
 }
+
+#: packages whose modules never touch another object's private member (``x._name`` with ``x``
+#: not ``self`` or ``cls``): what one module needs of another is public and documented.
+NO_PRIVATE_ACCESS = ("answers", "sandbox", "scorers", "strategies", "tasks")
 
 #: leaf modules below the algorithms: node -> the only nodes it may import.
 LEAVES: dict[str, set[str]] = {
@@ -179,6 +184,28 @@ def test_leaves_import_only_the_interfaces(edges, leaf):
     bad = [f"{leaf} -> {dst}: {where[0]}" for (src, dst), where in sorted(edges.items())
            if src == leaf and dst not in LEAVES[leaf]]
     assert not bad, "\n".join(bad)
+
+
+def private_accesses(path: Path) -> list[str]:
+    """``"file:LINE expr"`` for each ``x._name`` in ``path`` where ``x`` is not ``self``/``cls``
+    (dunders excluded)."""
+    out = []
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") \
+                or node.attr.startswith("__"):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        out.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {ast.unparse(node)}")
+    return out
+
+
+@pytest.mark.parametrize("package", NO_PRIVATE_ACCESS)
+def test_no_reach_into_privates(package):
+    found = [hit for path in sorted((ROOT / package).rglob("*.py"))
+             for hit in private_accesses(path)]
+    assert not found, "\n".join(found)
 
 
 def test_a_cycle_is_found_and_named(tmp_path):

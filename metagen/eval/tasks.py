@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metagen.errors import InvalidParameterError
 from metagen.answers.key import AnswerKey
+from metagen.errors import InvalidParameterError
 
 
 @dataclass(slots=True, frozen=True)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from metagen.answers.key import AnswerKey, group_by_canonical, resolve_answer_key
 from metagen.errors import InvalidParameterError
 from metagen.scorers import chrf as _chrf
 from metagen.scorers.verifiers import Extract, Match, default_extract, default_match
-from metagen.answers.key import AnswerKey, group_by_canonical, resolve_answer_key
 
 
 class AnswerMatchUtility:

@@ -77,7 +77,7 @@ class RefineRun(StepSearch):
         """One completion per prefix, in one call; ``None`` when the budget forbids it.
         ``chains[i]``: the prompt (chain) prefix ``i`` serves, charged its usage."""
         p = params or self.params
-        out = self._generate(prefixes, [1] * len(prefixes), p.with_(n=1), chains)
+        out = self.continue_prefixes(prefixes, [1] * len(prefixes), p.with_(n=1), chains)
         return None if out is None else [c[0] for c in out]
 
     def count_feedback_call(self) -> None:

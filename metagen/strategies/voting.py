@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from metagen.answers.key import AnswerKey, resolve_answer_key
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardLike
@@ -39,7 +40,6 @@ from metagen.strategies.selection import (
     group_answers,
     scorers_usage,
 )
-from metagen.answers.key import AnswerKey, resolve_answer_key
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
@@ -67,7 +67,13 @@ class _Voter:
         self.extract = extract or default_extract()
         self.match = match or default_match()
 
-    def _classes(self, group: Sequence[Completion]) -> tuple[list[Any], list[int | None]]:
+    def answer_classes(self, group: Sequence[Completion]
+                       ) -> tuple[list[Any], list[int | None]]:
+        """``(answers, classes)`` of a group of samples: ``answers[i]`` is ``extract`` of sample
+        ``i``'s text (``None`` when it has none) and ``classes[i]`` its answer class (ids in
+        order of first appearance, ``None`` for no answer), grouped with ``match`` and the
+        answer key's ``canonical`` form as :func:`metagen.answers.group_by_canonical` does.
+        Makes no model call; what ``extract`` or ``match`` raise propagates."""
         answers = [self.extract(c.text) for c in group]
         return answers, group_answers(answers, self.match, self.canonical)
 
@@ -89,7 +95,7 @@ class SelfConsistency(_Voter):
                ) -> list[Selection]:
         out = []
         for group in groups:
-            answers, classes = self._classes(group)
+            answers, classes = self.answer_classes(group)
             winner, totals = vote(classes, [1.0] * len(group))
             index = 0 if winner is None else classes.index(winner)
             scores = [None if c is None else totals[c] / len(group) for c in classes]
@@ -147,7 +153,7 @@ class WeightedVote(_Voter):
         for group in groups:
             raw = weights[start:start + len(group)]
             start += len(group)
-            answers, classes = self._classes(group)
+            answers, classes = self.answer_classes(group)
             w = raw if self.keep_top is None else keep_top_weights(raw, self.keep_top)
             winner, totals = vote(classes, w, self.aggregate)
             if winner is None:

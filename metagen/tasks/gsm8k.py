@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metagen.errors import InvalidParameterError
-from metagen.answers.numeric import answers_match, extract_answer
 from metagen.answers.key import AnswerKey
+from metagen.answers.numeric import answers_match, extract_answer
+from metagen.errors import InvalidParameterError
 from metagen.tasks.jsonl import read_jsonl
 
 #: GSM8K's answer key: the last ``#### N`` (else last number), compared as numbers. The same
