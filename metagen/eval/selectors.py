@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
 from metagen.eval.runrows import REWARD
 from metagen.generators.base import Prompt
 from metagen.strategies import MBR, BestOfN, SelfConsistency, WeightedVote
 from metagen.strategies.selection import Selector
-from metagen.tasks.answer_key import AnswerKey
 
 CONFIDENCE = "confidence"  # the policy's own confidence in each sample (LikelihoodVerifier)
 

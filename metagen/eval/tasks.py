@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
-from metagen.tasks.answer_key import AnswerKey
 
 
 @dataclass(slots=True, frozen=True)
@@ -140,9 +140,9 @@ def _code_task(name: str, load: Callable[[Path, int | None], Sequence[Any]]) -> 
     (``METAGEN_ALLOW_CODE_EXECUTION=1``) and the sandbox are checked in ``preflight``."""
     from dataclasses import asdict
 
+    from metagen.sandbox.code_problem import CODE_LIMITS, grade_code
     from metagen.sandbox.preflight import default_executor
-    from metagen.scorers.execution import retry_sandbox
-    from metagen.tasks.code_problem import CODE_LIMITS, grade_code
+    from metagen.sandbox.retry import retry_sandbox
 
     sandbox: list[Any] = []  # the executor, made by preflight (or the first grading)
     call_seconds = 5.0

@@ -11,10 +11,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metagen.answers.key import AnswerKey, group_by_canonical
 from metagen.report.curves import COST_METRICS
 from metagen.report.limits import ReportLimits, clip
 from metagen.report.trees import display_tree
-from metagen.tasks.answer_key import AnswerKey, group_by_canonical
 
 ResultRow = tuple[str, int, str, float, Any]  # strategy, n, metric, value, trace
 

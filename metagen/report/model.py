@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
 from metagen.eval.runner import RESULTS_NAME, STORE_NAME
 from metagen.report.costs import run_costs
@@ -24,7 +25,6 @@ from metagen.report.limits import ReportLimits
 from metagen.report.store_reader import StoredRun, read_store
 from metagen.report.summary import provenance_summary
 from metagen.report.tables import compute_optimal_table, difficulty_table
-from metagen.tasks.answer_key import AnswerKey
 
 
 def read_results(folder: str | Path) -> dict[str, Any]:

@@ -21,28 +21,19 @@ itself is retried and never scored as disagreement (E18).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
-from metagen.errors import InvalidParameterError, SandboxUnavailable
+from metagen.errors import InvalidParameterError
+from metagen.sandbox.code_problem import extract_code
 from metagen.sandbox.executor import Executor
 from metagen.sandbox.harness import run_function
 from metagen.sandbox.limits import Limits
-from metagen.sandbox.optin import require_code_execution_allowed
-from metagen.sandbox.preflight import default_executor
-
-ATTEMPTS = 3  # runs of one program that may end in ``sandbox_error`` before giving up
-
-T = TypeVar("T")
-
-_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
-
-
-def extract_code(text: str) -> str:
-    """The first fenced code block of ``text`` (```python ... ```), else the text itself."""
-    match = _FENCE.search(text)
-    return match.group(1) if match else text
+from metagen.sandbox.retry import (  # noqa: F401 (re-exported: code scorers import them here)
+    ATTEMPTS,
+    retry_sandbox,
+    sandbox_executor,
+)
 
 
 class ExecutionAgreementUtility:
@@ -107,35 +98,3 @@ class ExecutionAgreementUtility:
                                        limits=self.limits)
             return values, (res.detail if res.status == "sandbox_error" else None)
         return retry_sandbox(attempt, self.executor.name)
-
-
-def sandbox_executor(executor: Executor | None, backend: str | None,
-                     allow_code_execution: bool | None) -> Executor:
-    """The executor a code scorer runs in, checked before any model call: ``executor`` when
-    given (after the opt-in check), else :func:`metagen.sandbox.default_executor` with
-    ``backend``. Raises :class:`CodeExecutionNotAllowed` without the opt-in,
-    :class:`SandboxUnavailable` when no sandbox works, ``InvalidParameterError`` naming
-    ``backend`` when both are given."""
-    if executor is not None and backend is not None:
-        raise InvalidParameterError("backend", backend,
-                                    "give an executor or a backend name, not both")
-    if executor is None:
-        return default_executor(allow_code_execution=allow_code_execution, backend=backend)
-    require_code_execution_allowed(allow_code_execution)
-    return executor
-
-
-def retry_sandbox(attempt: Callable[[], tuple[T, str | None]], sandbox: str) -> T:
-    """The one retry policy for a run of model-written code: ``attempt()`` returns its value and
-    None, or the detail of a ``sandbox_error``; it is tried up to :data:`ATTEMPTS` times, then
-    :class:`SandboxUnavailable` is raised (the program's behaviour is unknown, so it is never
-    scored as a failure). ``sandbox`` names the executor in the message."""
-    detail = ""
-    for _ in range(ATTEMPTS):
-        value, error = attempt()
-        if error is None:
-            return value
-        detail = error
-    raise SandboxUnavailable(
-        f"the {sandbox} sandbox failed {ATTEMPTS} times running one program "
-        f"(its behaviour is unknown, so it is not scored): {detail[-300:]}", (detail,))

@@ -1,10 +1,10 @@
 """Unit-test verifier: a reward model that runs each completion's program on its problem's tests.
 
 :class:`UnitTestVerifier` scores 1.0 when the program passes every test of its
-:class:`~metagen.tasks.code_problem.CodeProblem` and 0.0 when it fails one (a wrong answer, an
+:class:`~metagen.sandbox.code_problem.CodeProblem` and 0.0 when it fails one (a wrong answer, an
 exception, a syntax error or a timeout all fail). **This executes model-written code** in a
-sandbox, graded by :func:`metagen.tasks.code_problem.grade_code` (the tests run in a trusted test
-process; the program cannot forge a pass). The opt-in (``allow_code_execution=True`` or
+sandbox, graded by :func:`metagen.sandbox.code_problem.grade_code` (the tests run in a trusted
+test process; the program cannot forge a pass). The opt-in (``allow_code_execution=True`` or
 ``METAGEN_ALLOW_CODE_EXECUTION=1``) and a working sandbox are checked at construction, before
 any model call (E21/E22). A run ending in ``sandbox_error`` is retried under the same policy as
 :class:`~metagen.scorers.execution.ExecutionAgreementUtility` and then raises
@@ -22,18 +22,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from metagen.errors import InvalidParameterError, InvalidPromptError
 from metagen.generators.base import Prompt
-from metagen.sandbox.executor import Executor
-from metagen.sandbox.limits import Limits
-from metagen.scorers.base import check_same_length
-from metagen.scorers.execution import retry_sandbox, sandbox_executor
-from metagen.scorers.usage import UsageMeter
-from metagen.tasks.code_problem import (
+from metagen.sandbox.code_problem import (
     CODE_LIMITS,
     CodeProblem,
     assemble_program,
     grade_code,
     problems_by_prompt,
 )
+from metagen.sandbox.executor import Executor
+from metagen.sandbox.limits import Limits
+from metagen.sandbox.retry import retry_sandbox, sandbox_executor
+from metagen.scorers.base import check_same_length
+from metagen.scorers.usage import UsageMeter
 from metagen.types import Usage
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from metagen.answers.key import AnswerKey, group_by_canonical, resolve_answer_key
 from metagen.errors import InvalidParameterError
 from metagen.scorers import chrf as _chrf
 from metagen.scorers.verifiers import Extract, Match, default_extract, default_match
-from metagen.tasks.answer_key import AnswerKey, group_by_canonical, resolve_answer_key
 
 
 class AnswerMatchUtility:
@@ -29,7 +29,7 @@ class AnswerMatchUtility:
 
     ``match`` must be an equivalence relation (answers_match is: it compares normalised
     numbers); answers are grouped into classes once, so a matrix costs O(N x classes) matches
-    instead of O(N^2). ``answer_key`` (a task's :class:`~metagen.tasks.answer_key.AnswerKey`)
+    instead of O(N^2). ``answer_key`` (a task's :class:`~metagen.answers.key.AnswerKey`)
     replaces ``extract`` and ``match`` and groups by its canonical form first.
     """
 

@@ -3,7 +3,7 @@
 :class:`AnswerMatch` is a :class:`~metagen.scorers.base.RewardModel` that returns 1.0 when the
 answer extracted from a completion matches the reference answer of its prompt, else 0.0. A
 completion with no extractable answer scores 0.0 (that is a wrong answer, not a failed call).
-Answer extraction and comparison default to :mod:`metagen.tasks.answer` (GSM8K conventions:
+Answer extraction and comparison default to :mod:`metagen.answers.numeric` (GSM8K conventions:
 the last ``#### N``, else the last number) and are injectable. Chat prompts are accepted with a
 single reference or a callable reference (which receives the messages); a mapping reference is
 keyed by prompt strings, so it refuses chat prompts with ``InvalidPromptError`` naming
@@ -24,14 +24,14 @@ Match = Callable[[Any, Any], bool]
 
 
 def default_extract() -> Extract:
-    """``metagen.tasks.answer.extract_answer`` (imported lazily)."""
-    from metagen.tasks.answer import extract_answer
+    """``metagen.answers.numeric.extract_answer`` (imported lazily)."""
+    from metagen.answers.numeric import extract_answer
     return extract_answer
 
 
 def default_match() -> Match:
-    """``metagen.tasks.answer.answers_match`` (imported lazily)."""
-    from metagen.tasks.answer import answers_match
+    """``metagen.answers.numeric.answers_match`` (imported lazily)."""
+    from metagen.answers.numeric import answers_match
     return answers_match
 
 

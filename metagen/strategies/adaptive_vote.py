@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 
 from metagen.allowance import budget_cut
+from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.generators.metered import metered_generate
@@ -49,7 +50,6 @@ from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import derive_seed
 from metagen.strategies.stopping import STOP_RULES, StopRule, vote_decided
 from metagen.strategies.voting import SelfConsistency
-from metagen.tasks.answer_key import AnswerKey
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
@@ -119,8 +119,8 @@ def adaptive_self_consistency(
             gen_usage[i] = gen_usage[i] + used
             capped = capped or any(budget_cut(c) for c in row)
             ok = [c for c in rows[i] if failure_reason(c) is None]
-            decided[i] = vote_decided(selector._classes(ok)[1], rule, confidence=confidence,
-                                      window=window)
+            decided[i] = vote_decided(selector.answer_classes(ok)[1], rule,
+                                      confidence=confidence, window=window)
     results = select_and_wrap(prompts, single, rows, selector, n, capped, gen_usage, start,
                               min_successful)
     for i, res in enumerate([results] if isinstance(results, Result) else results):

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from metagen.answers.key import AnswerKey
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Generator, Prompt, extend_prompt
 from metagen.scorers.verifiers import Extract, Match
@@ -53,7 +54,6 @@ from metagen.strategies.trace_confidence import (
     token_confidence,
 )
 from metagen.strategies.voting import SelfConsistency, vote_trace, vote
-from metagen.tasks.answer_key import AnswerKey
 from metagen.types import Completion, FinishReason, Result, SamplingParams
 
 
@@ -94,8 +94,8 @@ def grow(search: StepSearch, traces: list[Trace], thresholds: Sequence[float | N
         for t in live:
             heads.setdefault((t.prompt, "".join(t.steps)), []).append(t)
         prefixes = [extend_prompt(search.trees[p].prompt, text) for p, text in heads]
-        outs = search._generate(prefixes, [len(ts) for ts in heads.values()], base,
-                                [p for p, _ in heads])
+        outs = search.continue_prefixes(prefixes, [len(ts) for ts in heads.values()], base,
+                                        [p for p, _ in heads])
         if outs is None:
             for t in live:
                 t.ended = True
@@ -192,7 +192,7 @@ def _voters(traces: list[Trace], threshold: float | None, window: int
 def _leader_share(voter: SelfConsistency, traces: list[Trace], threshold: float | None,
                   window: int) -> float:
     kept, weights = _voters(traces, threshold, window)
-    winner, totals = vote(voter._classes([t.completion() for t in kept])[1], weights)
+    winner, totals = vote(voter.answer_classes([t.completion() for t in kept])[1], weights)
     return 0.0 if winner is None else totals[winner] / sum(totals.values())
 
 
@@ -200,7 +200,7 @@ def _result(voter: SelfConsistency, traces: list[Trace], threshold: float | None
             usage: Any, search: StepSearch, keep: float, warmup: int) -> Result:
     kept, weights = _voters(traces, threshold, window)
     cands = [t.completion() for t in kept]
-    answers, classes = voter._classes(cands)
+    answers, classes = voter.answer_classes(cands)
     winner, totals = vote(classes, weights)
     best = None
     if cands:

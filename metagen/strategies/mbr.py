@@ -26,13 +26,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
+from metagen.answers.key import AnswerKey
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import AggregatingUtility, Utility, UtilityLike
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
 from metagen.strategies.selection import Selection, argmax_first, scorers_usage
-from metagen.tasks.answer_key import AnswerKey
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 Method = Literal["exact", "aggregate", "prune"]

@@ -271,7 +271,7 @@ def _complete(search: StepSearch, final: FinalChoice, max_tokens: int,
                 node.logprob = out.cumulative_logprob
         node.terminal = True
         chain_ends.append(node)
-    if search._score_fn is not None:
+    if search.has_step_scorer:
         search.score(chain_ends)
     elif reward is not None:
         for n in chain_ends:

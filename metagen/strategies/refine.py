@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.feedback import Feedback, FeedbackFn  # noqa: F401 (re-exported)
 from metagen.generators.base import Generator, Prompt
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.refine_prompts import (  # noqa: F401 (the templates are re-exported)
@@ -48,19 +49,6 @@ from metagen.strategies.refine_prompts import (  # noqa: F401 (the templates are
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import StepSearch
 from metagen.types import Completion, Result, SamplingParams
-
-@dataclass(slots=True, frozen=True)
-class Feedback:
-    """What a feedback source says about one attempt: success, a message for the next attempt,
-    and an optional score (higher is better) used to detect progress and pick the best."""
-
-    ok: bool
-    message: str = ""
-    score: float | None = None
-
-
-FeedbackFn = Callable[[Prompt, str], Feedback]
-"""``feedback(prompt, attempt)``: the prompt as given (a string or chat messages)."""
 
 
 @dataclass(slots=True)
@@ -89,7 +77,7 @@ class RefineRun(StepSearch):
         """One completion per prefix, in one call; ``None`` when the budget forbids it.
         ``chains[i]``: the prompt (chain) prefix ``i`` serves, charged its usage."""
         p = params or self.params
-        out = self._generate(prefixes, [1] * len(prefixes), p.with_(n=1), chains)
+        out = self.continue_prefixes(prefixes, [1] * len(prefixes), p.with_(n=1), chains)
         return None if out is None else [c[0] for c in out]
 
     def count_feedback_call(self) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from metagen.answers.key import group_by_canonical
 from metagen.generators.base import Prompt
 from metagen.scorers.usage import usage_of
 from metagen.types import Completion, Usage
@@ -66,8 +67,7 @@ def argmax_first(values: Sequence[float]) -> int:
 def group_answers(answers: Sequence[Any], match: Callable[[Any, Any], bool],
                   canonical: Callable[[Any], str] | None = None) -> list[int | None]:
     """Equivalence-class id of each answer (ids in order of first appearance); None stays None.
-    See :func:`metagen.tasks.answer_key.group_by_canonical`, which this is."""
-    from metagen.tasks.answer_key import group_by_canonical
+    See :func:`metagen.answers.key.group_by_canonical`, which this is."""
     return group_by_canonical(answers, match, canonical)
 
 

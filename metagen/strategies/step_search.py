@@ -172,10 +172,20 @@ class StepSearch:
         return cap if cap >= 1 else None
 
     # ----------------------------------------------------------------- generation
-    def _generate(self, prefixes: list[Prompt], ks: list[int], params: SamplingParams,
-                  trees: Sequence[int] | None = None) -> list[list[Completion]] | None:
-        """k_i completions for prefix i, in as few calls as the contract allows; ``trees[i]``
-        (when given) is the tree prefix ``i`` belongs to, which is charged its usage."""
+    def continue_prefixes(self, prefixes: list[Prompt], ks: list[int], params: SamplingParams,
+                          trees: Sequence[int] | None = None) -> list[list[Completion]] | None:
+        """``ks[i]`` completions of ``prefixes[i]`` (group ``i`` of the result), under the
+        search's budget, seeding and accounting (see the module contract).
+
+        One ``generator.generate`` call when all ``ks`` are equal; otherwise one call of each
+        prefix repeated ``k`` times with ``n=1``, or, when ``params.seed`` is set, one call per
+        distinct ``k``. Each call takes ``params`` with ``n`` set and ``max_tokens`` lowered to
+        the budget's cap. ``trees[i]`` (when given) is the tree prefix ``i`` belongs to, which
+        is charged its usage. Returns ``None``, with ``stopped_by_budget`` set, when the budget
+        allows no call; in the seeded case a group whose call the exhausted budget skipped
+        stays empty. Completions are returned as the backend gave them (``"error"`` ones
+        included). Raises :class:`MetagenError` when the backend returns the wrong number of
+        rows or samples."""
         total = sum(ks)
         cap = self._token_cap(total, params.max_tokens)
         if cap is None:
@@ -260,8 +270,8 @@ class StepSearch:
         heads = [requests[idx[0]][0] for idx in merged.values()]
         ks = [sum(requests[i][1] for i in idx) for idx in merged.values()]
         step_params = self.steps.params(params or self.params, n=1)
-        groups = self._generate([self.prefix(n) for n in heads], ks, step_params,
-                                [n.tree for n in heads])
+        groups = self.continue_prefixes([self.prefix(n) for n in heads], ks, step_params,
+                                        [n.tree for n in heads])
         if groups is None:
             return None
         self.search_step += 1
@@ -310,8 +320,9 @@ class StepSearch:
         if not items:
             return []
         prefixes = [self.prefix(n, extra) for n, extra in items]
-        groups = self._generate(prefixes, [1] * len(items), self.steps.params(params, n=1),
-                                [n.tree for n, _ in items])
+        groups = self.continue_prefixes(prefixes, [1] * len(items),
+                                        self.steps.params(params, n=1),
+                                        [n.tree for n, _ in items])
         if groups is None:
             return None
         out: list[tuple[str, bool, int] | None] = []
@@ -331,9 +342,9 @@ class StepSearch:
         """Complete each node's partial solution to the end in one call (no step stop)."""
         if not nodes:
             return []
-        groups = self._generate([self.prefix(n) for n in nodes], [1] * len(nodes),
-                                params.with_(n=1, max_tokens=max_tokens),
-                                [n.tree for n in nodes])
+        groups = self.continue_prefixes([self.prefix(n) for n in nodes], [1] * len(nodes),
+                                        params.with_(n=1, max_tokens=max_tokens),
+                                        [n.tree for n in nodes])
         if groups is None:
             return None
         out: list[Completion | None] = []
@@ -348,6 +359,12 @@ class StepSearch:
         return out
 
     # ----------------------------------------------------------------- scoring
+    @property
+    def has_step_scorer(self) -> bool:
+        """Whether the search was given a step scorer (``prm``): without one,
+        :meth:`score_paths` and :meth:`score` raise :class:`InvalidParameterError`."""
+        return self._score_fn is not None
+
     def score_paths(self, items: Sequence[tuple[SearchNode, list[str]]]) -> list[list[float]]:
         """Per-step scores of ``node.steps() + extra`` for every item, in one scorer call."""
         if not items:

@@ -74,8 +74,8 @@ def treefinement(generator: Generator, prompts: Sequence[Prompt], feedback: Feed
         if not requests:
             break
         prefixes = [_prompt_for(trees[n.tree], n, template, feedback_turn) for n, _ in requests]
-        groups = run._generate(prefixes, [k for _, k in requests], run.params.with_(n=1),
-                               [n.tree for n, _ in requests])
+        groups = run.continue_prefixes(prefixes, [k for _, k in requests],
+                                       run.params.with_(n=1), [n.tree for n, _ in requests])
         if groups is None:
             break
         run.count_feedback_call()

@@ -6,12 +6,12 @@
   2022, ORM-weighted majority voting) or by the sample's length-normalised probability (Wang et
   al. 2023, Table 1); ``aggregate="sum"`` adds the weights of an answer, ``"mean"`` averages them.
 
-Answers come from ``extract(text)`` (default :func:`metagen.tasks.answer.extract_answer`) and are
+Answers come from ``extract(text)`` (default :func:`metagen.answers.numeric.extract_answer`) and are
 grouped with ``match`` (default ``answers_match``). A sample without an answer abstains. A task's
-``answer_key`` (:class:`~metagen.tasks.answer_key.AnswerKey`, e.g. MATH-500's) replaces both
+``answer_key`` (:class:`~metagen.answers.key.AnswerKey`, e.g. MATH-500's) replaces both
 (passing it with ``extract`` or ``match`` is an error) and, when it has a ``canonical`` form,
 groups answers by that form first and calls ``match`` only to merge new forms into classes
-(at most O(n^2) calls for n samples, see :func:`~metagen.tasks.answer_key.group_by_canonical`).
+(at most O(n^2) calls for n samples, see :func:`~metagen.answers.key.group_by_canonical`).
 Deterministic tie-breaking (documented contract): among answers with equal votes the one whose
 first occurrence has the LOWEST sample index wins; self-consistency returns that first
 occurrence, weighted voting the highest-weight sample of the winning answer (lowest index among
@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from metagen.answers.key import AnswerKey, resolve_answer_key
 from metagen.errors import CapabilityError, InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardLike
@@ -39,7 +40,6 @@ from metagen.strategies.selection import (
     group_answers,
     scorers_usage,
 )
-from metagen.tasks.answer_key import AnswerKey, resolve_answer_key
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
@@ -67,7 +67,13 @@ class _Voter:
         self.extract = extract or default_extract()
         self.match = match or default_match()
 
-    def _classes(self, group: Sequence[Completion]) -> tuple[list[Any], list[int | None]]:
+    def answer_classes(self, group: Sequence[Completion]
+                       ) -> tuple[list[Any], list[int | None]]:
+        """``(answers, classes)`` of a group of samples: ``answers[i]`` is ``extract`` of sample
+        ``i``'s text (``None`` when it has none) and ``classes[i]`` its answer class (ids in
+        order of first appearance, ``None`` for no answer), grouped with ``match`` and the
+        answer key's ``canonical`` form as :func:`metagen.answers.group_by_canonical` does.
+        Makes no model call; what ``extract`` or ``match`` raise propagates."""
         answers = [self.extract(c.text) for c in group]
         return answers, group_answers(answers, self.match, self.canonical)
 
@@ -89,7 +95,7 @@ class SelfConsistency(_Voter):
                ) -> list[Selection]:
         out = []
         for group in groups:
-            answers, classes = self._classes(group)
+            answers, classes = self.answer_classes(group)
             winner, totals = vote(classes, [1.0] * len(group))
             index = 0 if winner is None else classes.index(winner)
             scores = [None if c is None else totals[c] / len(group) for c in classes]
@@ -147,7 +153,7 @@ class WeightedVote(_Voter):
         for group in groups:
             raw = weights[start:start + len(group)]
             start += len(group)
-            answers, classes = self._classes(group)
+            answers, classes = self.answer_classes(group)
             w = raw if self.keep_top is None else keep_top_weights(raw, self.keep_top)
             winner, totals = vote(classes, w, self.aggregate)
             if winner is None:

@@ -4,8 +4,9 @@
   :data:`GSM8K_ANSWER_KEY`.
 - :mod:`metagen.tasks.math500` — MATH-500 (last ``\\boxed{}``, math-verify equivalence: optional
   extra ``math``), :data:`MATH_ANSWER_KEY`.
-- :mod:`metagen.tasks.answer_key` — :class:`AnswerKey`, what voting and MBR take as
-  ``answer_key=`` instead of the GSM8K default extractor.
+- :class:`~metagen.answers.key.AnswerKey` (in :mod:`metagen.answers`, below the strategies
+  that take it; also importable from :mod:`metagen.tasks.answer_key`), what voting and MBR take
+  as ``answer_key=`` instead of the GSM8K default extractor.
 - :mod:`metagen.tasks.humaneval` — HumanEval (164 functions, ``check(candidate)``) and
   :mod:`metagen.tasks.mbpp` — MBPP (standard split, 3-shot prompt, three asserts each): both
   :class:`CodeProblem`, graded by unit tests in the sandbox with :func:`grade_code` (the
@@ -15,7 +16,7 @@
 - :mod:`metagen.tasks.pass_at_k` — :func:`pass_at_k`, the unbiased estimator of Chen et al.
 """
 
-from metagen.tasks.code_problem import CODE_LIMITS, CodeProblem, assemble_program, grade_code
+from metagen.sandbox.code_problem import CODE_LIMITS, CodeProblem, assemble_program, grade_code
 from metagen.tasks.humaneval import load_humaneval
 from metagen.tasks.mbpp import MBPP_SPLITS, UNPASSABLE, load_mbpp, mbpp_entry_point
 from metagen.tasks.pass_at_k import mean_pass_at_k, pass_at_k

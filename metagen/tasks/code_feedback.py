@@ -12,7 +12,7 @@ run where no hidden test may leak.
 
 **This executes model-written code**: the opt-in and the sandbox are checked when the feedback
 source is built, before any model call; a ``sandbox_error`` is retried under the policy of
-:func:`metagen.scorers.execution.retry_sandbox` and then raises (never reported as a failure).
+:func:`metagen.sandbox.retry.retry_sandbox` and then raises (never reported as a failure).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from metagen.errors import InvalidPromptError
+from metagen.feedback import Feedback, FeedbackFn
 from metagen.generators.base import Prompt
+from metagen.sandbox.code_problem import CODE_LIMITS, CodeProblem, grade_code, problems_by_prompt
 from metagen.sandbox.executor import Executor
+from metagen.sandbox.retry import retry_sandbox, sandbox_executor
 from metagen.sandbox.unit_tests import CodeVerdict
-from metagen.scorers.execution import retry_sandbox, sandbox_executor
-from metagen.strategies.refine import Feedback, FeedbackFn
-from metagen.tasks.code_problem import CODE_LIMITS, CodeProblem, grade_code, problems_by_prompt
 
 STDERR_CHARS = 500  # the tail of the program's stderr put into a feedback message
 
@@ -40,7 +40,7 @@ def execution_feedback(problems: Sequence[CodeProblem] | Mapping[str, CodeProble
     tests of the problem whose prompt it is (see :func:`problems_by_prompt`):
     ``Feedback(ok=passed, message=reason + trimmed stderr, score=1.0 or 0.0)``; a passing
     attempt's message is empty. Raises at construction what
-    :func:`metagen.scorers.execution.sandbox_executor` raises; per call,
+    :func:`metagen.sandbox.retry.sandbox_executor` raises; per call,
     :class:`InvalidPromptError` naming ``prompts`` for a prompt of no problem and
     :class:`SandboxUnavailable` after repeated sandbox failures."""
     table = problems_by_prompt(problems)

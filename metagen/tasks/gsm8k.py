@@ -2,7 +2,7 @@
 
 The loader reads a file given its path (nothing is downloaded). Each line is
 ``{"question": ..., "answer": "...reasoning...\\n#### 18"}``; the reference answer is extracted
-with the same :func:`~metagen.tasks.answer.extract_answer` a model's completion is graded with.
+with the same :func:`~metagen.answers.numeric.extract_answer` a model's completion is graded with.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metagen.answers.key import AnswerKey
+from metagen.answers.numeric import answers_match, extract_answer
 from metagen.errors import InvalidParameterError
-from metagen.tasks.answer import answers_match, extract_answer
-from metagen.tasks.answer_key import AnswerKey
 from metagen.tasks.jsonl import read_jsonl
 
 #: GSM8K's answer key: the last ``#### N`` (else last number), compared as numbers. The same

@@ -3,7 +3,7 @@
 The loader reads the data set's (gzip) JSONL file given its path (nothing is downloaded); each
 line has ``task_id``, ``prompt`` (imports, helpers, the signature and docstring),
 ``entry_point``, ``canonical_solution`` (the body) and ``test`` (defines ``check(candidate)``).
-Grading (:func:`~metagen.tasks.code_problem.grade_code`) runs the prompt and ``check`` in the
+Grading (:func:`~metagen.sandbox.code_problem.grade_code`) runs the prompt and ``check`` in the
 trusted test process, with ``candidate`` the proxy of the program's ``entry_point``; the
 prompt's helper functions used by ``check`` stay the data set's, never the program's.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metagen.tasks.code_problem import CodeProblem
+from metagen.sandbox.code_problem import CodeProblem
 from metagen.tasks.jsonl import read_jsonl
 
 

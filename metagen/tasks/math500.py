@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
-from metagen.tasks.answer_key import AnswerKey
 from metagen.tasks.boxed import extract_math_answer
 from metagen.tasks.jsonl import read_jsonl
 from metagen.tasks.math_equiv import MathEquivalence, canonical_answer

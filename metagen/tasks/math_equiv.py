@@ -8,7 +8,7 @@ one-directional check, gold first, as math-verify prescribes.
 
 Not an equivalence relation in general: math-verify accepts ``50\\%`` as both ``50`` and
 ``0.5``, which differ. Voting groups an answer with the first class whose representative
-matches (see :func:`metagen.tasks.answer_key.group_by_canonical`).
+matches (see :func:`metagen.answers.key.group_by_canonical`).
 
 Timeouts (one call cannot stall a vote): every parse and every ``verify`` is bounded by
 ``timeout_s`` seconds (an int, >= 1). In the main thread on POSIX, math-verify's own
@@ -19,7 +19,7 @@ leaves the answer comparable by its canonical text only; a ``verify`` that times
 "not equivalent". Parses are cached (LRU, keyed by the text), so a pathological answer costs
 one timeout per process, not one per comparison. A vote's worst case is therefore one parse
 timeout per distinct answer plus two ``verify`` timeouts per comparison of a new canonical form
-with a class representative (see :func:`metagen.tasks.answer_key.group_by_canonical`).
+with a class representative (see :func:`metagen.answers.key.group_by_canonical`).
 
 In the main thread the alarm replaces any ``SIGALRM`` timer the caller had set (math-verify
 cancels it when its own call ends). Off the main thread math-verify logs once that its own

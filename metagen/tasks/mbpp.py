@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.tasks.code_problem import CodeProblem
+from metagen.sandbox.code_problem import CodeProblem
 from metagen.tasks.jsonl import check_limit, read_jsonl
 
 MBPP_SPLITS: dict[str, tuple[int, int]] = {
