@@ -47,7 +47,7 @@ from metagen.decoding.processors import plain_greedy
 from metagen.decoding.sampler import greedy_step
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
-from metagen.decoding.masks import bad_words_ids
+from metagen.decoding.bad_text import bad_text
 from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
@@ -203,9 +203,9 @@ class LLMEngine:
                          Detokenizer(None, ()))
             return rid
         req = Request(rid, ids, checked)
-        bad = bad_words_ids(self.tokenizer, checked.bad_words) if checked.bad_words else ()
         state = SequenceState(checked, list(ids), eos_token_ids=self.eos_token_ids,
-                              bad_words_ids=bad, constraint=matcher, heal=heal)
+                              constraint=matcher, heal=heal,
+                              bad_text=bad_text(self.tokenizer, checked.bad_words))
         seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop, healed))
         seq.pending_fork = checked.n - 1
         return rid

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from metagen.decoding import SequenceState
+from metagen.decoding.bad_text import bad_text
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.device import resolve_device
@@ -46,7 +47,7 @@ from metagen.generators.hf_rows import (
     TrackerStoppingCriteria,
 )
 from metagen.generators.tokenize import (
-    bad_words_ids, check_fits_context, continuation_text, encode_prompt, eos_token_ids)
+    check_fits_context, continuation_text, encode_prompt, eos_token_ids)
 from metagen.types import Completion, SamplingParams, Usage
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -214,12 +215,12 @@ class HFGenerator:
             raise InvalidParameterError("params", params, "must be a SamplingParams")
         prompt_ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
         self._check_request(prompt_ids, params)
-        bad = bad_words_ids(self.tokenizer, params.bad_words)
+        bad = bad_text(self.tokenizer, params.bad_words)
         matcher = self.constraints.matcher(params)  # compiled before any row runs (V19)
         healed = [heal_prompt(ids, vocab_index(self.tokenizer), params.heal_tokens)
                   if params.heal_tokens else (ids, None) for ids in prompt_ids]
         rows = [Row(i, SequenceState(params=params, prompt_ids=list(ids), sample_index=j,
-                                     eos_token_ids=self.eos_ids, bad_words_ids=bad,
+                                     eos_token_ids=self.eos_ids, bad_text=bad,
                                      constraint=None if matcher is None else matcher.copy(),
                                      heal=heal))
                 for i, (ids, heal) in enumerate(healed) for j in range(params.n)]

@@ -42,7 +42,7 @@ _EXTENSIONS: dict[str, dict[str, str]] = {
     "metagen": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
                 "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
                 "stop_token_ids": "stop_token_ids", "allowed_token_ids": "allowed_token_ids",
-                "token_healing": "token_healing"},
+                "token_healing": "token_healing", "bad_words": "bad_words"},
     "sglang": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
                "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
                "stop_token_ids": "stop_token_ids"},

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from metagen.decoding.masks import bad_words_ids  # noqa: F401  (re-exported; lives with the masks)
 from metagen.decoding.healing import text_after
 from metagen.errors import InvalidPromptError
 from metagen.generators.base import Prompt, render_prompt
