@@ -67,7 +67,8 @@ from metagen.engine.row_logits import stack_rows
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
 from metagen.engine.speculative_decoding import Speculator, build_speculator
-from metagen.engine.validation import check_beam_params, check_params, check_prompt_ids
+from metagen.engine.validation import (
+    check_beam_params, check_first_sample, check_params, check_prompt_ids)
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.types import SamplingParams
 
@@ -180,13 +181,16 @@ class LLMEngine:
 
     def add_request(self, prompt_ids: Sequence[int],
                     params: SamplingParams | BeamSearchParams | None = None,
-                    request_id: str | None = None) -> str:
-        """Queue a request; returns its id. Validates first. ``SamplingParams``: ``n`` samples;
+                    request_id: str | None = None, first_sample: int = 0) -> str:
+        """Queue a request; returns its id. Validates first. ``SamplingParams``: ``n`` samples,
+        sample ``j`` drawing as sample ``first_sample + j`` of the seed (so ``n`` requests of one
+        sample with ``first_sample`` 0, 1, ... give the samples of one request with ``n``);
         ``BeamSearchParams``: one beam search whose output holds ``num_return_sequences``
         hypotheses (see :mod:`metagen.engine.beam_search`). With ``token_healing`` the request
         runs on the prompt without its healed tokens (the output's ``prompt_ids``), and its
         samples (beams) re-produce their text first (:mod:`metagen.decoding.healing`)."""
         ids, checked = self.validate(prompt_ids, params or SamplingParams())
+        check_first_sample(first_sample)
         rid = request_id if request_id is not None else self.new_request_id("req")
         if rid in self.requests:
             raise InvalidParameterError("request_id", rid, "is already in use")
@@ -202,8 +206,9 @@ class LLMEngine:
             self.enqueue(req, SequenceState(sp, list(ids), constraint=matcher, heal=heal),
                          Detokenizer(None, ()))
             return rid
-        req = Request(rid, ids, checked)
-        state = SequenceState(checked, list(ids), eos_token_ids=self.eos_token_ids,
+        req = Request(rid, ids, checked, first_sample=first_sample)
+        state = SequenceState(checked, list(ids), sample_index=first_sample,
+                              eos_token_ids=self.eos_token_ids,
                               constraint=matcher, heal=heal,
                               bad_text=bad_text(self.tokenizer, checked.bad_words))
         seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop, healed))
@@ -252,7 +257,8 @@ class LLMEngine:
             raise InvalidParameterError("seq_id", seq_id, "is finished")
         out, after = [], parent
         for _ in range(n):
-            child = self._new_seq(parent.request, parent.state.fork(len(parent.request.seqs)),
+            index = parent.request.first_sample + len(parent.request.seqs)
+            child = self._new_seq(parent.request, parent.state.fork(index),
                                   list(parent.token_ids), parent.detok.copy())
             child.logprobs, child.top_logprobs = list(parent.logprobs), list(parent.top_logprobs)
             child.prompt_cached = parent.prompt_cached

@@ -9,7 +9,7 @@ from typing import Any
 
 from metagen.beam_params import BeamSearchParams
 from metagen.errors import InvalidParameterError, InvalidPromptError
-from metagen.types import SamplingParams
+from metagen.types import SEED_MAX, SamplingParams
 
 
 def check_prompt_ids(prompt_ids: Any, vocab_size: int, max_model_len: int,
@@ -76,3 +76,12 @@ def check_beam_params(params: BeamSearchParams, prompt_len: int, max_model_len: 
             f"{params.num_beams} beams of up to {prompt_len + params.max_tokens} tokens need up "
             f"to {need} KV blocks; the cache has {num_blocks}")
     return params
+
+
+def check_first_sample(first_sample: object) -> None:
+    """Raise :class:`InvalidParameterError` unless ``first_sample`` (a request's first sample
+    index under its seed) is an integer in ``[0, 2**63 - 1]``."""
+    if (isinstance(first_sample, bool) or not isinstance(first_sample, int)
+            or not 0 <= first_sample <= SEED_MAX):
+        raise InvalidParameterError("first_sample", first_sample,
+                                    f"must be an integer in [0, {SEED_MAX}]")
