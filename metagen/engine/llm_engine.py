@@ -68,7 +68,7 @@ from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
 from metagen.engine.speculative_decoding import Speculator, build_speculator
 from metagen.engine.validation import (
-    check_beam_params, check_first_sample, check_params, check_prompt_ids)
+    check_beam_params, check_first_sample, check_params, check_prompt_ids, context_limit)
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.types import SamplingParams
 
@@ -109,6 +109,9 @@ class LLMEngine:
                                         f"too small: one block needs {per_block} bytes")
         self.max_model_len = longest_sequence(max_len, num_blocks, bs, cfg.kv_sink_tokens,
                                               cfg.kv_window_tokens, cfg.max_num_batched_tokens)
+        mpe = mc.max_position_embeddings  # the model's own context (its RoPE tables may be
+        model_len = min(cfg.max_model_len or mpe, mpe, mc.sliding_window or mpe)  # KV-capped)
+        self.context_limit = context_limit(self.max_model_len, model_len, num_blocks, bs)
         self.kv = KVCache(mc.num_layers, num_blocks, bs, mc.num_kv_heads, mc.head_dim,
                           kv_dtype, model.device)
         self.blocks = BlockManager(num_blocks, bs)
@@ -165,17 +168,19 @@ class LLMEngine:
     def validate(self, prompt_ids: Any, params: Any
                  ) -> tuple[list[int], SamplingParams | BeamSearchParams]:
         """Raise InvalidPromptError / InvalidParameterError for a request the engine cannot serve."""
-        ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
+        ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len,
+                               limit=self.context_limit)
         if isinstance(params, BeamSearchParams):
             cfg = self.config
             held = held_blocks(len(ids) + params.max_tokens, cfg.block_size, cfg.kv_sink_tokens,
                                cfg.kv_window_tokens, cfg.max_num_batched_tokens)
             beam = check_beam_params(params, len(ids), self.max_model_len, held,
-                                     self.blocks.num_blocks, self.tokenizer is not None)
+                                     self.blocks.num_blocks, self.tokenizer is not None,
+                                     self.context_limit)
             self.constraints.check(beam)
             return ids, beam
         checked = check_params(params, len(ids), self.vocab_size, self.max_model_len,
-                               self.tokenizer is not None)
+                               self.tokenizer is not None, self.context_limit)
         self.constraints.check(checked)  # compiled (and cached) now: rejected at request time
         return ids, checked
 

@@ -101,7 +101,8 @@ class LocalGenerator:
             raise InvalidParameterError("params", params, f"must be a {kind.__name__}")
         ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
         for p in ids:  # a prompt that cannot fit is the prompt's fault (one item, not the run)
-            check_fits_context(p, params.max_tokens, self.engine.max_model_len)
+            check_fits_context(p, params.max_tokens, self.engine.max_model_len,
+                               self.engine.context_limit)
             self.engine.validate(p, params)
         return ids
 
