@@ -109,6 +109,16 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
+def _refuse_quantization(quantization: object) -> None:
+    """``InvalidParameterError`` naming ``quantization`` unless it is None (see
+    :meth:`HFGenerator.from_pretrained`)."""
+    if quantization is not None:
+        raise InvalidParameterError(
+            "quantization", quantization, "the hf backend runs the checkpoint's weights as "
+            "transformers loads them; int8 / w8a8 / int4 weights run on the built-in engine "
+            "(LocalGenerator.from_pretrained(path, quantization=...), backend local)")
+
+
 def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
     if dtype is None:
         return "auto"
@@ -134,9 +144,10 @@ class HFGenerator:
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch_rows: int = 256,
-                 logits_hook: LogitsHook | None = None) -> None:
+                 logits_hook: LogitsHook | None = None, quantization: str | None = None) -> None:
         from transformers import GenerationConfig
 
+        _refuse_quantization(quantization)
         if not isinstance(max_batch_rows, int) or max_batch_rows < 1:
             raise InvalidParameterError("max_batch_rows", max_batch_rows, "must be an int >= 1")
         self.model = model.eval()
@@ -162,8 +173,13 @@ class HFGenerator:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str = "cpu",
-                        dtype: str | torch.dtype | None = None, **kwargs: Any) -> HFGenerator:
+                        dtype: str | torch.dtype | None = None, quantization: str | None = None,
+                        **kwargs: Any) -> HFGenerator:
         """Load any ``AutoModelForCausalLM`` folder (offline: nothing is downloaded).
+
+        ``quantization`` other than None raises ``InvalidParameterError`` naming it (before
+        anything is loaded): this backend runs the weights as transformers loads them; metagen's
+        ``int8`` / ``w8a8`` / ``int4`` weights run on the built-in engine (``LocalGenerator``).
 
         ``dtype`` None keeps the checkpoint's dtype. The device is checked first
         (:class:`~metagen.errors.DeviceUnavailableError`). Raises ``ModelLoadError`` (one line)
@@ -174,6 +190,7 @@ class HFGenerator:
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        _refuse_quantization(quantization)
         folder = Path(path)
         torch_dtype = _resolve_dtype(dtype)
         device = resolve_device(device)
