@@ -88,7 +88,7 @@ def _check_two_labels(path: Path, head: Any) -> None:
     import torch
 
     last = head[-1] if isinstance(head, torch.nn.Sequential) else head
-    labels = int(last.weight.shape[0])
+    labels = int(last.get_parameter("weight").shape[0])
     if labels != 2:
         raise ModelLoadError(f"{path}: format kind 'separator' scores softmax(head)[1] and needs "
                              f"a head with 2 labels, this one has {labels}")
