@@ -117,3 +117,21 @@ def test_testbed_policy_never_writes_a_banned_operator() -> None:
         banned = _samples(gen, prompt, params.with_(bad_words=(" = ",)))
     assert all(" = " in t for t in free)
     assert not [t for t in banned if " = " in t]
+
+
+@pytest.mark.parametrize("spec", [{"prompt_lookup": 2}, {"speculative_model": "self"}])
+def test_speculative_engines_ban_the_same(stories_path, spec) -> None:
+    """Drafted and verified tokens go through the same ban: the speculative engine's greedy
+    text equals the plain engine's with bad words, and its samples (the same distribution,
+    not the same draws: speculative sampling uses its own random streams) never hold one."""
+    from metagen.generators.local import LocalGenerator
+    options = {k: (str(stories_path) if v == "self" else v) for k, v in spec.items()}
+    params = PARAMS.with_(n=4, bad_words=("Lily", " the"))
+    greedy = SamplingParams(temperature=0.0, max_tokens=48, bad_words=("Lily", " the"))
+    with LocalGenerator.from_pretrained(stories_path) as plain:
+        want = [_samples(plain, "Once upon a time", p) for p in (params, greedy)]
+    with LocalGenerator.from_pretrained(stories_path, num_speculative_tokens=3,
+                                        **options) as fast:
+        got = [_samples(fast, "Once upon a time", p) for p in (params, greedy)]
+    assert got[1] == want[1]
+    assert not [t for texts in got for t in texts if "Lily" in t or " the" in t]
