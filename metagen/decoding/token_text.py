@@ -17,6 +17,7 @@ spaces a tokenizer's ``decode`` may apply on top (``clean_up_tokenization_spaces
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import re
 import threading
@@ -55,6 +56,9 @@ class TokenTexts:
         usable = sorted((b, i) for i, b in enumerate(self.table) if b)
         self._keys = [b for b, _ in usable]
         self._ids = [i for _, i in usable]
+        self._joined = b"\0".join(self.table)  # one C-speed search for `containing`
+        self._starts = list(itertools.accumulate((len(b) + 1 for b in self.table[:-1]),
+                                                 initial=0))
         self.starting_with = lru_cache(maxsize=4096)(self._starting_with)
         self.containing = lru_cache(maxsize=256)(self._containing)
 
@@ -67,8 +71,17 @@ class TokenTexts:
         return tuple(self._ids[lo:hi])
 
     def _containing(self, word: bytes) -> tuple[int, ...]:
-        """Ids whose bytes contain ``word`` (non-empty)."""
-        return tuple(i for i, b in enumerate(self.table) if word in b)
+        """Ids whose bytes contain ``word`` (non-empty): its occurrences in the table joined by
+        NUL bytes, each mapped to its token (a word without NUL never spans two tokens)."""
+        if b"\0" in word:
+            return tuple(i for i, b in enumerate(self.table) if word in b)
+        found: list[int] = []
+        at = self._joined.find(word)
+        while at >= 0:
+            token = bisect.bisect_right(self._starts, at) - 1
+            found.append(token)
+            at = self._joined.find(word, self._starts[token] + len(self.table[token]) + 1)
+        return tuple(found)
 
     def tail(self, ids: Sequence[int], size: int) -> bytes:
         """The last ``size`` (or fewer) bytes of the text of ``ids`` (ids out of the table add

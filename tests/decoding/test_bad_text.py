@@ -61,6 +61,13 @@ def test_rule_equals_the_definition_on_every_short_output() -> None:
                 assert got == expected, (out, expected, got)
 
 
+def test_tokens_holding_a_word_whole_are_found_across_empty_and_nul_tokens() -> None:
+    table = [b"ab", b"", b"\0a", b"b\0", b"xaby", b"", b"a", b"b", b"abab"]
+    texts = TokenTexts(table)
+    for word in (b"ab", b"a", b"b", b"\0", b"a\0", b"ba"):
+        assert texts.containing(word) == tuple(i for i, b in enumerate(table) if word in b)
+
+
 @pytest.mark.parametrize("folder", ["stories", "policy"])
 def test_token_texts_concatenate_to_the_decoded_text(folder, stories_path) -> None:
     """SentencePiece with byte fallback (stories260K) and byte-level BPE (the testbed): the
