@@ -60,3 +60,20 @@ def test_sample_index_is_the_first_samples_index(served) -> None:
         reply = httpx.post(running.base_url + "/completions", timeout=60,
                            json={**body, "sample_index": bad})
         assert reply.status_code == 400 and reply.json()["error"]["param"] == "sample_index"
+
+
+def test_wire_fields_per_dialect() -> None:
+    """Bad words go to metagen's server only (vLLM's ``bad_words`` bans token sequences, not
+    text: refused, never sent with other semantics); metagen's server gets the seed and the
+    sample index, other servers ``seed + i``."""
+    from metagen.errors import CapabilityError
+    from metagen.generators.openai_wire import Dialect, build_request, check_supported
+    params = SamplingParams(seed=5, bad_words=("Lily",))
+    for name in ("openai", "vllm", "sglang", "llamacpp", "llamacpp-python"):
+        with pytest.raises(CapabilityError, match="bad_words"):
+            check_supported(params, Dialect(name))
+    check_supported(params, Dialect("metagen"))
+    _, body = build_request("m", "Once", params, 3, Dialect("metagen"))
+    assert (body["seed"], body["sample_index"], body["bad_words"]) == (5, 3, ["Lily"])
+    _, body = build_request("m", "Once", SamplingParams(seed=5), 3, Dialect("vllm"))
+    assert body["seed"] == 8 and "sample_index" not in body
