@@ -73,8 +73,9 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
               help="One or several, comma-separated: self_consistency, best_of_n, "
               "weighted_vote, mbr, best_of_n_confidence, weighted_vote_confidence (all sharing "
               "ONE set of samples drawn at the largest N), greedy (one temperature-0 sample, "
-              "N=1 only; alone it takes no --n but 1), or a PRM step search run at each N: step_beam_search, dvts, best_first, "
-              "mcts, rebase, particle_filtering (N particles); or an adaptive strategy run at each "
+              "N=1 only; alone it takes no --n but 1), or a PRM step search run at each N: "
+              "step_beam_search, dvts, best_first, mcts, rebase, particle_filtering (N "
+              "particles); or an adaptive strategy run at each "
               "N, stopping early: adaptive_self_consistency, deepconf (online, N/4 warm-up).")
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
