@@ -98,8 +98,10 @@ class SamplingParams:
     - ``repetition_penalty`` (CTRL / transformers: > 0, 1 disables) applies over prompt and
       output; ``presence_penalty`` and ``frequency_penalty`` (OpenAI: [-2, 2]) over the output.
     - ``logit_bias`` maps token id -> additive bias; values are clamped to [-100, 100].
-    - ``bad_words`` are strings the output may never contain as whole tokenizations;
-      ``allowed_token_ids`` restricts sampling to a set.
+    - ``bad_words`` are strings the output's text may never contain, however they would be
+      tokenized (a token is removed when the text so far plus its text would contain one):
+      case-sensitive, also inside longer words; the prompt's text does not count, a stop string
+      does (:mod:`metagen.decoding.bad_text`). ``allowed_token_ids`` restricts sampling to a set.
     - ``max_tokens`` >= 1; ``min_tokens`` <= ``max_tokens`` suppresses EOS and stop tokens.
     - ``stop`` strings end a completion and are not included in its text.
     - ``seed`` makes sample ``i``'s random draws a pure function of (seed, i), whatever else is

@@ -36,6 +36,23 @@ def parse_ns(text: str) -> tuple[int, ...]:
         raise InvalidParameterError("n", text, "must be comma-separated integers") from None
 
 
+def greedy_ns(strategy: str, ns: tuple[int, ...], given: bool) -> tuple[int, ...]:
+    """The budgets of a run: ``ns``, or ``(1,)`` for a run of ``greedy`` alone (one
+    temperature-0 sample per item: it has N = 1 only) when ``--n`` was not given. A ``--n``
+    other than 1 for ``greedy`` alone raises ``InvalidParameterError`` naming ``n`` (it would
+    run N = 1 only, not what was asked)."""
+    if {s.strip() for s in strategy.split(",")} != {"greedy"}:
+        return ns
+    if not given:
+        return (1,)
+    if ns != (1,):
+        raise InvalidParameterError("n", ",".join(map(str, ns)), "greedy is one temperature-0 "
+                                    "sample per item, N = 1 only: give --n 1, or add a "
+                                    "sampling strategy (e.g. --strategy "
+                                    "greedy,self_consistency) for larger N")
+    return ns
+
+
 def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
     """``key=value`` entries; a value is read as JSON (numbers, true, null, lists) when it
     parses, else kept as a string. A malformed entry names ``strategy_arg``."""
@@ -57,8 +74,9 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
               help="One or several, comma-separated: self_consistency, best_of_n, "
               "weighted_vote, mbr, best_of_n_confidence, weighted_vote_confidence (all sharing "
               "ONE set of samples drawn at the largest N), greedy (one temperature-0 sample, "
-              "N=1), or a PRM step search run at each N: step_beam_search, dvts, best_first, "
-              "mcts, rebase, particle_filtering (N particles); or an adaptive strategy run at each "
+              "N=1 only; alone it takes no --n but 1), or a PRM step search run at each N: "
+              "step_beam_search, dvts, best_first, mcts, rebase, particle_filtering (N "
+              "particles); or an adaptive strategy run at each "
               "N, stopping early: adaptive_self_consistency, deepconf (online, N/4 warm-up).")
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
@@ -127,7 +145,9 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
               **({"quantization": quantization} if quantization else {})} if local_path
              else {"base_url": remote["base_url"], "model": remote["model"], "revision": None})
     config = EvalConfig(
-        task=task, model=model, strategy=strategy, ns=parse_ns(ns),
+        task=task, model=model, strategy=strategy,
+        ns=greedy_ns(strategy, parse_ns(ns),
+                     ctx.get_parameter_source("ns") is not click.core.ParameterSource.DEFAULT),
         sampling=SamplingParams(temperature=_given(float_flag("temperature", temperature)),
                                 top_p=_given(float_flag("top_p", top_p)),
                                 max_tokens=_given(int_flag("max_tokens", max_tokens))),

@@ -349,7 +349,8 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
 @click.option("--logit-bias", multiple=True, metavar="TOKEN_ID=BIAS",
               help="Add BIAS to a token's logit (repeatable).")
 @click.option("--bad-words", multiple=True, metavar="TEXT",
-              help="Text the output may never contain (repeatable).")
+              help="Text the output may never contain, however it is tokenized, case-sensitive, "
+              "also inside longer words; the prompt does not count (repeatable).")
 @click.option("--max-tokens", type=str, metavar="INT", default=64, show_default=True)
 @click.option("--min-tokens", type=str, metavar="INT", default=0, show_default=True)
 @click.option("--stop", multiple=True, help="Stop string (repeatable); not included in the text.")

@@ -28,20 +28,24 @@ def testbed() -> None:
 @click.option("--only", type=click.Choice(["policy", "draft", "orm", "prm"]), default=None,
               help="Train one model (ORM/PRM read the policy already in --out).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for the model folders (default: the package's models/).")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("testbed_models"), show_default=True,
+              help="Folder for the model folders (never the shipped models' folder, unless "
+              "--overwrite-shipped).")
+@click.option("--overwrite-shipped", is_flag=True,
+              help="Allow --out to be the package's own models/ folder (replaces the shipped "
+              "models).")
 @click.option("--threads", type=int, default=1, show_default=True,
               help="torch threads (1 is fastest on a busy shared machine).")
-def train(only: str | None, seed: int, out: Path | None, threads: int) -> None:
+def train(only: str | None, seed: int, out: Path, overwrite_shipped: bool, threads: int) -> None:
     """Reproduce the testbed models from scratch, seeded, with a progress bar."""
     import torch
     from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-    from metagen.testbed.modeling import MODELS_DIR
-    from metagen.testbed.pipeline import train_all
+    from metagen.testbed.pipeline import check_out_root, train_all
 
+    root = check_out_root(out, overwrite_shipped)  # before any work
     torch.set_num_threads(threads)
-    root = out or MODELS_DIR
     t0 = time.time()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn()) as bar:
@@ -52,7 +56,8 @@ def train(only: str | None, seed: int, out: Path | None, threads: int) -> None:
                 tasks[stage] = bar.add_task(stage, total=total, loss=0.0)
             bar.update(tasks[stage], completed=step, loss=loss)
 
-        times = train_all(only=only, seed=seed, out_root=root, progress=progress)
+        times = train_all(only=only, seed=seed, out_root=root, progress=progress,
+                          overwrite_shipped=overwrite_shipped)
     for name, secs in times.items():
         click.echo(f"{name}: {secs / 60:.1f} min -> {root / name}")
     click.echo(f"total: {(time.time() - t0) / 60:.1f} min")

@@ -8,8 +8,7 @@ ignored here (backends validate ids against the vocabulary when a request arrive
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -157,15 +156,3 @@ def suppressed_end_tokens(n_output: int, min_tokens: int, ignore_eos: bool,
     if n_output < min_tokens:
         out.extend(stop_token_ids)
     return out
-
-
-def bad_words_ids(tokenizer: Any, words: Iterable[str]) -> tuple[tuple[int, ...], ...]:
-    """(``tokenizer`` is a Hugging Face tokenizer, called on each variant.) Token sequences to ban for each bad word: its tokenization on its own and after a space
-    (a word reads differently at the start of a text and inside one), without special tokens."""
-    out: list[tuple[int, ...]] = []
-    for word in words:
-        for variant in (word, " " + word):
-            ids = tuple(tokenizer(variant, add_special_tokens=False)["input_ids"])
-            if ids and ids not in out:
-                out.append(ids)
-    return tuple(out)

@@ -6,7 +6,8 @@ Order (each stage sees the previous stage's output; removed tokens are ``-inf``)
    removed) -> token healing (rows still re-producing the text removed from their prompt keep
    only the tokens that extend it, :mod:`metagen.decoding.healing`) -> the output constraint
    (``regex`` / ``json_schema`` / ``grammar`` / ``choice``: what the language forbids next
-   removed, :mod:`metagen.decoding.constraint_mask`) -> ``bad_words`` ->
+   removed, :mod:`metagen.decoding.constraint_mask`) -> ``bad_words`` (as text,
+   :mod:`metagen.decoding.bad_text`; and any id-level ``bad_words_ids``) ->
    ``no_repeat_ngram_size`` -> end-token suppression (``min_tokens``: EOS and
    ``stop_token_ids`` while the output is shorter; ``ignore_eos``: EOS always);
 2. penalties: repetition (prompt + output) -> presence and frequency (output);
@@ -115,6 +116,8 @@ def banned_ids(seqs: Sequence[SequenceState]) -> list[list[int] | None]:
         if p.ignore_eos or p.min_tokens:
             row += suppressed_end_tokens(len(s.output_ids), p.min_tokens, p.ignore_eos,
                                          s.eos_token_ids, p.stop_token_ids)
+        if s.bad_text is not None:
+            row += s.bad_text.banned(s.output_ids)
         banned.append(row or None)
     return banned
 
@@ -158,7 +161,8 @@ def plain_greedy(seq: SequenceState) -> PlainGreedy | None:
     if (not p.is_greedy or p.logprobs is not None or p.repetition_penalty != 1.0
             or p.presence_penalty or p.frequency_penalty or p.logit_bias
             or p.allowed_token_ids is not None or seq.heal is not None
-            or seq.constraint is not None or seq.bad_words_ids or p.no_repeat_ngram_size):
+            or seq.constraint is not None or seq.bad_words_ids or seq.bad_text is not None
+            or p.no_repeat_ngram_size):
         return None
     eos = frozenset(seq.eos_token_ids)
     return PlainGreedy(eos if p.ignore_eos else frozenset(),

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import torch
 
+from metagen.decoding.bad_text import BadText
 from metagen.decoding.healing import Healing
 from metagen.types import SEED_MAX, SamplingParams
 
@@ -41,7 +42,10 @@ class SequenceState:
 
     ``sample_index`` is the sample's index among its request's ``n`` samples: with a seed, the
     randomness of step ``t`` depends only on ``(params.seed, sample_index, t)``.
-    ``bad_words_ids`` are the token-id sequences of ``params.bad_words`` (tokenized by the backend);
+    ``bad_text`` is the ban of ``params.bad_words`` as text over the backend's token texts
+    (:mod:`metagen.decoding.bad_text`); ``bad_words_ids`` are token-id sequences banned by id
+    (transformers' ``NoBadWordsLogitsProcessor`` rule: the last token of a sequence whose other
+    tokens end the context), for callers that ban ids rather than text;
     ``eos_token_ids`` are the model's end tokens (suppressed while ``len(output_ids) < min_tokens``,
     and always when ``params.ignore_eos``).
 
@@ -63,6 +67,7 @@ class SequenceState:
     rng_seed: int | None = None
     constraint: TokenConstraint | None = None
     heal: Healing | None = None
+    bad_text: BadText | None = None
 
     def __post_init__(self) -> None:
         if self.rng_seed is None:
@@ -84,4 +89,4 @@ class SequenceState:
             bad_words_ids=self.bad_words_ids, mirostat_mu=self.mirostat_mu,
             rng_seed=self.rng_seed,
             constraint=None if self.constraint is None else self.constraint.copy(),
-            heal=self.heal)
+            heal=self.heal, bad_text=self.bad_text)

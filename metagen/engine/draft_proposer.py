@@ -64,7 +64,8 @@ class DraftDriver:
         states = [SequenceState(r.state.params, r.state.prompt_ids,
                                 r.state.output_ids + r.tokens, r.state.sample_index,
                                 r.state.eos_token_ids, r.state.bad_words_ids,
-                                rng_seed=r.state.rng_seed) for _, _, r in live]
+                                rng_seed=r.state.rng_seed, bad_text=r.state.bad_text)
+                  for _, _, r in live]
         if all(s.params.is_greedy for s in states):
             tokens, dead = self._greedy(sub, states, engine.row_kernels())
             probs: torch.Tensor | None = None

@@ -51,7 +51,7 @@ from metagen.decoding.processors import plain_greedy
 from metagen.decoding.sampler import greedy_step
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
-from metagen.decoding.masks import bad_words_ids
+from metagen.decoding.bad_text import bad_text
 from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
@@ -71,7 +71,8 @@ from metagen.engine.row_logits import stack_rows
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
 from metagen.engine.speculative_decoding import Speculator, build_speculator
-from metagen.engine.validation import check_beam_params, check_params, check_prompt_ids
+from metagen.engine.validation import (
+    check_beam_params, check_first_sample, check_params, check_prompt_ids, context_limit)
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.types import SamplingParams
 
@@ -112,6 +113,9 @@ class LLMEngine:
                                         f"too small: one block needs {per_block} bytes")
         self.max_model_len = longest_sequence(max_len, num_blocks, bs, cfg.kv_sink_tokens,
                                               cfg.kv_window_tokens, cfg.max_num_batched_tokens)
+        mpe = mc.max_position_embeddings  # the model's own context (its RoPE tables may be
+        model_len = min(cfg.max_model_len or mpe, mpe, mc.sliding_window or mpe)  # KV-capped)
+        self.context_limit = context_limit(self.max_model_len, model_len, num_blocks, bs)
         self.kv = KVCache(mc.num_layers, num_blocks, bs, mc.num_kv_heads, mc.head_dim,
                           kv_dtype, model.device)
         self.blocks = BlockManager(num_blocks, bs)
@@ -169,29 +173,34 @@ class LLMEngine:
     def validate(self, prompt_ids: Any, params: Any
                  ) -> tuple[list[int], SamplingParams | BeamSearchParams]:
         """Raise InvalidPromptError / InvalidParameterError for a request the engine cannot serve."""
-        ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len)
+        ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len,
+                               limit=self.context_limit)
         if isinstance(params, BeamSearchParams):
             cfg = self.config
             held = held_blocks(len(ids) + params.max_tokens, cfg.block_size, cfg.kv_sink_tokens,
                                cfg.kv_window_tokens, cfg.max_num_batched_tokens)
             beam = check_beam_params(params, len(ids), self.max_model_len, held,
-                                     self.blocks.num_blocks, self.tokenizer is not None)
+                                     self.blocks.num_blocks, self.tokenizer is not None,
+                                     self.context_limit)
             self.constraints.check(beam)
             return ids, beam
         checked = check_params(params, len(ids), self.vocab_size, self.max_model_len,
-                               self.tokenizer is not None)
+                               self.tokenizer is not None, self.context_limit)
         self.constraints.check(checked)  # compiled (and cached) now: rejected at request time
         return ids, checked
 
     def add_request(self, prompt_ids: Sequence[int],
                     params: SamplingParams | BeamSearchParams | None = None,
-                    request_id: str | None = None) -> str:
-        """Queue a request; returns its id. Validates first. ``SamplingParams``: ``n`` samples;
+                    request_id: str | None = None, first_sample: int = 0) -> str:
+        """Queue a request; returns its id. Validates first. ``SamplingParams``: ``n`` samples,
+        sample ``j`` drawing as sample ``first_sample + j`` of the seed (so ``n`` requests of one
+        sample with ``first_sample`` 0, 1, ... give the samples of one request with ``n``);
         ``BeamSearchParams``: one beam search whose output holds ``num_return_sequences``
         hypotheses (see :mod:`metagen.engine.beam_search`). With ``token_healing`` the request
         runs on the prompt without its healed tokens (the output's ``prompt_ids``), and its
         samples (beams) re-produce their text first (:mod:`metagen.decoding.healing`)."""
         ids, checked = self.validate(prompt_ids, params or SamplingParams())
+        check_first_sample(first_sample)
         rid = request_id if request_id is not None else self.new_request_id("req")
         if rid in self.requests:
             raise InvalidParameterError("request_id", rid, "is already in use")
@@ -207,10 +216,11 @@ class LLMEngine:
             self.enqueue(req, SequenceState(sp, list(ids), constraint=matcher, heal=heal),
                          Detokenizer(None, ()))
             return rid
-        req = Request(rid, ids, checked)
-        bad = bad_words_ids(self.tokenizer, checked.bad_words) if checked.bad_words else ()
-        state = SequenceState(checked, list(ids), eos_token_ids=self.eos_token_ids,
-                              bad_words_ids=bad, constraint=matcher, heal=heal)
+        req = Request(rid, ids, checked, first_sample=first_sample)
+        state = SequenceState(checked, list(ids), sample_index=first_sample,
+                              eos_token_ids=self.eos_token_ids,
+                              constraint=matcher, heal=heal,
+                              bad_text=bad_text(self.tokenizer, checked.bad_words))
         seq = self.enqueue(req, state, Detokenizer(self.tokenizer, ids, checked.stop, healed))
         seq.pending_fork = checked.n - 1
         return rid
@@ -257,7 +267,8 @@ class LLMEngine:
             raise InvalidParameterError("seq_id", seq_id, "is finished")
         out, after = [], parent
         for _ in range(n):
-            child = self._new_seq(parent.request, parent.state.fork(len(parent.request.seqs)),
+            index = parent.request.first_sample + len(parent.request.seqs)
+            child = self._new_seq(parent.request, parent.state.fork(index),
                                   list(parent.token_ids), parent.detok.copy())
             child.logprobs, child.top_logprobs = list(parent.logprobs), list(parent.top_logprobs)
             child.prompt_cached = parent.prompt_cached

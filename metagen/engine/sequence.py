@@ -110,6 +110,7 @@ class Request:
     generated_tokens: int = 0
     flops: float = 0.0
     driver: Any = None
+    first_sample: int = 0  # the sample index, under the seed, of seqs[0] (seqs[j]: + j)
 
     @property
     def finished(self) -> bool:

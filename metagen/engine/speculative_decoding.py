@@ -164,7 +164,7 @@ class Speculator:
             states += [SequenceState(st.params, st.prompt_ids, st.output_ids + drafts[:t],
                                      st.sample_index, st.eos_token_ids, st.bad_words_ids,
                                      rng_seed=st.rng_seed, constraint=st.constraint,
-                                     heal=st.heal)
+                                     heal=st.heal, bad_text=st.bad_text)
                        for t in range(seq.num_draft + 1)]  # one matcher, synced row by row
         owners = [seq for seq, _ in rows for _ in range(seq.num_draft + 1)]
         flat = engine.apply_logits_hook(torch.cat([lg for _, lg in rows]), states,

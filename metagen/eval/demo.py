@@ -60,11 +60,12 @@ class DemoSettings:
 def testbed_model(name: str) -> Path:
     """The folder of a testbed model; ``ModelLoadError`` saying how to train a missing one."""
     from metagen.testbed import model_path
+    from metagen.testbed.modeling import train_command
 
     path = model_path(name)  # type: ignore[arg-type]
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"the testbed {name} model is missing at {path}; train it with "
-                             f"`metagen testbed train --only {name}`")
+                             f"`{train_command(name, path)}`")
     return path
 
 

@@ -33,6 +33,7 @@ import torch
 
 from metagen.allowance import Allowance
 from metagen.decoding import SequenceState
+from metagen.decoding.bad_text import bad_text
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.device import resolve_device
@@ -49,7 +50,7 @@ from metagen.generators.hf_rows import (
 )
 from metagen.generators.metered import MeteredCall, nothing_run, share_call
 from metagen.generators.tokenize import (
-    bad_words_ids, check_fits_context, continuation_text, encode_prompt, eos_token_ids)
+    check_fits_context, continuation_text, encode_prompt, eos_token_ids)
 from metagen.types import Completion, SamplingParams, Usage
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -128,6 +129,16 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
+def _refuse_quantization(quantization: object) -> None:
+    """``InvalidParameterError`` naming ``quantization`` unless it is None (see
+    :meth:`HFGenerator.from_pretrained`)."""
+    if quantization is not None:
+        raise InvalidParameterError(
+            "quantization", quantization, "the hf backend runs the checkpoint's weights as "
+            "transformers loads them; int8 / w8a8 / int4 weights run on the built-in engine "
+            "(LocalGenerator.from_pretrained(path, quantization=...), backend local)")
+
+
 def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
     if dtype is None:
         return "auto"
@@ -153,9 +164,10 @@ class HFGenerator:
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch_rows: int = 256,
-                 logits_hook: LogitsHook | None = None) -> None:
+                 logits_hook: LogitsHook | None = None, quantization: str | None = None) -> None:
         from transformers import GenerationConfig
 
+        _refuse_quantization(quantization)
         if not isinstance(max_batch_rows, int) or max_batch_rows < 1:
             raise InvalidParameterError("max_batch_rows", max_batch_rows, "must be an int >= 1")
         self.model = model.eval()
@@ -181,8 +193,13 @@ class HFGenerator:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str = "cpu",
-                        dtype: str | torch.dtype | None = None, **kwargs: Any) -> HFGenerator:
+                        dtype: str | torch.dtype | None = None, quantization: str | None = None,
+                        **kwargs: Any) -> HFGenerator:
         """Load any ``AutoModelForCausalLM`` folder (offline: nothing is downloaded).
+
+        ``quantization`` other than None raises ``InvalidParameterError`` naming it (before
+        anything is loaded): this backend runs the weights as transformers loads them; metagen's
+        ``int8`` / ``w8a8`` / ``int4`` weights run on the built-in engine (``LocalGenerator``).
 
         ``dtype`` None keeps the checkpoint's dtype. The device is checked first
         (:class:`~metagen.errors.DeviceUnavailableError`). Raises ``ModelLoadError`` (one line)
@@ -195,6 +212,7 @@ class HFGenerator:
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        _refuse_quantization(quantization)
         folder = Path(path)
         torch_dtype = _resolve_dtype(dtype)
         device = resolve_device(device)
@@ -246,12 +264,12 @@ class HFGenerator:
             raise InvalidParameterError("params", params, "must be a SamplingParams")
         prompt_ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
         self._check_request(prompt_ids, params)
-        bad = bad_words_ids(self.tokenizer, params.bad_words)
+        bad = bad_text(self.tokenizer, params.bad_words)
         matcher = self.constraints.matcher(params)  # compiled before any row runs (V19)
         healed = [heal_prompt(ids, vocab_index(self.tokenizer), params.heal_tokens)
                   if params.heal_tokens else (ids, None) for ids in prompt_ids]
         rows = [Row(i, SequenceState(params=params, prompt_ids=list(ids), sample_index=j,
-                                     eos_token_ids=self.eos_ids, bad_words_ids=bad,
+                                     eos_token_ids=self.eos_ids, bad_text=bad,
                                      constraint=None if matcher is None else matcher.copy(),
                                      heal=heal))
                 for i, (ids, heal) in enumerate(healed) for j in range(params.n)]

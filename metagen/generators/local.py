@@ -42,6 +42,7 @@ from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine, LogitsHook
 from metagen.engine.loop import EngineLoop, RequestHandle
 from metagen.engine.outputs import PromptLogprobs, RequestOutput
+from metagen.engine.validation import check_first_sample
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 from metagen.generators.base import Capabilities, Prompt, check_prompts, render_prompt
 from metagen.generators.flops import FlopModel
@@ -108,7 +109,8 @@ class LocalGenerator:
             raise InvalidParameterError("params", params, f"must be a {kind.__name__}")
         ids = [encode_prompt(self.tokenizer, p) for p in check_prompts(prompts)]
         for p in ids:  # a prompt that cannot fit is the prompt's fault (one item, not the run)
-            check_fits_context(p, params.max_tokens, self.engine.max_model_len)
+            check_fits_context(p, params.max_tokens, self.engine.max_model_len,
+                               self.engine.context_limit)
             self.engine.validate(p, params)
         return ids
 
@@ -248,18 +250,21 @@ class LocalGenerator:
         self._account(handle.outputs or [], start)
 
     def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
-                stream: bool = False) -> RequestHandle:
+                stream: bool = False, first_sample: int = 0) -> RequestHandle:
         """Submit one request per prompt (token ids, e.g. from ``encode_prompt``) from the
         running asyncio event loop, after validating each against the model (raises before any
         work); the handle is bound to that loop. With ``stream=True`` it yields the deltas of
         every sample (``StreamDelta.index``), then its outputs. The caller owns the handle:
         leaving its iteration early or cancelling the awaiting task aborts its requests. Nothing
         is added to :attr:`usage` (the caller counts from ``handle.outputs``). For servers that
-        need per-sample events; :meth:`agenerate` / :meth:`astream` are the simple faces."""
+        need per-sample events; :meth:`agenerate` / :meth:`astream` are the simple faces.
+        ``first_sample``: sample ``j`` of each prompt draws as sample ``first_sample + j`` of the
+        seed (``LLMEngine.add_request``)."""
         ids = [list(p) for p in prompt_ids]
         for p in ids:
             self.engine.validate(p, params)
-        return self.loop.submit(_adder(ids, params), stream=stream, aio=True)
+        check_first_sample(first_sample)
+        return self.loop.submit(_adder(ids, params, first_sample), stream=stream, aio=True)
 
     async def aprompt_logprobs(self, prompt_ids: Sequence[int], top: int | None = None
                                ) -> PromptLogprobs:
@@ -343,8 +348,8 @@ class LocalGenerator:
         self.close()
 
 
-def _adder(ids: list[list[int]], params: SamplingParams | BeamSearchParams
-           ) -> Callable[[LLMEngine], list[str]]:
+def _adder(ids: list[list[int]], params: SamplingParams | BeamSearchParams,
+           first_sample: int = 0) -> Callable[[LLMEngine], list[str]]:
     """A loop submission adding one request per prompt; if one cannot be added, those already
     added are aborted and the error goes to the caller."""
 
@@ -352,7 +357,7 @@ def _adder(ids: list[list[int]], params: SamplingParams | BeamSearchParams
         rids: list[str] = []
         try:
             for p in ids:
-                rids.append(engine.add_request(p, params))
+                rids.append(engine.add_request(p, params, first_sample=first_sample))
         except BaseException:
             for r in rids:
                 engine.abort(r)

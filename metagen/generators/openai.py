@@ -5,9 +5,12 @@ llama.cpp's and llama-cpp-python's servers, OpenAI itself), on httpx.
 requests with ``n=1`` rather than one request with ``n``: each sample then has its own outcome
 (``ok``, ``invalid_request``, ``rate_limited``, ``timeout``, ``server_error``,
 ``transport_error``) and its own retries, so one failed sample costs one sample,
-not the whole group. Sample ``i`` of a seeded request carries the seed ``seed + i`` (sample ``i``
-depends on (seed, i) only, as on the built-in engine). Servers with prefix caching (vLLM, SGLang)
-prefill a shared prompt once anyway.
+not the whole group. Sample ``i`` of a seeded request depends on (seed, i) only: to metagen's
+server it carries the seed and ``sample_index`` ``i``, and is the very sample ``LocalGenerator``
+draws as sample ``i`` of the same :class:`SamplingParams` on the same model (the same token
+ids); to other servers it carries the seed ``seed + i`` (reproducible where the server's seeded
+sampling is, never equal to the built-in engine's samples). Servers with prefix caching (vLLM,
+SGLang) prefill a shared prompt once anyway.
 
 **Failures are samples, not exceptions.** A sample that still fails after the retry policy
 (:mod:`metagen.generators.openai_retry`) comes back as ``Completion(text="",

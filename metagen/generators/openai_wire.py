@@ -42,7 +42,7 @@ _EXTENSIONS: dict[str, dict[str, str]] = {
     "metagen": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
                 "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
                 "stop_token_ids": "stop_token_ids", "allowed_token_ids": "allowed_token_ids",
-                "token_healing": "token_healing"},
+                "token_healing": "token_healing", "bad_words": "bad_words"},
     "sglang": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
                "min_tokens": "min_tokens", "ignore_eos": "ignore_eos",
                "stop_token_ids": "stop_token_ids"},
@@ -158,9 +158,11 @@ def check_prompt(prompt: Prompt, dialect: Dialect) -> None:
 
 def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int,
                   dialect: Dialect) -> tuple[str, dict[str, Any]]:
-    """(path, body) of the request for sample ``index`` of ``prompt`` (``n=1``; its seed is
-    ``seed + index``, so sample ``i`` depends on (seed, i) only). Call :func:`check_supported`
-    first."""
+    """(path, body) of the request for sample ``index`` of ``prompt`` (``n=1``), seeded so that
+    sample ``i`` depends on (seed, i) only: to metagen's server the seed itself and
+    ``sample_index`` ``index`` (it draws the sample the built-in engine draws as sample
+    ``index`` of ``seed``); to other servers the seed ``seed + index``. Call
+    :func:`check_supported` first."""
     chat = not isinstance(prompt, str)
     body: dict[str, Any] = {"model": model, "n": 1, "max_tokens": params.max_tokens,
                             "temperature": 0.0 if params.is_greedy else params.temperature}
@@ -176,7 +178,9 @@ def build_request(model: str, prompt: Prompt, params: SamplingParams, index: int
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(params, name):
             body[name] = getattr(params, name)
-    if params.seed is not None:
+    if params.seed is not None and dialect.name == "metagen":
+        body["seed"], body["sample_index"] = params.seed, index
+    elif params.seed is not None:
         body["seed"] = (params.seed + index) % (SEED_MAX + 1)
     if params.stop:
         body["stop"] = list(params.stop)

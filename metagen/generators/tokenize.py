@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from metagen.decoding.masks import bad_words_ids  # noqa: F401  (re-exported; lives with the masks)
 from metagen.decoding.healing import text_after
 from metagen.errors import InvalidPromptError
 from metagen.generators.base import Prompt, render_prompt
@@ -42,17 +41,20 @@ def encode_text(tokenizer: Any, text: str, *, add_special_tokens: bool,
     return ids
 
 
-def check_fits_context(prompt_ids: Sequence[int], max_tokens: int, context_length: int) -> None:
+def check_fits_context(prompt_ids: Sequence[int], max_tokens: int, context_length: int,
+                       limit: str | None = None) -> None:
     """``InvalidPromptError`` naming ``prompt`` (with both token counts and the context) when
     the prompt plus ``max_tokens`` new tokens does not fit in ``context_length``: the prompt,
     not the shared sampling parameters, is what one request cannot serve, so a caller running
-    many prompts fails only this one (no silent truncation)."""
+    many prompts fails only this one (no silent truncation). ``limit`` says what bounds the
+    length (the built-in engine's ``context_limit``: the model's context or its KV cache);
+    default the model's maximum context length."""
     if len(prompt_ids) + max_tokens > context_length:
+        what = limit or f"the model's maximum context length is {context_length} tokens"
         raise InvalidPromptError(
             "prompt", f"<{len(prompt_ids)} tokens>",
             f"prompt of {len(prompt_ids)} tokens + max_tokens={max_tokens} = "
-            f"{len(prompt_ids) + max_tokens} exceeds the model's maximum context length "
-            f"of {context_length} tokens")
+            f"{len(prompt_ids) + max_tokens} does not fit: {what}")
 
 
 def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:

@@ -76,8 +76,22 @@ def load_prm(path: str | Path, format: str | PRMFormat | None = None, *, device:
         head = model.get_output_embeddings()
         if head is None or not hasattr(head, "weight"):
             raise ModelLoadError(f"{path}: {type(model).__name__} has no output embedding")
+    if fmt.kind == "separator":
+        _check_two_labels(path, head)
     return FormattedPRM(model, tokenizer, format=fmt, head=head, batch_size=batch_size,
                         aggregation=aggregation)
+
+
+def _check_two_labels(path: Path, head: Any) -> None:
+    """``ModelLoadError`` unless a separator PRM's head (a Linear, or a Sequential ending in one)
+    has 2 outputs: its score is ``softmax(head)[1]``, which a one-label head cannot give."""
+    import torch
+
+    last = head[-1] if isinstance(head, torch.nn.Sequential) else head
+    labels = int(last.get_parameter("weight").shape[0])
+    if labels != 2:
+        raise ModelLoadError(f"{path}: format kind 'separator' scores softmax(head)[1] and needs "
+                             f"a head with 2 labels, this one has {labels}")
 
 
 def _load(path: Path, fmt: PRMFormat, device: str, dtype: Any, *, backbone_only: bool

@@ -142,7 +142,8 @@ class _Routes:
                 reads = await _unless_gone(request, self._read_prompts(req), respond=False)
                 if isinstance(reads, Response):
                     return reads
-            handle = self.backend.asubmit(req.prompts, req.params, stream=True)
+            handle = self.backend.asubmit(req.prompts, req.params, stream=True,
+                                          first_sample=req.first_sample)
             return StreamingResponse(sse_events(req, handle, cfg.model_name,
                                                 self.state.metrics.add_tokens, reads,
                                                 self.backend.tokenizer),
@@ -218,7 +219,8 @@ class _Routes:
         prompt_lps = await self._read_prompts(req)
         outs = None
         if req.generate:
-            outs = await self.backend.asubmit(req.prompts, req.params).aresult()
+            outs = await self.backend.asubmit(req.prompts, req.params,
+                                              first_sample=req.first_sample).aresult()
             check_outputs(outs)
         counts = usage(req, outs)
         self.state.metrics.add_tokens(counts["prompt_tokens"], counts["completion_tokens"])

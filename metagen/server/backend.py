@@ -38,7 +38,7 @@ class Backend(Protocol):
     def alive(self) -> bool: ...
 
     def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
-                stream: bool = False) -> RequestHandle: ...
+                stream: bool = False, first_sample: int = 0) -> RequestHandle: ...
 
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         """Raise ``InvalidParameterError`` for a request the model cannot serve."""
@@ -73,8 +73,9 @@ class LocalBackend:
         return self.generator.loop.alive
 
     def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
-                stream: bool = False) -> RequestHandle:
-        return self.generator.asubmit(prompt_ids, params, stream=stream)
+                stream: bool = False, first_sample: int = 0) -> RequestHandle:
+        return self.generator.asubmit(prompt_ids, params, stream=stream,
+                                      first_sample=first_sample)
 
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         self.generator.engine.validate(list(prompt_ids), params)  # reads no engine state

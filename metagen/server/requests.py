@@ -5,7 +5,8 @@ typos), never silently ignored; ``null`` means "not given". Sampling fields are 
 plus vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``ignore_eos``, ``stop_token_ids``, ``allowed_token_ids``, ``include_stop_str_in_output``,
 ``return_tokens_as_token_ids``, ``echo`` / ``prompt_logprobs``, ``add_generation_prompt`` /
-``continue_final_message``), structured output (vLLM's ``structured_outputs`` and
+``continue_final_message``), ``sample_index`` (metagen's: the first sample's index under
+``seed``, :func:`sample_index`), structured output (vLLM's ``structured_outputs`` and
 ``guided_*``, OpenAI's ``response_format``: :mod:`metagen.server.structured`), ``metagen`` (a
 strategy, :mod:`metagen.server.strategy`) and
 metagen's own :class:`SamplingParams` fields by name. Values go
@@ -33,7 +34,7 @@ from metagen.errors import InvalidParameterError
 from metagen.generators.tokenize import encode_text
 from metagen.server.errors import ApiError, bad_request
 from metagen.server.structured import STRUCTURED_FIELDS, constraint_fields
-from metagen.types import MAX_LOGPROBS, MAX_TOKENS_CAP, SamplingParams
+from metagen.types import MAX_LOGPROBS, MAX_TOKENS_CAP, SEED_MAX, SamplingParams
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 # SamplingParams fields taken from the body under their own names
@@ -45,7 +46,7 @@ _DIRECT = ("n", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_
 _COMMON = frozenset(_DIRECT) | {"model", "max_tokens", "logit_bias", "stream", "stream_options",
                                 "user", "include_stop_str_in_output",
                                 "return_tokens_as_token_ids", "logprobs", "metagen",
-                                *STRUCTURED_FIELDS}
+                                "sample_index", *STRUCTURED_FIELDS}
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "prompt_logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "top_logprobs", "max_completion_tokens",
                          "add_generation_prompt", "continue_final_message", "prompt_logprobs"}
@@ -70,6 +71,7 @@ class GenerationRequest:
     include_stop: bool = False
     messages: list[dict[str, str]] | None = None  # a chat request's conversation
     wire_names: Mapping[str, str] | None = None  # SamplingParams field -> the client's name
+    first_sample: int = 0  # metagen's sample_index: sample j draws as sample first_sample + j
 
     @property
     def echo_logprobs(self) -> bool:
@@ -189,7 +191,20 @@ def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
         prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
         include_stop=_flag(body, "include_stop_str_in_output", False),
-        wire_names=wire)
+        wire_names=wire, first_sample=sample_index(body))
+
+
+def sample_index(body: Mapping[str, Any]) -> int:
+    """metagen's ``sample_index`` (default 0): the index, under the request's ``seed``, of its
+    first sample; sample ``j`` of the request draws as sample ``sample_index + j``, so ``n``
+    one-sample requests with ``sample_index`` 0 .. n-1 give the samples of one request with
+    ``n`` (what ``OpenAIGenerator`` sends, one request per sample)."""
+    value = body.get("sample_index", 0)
+    if (not isinstance(value, int) or isinstance(value, bool)
+            or not 0 <= value <= SEED_MAX):
+        raise bad_request("sample_index", f"sample_index must be an integer in "
+                          f"[0, {SEED_MAX}], got {_shown(value)}")
+    return value
 
 
 def _prompt_logprobs(body: Mapping[str, Any]) -> int | None:
@@ -278,7 +293,7 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
         include_usage=_stream_options(body, stream), prompt_logprobs=prompt_lp,
         tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
         include_stop=_flag(body, "include_stop_str_in_output", False), messages=messages,
-        wire_names=wire)
+        wire_names=wire, first_sample=sample_index(body))
 
 
 def _messages(value: Any, max_messages: int) -> list[dict[str, str]]:

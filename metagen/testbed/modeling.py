@@ -58,6 +58,15 @@ def model_path(name: ModelName) -> Path:
     return MODELS_DIR / name
 
 
+def train_command(name: str, folder: Path) -> str:
+    """The command that trains model ``name`` into ``folder`` (``--overwrite-shipped`` when
+    ``folder`` is a shipped model's)."""
+    root = folder.parent
+    shipped = root.resolve() == MODELS_DIR.resolve()
+    return (f"metagen testbed train --only {name} --out {root}"
+            + (" --overwrite-shipped" if shipped else ""))
+
+
 def load_model(name: ModelName, folder: str | Path | None = None, dtype=None):
     """The model with plain transformers: CausalLM for the policy, the draft and the ORM (a
     generative verifier: an independently seeded policy scored by its confidence, see
@@ -67,7 +76,7 @@ def load_model(name: ModelName, folder: str | Path | None = None, dtype=None):
 
     path = Path(folder) if folder is not None else model_path(name)
     if not (path / "config.json").exists():
-        raise ModelLoadError(f"no model at {path}; run `metagen testbed train --only {name}`")
+        raise ModelLoadError(f"no model at {path}; run `{train_command(name, path)}`")
     cls = {"policy": transformers.LlamaForCausalLM, "draft": transformers.LlamaForCausalLM,
            "orm": transformers.LlamaForCausalLM,
            "prm": transformers.LlamaForTokenClassification}[name]

@@ -50,10 +50,28 @@ def _load_causal(folder: Path):
     return LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MODELS_DIR,
-              progress: Progress | None = None, data: RMDataConfig = RMDataConfig()) -> dict[str, float]:
-    """Train the requested models (all by default) into ``out_root/<name>``. Returns seconds per
-    stage. The PRM stage reads the policy from ``out_root/policy``."""
+DEFAULT_OUT = Path("testbed_models")  # relative to the working directory, outside the package
+
+
+def check_out_root(out_root: str | Path, overwrite_shipped: bool) -> Path:
+    """``out_root`` as a Path; ``InvalidParameterError`` naming ``out`` when it is the package's
+    own models folder (the shipped models) and ``overwrite_shipped`` is False."""
+    root = Path(out_root)
+    if root.resolve() == MODELS_DIR.resolve() and not overwrite_shipped:
+        raise InvalidParameterError(
+            "out", str(root), "is the folder of the testbed models shipped with metagen; "
+            "training there overwrites them: give another --out, or --overwrite-shipped to "
+            "replace them on purpose")
+    return root
+
+
+def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEFAULT_OUT,
+              progress: Progress | None = None, data: RMDataConfig = RMDataConfig(),
+              overwrite_shipped: bool = False) -> dict[str, float]:
+    """Train the requested models (all by default) into ``out_root/<name>`` (default
+    ``./testbed_models``). Returns seconds per stage. The PRM stage reads the policy from
+    ``out_root/policy``. The shipped models' folder is refused (``InvalidParameterError``
+    naming ``out``, before any training) unless ``overwrite_shipped``."""
     from metagen.testbed.rm_data import (balance, mc_step_values, policy_samples,
                                          synthetic_samples, synthetic_step_samples)
     from metagen.testbed.train_lm import LMTrainConfig, train_lm
@@ -62,7 +80,7 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = MOD
 
     if only is not None and only not in NAMES:
         raise InvalidParameterError("only", only, f"must be one of {NAMES}")
-    root = Path(out_root)
+    root = check_out_root(out_root, overwrite_shipped)
     todo = [only] if only else list(NAMES)
     times: dict[str, float] = {}
 

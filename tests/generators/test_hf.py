@@ -209,6 +209,19 @@ def test_model_load_errors(tmp_path) -> None:
         HFGenerator.from_pretrained(tmp_path, dtype="float8")
 
 
+def test_quantization_is_a_typed_error_naming_it(stories_path) -> None:
+    """The hf backend has no quantized weights: asking is an InvalidParameterError naming
+    ``quantization`` (was a bare TypeError from the constructor), before any load."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    for q in ("int8", "w8a8", "int4"):
+        with pytest.raises(InvalidParameterError, match="quantization") as caught:
+            HFGenerator.from_pretrained(stories_path, quantization=q)
+        assert caught.value.param == "quantization" and "LocalGenerator" in str(caught.value)
+    model = AutoModelForCausalLM.from_pretrained(stories_path)
+    with pytest.raises(InvalidParameterError, match="quantization"):
+        HFGenerator(model, AutoTokenizer.from_pretrained(stories_path), quantization="int8")
+
+
 def test_generator_does_not_inherit_model_generation_defaults(stories_path) -> None:
     """A checkpoint's generation_config (here a repetition penalty) must not leak in."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -249,6 +249,18 @@ def test_layout_mismatches_and_multi_token_labels_are_model_load_errors(causal_p
         load_prm(causal_path, format=PRMFormat(kind="step-tag", good_token="correct"))
 
 
+def test_a_one_label_separator_head_is_refused_at_load(tmp_path, tokenizer_dir):
+    """A separator PRM scores softmax(head)[1]: a one-label head fails when loaded, naming the
+    label count (it used to load and fail only when scoring)."""
+    from transformers import Qwen2Config, Qwen2ForTokenClassification
+    cfg = Qwen2Config(vocab_size=520, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      num_labels=1, pad_token_id=0)
+    path = save_model(Qwen2ForTokenClassification(cfg), tokenizer_dir, tmp_path)
+    with pytest.raises(ModelLoadError, match="2 labels, this one has 1"):
+        load_prm(path, format="qwen2.5-math-prm")
+
+
 def test_todays_token_classifier_prm_still_loads_as_before(prm_path):
     old = HFProcessRewardModel.from_pretrained(prm_path)
     new = load_prm(prm_path)

@@ -142,9 +142,9 @@ def test_sdk_stream_error_raises(client, served_gen):
 # -- metagen's OpenAIGenerator -------------------------------------------------------------------
 
 def _sample_refs(ref_gen, prompt, params: SamplingParams):
-    """What OpenAIGenerator's sample i is: one request with n=1 and seed + i."""
-    return [ref_gen.generate([prompt], params.with_(n=1, seed=params.seed + i))[0][0]
-            for i in range(params.n)]
+    """What OpenAIGenerator's sample i is against metagen's server: the library's sample i of
+    the same params (its request carries the seed and sample_index i)."""
+    return ref_gen.generate([prompt], params)[0]
 
 
 def test_openai_generator_detects_the_metagen_dialect(remote):
