@@ -21,7 +21,6 @@ stopped the run). Items are keyed by id, never by position or worker (L6).
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -344,10 +343,8 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
     tokens = [s.completion.num_tokens for s in samples]
     for s in strategies:
         for n in config.ns:
-            flops = backends.cost.sampling(item.prompt, tokens, n)
-            if (scorer_name := SUBSAMPLED[s]) is not None:
-                flops += backends.cost.scoring(scorer_name, item.prompt, tokens, n)
-            results += cost_results(s, n, n * math.fsum(tokens) / n_max, flops)
+            results += cost_results(s, n, *backends.cost.subsampled(SUBSAMPLED[s], item.prompt,
+                                                                     tokens, n))
     return results, scores
 
 
