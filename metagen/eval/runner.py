@@ -205,7 +205,8 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     be done.
 
     ``concurrency`` > 1 does that many items at once in threads over the one generator (when
-    it is safe to call from several threads: :func:`~metagen.eval.threads.thread_safe`); each
+    it declares it may be called from several threads:
+    :attr:`~metagen.generators.base.Capabilities.thread_safe`); each
     item's results do not depend on it. A run with a step search does one item at a time: a
     search measures its usage (and budget) as the generator's usage before and after, which
     concurrent items would mix. With a ``pool`` (e.g.
