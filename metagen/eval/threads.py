@@ -18,8 +18,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from metagen.errors import BackendError, InvalidParameterError
+from metagen.eval.backends import Backends
+from metagen.eval.config import EvalConfig
+from metagen.eval.item import Finished, WorkUnit, run_item
 from metagen.eval.recording import RecordingStore
-from metagen.eval.runner import Backends, EvalConfig, Finished, WorkUnit, run_item
 from metagen.eval.tasks import TaskSpec
 from metagen.generators.base import Capabilities
 
