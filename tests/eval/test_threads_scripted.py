@@ -56,3 +56,20 @@ def test_a_generator_that_does_not_declare_itself_thread_safe_does_one_item_at_a
                             load_generator=lambda: gen, concurrency=3)
     assert code == 0 and report["accounting"]["done"] == 4
 
+
+
+
+def test_nothing_the_runner_uses_imports_the_runner():
+    """The runner uses the pools and the item, never the other way round (no import cycle)."""
+    import ast
+    from pathlib import Path
+
+    import metagen.eval as package
+
+    folder = Path(package.__file__).parent
+    for name in ("threads", "ray_runner", "item", "backends", "config", "cost"):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for a in node.names}
+        assert "metagen.eval.runner" not in imported, name
