@@ -73,3 +73,16 @@ def test_nothing_the_runner_uses_imports_the_runner():
         imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                      for a in node.names}
         assert "metagen.eval.runner" not in imported, name
+
+
+def test_a_server_that_cannot_say_its_capabilities_is_not_taken_as_thread_safe():
+    """Reading an unprobed server's capabilities asks the server; one that cannot be reached
+    gives no thread-safety, and its items fail one at a time as they would in threads."""
+    from metagen.errors import BackendError
+
+    class Unreachable:
+        @property
+        def capabilities(self):
+            raise BackendError("connection refused")
+
+    assert thread_safe(Unreachable()) is False
