@@ -31,7 +31,7 @@ from typing import Any
 from metagen.engine.kv_cache import bytes_per_block
 from metagen.engine.kv_window import sink_blocks
 from metagen.engine.llm_engine import LLMEngine
-from metagen.engine.native.build import cpu_identity
+from metagen.engine.native.cpu import cpu_model
 from metagen.testbed.modeling import model_path
 from metagen.testbed.problems import format_prompt, make_problems
 from metagen.types import SamplingParams
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = ap.parse_args(argv)
-    cpu = cpu_identity().splitlines()[0].split(":", 1)[-1].strip()
+    cpu = cpu_model()
     result: dict[str, Any] = {"meta": {"cpu": cpu, "block_size": BLOCK, "args": {
         k: v for k, v in vars(args).items() if k != "json"}}}
     result["memory"] = memory_rows(args.tokens)

@@ -20,17 +20,11 @@ from typing import Any
 
 import click
 
+from metagen.cli.flags import parse_ns
 from metagen.cli.remote import open_remote, pop_remote, quiet_remote_logs, remote_options
 from metagen.errors import InvalidParameterError
 
 DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
-
-
-def _parse_ns(text: str, name: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InvalidParameterError(name, text, "must be comma-separated integers") from None
 
 
 @click.command("demo")
@@ -92,9 +86,9 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
     searches = preset.FULL_STEP_SEARCHES if full else tuple(dict.fromkeys(
         x.strip() for x in step_search.split(",") if x.strip()))
     settings = preset.DemoSettings(
-        problems=problems, ns=_parse_ns(ns, "ns"), temperature=temperature,
+        problems=problems, ns=parse_ns(ns, "ns"), temperature=temperature,
         max_tokens=max_tokens, seed=seed, confidence=confidence, step_search=searches,
-        step_ns=_parse_ns(step_ns, "step_ns"), prm=prm_kind)  # type: ignore[arg-type]
+        step_ns=parse_ns(step_ns, "step_ns"), prm=prm_kind)  # type: ignore[arg-type]
     plot_path = str(plot_path or Path(out) / "metagen_demo.png")
     for flag, target in (("plot", plot_path), ("json", json_path)):
         _check_target(flag, target)

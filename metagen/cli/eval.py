@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from metagen.cli.flags import float_flag, int_flag
+from metagen.cli.flags import float_flag, int_flag, parse_ns
 from metagen.cli.generate import QUANTIZATION_FLAG, engine_backend
 from metagen.cli.remote import (open_remote, pop_remote, quiet_remote_logs, refuse_local_only,
                                 remote_options)
@@ -26,14 +26,6 @@ from metagen.errors import InvalidParameterError
 
 T = TypeVar("T")
 LOCAL_RAY = "local"  # --ray with no ADDRESS
-
-
-def parse_ns(text: str) -> tuple[int, ...]:
-    """``"1,4,16"`` -> (1, 4, 16); a malformed list names ``n``."""
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InvalidParameterError("n", text, "must be comma-separated integers") from None
 
 
 def greedy_ns(strategy: str, ns: tuple[int, ...], given: bool) -> tuple[int, ...]:

@@ -25,3 +25,13 @@ def float_flag(name: str, text: str | None) -> float | None:
         return float(text)
     except ValueError:
         raise InvalidParameterError(name, text, "must be a number") from None
+
+
+def parse_ns(text: str, name: str = "n") -> tuple[int, ...]:
+    """``"1,4,16"`` -> (1, 4, 16), blanks dropped; a malformed list is an
+    ``InvalidParameterError`` naming ``name`` (the checks of the values themselves are the
+    config's)."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InvalidParameterError(name, text, "must be comma-separated integers") from None

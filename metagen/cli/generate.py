@@ -30,8 +30,6 @@ naming the URL and exit status 2.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import json
 import math
 import warnings
@@ -51,20 +49,11 @@ from metagen.cli.remote import (
     refuse_local_only,
     remote_options,
 )
-from metagen.errors import (
-    CapabilityError,
-    InvalidParameterError,
-    NumericalError,
-    UnsupportedArchitectureError,
-)
+from metagen.errors import CapabilityError, InvalidParameterError, NumericalError
+from metagen.generators.loading import available_backends, backend_class
+from metagen.generators.loading import load_generator as load
 from metagen.types import Completion, SamplingParams, Usage
 
-# backend name -> (module, class); each class has from_pretrained(path, **options).
-# "auto" tries them in this order and takes the first that implements the model's architecture.
-BACKENDS: dict[str, tuple[str, str]] = {
-    "local": ("metagen.generators.local", "LocalGenerator"),
-    "hf": ("metagen.generators.hf", "HFGenerator"),
-}
 REMOTE_BACKEND = "openai"  # --base-url URL --model NAME: an OpenAI-compatible server
 
 _FLOAT_FLAGS = ("temperature", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
@@ -74,44 +63,9 @@ _INT_FLAGS = ("n", "top_k", "no_repeat_ngram_size", "max_tokens", "min_tokens", 
               "logprobs")
 
 
-def available_backends() -> list[str]:
-    """Backends whose module exists in this installation, in ``auto`` order."""
-    return [name for name, (module, _) in BACKENDS.items()
-            if importlib.util.find_spec(module) is not None]
-
-
-def backend_class(name: str) -> Any:
-    """The generator class of backend ``name`` (imported now)."""
-    module, attr = BACKENDS[name]
-    return getattr(importlib.import_module(module), attr)
-
-
 def load_generator(backend: str, model: str, **options: Any) -> tuple[str, Any]:
-    """``(name, BACKENDS[name].from_pretrained(model, **options))``; options that are None are
-    left out so each backend keeps its own defaults.
-
-    ``backend="auto"`` takes the first available backend that implements the model: only an
-    :class:`~metagen.errors.UnsupportedArchitectureError` (an architecture or format the engine
-    lacks) moves on to the next one, with a note on stderr. Any other load error -- a corrupt
-    file, a config that does not match its weights, an unavailable device -- is raised as is:
-    another backend would only run the same broken checkpoint. A named backend is used or fails,
-    never replaced.
-    """
-    names = available_backends()
-    if backend != "auto" and backend not in names:
-        raise InvalidParameterError("backend", backend,
-                                    f"must be auto or one of {', '.join(names)}")
-    kwargs = {k: v for k, v in options.items() if v is not None}
-    candidates = names if backend == "auto" else [backend]
-    for i, name in enumerate(candidates):
-        try:
-            return name, backend_class(name).from_pretrained(model, **kwargs)
-        except UnsupportedArchitectureError as exc:
-            if i + 1 == len(candidates):
-                raise
-            click.echo(f"note: backend {name} cannot load this model ({exc}); "
-                       f"using {candidates[i + 1]}", err=True)
-    raise AssertionError("unreachable")
+    """:func:`metagen.generators.loading.load_generator`, its notes printed on stderr."""
+    return load(backend, model, note=lambda text: click.echo(text, err=True), **options)
 
 
 def _logit_bias(entries: Sequence[str]) -> dict[int, float] | None:

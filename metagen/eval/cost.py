@@ -1,6 +1,12 @@
-"""What one item's strategies cost at each N: generated tokens and FLOPs, as deterministic
-estimates from the stored token counts (never from measured usage, which depends on what the
-prefix cache held and on concurrent callers, so a resumed or concurrent run would differ).
+"""What one item's strategies cost at each N: generated tokens and FLOPs. The one place this
+meaning is written: the runner records it as cost rows and the report derives from it what a
+store lacks (:mod:`metagen.report.costs`).
+
+Subsampled strategies and ``greedy`` are charged deterministic estimates from the stored token
+counts (never measured usage, which depends on what the prefix cache held and on concurrent
+callers, so a resumed or concurrent run would differ); strategies run on their own at each N
+(the step searches, the adaptive ones) are charged their run's measured usage
+(:func:`measured_cost`).
 
 Subsampled strategies at N are charged the EXPECTED cost of N of the item's samples: ``N x mean``
 over the ``max(ns)`` samples of generated tokens (the exact mean over all size-N subsets, since
@@ -21,9 +27,31 @@ from typing import Any
 
 from metagen.eval.store import ItemResult
 from metagen.generators.flops import FlopModel
+from metagen.types import Usage
 
 TOKENS = "generated_tokens"  # the metric names of the cost rows in the store
 FLOPS = "flops"
+
+
+def expected_tokens(generated: Sequence[int], n: float) -> float:
+    """Expected generated tokens of ``n`` of an item's samples, ``generated`` holding each
+    sample's count: ``n`` x their mean (the exact mean over every size-``n`` subset). NaN when
+    there are no samples."""
+    return n * math.fsum(generated) / len(generated) if generated else math.nan
+
+
+def measured_cost(usage: Usage | Mapping[str, Any]) -> tuple[float, float]:
+    """(generated tokens, FLOPs) of a run measured by its ``usage`` (a :class:`Usage`, or its
+    ``to_dict()`` as a trace stores it): its generated tokens and its generator plus scorer
+    FLOPs. A part that is missing or not a finite number is NaN (unknown)."""
+    got = usage.to_dict() if isinstance(usage, Usage) else usage
+    tokens = _finite(got.get("generated_tokens"))
+    return tokens, _finite(got.get("generator_flops")) + _finite(got.get("scorer_flops"))
+
+
+def _finite(value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else math.nan
 
 
 def shared_prefill_flops(model: FlopModel | None, prompt_tokens: int | None,
@@ -61,6 +89,16 @@ class CostModel:
         """FLOPs of scorer ``scorer`` reading ``n`` of the samples after one prompt pass."""
         return shared_prefill_flops(self.scorers.get(scorer), self.prompt_tokens(prompt),
                                     list(generated), n)
+
+    def subsampled(self, scorer: str | None, prompt: str, generated: Sequence[int],
+                   n: float) -> tuple[float, float]:
+        """(tokens, FLOPs) of a subsampled strategy at ``n`` over the item's samples
+        (``generated``: each sample's token count): :func:`expected_tokens`, and
+        :meth:`sampling` plus, when the strategy reads ``scorer``'s scores, :meth:`scoring`."""
+        flops = self.sampling(prompt, generated, n)
+        if scorer is not None:
+            flops += self.scoring(scorer, prompt, generated, n)
+        return expected_tokens(generated, n), flops
 
 
 def flop_model_of_backend(obj: Any) -> FlopModel | None:

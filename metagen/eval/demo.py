@@ -107,17 +107,14 @@ def testbed_loaders(settings: DemoSettings) -> dict[str, Loader]:
 
 def load_testbed_policy(backend: str) -> Any:
     """The testbed policy: the engine (with a KV cache sized for the demo's concurrency) when
-    ``backend`` is ``local`` and the engine is available, else transformers."""
-    path = testbed_model("policy")
-    if backend == "local":
-        try:
-            from metagen.generators.local import LocalGenerator
-        except ImportError:
-            pass
-        else:
-            return LocalGenerator.from_pretrained(path, kv_cache_bytes=KV_CACHE_BYTES)
-    from metagen.generators.hf import HFGenerator
-    return HFGenerator.from_pretrained(path)
+    ``backend`` is ``local`` and the engine is installed, else transformers; loaded by
+    :func:`~metagen.generators.loading.load_generator`."""
+    from metagen.generators.loading import available_backends, load_generator
+
+    path = str(testbed_model("policy"))
+    if backend == "local" and "local" in available_backends():
+        return load_generator("local", path, kv_cache_bytes=KV_CACHE_BYTES)[1]
+    return load_generator("hf", path)[1]
 
 
 def run_demo(settings: DemoSettings, out: str | Path, *, model: Mapping[str, Any],

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from metagen.errors import BackendError, InsufficientSamples, InvalidPromptError
-from metagen.eval.cost import cost_results
+from metagen.eval.cost import cost_results, measured_cost
 from metagen.eval.seeds import direct_seed
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
@@ -66,5 +66,5 @@ def runs_at_each_n(strategy: str, task: TaskSpec, item: EvalItem, sampling: Samp
         correct = bool(task.grade(result.text, item.problem))
         results.append(ItemResult(strategy, n, ACCURACY, float(correct), {
             "text": result.text, "usage": result.usage.to_dict(), "trace": result.trace}))
-        results += cost_results(strategy, n, result.usage.generated_tokens, result.usage.flops)
+        results += cost_results(strategy, n, *measured_cost(result.usage))
     return results, []

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from metagen.cpuinfo import CPUINFO, cpu_flags, cpu_model
+
 _FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "amx_tile")
 
 
@@ -26,18 +28,10 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def hardware(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
-    """CPU model, the vector-extension flags inference speed depends on, core count, platform."""
-    model: str | None = platform.processor() or None
-    flags: set[str] = set()
-    try:
-        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model in (None, "", "x86_64"):
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    return {"cpu_model": model, "cpu_flags": {f: f in flags for f in _FLAGS},
+def hardware(cpuinfo: str | Path = CPUINFO) -> dict[str, Any]:
+    """CPU model, the vector-extension flags inference speed depends on, core count, platform;
+    the model and flags read from ``cpuinfo`` by :mod:`metagen.cpuinfo`'s rule (the one the
+    native kernels are built and chosen by)."""
+    flags = cpu_flags(cpuinfo)
+    return {"cpu_model": cpu_model(cpuinfo), "cpu_flags": {f: f in flags for f in _FLAGS},
             "cores": os.cpu_count(), "platform": sys.platform, "machine": platform.machine()}

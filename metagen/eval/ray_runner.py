@@ -23,16 +23,11 @@ from typing import Any
 
 from metagen.errors import BackendError, InvalidParameterError
 from metagen.eval.recording import RecordingStore
-from metagen.eval.runner import (
-    CONFIDENCE,
-    PRM,
-    REWARD,
-    EvalConfig,
-    Finished,
-    WorkUnit,
-    load_backends,
-    run_item,
-)
+from metagen.eval.backends import load_backends
+from metagen.eval.config import PRM, EvalConfig
+from metagen.eval.item import Finished, WorkUnit, run_item
+from metagen.eval.runrows import REWARD
+from metagen.eval.selectors import CONFIDENCE
 
 RAY_MISSING = "Ray is not installed: pip install 'metagen[ray]'"
 

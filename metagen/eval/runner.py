@@ -21,45 +21,43 @@ stopped the run). Items are keyed by id, never by position or worker (L6).
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from metagen.errors import BackendError, InvalidParameterError, InvalidPromptError
-from metagen.eval.adaptive import ADAPTIVE, adaptive_item
+from metagen.errors import InvalidParameterError
+from metagen.eval.adaptive import ADAPTIVE
 from metagen.eval.atomic import write_json_atomic
+from metagen.eval.backends import Backends, Loader, check_loaders, load_backends
 from metagen.eval.breakdown import difficulty_tables
-from metagen.eval.cost import CostModel, cost_model_for, cost_results, own_generated_tokens
-from metagen.eval.direct import DIRECT, direct_item
-from metagen.eval.greedy import GREEDY, greedy_item
+from metagen.eval.config import PRM, EvalConfig, parse_strategies
+from metagen.eval.cost import own_generated_tokens
+from metagen.eval.direct import DIRECT
 from metagen.eval.interrupt import RunInterrupted, raising_on_signals
-from metagen.eval.metrics import item_results, summarize
+from metagen.eval.item import Finished, WorkUnit, run_item
+from metagen.eval.metrics import summarize
 from metagen.eval.preflight import check_output_dir
 from metagen.eval.provenance import hardware, versions
-from metagen.eval.recording import SaveCall, replay
+from metagen.eval.recording import replay
 from metagen.eval.runrows import REWARD, read_run_rows
 from metagen.eval.runkey import run_key
 from metagen.eval.runlock import run_folder_lock
-from metagen.eval.seeds import item_seed
-from metagen.eval.selectors import CONFIDENCE, SUBSAMPLED, StoredReward, make_selector
-from metagen.eval.store import ItemResult, RunStore, StoredSample
+from metagen.eval.selectors import CONFIDENCE, SUBSAMPLED
+from metagen.eval.store import RunStore
 from metagen.eval.tasks import EvalItem, TaskSpec
+from metagen.eval.threads import ThreadPool, thread_safe
 from metagen.eval.writefail import folder_writes
-from metagen.scorers.callables import as_reward, check_scores
-from metagen.strategies.parallel import check_counts, failure_reason
-from metagen.types import Completion, SamplingParams
+
+# the names the runner's callers have always imported from here
+__all__ = ["CONFIDENCE", "PRM", "RESULTS_NAME", "REWARD", "STORE_NAME", "Backends", "EvalConfig",
+           "Finished", "ItemPool", "Loader", "Progress", "WorkUnit", "check_loaders",
+           "load_backends", "parse_strategies", "run_eval", "run_item"]
 
 STORE_NAME = "run.sqlite"
 RESULTS_NAME = "results.json"
-PRM = "prm"  # the process reward model's name among the run's scorers (never stored)
 Progress = Callable[[int, int], None]  # (items finished this session, items to do)
-WorkUnit = tuple[EvalItem, dict[int, StoredSample], dict[str, dict[int, float]]]
-Finished = tuple[str, bool, list[SaveCall], str]  # item id, done, its save_item calls, backend
-Loader = Callable[[], Any]
 
 
 class ItemPool(Protocol):
@@ -67,121 +65,6 @@ class ItemPool(Protocol):
     item exactly once (a unit whose worker died is redone, never dropped)."""
 
     def run(self, config: EvalConfig, units: Sequence[WorkUnit]) -> Iterator[Finished]: ...
-
-
-def parse_strategies(value: str | Sequence[str]) -> tuple[str, ...]:
-    """``"a,b"`` or ``("a", "b")`` -> ``("a", "b")`` (blanks dropped); a repeated or unknown
-    name, or none, raises ``InvalidParameterError`` naming ``strategy``."""
-    names = value.split(",") if isinstance(value, str) else list(value)
-    out = tuple(str(x).strip() for x in names if str(x).strip())
-    known = [*SUBSAMPLED, *DIRECT, *ADAPTIVE, GREEDY]
-    if not out or len(set(out)) != len(out) or any(x not in known for x in out):
-        raise InvalidParameterError("strategy", value, "must be distinct names among "
-                                    f"{', '.join(known)} in this version")
-    return out
-
-
-@dataclass(slots=True, frozen=True)
-class EvalConfig:
-    """One evaluation. ``model`` describes the policy for the run key and provenance (a local
-    path, or a server's ``base_url`` / ``model`` / ``revision``); ``sampling`` holds every
-    sampling parameter but ``n`` and ``seed`` (the runner sets those). ``strategy`` is one
-    strategy or several (a tuple, or names joined by commas; kept as the comma-joined string):
-    the subsampled ones share ONE sample set and its stored scores, the step searches and
-    ``greedy`` run on their own. ``strategy_args`` go to every strategy of the run. Validated on
-    construction."""
-
-    task: str
-    model: Mapping[str, Any]
-    strategy: str | tuple[str, ...]
-    ns: tuple[int, ...] = (1, 4, 16)
-    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.8))
-    seed: int = 0
-    strategy_args: Mapping[str, Any] = field(default_factory=dict)
-    reward: str | None = None
-    prm: str | None = None
-    data: str | None = None
-    limit: int | None = None
-    max_subsets: int = 32
-    attempts: int = 2
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "strategy", ",".join(parse_strategies(self.strategy)))
-        if not self.ns or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
-                              for n in self.ns) or list(self.ns) != sorted(set(self.ns)):
-            raise InvalidParameterError("n", self.ns, "must be increasing positive integers")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise InvalidParameterError("seed", self.seed, "must be a non-negative integer")
-        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
-            raise InvalidParameterError("limit", self.limit, "must be a positive integer")
-        if not isinstance(self.attempts, int) or self.attempts < 1:
-            raise InvalidParameterError("attempts", self.attempts, "must be >= 1")
-        self.sampling.with_(n=max(self.ns), seed=0)  # n_max must be servable (validates)
-
-    @property
-    def strategies(self) -> tuple[str, ...]:
-        """The run's strategies, in the order given."""
-        return tuple(str(self.strategy).split(","))
-
-    @property
-    def scorers_needed(self) -> set[str]:
-        """Names of the scorers the strategies read: :data:`REWARD`, :data:`CONFIDENCE`,
-        :data:`PRM`."""
-        names = {SUBSAMPLED[s] for s in self.strategies if s in SUBSAMPLED}
-        return {n for n in names if n} | ({PRM} if set(self.strategies) & set(DIRECT) else set())
-
-    def key_fields(self, task: TaskSpec) -> dict[str, Any]:
-        """Everything that changes the outputs (the run key's input; ``strategy`` is the
-        comma-joined list); ``limit`` is not in it: items are keyed by id, so a larger limit
-        extends a run. Each local model folder (the policy's ``path``, ``reward``, ``prm``)
-        also gives its content fingerprint (:func:`~metagen.eval.fingerprint.folder_fingerprint`)
-        as ``model_files``, ``reward_files``, ``prm_files``: new weights at the same path make a
-        new key. A server's model has none (its name and URL are what the key holds)."""
-        from metagen._version import __version__
-        from metagen.eval.fingerprint import folder_fingerprint
-
-        sampling = {k: v for k, v in self.sampling.to_dict().items() if k not in ("n", "seed")}
-        return {"task": task.name, "data_sha256": task.data_fingerprint(self.data),
-                "prompt_template": task.template_fingerprint(), "system_prompt": None,
-                "model": dict(self.model), "sampling": sampling, "n_max": max(self.ns),
-                "ns": list(self.ns), "seed": self.seed, "strategy": self.strategy,
-                "strategy_args": dict(self.strategy_args), "reward": self.reward,
-                "prm": self.prm,
-                "max_subsets": self.max_subsets, "metagen_version": __version__,
-                "executor_limits": dict(task.executor_limits),
-                **{f"{role}_files": found for role, folder in (
-                    ("model", self.model.get("path")), ("reward", self.reward),
-                    ("prm", self.prm)) if (found := folder_fingerprint(folder)) is not None}}
-
-
-@dataclass(slots=True, frozen=True)
-class Backends:
-    """What a process does items with: the policy, the scorers by name (:data:`REWARD`,
-    :data:`CONFIDENCE`, :data:`PRM`) and their :class:`~metagen.eval.cost.CostModel`."""
-
-    generator: Any
-    scorers: Mapping[str, Any] = field(default_factory=dict)
-    cost: CostModel = field(default_factory=CostModel)
-
-
-def load_backends(config: EvalConfig, generator: Any, loaders: Mapping[str, Loader | None]
-                  ) -> Backends:
-    """The scorers ``config``'s strategies need, each loaded once with ``loaders[name]``
-    (the reward model wrapped as a reward), and the cost model of them all."""
-    raw = {name: loaders[name]() for name in sorted(config.scorers_needed)  # type: ignore[misc]
-           if loaders.get(name)}
-    scorers = {k: as_reward(v) if k != PRM else v for k, v in raw.items()}
-    return Backends(generator, scorers, cost_model_for(generator, raw))
-
-
-def check_loaders(config: EvalConfig, loaders: Mapping[str, Loader | None]) -> None:
-    """``InvalidParameterError`` naming the flag of a scorer the strategies need and lack."""
-    flags = {REWARD: ("reward", "--reward PATH"), PRM: ("prm", "--prm PATH"),
-             CONFIDENCE: ("confidence", "a confidence scorer (the policy's LikelihoodVerifier)")}
-    for name in sorted(config.scorers_needed):
-        if loaders.get(name) is None:
-            param, what = flags[name]
-            raise InvalidParameterError(param, None, f"{config.strategy} needs {what}")
 
 
 def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
@@ -206,7 +89,8 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     be done.
 
     ``concurrency`` > 1 does that many items at once in threads over the one generator (when
-    it is safe to call from several threads: :func:`~metagen.eval.threads.thread_safe`); each
+    it declares it may be called from several threads:
+    :attr:`~metagen.generators.base.Capabilities.thread_safe`); each
     item's results do not depend on it. A run with a step search does one item at a time: a
     search measures its usage (and budget) as the generator's usage before and after, which
     concurrent items would mix. With a ``pool`` (e.g.
@@ -244,8 +128,6 @@ def _run_locked(config: EvalConfig, task: TaskSpec, folder: Path,
         try:
             with raising_on_signals():
                 if todo and pool is None:
-                    from metagen.eval.threads import ThreadPool, thread_safe
-
                     backends = load_backends(config, load_generator(), loaders)
                     workers = concurrency if thread_safe(backends.generator) and not (
                         set(config.strategies) & (set(DIRECT) | set(ADAPTIVE))) else 1
@@ -279,130 +161,6 @@ def _run_locked(config: EvalConfig, task: TaskSpec, folder: Path,
             with folder_writes(folder / RESULTS_NAME, (OSError,)):
                 write_json_atomic(folder / RESULTS_NAME, report)
     return report, code
-
-
-def run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backends,
-             store: Any) -> bool:
-    """Do one item into ``store`` (the run's :class:`RunStore`, or a
-    :class:`~metagen.eval.recording.RecordingStore`): the subsampled strategies from its
-    samples, then ``greedy`` and each step search; every result, the scores and the done mark
-    are stored by ONE final ``save_item`` (the samples as they are drawn). True when done."""
-    results: list[ItemResult] = []
-    scores: dict[str, dict[int, float]] = {}
-    ok = True
-    subsampled = [s for s in config.strategies if s in SUBSAMPLED]
-    if subsampled:
-        got = _run_subsampled(config, task, item, backends, store, subsampled)
-        ok = got is not None
-        if got is not None:
-            results += got[0]
-            scores = got[1]
-    for strategy in config.strategies:
-        if ok and strategy not in SUBSAMPLED:
-            direct = _run_direct(config, task, item, backends, store, strategy)
-            ok = direct is not None
-            results += direct or []
-    if ok or results:
-        store.save_item(item.id, (), (), scores or None, results, done=ok,
-                        difficulty=item.difficulty)
-    return ok
-
-
-def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backends,
-                    store: Any, strategies: Sequence[str]
-                    ) -> tuple[list[ItemResult], dict[str, dict[int, float]]] | None:
-    """Sample (retrying failed samples up to ``config.attempts`` times), score every sample once
-    per scorer the ``strategies`` read, and evaluate them at every N with their costs; None when
-    samples are still missing."""
-    n_max, seed = max(config.ns), item_seed(config.seed, item.id)
-    have = store.samples(item.id)
-    for _ in range(config.attempts):
-        if len(have) == n_max:
-            break
-        new, failures = _sample(config, task, item, backends.generator, seed, set(have))
-        store.save_item(item.id, new, failures)
-        have.update({s.index: s for s in new})
-    if len(have) < n_max:
-        return None
-    samples = [have[j] for j in range(n_max)]
-    texts = [s.completion.text for s in samples]
-    scores: dict[str, dict[int, float]] = {}
-    for name in sorted({x for s in strategies if (x := SUBSAMPLED[s])}):
-        values = store.scores(item.id, name)
-        if len(values) < n_max:
-            scorer = backends.scorers[name]
-            got = check_scores(scorer.score([item.prompt] * n_max, texts), n_max,
-                               who=type(scorer).__name__)
-            values = {j: float(v) for j, v in enumerate(got)}
-        scores[name] = values
-    stored = {name: StoredReward(texts, [v[j] for j in range(n_max)])
-              for name, v in scores.items()}
-    selectors = {s: make_selector(s, task.answer_key, stored, config.strategy_args)
-                 for s in strategies}
-    results = item_results(item.id, item.prompt, samples, config.ns, selectors,
-                           run_seed=config.seed, max_subsets=config.max_subsets)
-    tokens = [s.completion.num_tokens for s in samples]
-    for s in strategies:
-        for n in config.ns:
-            flops = backends.cost.sampling(item.prompt, tokens, n)
-            if (scorer_name := SUBSAMPLED[s]) is not None:
-                flops += backends.cost.scoring(scorer_name, item.prompt, tokens, n)
-            results += cost_results(s, n, n * math.fsum(tokens) / n_max, flops)
-    return results, scores
-
-
-def _run_direct(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backends,
-                store: Any, strategy: str) -> list[ItemResult] | None:
-    """Run ``greedy`` or a :data:`~metagen.eval.direct.DIRECT` strategy at every N on one item,
-    up to ``config.attempts`` times, logging failures; its results, or None."""
-    for _ in range(config.attempts):
-        if strategy == GREEDY:
-            results, failures = greedy_item(task, item, backends.generator, config.sampling,
-                                            backends.cost)
-        elif strategy in ADAPTIVE:
-            results, failures = adaptive_item(strategy, task, item, backends.generator,
-                                              config.sampling, config.ns, config.seed,
-                                              config.strategy_args)
-        else:
-            results, failures = direct_item(strategy, task, item, backends.generator,
-                                            backends.scorers.get(PRM), config.sampling,
-                                            config.ns, config.seed, config.strategy_args)
-        if not failures:
-            return results
-        store.save_item(item.id, (), failures)
-    return None
-
-
-def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, seed: int,
-            have: set[int]) -> tuple[list[StoredSample], list[tuple[int | None, str]]]:
-    """One generate call for the item's ``n_max`` samples; the new successful ones (indices not
-    in ``have``), graded, and (index, reason) of each failed or empty one. A backend error on the
-    whole call, or a prompt the backend refuses (longer than its context: ``InvalidPromptError``),
-    fails every missing sample with the error's type as reason; the other items are unaffected."""
-    n_max = max(config.ns)
-    missing = [j for j in range(n_max) if j not in have]
-    try:
-        row = check_counts(generator.generate([item.prompt], config.sampling.with_(
-            n=n_max, seed=seed)), 1, n_max, type(generator).__name__)[0]
-    except (BackendError, InvalidPromptError) as exc:  # this item fails; the run goes on
-        return [], [(j, type(exc).__name__) for j in missing]
-    new: list[StoredSample] = []
-    failures: list[tuple[int | None, str]] = []
-    for j in missing:
-        reason = _failure(row[j])
-        if reason is not None:
-            failures.append((j, reason))
-        else:
-            new.append(StoredSample(j, seed, row[j],
-                                    bool(task.grade(row[j].text, item.problem))))
-    return new, failures
-
-
-def _failure(c: Completion) -> str | None:
-    reason = failure_reason(c)
-    if reason is None and c.text == "":
-        return "empty"
-    return reason
 
 
 def _report(config: EvalConfig, fields: Mapping[str, Any], key: str, store: RunStore,

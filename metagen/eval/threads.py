@@ -1,6 +1,7 @@
 """Items in threads over one backend: an :class:`~metagen.eval.runner.ItemPool` for one process.
 
-A thread-safe generator whose concurrent calls share engine steps (the engine's
+A generator that declares itself thread-safe
+(:attr:`~metagen.generators.base.Capabilities.thread_safe`: the engine's
 :class:`~metagen.generators.local.LocalGenerator`, whose outputs do not depend on what they are
 batched with; an :class:`~metagen.generators.openai.OpenAIGenerator`, whose server batches them)
 does ``workers`` items at once. Each worker thread computes its item with the runner's own
@@ -16,19 +17,25 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from metagen.errors import InvalidParameterError
+from metagen.errors import BackendError, InvalidParameterError
+from metagen.eval.backends import Backends
+from metagen.eval.config import EvalConfig
+from metagen.eval.item import Finished, WorkUnit, run_item
 from metagen.eval.recording import RecordingStore
-from metagen.eval.runner import Backends, EvalConfig, Finished, WorkUnit, run_item
 from metagen.eval.tasks import TaskSpec
+from metagen.generators.base import Capabilities
 
 
 def thread_safe(generator: Any) -> bool:
-    """Whether ``generator`` may be called from several threads at once (the engine's and the
-    OpenAI-compatible backends; the transformers backend is not)."""
-    from metagen.generators.local import LocalGenerator
-    from metagen.generators.openai import OpenAIGenerator
-
-    return isinstance(generator, LocalGenerator | OpenAIGenerator)
+    """Whether ``generator`` may be called from several threads at once: its
+    :attr:`~metagen.generators.base.Capabilities.thread_safe`. False for an object that declares
+    no capabilities, and for a server that cannot be reached to say (its capabilities raise a
+    ``BackendError``): its items then fail one at a time, as they would in threads."""
+    try:
+        caps = getattr(generator, "capabilities", None)
+    except BackendError:
+        return False
+    return isinstance(caps, Capabilities) and caps.thread_safe
 
 
 class ThreadPool:

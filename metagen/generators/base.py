@@ -21,7 +21,14 @@ Prompt = Union[str, Sequence[ChatMessage]]
 
 @dataclass(slots=True, frozen=True)
 class Capabilities:
-    """What a generator can do. Algorithms check these instead of guessing."""
+    """What a generator can do. Algorithms check these instead of guessing.
+
+    ``thread_safe`` is the generator's promise that ``generate`` (and ``score``, where it has
+    one) may be called from several threads at once, each call's outputs and the ``usage``
+    total being what the calls would give one after another (up to the batch-composition
+    rounding a backend documents). Callers that fan items out over threads (the eval runner's
+    ``concurrency``) read it and do one item at a time without it; it defaults to False, so a
+    generator (or a wrapper around one) is serial unless it says otherwise."""
 
     logits: bool = False          # per-step logits access (custom processors, contrastive decoding)
     logprobs: bool = False        # per-token logprobs and top-k alternatives in completions
@@ -31,6 +38,7 @@ class Capabilities:
     seeded: bool = True           # per-request seeds give reproducible samples
     flops: bool = True            # ``usage`` FLOPs are known (False: NaN, e.g. a remote server
     #                               whose parameter count was not declared)
+    thread_safe: bool = False     # concurrent calls from several threads are safe (see above)
 
     def missing(self, *names: str) -> list[str]:
         known = {f.name for f in fields(self)}

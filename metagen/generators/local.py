@@ -84,7 +84,7 @@ class LocalGenerator:
     def capabilities(self) -> Capabilities:
         return Capabilities(logits=True, logprobs=True, prompt_scoring=True,
                             prefix_cache=self.engine.radix is not None, constraints=True,
-                            seeded=True)
+                            seeded=True, thread_safe=True)  # one loop thread owns the engine
 
     @property
     def usage(self) -> Usage:

@@ -165,7 +165,7 @@ class OpenAIGenerator:
         return Capabilities(logits=False, logprobs=dialect.token_ids,
                             prompt_scoring=dialect.wire == "vllm",
                             prefix_cache=False, constraints=False, seeded=dialect.seeded,
-                            flops=self.num_params is not None)
+                            flops=self.num_params is not None, thread_safe=True)
 
     @property
     def dialect(self) -> Dialect:

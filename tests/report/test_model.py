@@ -6,13 +6,11 @@ in a run folder is written."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from metagen.errors import InvalidParameterError
 from metagen.report import ReportLimits, build_report
-from metagen.report.costs import subsampled_tokens, usage_cost
 from metagen.report.tables import compute_optimal_table, difficulty_table
 from metagen.report.trees import display_tree
 from tests.report.runs import (BY_DIFFICULTY, COMPUTE_OPTIMAL, HOSTILE, make_sc_run,
@@ -68,16 +66,6 @@ def test_cost_rows_in_the_store_are_not_item_outcomes():
 
     assert outcomes([("s", 2, "accuracy", 1.0, {}), ("s", 2, "generated_tokens", 9.0, {}),
                      ("s", 2, "flops", 1e9, {})]) == {"s": {"n": 2, "value": 1.0}}
-
-
-def test_cost_helpers_against_hand_values():
-    assert subsampled_tokens({"a": [10, 20, 30, 40], "b": [5, 5]}, 3) == 3 * (25 + 5) / 2
-    assert subsampled_tokens({}, 3) is None
-    cost = usage_cost([{"generated_tokens": 10, "generator_flops": 1.0, "scorer_flops": 2.0},
-                       {"generated_tokens": 30, "generator_flops": 3.0, "scorer_flops": 4.0}])
-    assert cost == {"tokens": 20.0, "flops": 5.0}
-    assert usage_cost([{"generated_tokens": 1, "generator_flops": math.nan,
-                        "scorer_flops": 0.0}])["flops"] is None
 
 
 def test_candidates_carry_answer_correctness_scores_and_how_often_they_were_chosen(sc):

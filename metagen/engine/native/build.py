@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from metagen.cpuinfo import cpu_identity
 from metagen.errors import MetagenError
 
 NATIVE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=c11")
@@ -44,17 +44,6 @@ def compiler() -> str | None:
     """``$CC`` if set, else the first of cc, gcc, clang on the PATH."""
     return os.environ.get("CC") or next(
         (c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
-
-
-def cpu_identity() -> str:
-    """The CPU's model and feature flags (Linux), else what :mod:`platform` knows."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return f"{platform.machine()} {platform.processor()}"
-    wanted = ("model name", "flags", "Features", "CPU part")
-    found = {ln.split(":", 1)[0].strip(): ln for ln in lines if ":" in ln}
-    return "\n".join(found[k] for k in wanted if k in found) or platform.machine()
 
 
 def build(sources: Path | Sequence[Path], flags: tuple[str, ...] = NATIVE_FLAGS) -> Path:

@@ -1,24 +1,11 @@
-"""What CPU this is, as the native kernels and their benchmarks name it (Linux; elsewhere what
-:mod:`platform` knows)."""
+"""What CPU this is, as the native kernels and their benchmarks name it and which vector ISA
+they take; read by :mod:`metagen.cpuinfo` (the one rule, shared with a run's provenance)."""
 
 from __future__ import annotations
 
-import platform
+from metagen.cpuinfo import cpu_flags, cpu_identity, cpu_model
 
-from metagen.engine.native.build import cpu_identity
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else :func:`platform.processor` or the
-    machine type."""
-    line = next((ln for ln in cpu_identity().splitlines() if ln.startswith("model name")), "")
-    return line.split(":", 1)[-1].strip() or platform.processor() or platform.machine()
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux), else the empty set."""
-    line = next((ln for ln in cpu_identity().splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split()) if line else set()
+__all__ = ["cpu_flags", "cpu_identity", "cpu_model", "vector_isa"]
 
 
 def vector_isa() -> str:

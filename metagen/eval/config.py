@@ -1,0 +1,106 @@
+"""One evaluation's settings (:class:`EvalConfig`): the task, the policy, the strategies and the
+N they run at, sampling, seeds and scorers, validated on construction, and the fields of the run
+key."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from metagen.errors import InvalidParameterError
+from metagen.eval.adaptive import ADAPTIVE
+from metagen.eval.direct import DIRECT
+from metagen.eval.greedy import GREEDY
+from metagen.eval.selectors import CONFIDENCE, SUBSAMPLED
+from metagen.eval.tasks import TaskSpec
+from metagen.types import SamplingParams
+
+PRM = "prm"  # the process reward model's name among the run's scorers (never stored)
+
+
+def parse_strategies(value: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a,b"`` or ``("a", "b")`` -> ``("a", "b")`` (blanks dropped); a repeated or unknown
+    name, or none, raises ``InvalidParameterError`` naming ``strategy``."""
+    names = value.split(",") if isinstance(value, str) else list(value)
+    out = tuple(str(x).strip() for x in names if str(x).strip())
+    known = [*SUBSAMPLED, *DIRECT, *ADAPTIVE, GREEDY]
+    if not out or len(set(out)) != len(out) or any(x not in known for x in out):
+        raise InvalidParameterError("strategy", value, "must be distinct names among "
+                                    f"{', '.join(known)} in this version")
+    return out
+
+
+@dataclass(slots=True, frozen=True)
+class EvalConfig:
+    """One evaluation. ``model`` describes the policy for the run key and provenance (a local
+    path, or a server's ``base_url`` / ``model`` / ``revision``); ``sampling`` holds every
+    sampling parameter but ``n`` and ``seed`` (the runner sets those). ``strategy`` is one
+    strategy or several (a tuple, or names joined by commas; kept as the comma-joined string):
+    the subsampled ones share ONE sample set and its stored scores, the step searches and
+    ``greedy`` run on their own. ``strategy_args`` go to every strategy of the run. Validated on
+    construction."""
+
+    task: str
+    model: Mapping[str, Any]
+    strategy: str | tuple[str, ...]
+    ns: tuple[int, ...] = (1, 4, 16)
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.8))
+    seed: int = 0
+    strategy_args: Mapping[str, Any] = field(default_factory=dict)
+    reward: str | None = None
+    prm: str | None = None
+    data: str | None = None
+    limit: int | None = None
+    max_subsets: int = 32
+    attempts: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "strategy", ",".join(parse_strategies(self.strategy)))
+        if not self.ns or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
+                              for n in self.ns) or list(self.ns) != sorted(set(self.ns)):
+            raise InvalidParameterError("n", self.ns, "must be increasing positive integers")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise InvalidParameterError("seed", self.seed, "must be a non-negative integer")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise InvalidParameterError("limit", self.limit, "must be a positive integer")
+        if not isinstance(self.attempts, int) or self.attempts < 1:
+            raise InvalidParameterError("attempts", self.attempts, "must be >= 1")
+        self.sampling.with_(n=max(self.ns), seed=0)  # n_max must be servable (validates)
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """The run's strategies, in the order given."""
+        return tuple(str(self.strategy).split(","))
+
+    @property
+    def scorers_needed(self) -> set[str]:
+        """Names of the scorers the strategies read: :data:`REWARD`, :data:`CONFIDENCE`,
+        :data:`PRM`."""
+        names = {SUBSAMPLED[s] for s in self.strategies if s in SUBSAMPLED}
+        return {n for n in names if n} | ({PRM} if set(self.strategies) & set(DIRECT) else set())
+
+    def key_fields(self, task: TaskSpec) -> dict[str, Any]:
+        """Everything that changes the outputs (the run key's input; ``strategy`` is the
+        comma-joined list); ``limit`` is not in it: items are keyed by id, so a larger limit
+        extends a run. Each local model folder (the policy's ``path``, ``reward``, ``prm``)
+        also gives its content fingerprint (:func:`~metagen.eval.fingerprint.folder_fingerprint`)
+        as ``model_files``, ``reward_files``, ``prm_files``: new weights at the same path make a
+        new key. A server's model has none (its name and URL are what the key holds)."""
+        from metagen._version import __version__
+        from metagen.eval.fingerprint import folder_fingerprint
+
+        sampling = {k: v for k, v in self.sampling.to_dict().items() if k not in ("n", "seed")}
+        return {"task": task.name, "data_sha256": task.data_fingerprint(self.data),
+                "prompt_template": task.template_fingerprint(), "system_prompt": None,
+                "model": dict(self.model), "sampling": sampling, "n_max": max(self.ns),
+                "ns": list(self.ns), "seed": self.seed, "strategy": self.strategy,
+                "strategy_args": dict(self.strategy_args), "reward": self.reward,
+                "prm": self.prm,
+                "max_subsets": self.max_subsets, "metagen_version": __version__,
+                "executor_limits": dict(task.executor_limits),
+                **{f"{role}_files": found for role, folder in (
+                    ("model", self.model.get("path")), ("reward", self.reward),
+                    ("prm", self.prm)) if (found := folder_fingerprint(folder)) is not None}}
+
+
