@@ -93,6 +93,9 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--backend", default="auto", show_default=True,
               help="Local backend: auto, local (the engine) or hf.")
 @QUANTIZATION_FLAG
+@click.option("--deterministic", is_flag=True, default=False,
+              help="Batch-invariant engine steps (built-in engine): every sample the same bits "
+              "whatever --concurrency, the batch and the prefix cache; slower wide steps.")
 @click.option("--out", required=True, metavar="DIR", help="Run folder (store and results.json).")
 @click.option("--concurrency", default="16", show_default=True, metavar="K",
               help="Items in flight at once over the one backend (the engine and servers; the "
@@ -113,7 +116,7 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                  prm: str | None,
                  strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
                  temperature: str, top_p: str, max_tokens: str, backend: str,
-                 quantization: str | None, out: str,
+                 quantization: str | None, deterministic: bool, out: str,
                  concurrency: str, force_resume: bool, ray_address: str | None,
                  ray_workers: str, **flags: Any) -> None:
     """Evaluate STRATEGY (one, or several comma-separated over one sample set) on TASK (gsm8k,
@@ -129,12 +132,16 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                                         "--base-url URL --model NAME")
     remote = pop_remote(flags)
     if remote:
-        refuse_local_only({"quantization": quantization}, "applies to a local model; a server "
-                          "chooses its own weights where it is launched")
+        refuse_local_only({"quantization": quantization, "deterministic": deterministic or None},
+                          "applies to a local model; a server chooses its own weights and "
+                          "kernels where it is launched")
     else:
         backend = engine_backend(backend, quantization)
+        if deterministic:
+            backend = engine_backend(backend, True, "deterministic")
     model = ({"path": str(Path(local_path).resolve()), "backend": backend,
-              **({"quantization": quantization} if quantization else {})} if local_path
+              **({"quantization": quantization} if quantization else {}),
+              **({"deterministic": True} if deterministic else {})} if local_path
              else {"base_url": remote["base_url"], "model": remote["model"], "revision": None})
     config = EvalConfig(
         task=task, model=model, strategy=strategy,
@@ -159,7 +166,8 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         if remote:
             return open_remote({**remote, "base_url": urls[index % len(urls)]})
         from metagen.cli.generate import load_generator as load
-        return load(backend, str(local_path), quantization=quantization)[1]
+        return load(backend, str(local_path), quantization=quantization,
+                    deterministic=deterministic or None)[1]
 
     spec = get_task(task)
 

@@ -243,15 +243,16 @@ def _beam_params(search: dict[str, Any]) -> Any:
         length_penalty=1.0 if length is None else length)
 
 
-def engine_backend(backend: str, quantization: str | None) -> str:
-    """The backend that runs ``--quantization``: the built-in engine (``auto`` becomes
-    ``local``); transformers (``hf``) cannot, and raises
-    :class:`~metagen.errors.InvalidParameterError` naming ``quantization``."""
-    if quantization is None:
+def engine_backend(backend: str, value: object, name: str = "quantization") -> str:
+    """The backend that runs an engine-only option ``name`` set to ``value`` (``--quantization``,
+    ``--deterministic``): the built-in engine (``auto`` becomes ``local``); transformers
+    (``hf``) cannot, and raises :class:`~metagen.errors.InvalidParameterError` naming ``name``.
+    ``value`` None: ``backend`` unchanged."""
+    if value is None:
         return backend
     if backend == "hf":
-        raise InvalidParameterError("quantization", quantization, "quantized weights run on the "
-                                    "built-in engine: use --backend local (or auto)")
+        raise InvalidParameterError(name, value, "runs on the built-in engine: use --backend "
+                                    "local (or auto)")
     return "local" if backend == "auto" else backend
 
 
