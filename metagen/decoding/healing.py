@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import bisect
 import re
-import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+from metagen.decoding.per_tokenizer import PerTokenizer
 
 _BYTE_TOKEN = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")  # SentencePiece byte fallback
 
@@ -84,19 +84,13 @@ class VocabIndex:
         return tuple(sorted(set(self.extensions(rest)) | set(self.proper_prefixes(rest))))
 
 
-_INDEXES: weakref.WeakKeyDictionary[Any, VocabIndex] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
+_INDEXES: PerTokenizer[VocabIndex] = PerTokenizer(VocabIndex.from_tokenizer)
 
 
 def vocab_index(tokenizer: Any) -> VocabIndex:
     """The :class:`VocabIndex` of ``tokenizer``, built on first use and cached while the
     tokenizer lives."""
-    with _LOCK:
-        index = _INDEXES.get(tokenizer)
-        if index is None:
-            index = VocabIndex.from_tokenizer(tokenizer)
-            _INDEXES[tokenizer] = index
-        return index
+    return _INDEXES(tokenizer)
 
 
 @dataclass(slots=True, frozen=True)

@@ -20,11 +20,11 @@ import bisect
 import itertools
 import json
 import re
-import threading
-import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
+
+from metagen.decoding.per_tokenizer import PerTokenizer
 
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
@@ -180,16 +180,10 @@ def build_token_texts(tokenizer: Any) -> TokenTexts:
     return TokenTexts([b"" if i in special else t for i, t in enumerate(table)])
 
 
-_TABLES: weakref.WeakKeyDictionary[Any, TokenTexts] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
+_TABLES: PerTokenizer[TokenTexts] = PerTokenizer(build_token_texts)
 
 
 def token_texts(tokenizer: Any) -> TokenTexts:
     """The :class:`TokenTexts` of ``tokenizer``, built on first use and cached while the
     tokenizer lives."""
-    with _LOCK:
-        texts = _TABLES.get(tokenizer)
-        if texts is None:
-            texts = build_token_texts(tokenizer)
-            _TABLES[tokenizer] = texts
-        return texts
+    return _TABLES(tokenizer)
