@@ -121,11 +121,13 @@ def capped_max_tokens(max_tokens: int, samples: int, allowance: Allowance | None
 
 
 def apportion(total: Usage, weights: Sequence[float]) -> list[Usage]:
-    """Split ``total`` by ``weights`` (equal when all are 0); integer fields by largest
-    remainder (ties: the lower index), so that the parts add up exactly to ``total``."""
+    """Split ``total`` by ``weights`` (negative ones count as 0; equal when all are 0);
+    integer fields by largest remainder (ties: the lower index), so that the parts add up
+    exactly to ``total``."""
     k = len(weights)
-    s = float(sum(weights))
-    frac = [w / s for w in weights] if s > 0 else [1.0 / k] * k
+    w = [max(0.0, float(x)) for x in weights]
+    s = sum(w)
+    frac = [x / s for x in w] if s > 0 else [1.0 / k] * k
     parts: list[dict[str, Any]] = [{} for _ in range(k)]
     for f in fields(Usage):
         value = getattr(total, f.name)

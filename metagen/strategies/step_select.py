@@ -5,33 +5,10 @@ weighted vote), the default GSM8K-style answer extraction, and apportioning a ba
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import fields
-from typing import Any
 
 from metagen.errors import InvalidParameterError
+from metagen.generators.metered import apportion as split_usage  # noqa: F401 (re-exported)
 from metagen.strategies.tree import SearchNode
-from metagen.types import Usage
-
-
-def split_usage(total: Usage, weights: Sequence[float]) -> list[Usage]:
-    """``total`` apportioned by ``weights`` (uniform when all are 0); parts sum to ``total``."""
-    k = len(weights)
-    w = [max(0.0, float(x)) for x in weights]
-    s = sum(w)
-    share = [x / s for x in w] if s > 0 else [1.0 / k] * k
-    cols: dict[str, list[Any]] = {}
-    for f in fields(Usage):
-        value = getattr(total, f.name)
-        if isinstance(value, int):
-            raw = [value * x for x in share]
-            parts = [int(r) for r in raw]
-            order = sorted(range(k), key=lambda i: (parts[i] - raw[i], i))
-            for i in order[: value - sum(parts)]:
-                parts[i] += 1
-            cols[f.name] = parts
-        else:
-            cols[f.name] = [value * x for x in share]
-    return [Usage(**{name: col[i] for name, col in cols.items()}) for i in range(k)]
 
 
 def best_by_score(nodes: Sequence[SearchNode]) -> SearchNode | None:
