@@ -210,9 +210,7 @@ class ModelRunner:
         :class:`~metagen.engine.native.decode_step.StepPlan` for all of them); the others in
         padded row chunks."""
         lens = [len(r.new_token_ids) for r in reqs]
-        offsets = [0] * len(reqs)
-        for i in range(1, len(reqs)):
-            offsets[i] = offsets[i - 1] + lens[i - 1]
+        offsets = _offsets(lens)
         total = offsets[-1] + lens[-1]
         out_index = torch.empty(total, dtype=torch.long)
         slot_mapping = torch.empty(total, dtype=torch.long)
@@ -282,9 +280,7 @@ class ModelRunner:
         step in pieces of at most ``native.max_tokens`` (:func:`split_steps`), each piece's rows
         attending the K/V the earlier pieces wrote."""
         lens = [len(r.new_token_ids) for r in reqs]
-        offsets = [0] * len(reqs)
-        for i in range(1, len(reqs)):
-            offsets[i] = offsets[i - 1] + lens[i - 1]
+        offsets = _offsets(lens)
         hidden = torch.empty(offsets[-1] + lens[-1], self.model.cfg.hidden_size,
                              dtype=torch.float32)  # (T, H)
         for piece in split_steps(lens, native.max_tokens):
@@ -395,6 +391,14 @@ def _invariant_head(model: LlamaModel, native: DecodeStep | None
             "deterministic", True, "needs metagen's native kernels (a C compiler, "
             "METAGEN_NATIVE unset) and a float32 model on the CPU without quantization")
     return kernel, head
+
+
+def _offsets(lens: Sequence[int]) -> list[int]:
+    """Each row's first token among the step's flat tokens (the exclusive prefix sums)."""
+    offsets = [0] * len(lens)
+    for i in range(1, len(lens)):
+        offsets[i] = offsets[i - 1] + lens[i - 1]
+    return offsets
 
 
 def _inference_mode() -> torch._C._InferenceMode:
