@@ -97,11 +97,11 @@ def run_streamed(cmd: Sequence[str], env: Mapping[str, str]) -> tuple[int, str |
 
 
 def has_avx512() -> bool:
-    """Whether this CPU reports AVX-512 Foundation (``avx512f`` in /proc/cpuinfo)."""
-    try:
-        return re.search(r"\bavx512f\b", Path("/proc/cpuinfo").read_text()) is not None
-    except OSError:
-        return False
+    """Whether this CPU reports AVX-512 Foundation (``avx512f`` among its flags, read by the
+    package's one /proc/cpuinfo reader)."""
+    from metagen.cpuinfo import cpu_flags
+
+    return "avx512f" in cpu_flags()
 
 
 def _args(argv: Sequence[str]) -> argparse.Namespace:
