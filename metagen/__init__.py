@@ -4,6 +4,8 @@ From decoding to meta-generation (Welleck et al., 2024): token-level generators,
 that call them, and an engine that makes both efficient, with compute accounted in every result.
 """
 
+from typing import Any
+
 from metagen._version import __version__
 from metagen.beam_params import BeamSearchParams
 from metagen.errors import (
@@ -20,11 +22,14 @@ from metagen.generators.base import Capabilities, Generator, Prompt
 from metagen.strategies import (
     Budget,
     StrategyGenerator,
+    adaptive_self_consistency,
     best_first,
     best_of_n,
+    deepconf,
     dvts,
     mbr,
     mcts,
+    particle_filtering,
     rebase,
     refine_with_feedback,
     rejection_sampling,
@@ -35,6 +40,7 @@ from metagen.strategies import (
     treefinement,
     weighted_vote,
 )
+from metagen.strategies.registry import strategy_exports
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 __all__ = [
@@ -57,11 +63,14 @@ __all__ = [
     "StrategyGenerator",
     "Usage",
     "__version__",
+    "adaptive_self_consistency",
     "best_first",
     "best_of_n",
+    "deepconf",
     "dvts",
     "mbr",
     "mcts",
+    "particle_filtering",
     "rebase",
     "refine_with_feedback",
     "rejection_sampling",
@@ -72,9 +81,12 @@ __all__ = [
     "treefinement",
     "weighted_vote",
 ]
+# every registered strategy is exported; those not imported above by name (typed) come from the
+# registry through __getattr__
+__all__ += [name for name in strategy_exports() if name not in __all__]
 
 
-def __getattr__(name: str):  # lazy: importing metagen must not import torch
+def __getattr__(name: str) -> Any:  # lazy: importing metagen must not import torch
     if name == "BeamSearchGenerator":
         from metagen.generators.beam import BeamSearchGenerator
         return BeamSearchGenerator
@@ -93,4 +105,7 @@ def __getattr__(name: str):  # lazy: importing metagen must not import torch
     if name == "MockGenerator":
         from metagen.generators.mock import MockGenerator
         return MockGenerator
+    function = strategy_exports().get(name)
+    if function is not None:
+        return function
     raise AttributeError(f"module 'metagen' has no attribute {name!r}")

@@ -24,7 +24,7 @@ from metagen.types import Result, SamplingParams
 ACCURACY = "accuracy"
 
 #: strategies run at each N: the eval name -> ``run_step_search``'s name (all need a PRM)
-DIRECT: dict[str, str] = {"step_beam_search": "step_beam", "dvts": "dvts",
+DIRECT: dict[str, str] = {"step_beam_search": "step_beam_search", "dvts": "dvts",
                           "best_first": "best_first", "mcts": "mcts", "rebase": "rebase",
                           "particle_filtering": "particle_filtering"}
 

@@ -10,6 +10,8 @@ Step-level search and refinement (the second half): step_beam_search, dvts, best
 tree_of_thoughts, mcts, rebase, self_refine, refine_with_feedback, treefinement.
 """
 
+from typing import Any
+
 from metagen.strategies.adaptive_vote import adaptive_self_consistency
 from metagen.strategies.best_first import best_first
 from metagen.strategies.best_of_n import BestOfN, best_of_n
@@ -23,6 +25,7 @@ from metagen.strategies.parallel import run_parallel
 from metagen.strategies.particle_filter import particle_filtering
 from metagen.strategies.rebase import rebase
 from metagen.strategies.refine import Feedback, refine_with_feedback, self_refine
+from metagen.strategies.registry import strategy_exports
 from metagen.strategies.rejection import rejection_sampling
 from metagen.strategies.selection import Selection, Selector, argmax_first
 from metagen.strategies.step_beam import step_beam_search
@@ -78,3 +81,12 @@ __all__ = [
     "vote",
     "weighted_vote",
 ]
+__all__ += [name for name in strategy_exports() if name not in __all__]
+
+
+def __getattr__(name: str) -> Any:
+    """A registered strategy not imported above by name (typed imports: from its module)."""
+    function = strategy_exports().get(name)
+    if function is None:
+        raise AttributeError(f"module 'metagen.strategies' has no attribute {name!r}")
+    return function

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from metagen.allowance import budget_cut
 from metagen.answers.key import AnswerKey
@@ -46,6 +47,7 @@ from metagen.strategies.parallel import (
     check_counts,
     failure_reason,
 )
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import derive_seed
 from metagen.strategies.stopping import STOP_RULES, StopRule, vote_decided
@@ -127,3 +129,20 @@ def adaptive_self_consistency(
         res.trace.update({"strategy": "adaptive_self_consistency", "rounds": rounds[i],
                           "decided": decided[i], "rule": rule, "confidence": confidence})
     return results
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    """adaptive_self_consistency's parameters besides N (its most samples)."""
+
+    batch: int = param(4, "samples per round", lo=1)
+    rule: StopRule = param("beta", "when the vote is decided: beta (leader's posterior) or "
+                           "window (the last samples agree)")
+    confidence: float = param(0.95, "the beta rule's probability that the leader leads",
+                              lo=0.0, lo_open=True, hi=0.999999)
+    window: int = param(4, "the window rule's run of agreeing samples", lo=1)
+    min_successful: int = param(1, "fewest successful samples to vote", lo=1)
+
+
+SPEC = StrategySpec("adaptive_self_consistency", adaptive_self_consistency, "adaptive",
+                    "adaptive self-consistency", AdaptiveConfig)

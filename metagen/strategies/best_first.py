@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import Select, positive_int
+from metagen.strategies.step_config import SelectingStepConfig, samples_per_step
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode
@@ -98,3 +101,19 @@ def best_first(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewa
         trace={"branching": branching, "heuristic": heuristic, "depth_weight": depth_weight,
                "max_expansions": max_expansions, "select": select},
         per_tree=lambda tree: {"order": order[tree.index]})
+
+
+@dataclass(frozen=True, slots=True)
+class BestFirstConfig(SelectingStepConfig):
+    """best_first's parameters besides N (its most expansions)."""
+
+    branching: int | None = param(None, "children per expansion (default min(4, N))", lo=1)
+    n_solutions: int = param(1, "finished solutions to find before stopping", lo=1)
+    expansions_per_step: int = param(1, "frontier nodes expanded per generate call", lo=1)
+    heuristic: Heuristic = param("value", "the frontier's priority: value or depth")
+    depth_weight: float = param(0.1, "the depth heuristic's weight per step")
+
+
+SPEC = StrategySpec("best_first", best_first, "each_n", "best-first (PRM)", BestFirstConfig,
+                    scale=lambda n: {"branching": min(4, n), "max_expansions": n},
+                    needs=frozenset({"prm"}), scorer_args={"prm": "prm"})

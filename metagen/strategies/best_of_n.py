@@ -3,14 +3,18 @@ Cobbe et al. 2021 verifier reranking). Ties: the lowest sample index wins."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from metagen.answers.key import AnswerKey
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardLike
 from metagen.scorers.callables import as_reward, check_scores
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
 from metagen.strategies.selection import Selection, argmax_first, flatten, scorers_usage
+from metagen.strategies.spec import StrategySpec, param
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
@@ -52,3 +56,26 @@ def best_of_n(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int
     """
     return run_parallel(generator, prompt, BestOfN(reward), n=n, params=params, budget=budget,
                         min_successful=min_successful)
+
+
+@dataclass(frozen=True, slots=True)
+class BestOfNConfig:
+    """best_of_n's parameters besides N."""
+
+    min_successful: int = param(1, "fewest successful samples to choose from", lo=1)
+
+
+def _best_of_n(reward: Any, key: AnswerKey | None, options: Mapping[str, Any]) -> BestOfN:
+    return BestOfN(reward)
+
+
+SPECS = [
+    StrategySpec("best_of_n", best_of_n, "subsampled", "best-of-N (ORM)", BestOfNConfig,
+                 needs=frozenset({"reward"}), scorer_args={"reward": "reward"},
+                 selector_factory=_best_of_n),
+    StrategySpec("best_of_n_confidence", best_of_n, "subsampled", "best-of-N (confidence)",
+                 BestOfNConfig, needs=frozenset({"confidence"}),
+                 scorer_args={"confidence": "reward"}, selector_factory=_best_of_n,
+                 not_on={"serve": "best_of_n with the policy's verifier loaded as an ORM",
+                         "openai": "the confidence verifier reads a local model's logits"}),
+]

@@ -44,6 +44,7 @@ from metagen.scorers.verifiers import Extract, Match
 from metagen.strategies.adaptive_vote import check_confidence
 from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.selection import argmax_first
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import StepSearch
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
@@ -53,7 +54,7 @@ from metagen.strategies.trace_confidence import (
     stop_position,
     token_confidence,
 )
-from metagen.strategies.voting import SelfConsistency, vote_trace, vote
+from metagen.strategies.voting import SelfConsistency, vote, vote_trace
 from metagen.types import Completion, FinishReason, Result, SamplingParams
 
 
@@ -219,3 +220,27 @@ def _result(voter: SelfConsistency, traces: list[Trace], threshold: float | None
     return Result(best=best, candidates=cands, scores=list(weights), usage=usage, trace=info,
                   stopped_by_budget=search.stopped_by_budget,
                   failures=dict(search.failures[tree.index]) if tree else {})
+
+
+@dataclass(frozen=True, slots=True)
+class DeepConfConfig:
+    """deepconf's parameters besides N (its most traces)."""
+
+    warmup: int | None = param(None, "full traces that set the threshold (default N // 4, at "
+                               "least 1); N is offline DeepConf", lo=1)
+    keep: float = param(0.9, "fraction of warm-up traces the threshold lets through",
+                        lo=0.0, lo_open=True, hi=1.0)
+    window: int = param(8, "tokens per confidence group", lo=1)
+    top_k: int = param(5, "alternatives per token confidence", lo=1)
+    wave: int | None = param(None, "online traces started together", lo=1)
+    consensus: float | None = param(None, "stop starting traces once the leader holds this "
+                                    "share of the vote", lo=0.0, lo_open=True, hi=1.0)
+    max_depth: int = param(16, "most steps in a trace", lo=1)
+
+
+def _scale(n: int) -> dict[str, int]:
+    return {"n": n, "warmup": max(1, n // 4)}
+
+
+SPEC = StrategySpec("deepconf", deepconf, "adaptive", "DeepConf online", DeepConfConfig,
+                    scale=_scale, requires=frozenset({"top_logprobs"}))

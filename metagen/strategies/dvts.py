@@ -13,11 +13,14 @@ generate call and one scorer call per search step.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import Select, positive_int, run_beams
+from metagen.strategies.step_config import SelectingStepConfig, samples_per_step
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.types import Result, SamplingParams
@@ -43,3 +46,20 @@ def dvts(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewardLike
         trace={"subtrees": subtrees, "branching": branching, "select": select,
                "aggregation": aggregation},
         candidates=lambda tree: [n for n in tree.terminal_leaves() if not n.pruned])
+
+
+@dataclass(frozen=True, slots=True)
+class DVTSConfig(SelectingStepConfig):
+    """dvts's parameters besides N (samples per search step)."""
+
+    subtrees: int | None = param(None, "independent subtrees (default N // branching)", lo=1)
+    branching: int | None = param(None, "children per path (default min(4, N))", lo=1)
+
+
+def _scale(n: int) -> dict[str, int]:
+    beams = samples_per_step(n)
+    return {"subtrees": beams["width"], "branching": beams["branching"]}
+
+
+SPEC = StrategySpec("dvts", dvts, "each_n", "DVTS (PRM)", DVTSConfig, scale=_scale,
+                    needs=frozenset({"prm"}), scorer_args={"prm": "prm"})

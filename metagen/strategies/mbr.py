@@ -5,7 +5,7 @@ pseudo-references, ``E[u(h)] = sum_j w_j u(h, r_j) / sum_j w_j``.
 - ``utility``: a :class:`~metagen.scorers.base.Utility`, a callable ``u(hyp, ref) -> float``, or a
   name: ``"answer"`` (answer match — MBR is then majority voting, and selects exactly what
   :func:`~metagen.strategies.voting.self_consistency` selects; ``answer_key`` gives a task's
-  extraction and equivalence, e.g. MATH-500's, and is only valid with ``"answer"``), ``"chrf"``,
+  extraction and equivalence, e.g. MATH-500's, and the other utilities ignore it), ``"chrf"``,
   ``"bleu"``, ``"rouge"`` (rougeL), ``"embedding"`` (cosine, optional package). Execution agreement:
   pass an :class:`~metagen.scorers.execution.ExecutionAgreementUtility` (explicit opt-in).
 - ``weighting``: ``"uniform"`` (Monte Carlo over samples, the default) or ``"logprob"``: the
@@ -23,7 +23,8 @@ Ties: the lowest candidate index wins.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from metagen.answers.key import AnswerKey
@@ -33,6 +34,7 @@ from metagen.scorers.base import AggregatingUtility, Utility, UtilityLike
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
 from metagen.strategies.selection import Selection, argmax_first, scorers_usage
+from metagen.strategies.spec import StrategySpec, param
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 Method = Literal["exact", "aggregate", "prune"]
@@ -153,10 +155,7 @@ class MBR:
             raise InvalidParameterError("method", method, "must be exact, aggregate or prune")
         if not 0 < alpha < 1:
             raise InvalidParameterError("alpha", alpha, "must be in (0, 1)")
-        if answer_key is not None:
-            if utility != "answer":
-                raise InvalidParameterError("answer_key", getattr(answer_key, "name", answer_key),
-                                            "is only valid with utility='answer'")
+        if answer_key is not None and utility == "answer":  # the other utilities compare text
             from metagen.scorers.utilities import AnswerMatchUtility
             self.utility: Utility = AnswerMatchUtility(answer_key=answer_key)
         else:
@@ -217,3 +216,23 @@ def mbr(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
                                                schedule=schedule, alpha=alpha,
                                                answer_key=answer_key),
                         n=n, params=params, budget=budget, min_successful=min_successful)
+
+
+@dataclass(frozen=True, slots=True)
+class MBRConfig:
+    """mbr's parameters besides N (see the module docstring)."""
+
+    utility: Literal["answer", "chrf", "bleu", "rouge", "embedding"] = param(
+        "answer", "the utility of a hypothesis against a pseudo-reference")
+    weighting: Weighting = param("uniform", "uniform, or each reference's model probability")
+    method: Method = param("exact", "exact (N x N), aggregate (reference aggregation) or prune")
+    alpha: float = param(0.99, "pruning's confidence, in (0, 1)", lo=0.0, lo_open=True,
+                         hi=0.999999)
+    min_successful: int = param(1, "fewest successful samples to choose from", lo=1)
+
+
+def _mbr(scorer: Any, key: AnswerKey | None, options: Mapping[str, Any]) -> MBR:
+    return MBR(answer_key=key, **{k: v for k, v in options.items() if k != "min_successful"})
+
+
+SPEC = StrategySpec("mbr", mbr, "subsampled", "MBR", MBRConfig, selector_factory=_mbr)

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation, aggregate_steps
 from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import positive_int
+from metagen.strategies.step_config import StepConfig
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode, SearchTree
@@ -276,3 +279,23 @@ def _complete(search: StepSearch, final: FinalChoice, max_tokens: int,
     elif reward is not None:
         for n in chain_ends:
             n.score = float(reward(search.trees[n.tree].prompt, n.text()))
+
+
+@dataclass(frozen=True, slots=True)
+class MCTSConfig(StepConfig):
+    """mcts's parameters besides N (its iterations)."""
+
+    branching: int | None = param(None, "children per expansion (default min(4, N))", lo=1)
+    c: float = param(1.0, "the exploration constant", lo=0.0)
+    selection: Selection = param("uct", "uct or puct (priors from the step logprobs)")
+    evaluation: Evaluation = param("prm", "a leaf's value: prm, rollout or mixed")
+    mix: float = param(0.5, "mixed evaluation's PRM weight", lo=0.0, hi=1.0)
+    rollout_max_tokens: int = param(256, "tokens of a rollout", lo=1)
+    final: FinalChoice = param("visits", "the answer: most visits, best value or a vote")
+    complete: bool = param(True, "finish the chosen path when it is unfinished")
+    parallel: int = param(1, "leaves selected per iteration (virtual loss)", lo=1)
+
+
+SPEC = StrategySpec("mcts", mcts, "each_n", "MCTS (PRM)", MCTSConfig,
+                    scale=lambda n: {"branching": min(4, n), "iterations": n},
+                    needs=frozenset({"prm"}), scorer_args={"prm": "prm"})

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
@@ -41,7 +42,9 @@ from metagen.strategies.resampling import (
     softmax_weights,
     systematic_resample,
 )
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import Select, positive_int
+from metagen.strategies.step_config import SelectingStepConfig
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode
@@ -109,3 +112,19 @@ def particle_filtering(generator: Generator, prompts: Sequence[Prompt], prm: Pro
         candidates=lambda tree: [n for n in pops[by_tree[id(tree)]] if n.parent is not None],
         per_tree=lambda tree: {"resampled": resampled[by_tree[id(tree)]],
                                "ess": ess_log[by_tree[id(tree)]]})
+
+
+@dataclass(frozen=True, slots=True)
+class ParticleConfig(SelectingStepConfig):
+    """particle_filtering's parameters besides N (its particles)."""
+
+    temperature: float = param(1.0, "the softmax temperature over particle rewards", lo=0.0,
+                               lo_open=True)
+    ess_threshold: float = param(0.5, "resample when the effective sample size falls below "
+                                 "this fraction", lo=0.0, hi=1.0)
+
+
+SPEC = StrategySpec("particle_filtering", particle_filtering, "each_n",
+                    "particle filtering (PRM)", ParticleConfig,
+                    scale=lambda n: {"particles": n}, needs=frozenset({"prm"}),
+                    scorer_args={"prm": "prm"})

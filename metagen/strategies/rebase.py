@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation
 from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import Select, positive_int
+from metagen.strategies.step_config import SelectingStepConfig
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode
@@ -101,3 +104,16 @@ def rebase(generator: Generator, prompts: Sequence[Prompt], prm: ProcessRewardLi
         lambda tree, cands: choose_by(select, cands, answer),
         trace={"width": width, "temperature": temperature, "select": select},
         per_tree=lambda t: {"allocations": allocations[t.index]})
+
+
+@dataclass(frozen=True, slots=True)
+class RebaseConfig(SelectingStepConfig):
+    """rebase's parameters besides N (its width: samples per step)."""
+
+    temperature: float = param(0.2, "the softmax temperature over node rewards", lo=0.0,
+                               lo_open=True)
+
+
+SPEC = StrategySpec("rebase", rebase, "each_n", "REBASE (PRM)", RebaseConfig,
+                    scale=lambda n: {"width": n}, needs=frozenset({"prm"}),
+                    scorer_args={"prm": "prm"})

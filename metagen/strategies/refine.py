@@ -49,6 +49,7 @@ from metagen.strategies.refine_prompts import (  # noqa: F401 (the templates are
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.step_search import StepSearch
 from metagen.types import Completion, Result, SamplingParams
+from metagen.strategies.spec import StrategySpec, param
 
 
 @dataclass(slots=True)
@@ -283,3 +284,30 @@ def self_refine(generator: Generator, prompts: Sequence[Prompt], *, max_attempts
             break
     return _results(run, chains, {"max_attempts": max_attempts, "patience": patience,
                                   "stop_phrase": stop_phrase})
+
+
+@dataclass(frozen=True, slots=True)
+class SelfRefineConfig:
+    """self_refine's parameters besides N (its most attempts)."""
+
+    stop_phrase: str = param("NO ISSUES", "the critique that ends refinement")
+    patience: int = param(1, "attempts without improvement before stopping", lo=1)
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackConfig:
+    """refine_with_feedback's parameters besides N (its most attempts)."""
+
+    patience: int = param(1, "attempts without improvement before stopping", lo=1)
+
+
+_NO_TASK = "needs a feedback function (a task's checks, e.g. executed unit tests)"
+
+SPECS = [
+    StrategySpec("self_refine", self_refine, "refinement", "self-refine", SelfRefineConfig,
+                 scale=lambda n: {"max_attempts": n}),
+    StrategySpec("refine_with_feedback", refine_with_feedback, "refinement",
+                 "refine with feedback", FeedbackConfig, scale=lambda n: {"max_attempts": n},
+                 needs=frozenset({"feedback"}), scorer_args={"feedback": "feedback"},
+                 not_on={"serve": _NO_TASK, "cli": _NO_TASK}),
+]

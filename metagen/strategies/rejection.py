@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import cast
 
 from metagen.allowance import budget_cut
@@ -38,6 +39,7 @@ from metagen.strategies.parallel import (
     with_wall,
 )
 from metagen.strategies.selection import argmax_first, scorers_usage
+from metagen.strategies.spec import StrategySpec, param
 from metagen.types import SEED_MAX, Completion, Result, SamplingParams, Usage
 
 
@@ -152,3 +154,18 @@ def _score_round(check: RewardModel, active: list[int], outs: list[list[Completi
         scores[i].append(s)
         if accepted[i] is None and s >= threshold:
             accepted[i] = len(cands[i]) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RejectionConfig:
+    """rejection_sampling's parameters besides N (its most samples)."""
+
+    threshold: float = param(0.5, "the verifier's score that accepts a sample")
+    batch: int | None = param(None, "samples per round (default min(4, N))", lo=1)
+    min_successful: int = param(1, "fewest successful samples to choose from", lo=1)
+
+
+SPEC = StrategySpec("rejection_sampling", rejection_sampling, "each_n",
+                    "rejection sampling (ORM)", RejectionConfig,
+                    scale=lambda n: {"max_samples": n, "batch": min(4, n)},
+                    needs=frozenset({"reward"}), scorer_args={"reward": "verifier"})

@@ -17,18 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike, StepAggregation, aggregate_steps
 from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.spec import StrategySpec, param
+from metagen.strategies.step_config import SelectingStepConfig, samples_per_step
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
+from metagen.strategies.step_select import Select
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode
 from metagen.types import Result, SamplingParams
 
-Select = Literal["score", "vote", "weighted_vote"]
 
 
 def positive_int(name: str, value: object, minimum: int = 1) -> int:
@@ -157,3 +158,22 @@ def step_beam_search(generator: Generator, prompts: Sequence[Prompt], prm: Proce
         trace={"width": width, "branching": branching, "lookahead": lookahead,
                "select": select, "aggregation": aggregation},
         candidates=lambda tree: [n for n in tree.terminal_leaves() if not n.pruned])
+
+
+@dataclass(frozen=True, slots=True)
+class StepBeamConfig(SelectingStepConfig):
+    """step_beam_search's parameters besides N (samples per search step)."""
+
+    width: int | None = param(None, "paths kept per step (default N // branching)", lo=1)
+    branching: int | None = param(None, "children per kept path (default min(4, N))", lo=1)
+    lookahead: int | None = param(None, "greedy steps taken to value a child (0: none)", lo=0)
+
+
+SPECS = [
+    StrategySpec("step_beam_search", step_beam_search, "each_n", "step beam (PRM)",
+                 StepBeamConfig, scale=samples_per_step, needs=frozenset({"prm"}),
+                 scorer_args={"prm": "prm"}),
+    StrategySpec("lookahead_search", step_beam_search, "each_n", "lookahead search (PRM)",
+                 StepBeamConfig, scale=samples_per_step, needs=frozenset({"prm"}),
+                 scorer_args={"prm": "prm"}, defaults={"lookahead": 2}),
+]

@@ -1,20 +1,12 @@
-"""Step-level search at a common scale ``n``, for scaling tables and plots (the demo).
+"""Step-level search at a common scale ``n``, over a batch of prompts, for scaling tables.
 
-``run_step_search(name, generator, prompts, prm, n)`` runs one of the PRM-guided searches with
-options derived from ``n``, the number of step samples per search step, so that strategies are
-compared at (roughly) matched generated tokens; the caller reports each Result's
-``usage.generated_tokens`` on the x-axis, which is the exact matched quantity.
-
-======================  =================================================================
-name                    options at scale ``n``
-======================  =================================================================
-``step_beam``           ``width = max(1, n // 4)``, ``branching = min(4, n)`` (Snell et al.'s M=4)
-``dvts``                ``subtrees = max(1, n // 4)``, ``branching = min(4, n)``
-``rebase``              ``width = n``
-``mcts``                ``branching = min(4, n)``, ``iterations = n``
-``best_first``          ``branching = min(4, n)``, ``max_expansions = n``
-``particle_filtering``  ``particles = n``
-======================  =================================================================
+``run_step_search(name, generator, prompts, prm, n)`` runs one of the registry's PRM-guided
+searches (a spec of family ``each_n`` that needs a ``prm``: ``step_beam_search``, ``dvts``,
+``rebase``, ``mcts``, ``best_first``, ``particle_filtering``, ``tree_of_thoughts``,
+``lookahead_search``) with the knobs its spec derives from ``n`` (:attr:`StrategySpec.scale`:
+about ``n`` step samples per search step), so strategies are compared at roughly matched
+generated tokens; the caller reports each Result's ``usage.generated_tokens`` on the x-axis,
+which is the exact matched quantity.
 
 At ``n`` samples per step and solutions of ``d`` steps, beam search, DVTS, REBASE and particle
 filtering generate about ``n * d`` steps; MCTS and best-first at most ``branching * n`` (one
@@ -24,53 +16,35 @@ of the same order for the testbed's typical ``d`` of 2-4 steps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import ProcessRewardLike
-from metagen.strategies.best_first import best_first
-from metagen.strategies.dvts import dvts
-from metagen.strategies.mcts import mcts
-from metagen.strategies.particle_filter import particle_filtering
-from metagen.strategies.rebase import rebase
-from metagen.strategies.step_beam import positive_int, step_beam_search
+from metagen.strategies.registry import names
+from metagen.strategies.spec import StrategySpec
 from metagen.types import Result
 
 
-def _beam(n: int) -> dict[str, int]:
-    return {"width": max(1, n // 4), "branching": min(4, n)}
+def step_searches() -> tuple[str, ...]:
+    """The registered searches that run at each N on a process reward model."""
+    from metagen.strategies.registry import specs
+
+    return tuple(name for name in names(family="each_n") if "prm" in specs()[name].needs)
 
 
-def _dvts(n: int) -> dict[str, int]:
-    return {"subtrees": max(1, n // 4), "branching": min(4, n)}
+def _spec(name: str) -> StrategySpec:
+    from metagen.strategies.registry import specs
+
+    if name not in step_searches():
+        raise InvalidParameterError("name", name, f"must be one of {list(step_searches())}")
+    return specs()[name]
 
 
-def _mcts(n: int) -> dict[str, int]:
-    return {"branching": min(4, n), "iterations": n}
-
-
-def _best_first(n: int) -> dict[str, int]:
-    return {"branching": min(4, n), "max_expansions": n}
-
-
-STEP_SEARCHES: dict[str, tuple[Callable[..., list[Result]], Callable[[int], dict[str, int]]]] = {
-    "step_beam": (step_beam_search, _beam),
-    "dvts": (dvts, _dvts),
-    "rebase": (rebase, lambda n: {"width": n}),
-    "mcts": (mcts, _mcts),
-    "best_first": (best_first, _best_first),
-    "particle_filtering": (particle_filtering, lambda n: {"particles": n}),
-}
-
-
-def step_search_options(name: str, n: int) -> dict[str, int]:
+def step_search_options(name: str, n: int) -> dict[str, Any]:
     """The options ``run_step_search`` uses for ``name`` at scale ``n``."""
-    if name not in STEP_SEARCHES:
-        raise InvalidParameterError("name", name, f"must be one of {sorted(STEP_SEARCHES)}")
-    positive_int("n", n)
-    return STEP_SEARCHES[name][1](n)
+    return _spec(name).kwargs(n, {})
 
 
 def run_step_search(name: str, generator: Generator, prompts: Sequence[Prompt],
@@ -81,8 +55,8 @@ def run_step_search(name: str, generator: Generator, prompts: Sequence[Prompt],
     ``options`` (``params``, ``steps``, ``budget``, ``max_depth``, ``aggregation``, ``select``
     where the strategy has it, ...) are passed through and override the derived ones.
     """
-    fn, _ = STEP_SEARCHES.get(name, (None, None))
-    kwargs: dict[str, Any] = dict(step_search_options(name, n))
-    kwargs.update(options)
-    assert fn is not None
-    return fn(generator, prompts, prm, **kwargs)
+    spec = _spec(name)
+    kwargs = {**step_search_options(name, n), **options, spec.scorer_args["prm"]: prm}
+    out = spec.function(generator, prompts, **kwargs)
+    assert isinstance(out, list)
+    return out

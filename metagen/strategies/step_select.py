@@ -5,10 +5,13 @@ weighted vote), the default GSM8K-style answer extraction, and apportioning a ba
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.metered import apportion as split_usage  # noqa: F401 (re-exported)
 from metagen.strategies.tree import SearchNode
+
+Select = Literal["score", "vote", "weighted_vote"]  # a step search's final choice (choose_by)
 
 
 def best_by_score(nodes: Sequence[SearchNode]) -> SearchNode | None:

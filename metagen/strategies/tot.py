@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from metagen.errors import InvalidParameterError, MetagenError
 from metagen.generators.base import Generator, Prompt, ScoringGenerator, require
 from metagen.scorers.base import ProcessRewardLike, StepAggregation, text_only
 from metagen.strategies.budget import UNLIMITED, Budget
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import Select, positive_int, rank_key, run_beams
+from metagen.strategies.step_config import SelectingStepConfig, samples_per_step
 from metagen.strategies.step_search import StepSearch, choose_by, default_answer
 from metagen.strategies.steps import DEFAULT_STEPS, StepDefinition
 from metagen.strategies.tree import SearchNode
@@ -151,3 +154,23 @@ def _dfs(search: StepSearch, branching: int, threshold: float | None, max_expans
             solutions[i] += sum(1 for k in kept if k.terminal)
             stacks[i].extend(reversed([k for k in kept if not k.terminal]))
     return order, backtracks
+
+
+@dataclass(frozen=True, slots=True)
+class ToTConfig(SelectingStepConfig):
+    """tree_of_thoughts's parameters besides N (its most expansions)."""
+
+    mode: Literal["bfs", "dfs"] = param("bfs", "breadth-first (beam) or depth-first")
+    branching: int | None = param(None, "thoughts per expansion (default min(4, N))", lo=1)
+    breadth: int | None = param(None, "states kept per level (bfs; default N // 4)", lo=1)
+    threshold: float | None = param(None, "dfs prunes states valued below it")
+    n_solutions: int = param(1, "finished solutions to find before stopping (dfs)", lo=1)
+
+
+def _scale(n: int) -> dict[str, int]:
+    return {"branching": min(4, n), "breadth": max(1, n // 4), "max_expansions": n}
+
+
+SPEC = StrategySpec("tree_of_thoughts", tree_of_thoughts, "each_n", "tree of thoughts (PRM)",
+                    ToTConfig, scale=_scale, needs=frozenset({"prm"}),
+                    scorer_args={"prm": "value"})

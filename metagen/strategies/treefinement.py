@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from metagen.errors import InvalidParameterError
@@ -30,6 +31,7 @@ from metagen.strategies.budget import UNLIMITED, Budget
 from metagen.strategies.rebase import allocate
 from metagen.strategies.refine import FEEDBACK_TEMPLATE, Feedback, FeedbackFn, RefineRun
 from metagen.strategies.refine_prompts import FEEDBACK_TURN, check_turn, feedback_prompt
+from metagen.strategies.spec import StrategySpec, param
 from metagen.strategies.step_beam import positive_int
 from metagen.strategies.tree import SearchNode, SearchTree
 from metagen.types import Completion, Result, SamplingParams
@@ -163,3 +165,26 @@ def _results(run: RefineRun, completions: dict[tuple[int, int], Completion],
             scores=[n.score for n in nodes], usage=usage, trace=info,
             stopped_by_budget=reason == "budget", failures=dict(run.failures[tree.index])))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class TreefinementConfig:
+    """treefinement's parameters besides N (its attempts: width x depth)."""
+
+    width: int | None = param(None, "children per refined attempt (default min(4, N))", lo=1)
+    max_depth: int | None = param(None, "refinement rounds (default N // width)", lo=1)
+    temperature: float = param(0.5, "REBASE's temperature over attempt rewards", lo=0.0,
+                               lo_open=True)
+    patience: int = param(2, "rounds without improvement before stopping", lo=1)
+
+
+def _scale(n: int) -> dict[str, int]:
+    width = min(4, n)
+    return {"width": width, "max_depth": max(1, n // width)}
+
+
+_NO_TASK = "needs a feedback function (a task's checks, e.g. executed unit tests)"
+SPEC = StrategySpec("treefinement", treefinement, "refinement", "treefinement",
+                    TreefinementConfig, scale=_scale, needs=frozenset({"feedback"}),
+                    scorer_args={"feedback": "feedback"},
+                    not_on={"serve": _NO_TASK, "cli": _NO_TASK})

@@ -22,7 +22,8 @@ This makes ``mbr`` with the answer-match utility select exactly what self-consis
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from metagen.answers.key import AnswerKey, resolve_answer_key
@@ -40,6 +41,7 @@ from metagen.strategies.selection import (
     group_answers,
     scorers_usage,
 )
+from metagen.strategies.spec import StrategySpec, param
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
@@ -227,3 +229,47 @@ def weighted_vote(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n:
                                                         keep_top=keep_top,
                                                         answer_key=answer_key),
                         n=n, params=params, budget=budget, min_successful=min_successful)
+
+
+@dataclass(frozen=True, slots=True)
+class SelfConsistencyConfig:
+    """self_consistency's parameters besides N."""
+
+    min_successful: int = param(1, "fewest successful samples to vote", lo=1)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedVoteConfig:
+    """weighted_vote's parameters besides N."""
+
+    aggregate: Literal["sum", "mean"] = param("sum", "sum or mean of an answer's weights")
+    keep_top: float | None = param(None, "only this top fraction of the samples by weight votes",
+                                   lo=0.0, lo_open=True, hi=1.0)
+    min_successful: int = param(1, "fewest successful samples to vote", lo=1)
+
+
+def _self_consistency(scorer: Any, key: AnswerKey | None, options: Mapping[str, Any]
+                      ) -> SelfConsistency:
+    return SelfConsistency(answer_key=key)
+
+
+def _weighted(reward: Any, key: AnswerKey | None, options: Mapping[str, Any]) -> WeightedVote:
+    return WeightedVote("logprob" if reward is None else reward, answer_key=key,
+                        aggregate=options.get("aggregate", "sum"),
+                        keep_top=options.get("keep_top"))
+
+
+SPECS = [
+    StrategySpec("self_consistency", self_consistency, "subsampled", "self-consistency",
+                 SelfConsistencyConfig, selector_factory=_self_consistency),
+    StrategySpec("weighted_vote", weighted_vote, "subsampled", "weighted vote (ORM)",
+                 WeightedVoteConfig, optional=frozenset({"reward"}),
+                 scorer_args={"reward": "reward"}, selector_factory=_weighted),
+    StrategySpec("weighted_vote_confidence", weighted_vote, "subsampled",
+                 "weighted vote (confidence)", WeightedVoteConfig,
+                 needs=frozenset({"confidence"}), scorer_args={"confidence": "reward"},
+                 selector_factory=_weighted,
+                 not_on={"serve": "weighted_vote without a reward weighs by the policy's own "
+                                  "confidence",
+                         "openai": "the confidence verifier reads a local model's logits"}),
+]

@@ -41,7 +41,7 @@ def config(**kw) -> EvalConfig:
     return EvalConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize("strategy,internal", [("step_beam_search", "step_beam"),
+@pytest.mark.parametrize("strategy,internal", [("step_beam_search", "step_beam_search"),
                                                ("best_first", "best_first")])
 def test_each_n_is_the_librarys_search_with_the_items_seed(tmp_path, strategy, internal):
     report, code = run_eval(config(strategy=strategy), TASK, tmp_path,

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metagen.strategies.budget import Budget
-from metagen.strategies.step_scaling import STEP_SEARCHES, run_step_search
+from metagen.strategies.step_scaling import run_step_search, step_searches
 from metagen.types import SamplingParams
 
-NAMES = sorted(STEP_SEARCHES)
+NAMES = sorted(step_searches())
 PROMPTS = ["A:\n", "B:\n", "C:\n"]
 
 

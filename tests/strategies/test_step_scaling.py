@@ -6,11 +6,11 @@ import pytest
 from tests.strategies._scripted_steps import ScriptedPRM, ScriptedStepGenerator, tree_script
 
 from metagen.errors import InvalidParameterError
-from metagen.strategies.step_scaling import STEP_SEARCHES, run_step_search, step_search_options
+from metagen.strategies.step_scaling import run_step_search, step_search_options, step_searches
 
 
 def test_options_at_scale():
-    assert step_search_options("step_beam", 16) == {"width": 4, "branching": 4}
+    assert step_search_options("step_beam_search", 16) == {"width": 4, "branching": 4}
     assert step_search_options("dvts", 2) == {"subtrees": 1, "branching": 2}
     assert step_search_options("rebase", 8) == {"width": 8}
     assert step_search_options("mcts", 8) == {"branching": 4, "iterations": 8}
@@ -22,7 +22,7 @@ def test_options_at_scale():
         step_search_options("dvts", 0)
 
 
-@pytest.mark.parametrize("name", sorted(STEP_SEARCHES))
+@pytest.mark.parametrize("name", step_searches())
 def test_scripted_every_search_runs_on_two_prompts(name):
     gen = ScriptedStepGenerator(tree_script(":\n", depth=3))
     prm = ScriptedPRM(lambda prompt, step: int(step[-1]) / 10 if step[-1:].isdigit() else 0.0)

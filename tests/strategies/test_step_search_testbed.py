@@ -43,7 +43,7 @@ def testbed():
     return tb, gen, prm, tb.make_problems("test", 3, seed=11)
 
 
-@pytest.mark.parametrize("name", ["step_beam", "dvts", "rebase", "mcts"])
+@pytest.mark.parametrize("name", ["step_beam_search", "dvts", "rebase", "mcts"])
 def test_search_on_the_testbed(testbed, name):
     tb, gen, prm, problems = testbed
     prompts = [tb.format_prompt(p) for p in problems]
@@ -67,7 +67,7 @@ def test_budget_on_the_testbed(testbed):
     tb, gen, prm, problems = testbed
     prompts = [tb.format_prompt(p) for p in problems]
     before = gen.usage.generated_tokens
-    res = run_step_search("step_beam", gen, prompts, prm, 8, params=PARAMS, steps=STEPS,
+    res = run_step_search("step_beam_search", gen, prompts, prm, 8, params=PARAMS, steps=STEPS,
                           budget=Budget(max_generated_tokens=200))
     assert gen.usage.generated_tokens - before <= 200
     assert all(r.stopped_by_budget for r in res)
