@@ -13,16 +13,24 @@ A group with fewer than ``min_successful`` successful samples becomes a failed c
 counts as a failure. ``usage`` is cumulative: the inner generator's usage deltas plus the
 selector's scorer usage. The returned completion is the chosen sample itself (token ids,
 logprobs and finish reason as the inner backend produced them).
+
+Any other registered strategy — a step search, an adaptive vote, a refinement — becomes a
+generator through :func:`as_generator` (a :class:`~metagen.strategies.run_generator.RunGenerator`
+for those): ``best_of_n(as_generator("step_beam_search", gen, n=4, scorers=Scorers(prm=prm)),
+prompt, n=4, reward=rm)`` is best-of-4 over step beam searches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from metagen.errors import InvalidParameterError
 from metagen.generators.base import Capabilities, Generator, Prompt, check_prompts
+from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.strategies.selection import Selector
+from metagen.strategies.spec import Scorers
 from metagen.types import Completion, SamplingParams, Usage
 
 
@@ -78,3 +86,29 @@ class StrategyGenerator:
         spent = (self.generator.usage - gen_before) + (self.selector.usage - sel_before)
         self._usage = self._usage + spent
         return out
+
+
+def as_generator(name: str, generator: Generator, *, n: int, scorers: Scorers = Scorers(),
+                 options: Mapping[str, Any] | None = None, budget: Budget | None = None
+                 ) -> Generator:
+    """The registered strategy ``name`` at scale ``n`` as a generator for another strategy.
+
+    A parallel strategy without a per-run ``budget`` is a :class:`StrategyGenerator` over its
+    selector (one generate call samples every group; ``min_successful`` from the options); any
+    other is a :class:`~metagen.strategies.run_generator.RunGenerator` (one run per sample).
+    Raises ``InvalidParameterError`` naming the strategy, an option or a missing scorer."""
+    from metagen.strategies.registry import get
+    from metagen.strategies.run_generator import RunGenerator
+
+    spec = get(name)
+    if spec.family != "subsampled" or budget is not None:
+        return RunGenerator(generator, spec, n=n, scorers=scorers, options=options,
+                            budget=budget)
+    opts = spec.options(options or {})
+    lacking = spec.missing(scorers)
+    if lacking:
+        raise InvalidParameterError(lacking[0], None, f"{name} needs a {lacking[0]}")
+    scorer = next((scorers.get(x) for x in sorted(spec.needs | spec.optional)
+                   if scorers.get(x) is not None), None)
+    return StrategyGenerator(generator, spec.selector(scorer, scorers.answer_key, opts),
+                             group=n, min_successful=opts.get("min_successful", 1))
