@@ -25,6 +25,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("metagen.cli.eval", "eval_command"),
     "report": ("metagen.cli.report", "report"),
     "compute-optimal": ("metagen.cli.compute_optimal", "compute_optimal_command"),
+    "strategies": ("metagen.cli.strategies", "strategies"),
 }
 
 

@@ -137,8 +137,8 @@ class StrategySpec:
 
     @property
     def summary(self) -> str:
-        """The first line of the library function's docstring."""
-        return (inspect.getdoc(self.function) or "").split("\n")[0]
+        """The first paragraph of the library function's docstring, on one line."""
+        return " ".join((inspect.getdoc(self.function) or "").split("\n\n")[0].split())
 
     @cached_property
     def _accepts(self) -> frozenset[str]:

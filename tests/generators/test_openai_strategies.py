@@ -395,6 +395,57 @@ def case_treefinement(make, prm) -> None:
     assert_usage_is_the_servers(res, run)
 
 
+
+def case_adaptive_self_consistency(make, prm) -> None:
+    run = make()
+    res = metagen.adaptive_self_consistency(run.gen, Q, n=8, batch=2, rule="window", window=2,
+                                            params=PARAMS, extract=answer_of)
+    posts = run.generation_posts()
+    assert len(posts) == len(res.candidates) <= 8 and len(posts) % 2 == 0
+    assert res.trace["rounds"] == len(posts) // 2
+    assert answer_of(res.text) in ("5", "7")
+    assert_no_failed_candidate(res)
+    assert_usage_is_the_servers(res, run)
+
+
+def case_particle_filtering(make, prm) -> None:
+    run = make()
+    [res] = metagen.particle_filtering(run.gen, [Q], prm, particles=3, params=PARAMS,
+                                       steps=STEPS, answer=answer_of)
+    roots = [b for b in run.generation_posts() if b["prompt"] == Q]
+    assert len(roots) == 3
+    assert_no_failed_candidate(res)
+    assert answer_of(res.best.text) in ("5", "7")  # type: ignore[union-attr]
+    assert_steps_extend_served(run)
+    assert_usage_is_the_servers(res, run)
+
+
+def case_deepconf(make, prm) -> None:
+    """DeepConf reads top-k logprobs, which the scripted policy does not return: it runs on
+    OpenAIGenerator against ``metagen serve`` (stories260K, a real server on loopback) and gets
+    the same traces as the local engine for the same seed (the server's seeds are sample
+    indices: the same token ids)."""
+    from metagen.generators.local import LocalGenerator
+    from tests.conftest import SHARED
+    from tests.server.conftest import MODEL, start_server, stop_server
+
+    local = LocalGenerator.from_pretrained(SHARED / "models" / "stories260K")
+    running = start_server(local)
+    remote = OpenAIGenerator(running.base_url, MODEL, max_retries=0)
+    try:
+        params = SamplingParams(temperature=1.0, max_tokens=24, seed=5)
+        steps = StepDefinition(stop=(".",), max_step_tokens=8)
+        kwargs = dict(n=4, warmup=2, window=2, top_k=3, max_depth=3, params=params, steps=steps)
+        [res] = metagen.deepconf(remote, ["Once upon a time"], **kwargs)
+        [ref] = metagen.deepconf(local, ["Once upon a time"], **kwargs)
+        assert [c.token_ids for c in res.candidates] == [c.token_ids for c in ref.candidates]
+        assert len(res.trace["lowest"]) == 4 and res.trace["threshold"] is not None
+        assert res.usage.generated_tokens == ref.usage.generated_tokens > 0
+    finally:
+        remote.close()
+        stop_server(running)
+        local.close()
+
 CASES: dict[str, Callable[..., None]] = {
     name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 NOT_STRATEGIES = {"Budget"}  # a strategy option (tested below), not something that generates
