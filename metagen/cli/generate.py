@@ -3,15 +3,17 @@
 OpenAI-compatible server at URL serves (backend ``openai``; see :mod:`metagen.cli.remote`).
 
 Every decoding option of :class:`~metagen.types.SamplingParams` has a flag named after its field
-(``--top-p`` is ``top_p``; ``--logit-bias``, ``--bad-words`` and ``--stop-token-ids``
-repeat). Flag values go to
+(``--top-p`` is ``top_p``; ``--logit-bias``, ``--bad-words``, ``--stop-token-ids`` and
+``--choice`` repeat; the output constraints ``--regex``, ``--json-schema``, ``--grammar``,
+``--choice`` and ``--token-healing``: :mod:`metagen.cli.constraint_flags`). Flag values go to
 ``SamplingParams`` unchanged, so a bad value (``--top-p 1.5``) fails with the same typed error as
 in Python, which ``metagen.cli.main`` prints as one line (exit status 2) -- before any model is
 loaded. The engine options (``--kv-cache-dtype``, ``--kv-window-tokens``, speculative decoding,
 ``--quantization`` ...: :mod:`metagen.cli.engine_options`, the table ``metagen serve`` takes too)
 are ``EngineConfig`` fields, checked by ``EngineConfig`` itself before loading; they run on the
 built-in engine (``--backend auto`` becomes ``local``; ``hf`` and ``--base-url`` refuse them,
-naming the flag). ``--num-beams`` runs beam search (``BeamSearchGenerator``). A model that cannot be loaded (missing, corrupt,
+naming the flag). ``--num-beams`` runs beam search (``BeamSearchGenerator``; ``--stochastic``:
+stochastic beam search, seeded by ``--seed``). A model that cannot be loaded (missing, corrupt,
 inconsistent with its config, or a device that is not there) is also one line and exit status 2.
 
 Output: the prompt and its completion (``--stream``: as it is generated), or with ``--json`` one
@@ -45,6 +47,7 @@ from typing import Any
 
 import click
 
+from metagen.cli.constraint_flags import constraint_flags, constraint_values
 from metagen.cli.engine_options import (
     check_engine_options,
     engine_flag,
@@ -119,6 +122,7 @@ def sampling_params(flags: dict[str, Any]) -> SamplingParams:
     values.update({name: _int(name, flags[name]) for name in _INT_FLAGS})
     values["logit_bias"] = _logit_bias(flags["logit_bias"])
     values["stop_token_ids"] = _token_ids("stop_token_ids", flags["stop_token_ids"])
+    values.update(constraint_values(flags))
     return SamplingParams(**values, stop=flags["stop"], bad_words=flags["bad_words"],
                           ignore_eos=flags["ignore_eos"])
 
@@ -208,10 +212,14 @@ _SEARCH_FLAGS = [
                  help="Diverse beam search: penalty per earlier group's use of a token."),
     click.option("--length-penalty", type=str, metavar="FLOAT", default=None,
                  help="Beam score = logprob / length ** this (default 1.0)."),
+    click.option("--stochastic", is_flag=True, default=None,
+                 help="Stochastic beam search: --num-beams sequences sampled without "
+                 "replacement (Gumbel-top-k), reproducible with --seed; one group."),
 ]
 
 
-_SEARCH_NAMES = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty")
+_SEARCH_NAMES = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty",
+                 "stochastic")
 
 
 def _search_flags(f: Any) -> Any:
@@ -225,7 +233,7 @@ def _beam_params(search: dict[str, Any]) -> Any:
     from metagen.beam_params import BeamSearchParams
 
     if search["num_beams"] is None:
-        for name in ("num_beam_groups", "diversity_penalty", "length_penalty"):
+        for name in ("num_beam_groups", "diversity_penalty", "length_penalty", "stochastic"):
             if search[name] is not None:
                 raise InvalidParameterError(name, search[name], "needs --num-beams")
         return None
@@ -238,7 +246,8 @@ def _beam_params(search: dict[str, Any]) -> Any:
         num_beams=beams,
         num_beam_groups=1 if groups is None else groups,
         diversity_penalty=0.0 if diversity is None else diversity,
-        length_penalty=1.0 if length is None else length)
+        length_penalty=1.0 if length is None else length,
+        stochastic=bool(search["stochastic"]))
 
 
 def engine_backend(backend: str, value: object, name: str = "quantization") -> str:
@@ -306,6 +315,7 @@ QUANTIZATION_FLAG = engine_flag("quantization")  # metagen eval's --quantization
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--stream", is_flag=True, help="Print the text as it is generated (one "
               "completion, not with --json).")
+@constraint_flags
 @_search_flags
 @engine_flags
 @remote_options
@@ -390,7 +400,7 @@ def _run(gen: Any, backend: str, model: str, prompt: str, params: SamplingParams
 
         gen = BeamSearchGenerator(gen, beam.num_beams, num_beam_groups=beam.num_beam_groups,
                                   diversity_penalty=beam.diversity_penalty,
-                                  length_penalty=beam.length_penalty)
+                                  length_penalty=beam.length_penalty, stochastic=beam.stochastic)
         extra["beam"] = gen.beam_params(params).to_dict()
     if stream:
         _check_can_stream(backend, gen)
