@@ -68,12 +68,18 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except (MetagenError, ValueError, FileNotFoundError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its lines stripped and joined by a space (a parser's report of a
+    malformed regex or grammar spans several, with a caret under the place)."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 if __name__ == "__main__":

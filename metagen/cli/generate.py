@@ -3,11 +3,18 @@
 OpenAI-compatible server at URL serves (backend ``openai``; see :mod:`metagen.cli.remote`).
 
 Every decoding option of :class:`~metagen.types.SamplingParams` has a flag named after its field
-(``--top-p`` is ``top_p``; ``--logit-bias``, ``--bad-words`` and ``--stop-token-ids`` repeat).
-Flag values go to ``SamplingParams`` unchanged, so a bad value (``--top-p 1.5``) fails with the
-same typed error as in Python, which ``metagen.cli.main`` prints as one line (exit status 2) --
-before any model is loaded. A model that cannot be loaded (missing, corrupt, inconsistent with its
-config, or a device that is not there) is also one line and exit status 2.
+(``--top-p`` is ``top_p``; ``--logit-bias``, ``--bad-words``, ``--stop-token-ids`` and
+``--choice`` repeat; the output constraints ``--regex``, ``--json-schema``, ``--grammar``,
+``--choice`` and ``--token-healing``: :mod:`metagen.cli.constraint_flags`). Flag values go to
+``SamplingParams`` unchanged, so a bad value (``--top-p 1.5``) fails with the same typed error as
+in Python, which ``metagen.cli.main`` prints as one line (exit status 2) -- before any model is
+loaded. The engine options (``--kv-cache-dtype``, ``--kv-window-tokens``, speculative decoding,
+``--quantization`` ...: :mod:`metagen.cli.engine_options`, the table ``metagen serve`` takes too)
+are ``EngineConfig`` fields, checked by ``EngineConfig`` itself before loading; they run on the
+built-in engine (``--backend auto`` becomes ``local``; ``hf`` and ``--base-url`` refuse them,
+naming the flag). ``--num-beams`` runs beam search (``BeamSearchGenerator``; ``--stochastic``:
+stochastic beam search, seeded by ``--seed``). A model that cannot be loaded (missing, corrupt,
+inconsistent with its config, or a device that is not there) is also one line and exit status 2.
 
 Output: the prompt and its completion (``--stream``: as it is generated), or with ``--json`` one
 JSON object::
@@ -17,7 +24,9 @@ JSON object::
                       "stop_reason", "top_logprobs"}, ...],
      "usage": {...Usage.to_dict()}}
 
-FLOPs that are unknown (a server whose parameter count is not known) are ``null`` there.
+FLOPs that are unknown (a server whose parameter count is not known) are ``null`` there. With
+``--num-beams`` a ``"beam"`` key holds the ``BeamSearchParams``; with an engine option an
+``"engine"`` key the loaded engine's values of every option of the table.
 
 A completion that failed (``finish_reason`` "error", e.g. its logits turned NaN, or one sample of
 several that a server failed) is reported on stderr as ``error: completion I failed (REASON)`` and
@@ -38,6 +47,15 @@ from typing import Any
 
 import click
 
+from metagen.cli.constraint_flags import constraint_flags, constraint_values
+from metagen.cli.engine_options import (
+    check_engine_options,
+    engine_flag,
+    engine_flags,
+    engine_report,
+    given,
+    pop_engine_options,
+)
 from metagen.cli.flags import float_flag as _float
 from metagen.cli.flags import int_flag as _int
 from metagen.cli.remote import (
@@ -104,6 +122,7 @@ def sampling_params(flags: dict[str, Any]) -> SamplingParams:
     values.update({name: _int(name, flags[name]) for name in _INT_FLAGS})
     values["logit_bias"] = _logit_bias(flags["logit_bias"])
     values["stop_token_ids"] = _token_ids("stop_token_ids", flags["stop_token_ids"])
+    values.update(constraint_values(flags))
     return SamplingParams(**values, stop=flags["stop"], bad_words=flags["bad_words"],
                           ignore_eos=flags["ignore_eos"])
 
@@ -182,7 +201,7 @@ def _stream(gen: Any, prompt: str, params: SamplingParams) -> bool:
     return False
 
 
-# -- beam search and speculative decoding flags (one block; the command takes them as **search) --
+# -- beam search flags (one block; the command takes them as **search) --
 _SEARCH_FLAGS = [
     click.option("--num-beams", type=str, metavar="INT", default=None,
                  help="Beam search with this many beams; --n hypotheses are returned, best "
@@ -193,27 +212,14 @@ _SEARCH_FLAGS = [
                  help="Diverse beam search: penalty per earlier group's use of a token."),
     click.option("--length-penalty", type=str, metavar="FLOAT", default=None,
                  help="Beam score = logprob / length ** this (default 1.0)."),
-    click.option("--speculative-model", default=None, metavar="PATH",
-                 help="Speculative decoding with this draft model folder (same vocabulary). "
-                 "Local models only: the draft runs inside the built-in engine, so it cannot "
-                 "be combined with --base-url (a server's speculation is set where it is "
-                 "launched)."),
-    click.option("--num-speculative-tokens", type=str, metavar="INT", default=None,
-                 help="Draft tokens per step (default 4)."),
-    click.option("--speculative-quantization", default=None, metavar="int8",
-                 help="Quantize the draft model's weights at load (int8): cheaper drafts, the "
-                 "same output (the target verifies them in its own precision)."),
-    click.option("--prompt-lookup", type=str, metavar="INT", default=None,
-                 help="Speculative decoding by prompt lookup with n-grams up to INT tokens."),
-    click.option("--deterministic", is_flag=True, default=None,
-                 help="Batch-invariant engine steps: seeded samples the same bits whatever "
-                 "the prefix cache holds, the batch and the thread count (built-in engine)."),
+    click.option("--stochastic", is_flag=True, default=None,
+                 help="Stochastic beam search: --num-beams sequences sampled without "
+                 "replacement (Gumbel-top-k), reproducible with --seed; one group."),
 ]
 
 
 _SEARCH_NAMES = ("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty",
-                 "speculative_model", "num_speculative_tokens", "speculative_quantization",
-                 "prompt_lookup", "deterministic")
+                 "stochastic")
 
 
 def _search_flags(f: Any) -> Any:
@@ -227,7 +233,7 @@ def _beam_params(search: dict[str, Any]) -> Any:
     from metagen.beam_params import BeamSearchParams
 
     if search["num_beams"] is None:
-        for name in ("num_beam_groups", "diversity_penalty", "length_penalty"):
+        for name in ("num_beam_groups", "diversity_penalty", "length_penalty", "stochastic"):
             if search[name] is not None:
                 raise InvalidParameterError(name, search[name], "needs --num-beams")
         return None
@@ -240,7 +246,8 @@ def _beam_params(search: dict[str, Any]) -> Any:
         num_beams=beams,
         num_beam_groups=1 if groups is None else groups,
         diversity_penalty=0.0 if diversity is None else diversity,
-        length_penalty=1.0 if length is None else length)
+        length_penalty=1.0 if length is None else length,
+        stochastic=bool(search["stochastic"]))
 
 
 def engine_backend(backend: str, value: object, name: str = "quantization") -> str:
@@ -256,21 +263,7 @@ def engine_backend(backend: str, value: object, name: str = "quantization") -> s
     return "local" if backend == "auto" else backend
 
 
-QUANTIZATION_FLAG = click.option(
-    "--quantization", default=None, metavar="int8|w8a8|int4",
-    help="Quantize the weights at load: int8 (weight-only, per-channel scales), w8a8 (also "
-    "each product's activations, per block of 32) or int4 (a scale per channel and block of 32 "
-    "inputs, int8 activations, the LM head in w8a8); built-in engine only.")
-
-
-def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
-    """Engine options of ``--speculative-model`` / ``--prompt-lookup`` (None ones dropped)."""
-    return {"speculative_model": search["speculative_model"],
-            "num_speculative_tokens": _int("num_speculative_tokens",
-                                           search["num_speculative_tokens"]),
-            "speculative_quantization": search["speculative_quantization"],
-            "prompt_lookup": _int("prompt_lookup", search["prompt_lookup"]),
-            "deterministic": search["deterministic"] or None}
+QUANTIZATION_FLAG = engine_flag("quantization")  # metagen eval's --quantization too
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -319,37 +312,32 @@ def _speculative_options(search: dict[str, Any]) -> dict[str, Any]:
               "backend's: auto for local, cpu for hf).")
 @click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the "
               "checkpoint's).")
-@QUANTIZATION_FLAG
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--stream", is_flag=True, help="Print the text as it is generated (one "
               "completion, not with --json).")
+@constraint_flags
 @_search_flags
+@engine_flags
 @remote_options
 @click.pass_context
 def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: str | None,
-             dtype: str | None, quantization: str | None, as_json: bool, stream: bool,
-             **flags: Any) -> None:
+             dtype: str | None, as_json: bool, stream: bool, **flags: Any) -> None:
     """Generate completions of PROMPT with the model in folder MODEL, or with --base-url URL
     --model NAME (and no MODEL) on an OpenAI-compatible server."""
     remote = pop_remote(flags)
     model, prompt = _arguments(args, remote)
     search = {name: flags.pop(name) for name in _SEARCH_NAMES}
+    engine = given(pop_engine_options(flags))
     params = sampling_params(flags)
     beam = _beam_params(search)
-    spec = _speculative_options(search)
     if remote:
-        backend = _check_remote(backend, beam, dict(device=device, dtype=dtype,
-                                                     quantization=quantization, **spec))
+        backend = _check_remote(backend, beam, dict(device=device, dtype=dtype, **engine))
     elif backend == REMOTE_BACKEND:
         raise InvalidParameterError("backend", backend, "needs --base-url URL and --model NAME")
-    elif any(v is not None for v in spec.values()):
-        if backend == "hf":
-            name = next(k for k, v in spec.items() if v is not None)
-            raise InvalidParameterError(name, search[name], "runs on the built-in engine: use "
-                                        "--backend local (or auto)")
-        backend = "local"  # speculation needs the engine: auto must not fall back
-    if not remote:
-        backend = engine_backend(backend, quantization)
+    elif engine:
+        for name, value in engine.items():  # the engine runs them: auto must not fall back
+            backend = engine_backend(backend, value, name)
+        check_engine_options(dict(engine, device=device, dtype=dtype))  # before loading
     if stream:
         if beam is not None:
             raise InvalidParameterError("stream", True, "beam search returns its hypotheses "
@@ -363,8 +351,10 @@ def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: st
         else:
             with _quiet_loading():
                 backend, gen = load_generator(backend, model, device=device, dtype=dtype,
-                                              quantization=quantization, **spec)
-        failed = _run(gen, backend, model, prompt, params, beam, as_json, stream, remote)
+                                              **engine)
+        report = {"engine": engine_report(gen.engine.config)} if engine else {}
+        failed = _run(gen, backend, model, prompt, params, beam, as_json, stream, remote,
+                      report)
     if failed:
         ctx.exit(1)
 
@@ -395,20 +385,22 @@ def _check_remote(backend: str, beam: Any, local_only: dict[str, Any]) -> str:
                               "logits, which an OpenAI-compatible server does not expose; use a "
                               "local model (MODEL) for --num-beams")
     refuse_local_only(local_only, "applies to a local model; a server chooses its own device, "
-                      "dtype and speculative decoding where it is launched")
+                      "dtype and engine options (quantization, KV cache, speculative decoding) "
+                      "where it is launched")
     return REMOTE_BACKEND
 
 
 def _run(gen: Any, backend: str, model: str, prompt: str, params: SamplingParams, beam: Any,
-         as_json: bool, stream: bool, remote: dict[str, Any]) -> bool:
-    """Generate and print (see the module docstring); whether a completion failed."""
-    extra: dict[str, Any] = {}
+         as_json: bool, stream: bool, remote: dict[str, Any], report: dict[str, Any]) -> bool:
+    """Generate and print (see the module docstring); whether a completion failed. ``report``:
+    more keys of the ``--json`` object."""
+    extra: dict[str, Any] = dict(report)
     if beam is not None:
         from metagen.generators.beam import BeamSearchGenerator
 
         gen = BeamSearchGenerator(gen, beam.num_beams, num_beam_groups=beam.num_beam_groups,
                                   diversity_penalty=beam.diversity_penalty,
-                                  length_penalty=beam.length_penalty)
+                                  length_penalty=beam.length_penalty, stochastic=beam.stochastic)
         extra["beam"] = gen.beam_params(params).to_dict()
     if stream:
         _check_can_stream(backend, gen)

@@ -3,9 +3,16 @@
 Binds ``127.0.0.1`` unless ``--host`` says otherwise. ``--api-key KEY`` (or the environment
 variable ``METAGEN_API_KEY``, which keeps the key out of the process list) makes every route but
 ``/health`` require ``Authorization: Bearer KEY``; the key is never printed or logged. Engine
-options (``--num-blocks``, ``--max-num-seqs``, ``--dtype``, ``--device``,
-``--quantization``, ``--deterministic``) go to :class:`~metagen.engine.config.EngineConfig`. The model loads before the port is bound, so a bad
-folder is a one-line error and exit status 2.
+options go to :class:`~metagen.engine.config.EngineConfig`: ``--dtype``, ``--device`` and the
+table :mod:`metagen.cli.engine_options` that ``metagen generate`` takes too (``--num-blocks``,
+``--max-num-seqs``, ``--quantization``, ``--deterministic``, ``--kv-cache-dtype``,
+``--kv-window-tokens``, ``--kv-sink-tokens``, speculative decoding: ``--speculative-model``,
+``--prompt-lookup``, ``--num-speculative-tokens`` ...). ``EngineConfig`` checks them before
+anything loads, so a bad value is its typed error naming the field, one line and exit status 2;
+so is a bad folder (the model loads before the port is bound). Per-request options travel in the
+body (:mod:`metagen.server.requests`): ``token_healing``, and the output constraints as vLLM and
+OpenAI spell them (``structured_outputs``, ``guided_regex`` / ``guided_json`` /
+``guided_choice`` / ``guided_grammar``, ``response_format``).
 
 ``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
 (``{"metagen": {"strategy": "best_of_n", "reward": NAME}}``, see :mod:`metagen.server.strategy`);
@@ -23,6 +30,13 @@ from typing import Any
 
 import click
 
+from metagen.cli.engine_options import (
+    check_engine_options,
+    engine_flags,
+    given,
+    pop_engine_options,
+)
+
 
 @click.command()
 @click.argument("model", type=click.Path(path_type=Path))
@@ -36,15 +50,9 @@ import click
 @click.option("--max-concurrent", default=256, show_default=True, type=int,
               help="Generation requests in flight; one more is answered 429.")
 @click.option("--max-body-bytes", default=4 * 1024 * 1024, show_default=True, type=int)
-@click.option("--num-blocks", default=None, type=int, help="KV cache blocks (engine option).")
-@click.option("--max-num-seqs", default=None, type=int, help="Running batch size (engine).")
 @click.option("--dtype", default=None, help="Model dtype (engine option).")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
-@click.option("--quantization", default=None, metavar="int8|w8a8|int4",
-              help="Quantize the weights at load: int8, w8a8 or int4 (engine option).")
-@click.option("--deterministic", is_flag=True,
-              help="Batch-invariant engine steps: a seeded request's samples are the same bits "
-              "whatever else is being served and whatever the prefix cache holds (engine).")
+@engine_flags
 @click.option("--orm", "orms", multiple=True, metavar="NAME=PATH",
               help="An outcome reward model strategy requests can name (repeatable).")
 @click.option("--prm", "prms", multiple=True, metavar="NAME=PATH",
@@ -53,11 +61,10 @@ import click
               help="Seconds in-flight requests get to finish on SIGTERM.")
 def serve(model: Path, host: str, port: int, api_key: str | None,
           served_model_name: str | None, max_concurrent: int, max_body_bytes: int,
-          num_blocks: int | None, max_num_seqs: int | None, dtype: str | None,
-          device: str | None, quantization: str | None, deterministic: bool,
+          dtype: str | None, device: str | None,
           orms: tuple[str, ...],
           prms: tuple[str, ...],
-          shutdown_timeout: int) -> None:
+          shutdown_timeout: int, **flags: Any) -> None:
     """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
     from metagen.server import LocalBackend, ServerConfig, create_app
     from metagen.server.protocol import head_timeout_protocol
@@ -65,12 +72,7 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
 
     config = ServerConfig(model_name=served_model_name or model.resolve().name, api_key=api_key,
                           max_concurrent=max_concurrent, max_body_bytes=max_body_bytes)
-    options: dict[str, Any] = {k: v for k, v in (("num_blocks", num_blocks),
-                                                 ("max_num_seqs", max_num_seqs),
-                                                 ("dtype", dtype), ("device", device),
-                                                 ("quantization", quantization),
-                                                 ("deterministic", deterministic or None))
-                               if v is not None}
+    options = engine_options(dtype, device, flags)
     orm_paths = parse_named_paths(orms, "--orm")
     prm_paths = parse_named_paths(prms, "--prm")
     from metagen.scorers import load_prm
@@ -90,3 +92,12 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
                     timeout_graceful_shutdown=shutdown_timeout, server_header=False)
     finally:
         generator.close()
+
+
+def engine_options(dtype: str | None, device: str | None, flags: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """The ``EngineConfig`` fields of the command's engine flags (``flags``: its ``**flags``;
+    those given only), checked by ``EngineConfig`` before anything loads."""
+    options = given(dict(pop_engine_options(flags), dtype=dtype, device=device))
+    check_engine_options(options)
+    return options
