@@ -11,14 +11,13 @@ SIGTERM stopped it (``results.json`` then says ``partial``)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from metagen.cli.flags import float_flag, int_flag, parse_ns
+from metagen.cli.flags import float_flag, int_flag, key_values, parse_ns
 from metagen.cli.generate import QUANTIZATION_FLAG, engine_backend
 from metagen.cli.remote import (open_remote, pop_remote, quiet_remote_logs, refuse_local_only,
                                 remote_options)
@@ -46,18 +45,8 @@ def greedy_ns(strategy: str, ns: tuple[int, ...], given: bool) -> tuple[int, ...
 
 
 def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
-    """``key=value`` entries; a value is read as JSON (numbers, true, null, lists) when it
-    parses, else kept as a string. A malformed entry names ``strategy_arg``."""
-    out: dict[str, Any] = {}
-    for entry in entries:
-        key, sep, value = entry.partition("=")
-        if not sep or not key.strip():
-            raise InvalidParameterError("strategy_arg", entry, "must be key=value")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
+    """``--strategy-arg`` entries (:func:`~metagen.cli.flags.key_values`)."""
+    return key_values(entries, "strategy_arg")
 
 
 @click.command("eval")

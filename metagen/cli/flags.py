@@ -4,6 +4,10 @@ and the Python parameter it feeds fail alike."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import Any
+
 from metagen.errors import InvalidParameterError
 
 
@@ -35,3 +39,18 @@ def parse_ns(text: str, name: str = "n") -> tuple[int, ...]:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise InvalidParameterError(name, text, "must be comma-separated integers") from None
+
+
+def key_values(entries: Sequence[str], name: str = "strategy_arg") -> dict[str, Any]:
+    """``key=value`` entries (``--strategy-arg``); a value is read as JSON (numbers, true,
+    null, lists) when it parses, else kept as a string. A malformed entry names ``name``."""
+    out: dict[str, Any] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise InvalidParameterError(name, entry, "must be key=value")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out

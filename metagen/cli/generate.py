@@ -67,6 +67,7 @@ from metagen.cli.remote import (
     refuse_local_only,
     remote_options,
 )
+from metagen.cli.strategy_flags import pop_strategy, run_strategy, strategy_flags
 from metagen.errors import CapabilityError, InvalidParameterError, NumericalError
 from metagen.generators.loading import available_backends, backend_class
 from metagen.generators.loading import load_generator as load
@@ -317,6 +318,7 @@ QUANTIZATION_FLAG = engine_flag("quantization")  # metagen eval's --quantization
               "completion, not with --json).")
 @constraint_flags
 @_search_flags
+@strategy_flags
 @engine_flags
 @remote_options
 @click.pass_context
@@ -328,8 +330,12 @@ def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: st
     model, prompt = _arguments(args, remote)
     search = {name: flags.pop(name) for name in _SEARCH_NAMES}
     engine = given(pop_engine_options(flags))
+    strategy = pop_strategy(flags, bool(remote))
     params = sampling_params(flags)
     beam = _beam_params(search)
+    if strategy is not None and (beam is not None or stream):
+        raise InvalidParameterError("strategy", strategy.spec.name, "prints its choice at the "
+                                    "end; drop --stream and --num-beams")
     if remote:
         backend = _check_remote(backend, beam, dict(device=device, dtype=dtype, **engine))
     elif backend == REMOTE_BACKEND:
@@ -353,8 +359,13 @@ def generate(ctx: click.Context, args: tuple[str, ...], backend: str, device: st
                 backend, gen = load_generator(backend, model, device=device, dtype=dtype,
                                               **engine)
         report = {"engine": engine_report(gen.engine.config)} if engine else {}
-        failed = _run(gen, backend, model, prompt, params, beam, as_json, stream, remote,
-                      report)
+        if strategy is not None:
+            failed = run_strategy(strategy, gen, model, prompt, params, as_json,
+                                  {"model": model, "backend": backend, "prompt": prompt,
+                                   **report})
+        else:
+            failed = _run(gen, backend, model, prompt, params, beam, as_json, stream, remote,
+                          report)
     if failed:
         ctx.exit(1)
 
