@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from metagen.errors import InvalidParameterError
 from metagen.scorers.prm_format import PRM_PRESETS
@@ -147,7 +147,7 @@ def _remote(spec: str, api: Api, url: str, role: Role, flag: str) -> ScorerSpec:
     if "model" not in seen:
         raise InvalidParameterError(flag, spec, "key 'model' is required: the served model's "
                                     "name, e.g. ?model=orm")
-    root = parts._replace(query="").geturl()
+    root = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
     return ScorerSpec("remote", root, api=api, options=tuple(options))
 
 
