@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--json", default=str(DEFAULT_JSON))
     args = ap.parse_args(argv)
     from metagen.eval.demo import load_testbed_policy
-    from metagen.eval.reward import load_reward
+    from metagen.scorers.resolve import load_reward_folder as load_reward
     from metagen.testbed import make_problems, model_path
 
     generator = load_testbed_policy("local")

@@ -171,7 +171,7 @@ def best_of_16(url: str, texts: list[str]) -> dict[str, Any]:
     import openai
 
     from metagen.generators.local import LocalGenerator
-    from metagen.server.rewards import load_orm
+    from metagen.scorers.resolve import load_reward_folder as load_orm
     from metagen.strategies.best_of_n import best_of_n
     from metagen.types import SamplingParams
 

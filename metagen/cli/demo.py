@@ -10,7 +10,9 @@ with provenance, so a rerun of the same command resumes (done problems are skipp
 changed setting is refused unless ``--force-resume``. ``--base-url URL --model NAME`` samples
 from the testbed policy served by an OpenAI-compatible server (e.g. ``vllm serve <the testbed
 policy folder>``) instead of loading it; the ORM, the PRM and the confidence verifier stay local
-testbed models."""
+testbed models unless ``--reward SPEC`` / ``--prm SPEC`` name other scorers (the grammar of
+``metagen eval --reward``, e.g. ``pooling+http://127.0.0.1:8001?model=orm`` for a reward model
+served by ``metagen serve --orm orm=FOLDER``)."""
 
 from __future__ import annotations
 
@@ -53,10 +55,18 @@ DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
 @click.option("--confidence", is_flag=True, default=False,
               help="Also best-of-N and weighted voting by the policy's own confidence in each "
               "sample (its weakest token; one more scoring pass).")
-@click.option("--prm", "prm_kind", type=click.Choice(["likelihood", "trained"]),
-              default="likelihood", show_default=True,
+@click.option("--reward", "reward", default=None, metavar="SPEC",
+              help="Outcome reward of best-of-N and weighted voting [default: the testbed ORM]: "
+              "a model folder, likelihood (the testbed verifier's confidence), "
+              "likelihood+FOLDER, judge+FOLDER, or a reward model server "
+              "pooling+URL?model=NAME[&positive_label=I&tokenizer=FOLDER], "
+              "classify+URL?model=NAME&..., json+URL?model=NAME.")
+@click.option("--prm", "prm_kind", default="likelihood", show_default=True,
+              metavar="likelihood|trained|SPEC",
               help="Process reward of the step searches: the step confidence of the testbed's "
-              "verifier (the ORM model) or the trained testbed PRM (always local).")
+              "verifier (the ORM model), the trained testbed PRM, or any --prm spec of "
+              "metagen eval (a folder, PRESET+FOLDER, likelihood+FOLDER, "
+              "pooling+URL?model=NAME&tokenizer=FOLDER, json+URL?model=NAME).")
 @click.option("--concurrency", type=int, default=32, show_default=True,
               help="Problems in flight at once (results do not depend on it).")
 @click.option("--force-resume", is_flag=True, default=False,
@@ -65,8 +75,8 @@ DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
 @click.pass_context
 def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | None,
          problems: int, backend: str, ns: str, temperature: float, max_tokens: int, seed: int,
-         full: bool, step_search: str, step_ns: str, confidence: bool, prm_kind: str,
-         concurrency: int, force_resume: bool, **flags: Any) -> None:
+         full: bool, step_search: str, step_ns: str, confidence: bool, reward: str | None,
+         prm_kind: str, concurrency: int, force_resume: bool, **flags: Any) -> None:
     """Compare parallel meta-generators at N = 1..32 on held-out testbed problems (a preset of
     `metagen eval testbed`, resumable, with provenance).
 
@@ -88,7 +98,7 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
     settings = preset.DemoSettings(
         problems=problems, ns=parse_ns(ns, "ns"), temperature=temperature,
         max_tokens=max_tokens, seed=seed, confidence=confidence, step_search=searches,
-        step_ns=parse_ns(step_ns, "step_ns"), prm=prm_kind)  # type: ignore[arg-type]
+        step_ns=parse_ns(step_ns, "step_ns"), prm=prm_kind, reward=reward)
     plot_path = str(plot_path or Path(out) / "metagen_demo.png")
     for flag, target in (("plot", plot_path), ("json", json_path)):
         _check_target(flag, target)

@@ -61,13 +61,23 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
               "N, stopping early: adaptive_self_consistency, deepconf (online, N/4 warm-up).")
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
-@click.option("--reward", default=None, metavar="PATH",
-              help="Reward model folder (best_of_n, weighted_vote); on humaneval/mbpp also "
-              "'unit-tests': the problem's hidden tests in the sandbox, an ORACLE (it selects "
-              "with the tests that grade, so best_of_n then measures pass@N, not a fair "
-              "selector).")
-@click.option("--prm", default=None, metavar="PATH",
-              help="Process reward model folder (the step searches).")
+@click.option("--reward", default=None, metavar="SPEC",
+              help="The outcome reward (best_of_n, weighted_vote): a model folder (a "
+              "classification or value head; any other causal LM scores by its confidence), "
+              "likelihood (the --model folder's own confidence), likelihood+FOLDER, "
+              "judge+FOLDER (an LM judge's P(Yes)), or a reward model server: "
+              "pooling+URL?model=NAME[&positive_label=I&labels=A,B&tokenizer=FOLDER] (vLLM "
+              "/pooling), classify+URL?model=NAME&... (vLLM /classify), json+URL?model=NAME "
+              "(POST /score; metagen serve --orm answers all three where it can); on "
+              "humaneval/mbpp also 'unit-tests': the problem's hidden tests in the sandbox, an "
+              "ORACLE (it selects with the tests that grade, so best_of_n then measures pass@N, "
+              "not a fair selector).")
+@click.option("--prm", default=None, metavar="SPEC",
+              help="The process reward (the step searches): a model folder (a classification "
+              "or value head), PRESET+FOLDER (math-shepherd, rlhflow-llama3.1-8b-prm, "
+              "qwen2.5-math-prm), likelihood (the --model folder's step confidence), "
+              "likelihood+FOLDER, pooling+URL?model=NAME&tokenizer=FOLDER[&format=PRESET] or "
+              "json+URL?model=NAME.")
 @click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE",
               help="Passed to every strategy of the run (repeatable).")
 @click.option("--data", default=None, metavar="PATH",
@@ -111,6 +121,7 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
     """Evaluate STRATEGY (one, or several comma-separated over one sample set) on TASK (gsm8k,
     math500, testbed, humaneval, mbpp, mbpp_0shot) at every N of --n."""
     from metagen.eval import EvalConfig, get_task, run_eval
+    from metagen.scorers.scorer_spec import canonical_spec, parse_scorer_spec
     from metagen.types import SamplingParams
 
     local_path = None
@@ -128,6 +139,14 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         backend = engine_backend(backend, quantization)
         if deterministic:
             backend = engine_backend(backend, True, "deterministic")
+    reward_spec = parse_scorer_spec(reward, "reward", "reward") if reward else None
+    prm_spec = parse_scorer_spec(prm, "prm", "prm") if prm else None
+    for flag, parsed in (("reward", reward_spec), ("prm", prm_spec)):
+        if parsed is not None and parsed.kind == "likelihood" and parsed.target is None \
+                and local_path is None:
+            raise InvalidParameterError(flag, "likelihood", "bare likelihood is the --model "
+                                        "folder's confidence; with --base-url give "
+                                        "likelihood+FOLDER")
     model = ({"path": str(Path(local_path).resolve()), "backend": backend,
               **({"quantization": quantization} if quantization else {}),
               **({"deterministic": True} if deterministic else {})} if local_path
@@ -140,9 +159,8 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                                 top_p=_given(float_flag("top_p", top_p)),
                                 max_tokens=_given(int_flag("max_tokens", max_tokens))),
         seed=_given(int_flag("seed", seed)), strategy_args=parse_strategy_args(strategy_arg),
-        reward=(reward if reward == UNIT_TESTS else str(Path(reward).resolve()) if reward
-                else None),
-        prm=str(Path(prm).resolve()) if prm else None, data=data,
+        reward=canonical_spec(reward_spec, local_path) if reward_spec else None,
+        prm=canonical_spec(prm_spec, local_path) if prm_spec else None, data=data,
         limit=int_flag("limit", limit))
 
     urls = [u.strip() for u in remote["base_url"].split(",")] if remote else []
@@ -161,14 +179,14 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
     spec = get_task(task)
 
     def load_reward() -> Any:
-        if reward == UNIT_TESTS:
-            return unit_test_oracle(spec, data, config.limit)
-        from metagen.eval.reward import load_reward as load
-        return load(reward) if reward else None
+        from metagen.scorers.resolve import resolve_reward
+        return resolve_reward(config.reward, default_folder=local_path,
+                              unit_tests=lambda: unit_test_oracle(spec, data, config.limit)) \
+            if config.reward else None
 
     def load_prm() -> Any:
-        from metagen.scorers.load_prm import load_prm as load
-        return load(str(prm))
+        from metagen.scorers.resolve import resolve_prm
+        return resolve_prm(str(config.prm), default_folder=local_path)
 
     def load_confidence() -> Any:
         from metagen.scorers import LikelihoodVerifier

@@ -14,9 +14,14 @@ body (:mod:`metagen.server.requests`): ``token_healing``, and the output constra
 OpenAI spell them (``structured_outputs``, ``guided_regex`` / ``guided_json`` /
 ``guided_choice`` / ``guided_grammar``, ``response_format``).
 
-``--orm NAME=PATH`` (repeatable) loads an outcome reward model that strategy requests name
+``--orm NAME=SPEC`` (repeatable) loads an outcome reward model that strategy requests name
 (``{"metagen": {"strategy": "best_of_n", "reward": NAME}}``, see :mod:`metagen.server.strategy`);
-``--prm NAME=PATH`` (repeatable) a process reward model (``step_beam_search``'s ``prm``).
+``--prm NAME=SPEC`` (repeatable) a process reward model (``step_beam_search``'s ``prm``). SPEC is
+the scorer grammar ``metagen eval --reward`` / ``--prm`` read (:mod:`metagen.scorers.scorer_spec`:
+a folder, ``likelihood`` (bare: MODEL's own confidence), ``likelihood+FOLDER``, a remote
+``pooling+URL?model=NAME``, ...), loaded by the same resolver. The loaded reward models are also
+served for scoring: ``POST /pooling`` (vLLM's shape, classifier and value-head ORMs) and ``POST
+/score`` (metagen's JSON contract, every ORM and PRM), see :mod:`metagen.server.scoring`.
 SIGTERM / Ctrl-C stop accepting connections and let in-flight requests finish for up to
 ``--shutdown-timeout`` seconds. A connection whose request headers take more than 10 seconds to
 arrive is closed (slowloris).
@@ -53,10 +58,15 @@ from metagen.cli.engine_options import (
 @click.option("--dtype", default=None, help="Model dtype (engine option).")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (engine option).")
 @engine_flags
-@click.option("--orm", "orms", multiple=True, metavar="NAME=PATH",
-              help="An outcome reward model strategy requests can name (repeatable).")
-@click.option("--prm", "prms", multiple=True, metavar="NAME=PATH",
-              help="A process reward model step-search requests can name (repeatable).")
+@click.option("--orm", "orms", multiple=True, metavar="NAME=SPEC",
+              help="An outcome reward model strategy requests can name, also served on "
+              "POST /pooling and /score (repeatable). SPEC: a model folder, likelihood "
+              "(MODEL's own confidence), likelihood+FOLDER, judge+FOLDER, or a remote "
+              "pooling+URL?model=NAME / classify+URL?... / json+URL?model=NAME.")
+@click.option("--prm", "prms", multiple=True, metavar="NAME=SPEC",
+              help="A process reward model step-search requests can name, also served on "
+              "POST /score (repeatable). SPEC: a model folder, PRESET+FOLDER, likelihood, "
+              "likelihood+FOLDER, pooling+URL?model=NAME&tokenizer=FOLDER or json+URL?model=NAME.")
 @click.option("--shutdown-timeout", default=30, show_default=True, type=int,
               help="Seconds in-flight requests get to finish on SIGTERM.")
 def serve(model: Path, host: str, port: int, api_key: str | None,
@@ -68,18 +78,17 @@ def serve(model: Path, host: str, port: int, api_key: str | None,
     """Serve MODEL (a Hugging Face folder) over the OpenAI API on HOST:PORT."""
     from metagen.server import LocalBackend, ServerConfig, create_app
     from metagen.server.protocol import head_timeout_protocol
-    from metagen.server.rewards import load_orm, parse_named_paths
+    from metagen.server.rewards import load_named, parse_named_specs
 
     config = ServerConfig(model_name=served_model_name or model.resolve().name, api_key=api_key,
                           max_concurrent=max_concurrent, max_body_bytes=max_body_bytes)
     options = engine_options(dtype, device, flags)
-    orm_paths = parse_named_paths(orms, "--orm")
-    prm_paths = parse_named_paths(prms, "--prm")
-    from metagen.scorers import load_prm
+    orm_specs = parse_named_specs(orms, "reward", "orm")
+    prm_specs = parse_named_specs(prms, "prm", "prm")
     from metagen.generators.local import LocalGenerator
 
-    rewards = {name: load_orm(path) for name, path in orm_paths.items()}
-    process_rewards = {name: load_prm(path) for name, path in prm_paths.items()}
+    rewards = load_named(orm_specs, "reward", "orm", default_folder=model)
+    process_rewards = load_named(prm_specs, "prm", "prm", default_folder=model)
     generator = LocalGenerator.from_pretrained(model, **options)
     app = create_app(LocalBackend(generator), config, rewards, process_rewards)
     import uvicorn

@@ -5,10 +5,12 @@ line (the registry's ``cli`` surface).
 ``scale``); the other sampling flags are each sample's parameters. ``--strategy-arg KEY=VALUE``
 (repeatable) sets a parameter of the strategy's config (``metagen strategies NAME`` lists them),
 checked before any model loads, with errors naming the key. ``--reward`` and ``--prm`` are the
-scorers it reads: a model folder (its layout read from the model: a classifier or value head is
-a reward model, a causal LM a generative verifier) — the strategies that need one refuse to run
+scorers it reads, as scorer specs (:mod:`metagen.scorers.scorer_spec`: a model folder, whose
+layout is read from the model; ``likelihood``, the policy's own confidence; a remote
+``pooling+URL?model=NAME`` ...), parsed before loading and loaded by the one resolver
+(:func:`~metagen.scorers.resolve.resolve_scorer`); the strategies that need one refuse to run
 without it. ``best_of_n_confidence`` and ``weighted_vote_confidence`` read the policy's own
-confidence (a local model only).
+confidence (``likelihood`` over a local model).
 
 Output: the prompt and the strategy's choice, or with ``--json`` one object: ``strategy``,
 ``n``, ``options``, ``text``, ``chosen`` (the chosen completion), ``candidates`` (texts),
@@ -26,6 +28,7 @@ import click
 
 from metagen.cli.flags import key_values
 from metagen.errors import InvalidParameterError
+from metagen.scorers.scorer_spec import ScorerSpec, parse_scorer_spec
 from metagen.strategies.registry import get, names
 from metagen.strategies.spec import Scorers, StrategySpec
 from metagen.types import Result, SamplingParams
@@ -37,11 +40,14 @@ STRATEGY_FLAGS = [
                  "`metagen strategies NAME` for its parameters)."),
     click.option("--strategy-arg", "strategy_args", multiple=True, metavar="KEY=VALUE",
                  help="A parameter of --strategy (repeatable), e.g. width=2."),
-    click.option("--reward", default=None, metavar="PATH",
+    click.option("--reward", default=None, metavar="SPEC",
                  help="The reward model --strategy reads (best_of_n, rejection_sampling, "
-                 "weighted_vote): a model folder."),
-    click.option("--prm", default=None, metavar="PATH",
-                 help="The process reward model of a step search: a model folder."),
+                 "weighted_vote): a model folder, likelihood (the policy's confidence), "
+                 "judge+FOLDER or pooling+URL?model=NAME / classify+URL?... / json+URL?..."),
+    click.option("--prm", default=None, metavar="SPEC",
+                 help="The process reward model of a step search: a model folder, "
+                 "PRESET+FOLDER, likelihood, pooling+URL?model=NAME&tokenizer=FOLDER or "
+                 "json+URL?model=NAME."),
 ]
 _NAMES = ("strategy", "strategy_args", "reward", "prm")
 
@@ -58,8 +64,8 @@ class StrategyChoice:
 
     spec: StrategySpec
     options: dict[str, Any]
-    reward: str | None
-    prm: str | None
+    reward: ScorerSpec | None
+    prm: ScorerSpec | None
 
 
 def pop_strategy(flags: dict[str, Any], remote: bool) -> StrategyChoice | None:
@@ -80,25 +86,26 @@ def pop_strategy(flags: dict[str, Any], remote: bool) -> StrategyChoice | None:
         if applies and surface in spec.not_on:
             raise InvalidParameterError("strategy", spec.name, spec.not_on[surface])
     options = spec.options(key_values(given["strategy_args"], "strategy_arg"))
-    for need, flag in (("reward", "reward"), ("prm", "prm")):
-        if need in spec.needs and given[flag] is None:
-            raise InvalidParameterError(flag, None, f"{spec.name} needs --{flag} PATH")
-    return StrategyChoice(spec, options, given["reward"], given["prm"])
+    for need in ("reward", "prm"):
+        if need in spec.needs and given[need] is None:
+            raise InvalidParameterError(need, None, f"{spec.name} needs --{need} SPEC")
+    reward = None if given["reward"] is None else parse_scorer_spec(given["reward"], "reward",
+                                                                    "reward")
+    prm = None if given["prm"] is None else parse_scorer_spec(given["prm"], "prm", "prm")
+    return StrategyChoice(spec, options, reward, prm)
 
 
 def scorers(choice: StrategyChoice, model: str) -> Scorers:
     """The scorers ``choice`` reads, loaded (``model``: the policy's folder, for confidence)."""
+    from metagen.scorers.resolve import resolve_scorer
+
     used = choice.spec.needs | choice.spec.optional
-    reward = prm = confidence = None
-    if choice.reward is not None and "reward" in used:
-        from metagen.eval.reward import load_reward
-        reward = load_reward(choice.reward)
-    if choice.prm is not None and "prm" in used:
-        from metagen.scorers.load_prm import load_prm
-        prm = load_prm(choice.prm)
-    if "confidence" in used:
-        from metagen.scorers import LikelihoodVerifier
-        confidence = LikelihoodVerifier.from_pretrained(model)
+    reward = None if choice.reward is None or "reward" not in used else resolve_scorer(
+        choice.reward, "reward", flag="reward", default_folder=model)
+    prm = None if choice.prm is None or "prm" not in used else resolve_scorer(
+        choice.prm, "prm", flag="prm", default_folder=model)
+    confidence = (resolve_scorer("likelihood", "reward", flag="strategy", default_folder=model)
+                  if "confidence" in used else None)
     return Scorers(reward=reward, prm=prm, confidence=confidence)
 
 

@@ -39,7 +39,7 @@ def load_backends(config: EvalConfig, generator: Any, loaders: Mapping[str, Load
 
 def check_loaders(config: EvalConfig, loaders: Mapping[str, Loader | None]) -> None:
     """``InvalidParameterError`` naming the flag of a scorer the strategies need and lack."""
-    flags = {REWARD: ("reward", "--reward PATH"), PRM: ("prm", "--prm PATH"),
+    flags = {REWARD: ("reward", "--reward SPEC"), PRM: ("prm", "--prm SPEC"),
              CONFIDENCE: ("confidence", "a confidence scorer (the policy's LikelihoodVerifier)")}
     for name in sorted(config.scorers_needed):
         if loaders.get(name) is None:

@@ -84,7 +84,8 @@ class EvalConfig:
         """Everything that changes the outputs (the run key's input; ``strategy`` is the
         comma-joined list); ``limit`` is not in it: items are keyed by id, so a larger limit
         extends a run. Each local model folder (the policy's ``path``, ``reward``, ``prm``)
-        also gives its content fingerprint (:func:`~metagen.eval.fingerprint.folder_fingerprint`)
+        (``reward`` / ``prm``: the folder its scorer spec loads) also gives its content
+        fingerprint (:func:`~metagen.eval.fingerprint.folder_fingerprint`)
         as ``model_files``, ``reward_files``, ``prm_files``: new weights at the same path make a
         new key. A server's model has none (its name and URL are what the key holds)."""
         from metagen._version import __version__
@@ -100,7 +101,22 @@ class EvalConfig:
                 "max_subsets": self.max_subsets, "metagen_version": __version__,
                 "executor_limits": dict(task.executor_limits),
                 **{f"{role}_files": found for role, folder in (
-                    ("model", self.model.get("path")), ("reward", self.reward),
-                    ("prm", self.prm)) if (found := folder_fingerprint(folder)) is not None}}
+                    ("model", self.model.get("path")), ("reward", scorer_folder(self.reward)),
+                    ("prm", scorer_folder(self.prm, "prm")))
+                    if (found := folder_fingerprint(folder)) is not None}}
+
+
+def scorer_folder(spec: str | None, role: str = "reward") -> str | None:
+    """The local model folder a ``reward`` / ``prm`` scorer spec loads (a plain folder,
+    ``likelihood+FOLDER``, ...; :mod:`metagen.scorers.scorer_spec`), None for a remote scorer,
+    the unit tests or a spec that does not parse."""
+    from metagen.scorers.scorer_spec import parse_scorer_spec, spec_folder
+
+    if spec is None:
+        return None
+    try:
+        return spec_folder(parse_scorer_spec(spec, "prm" if role == "prm" else "reward", role))
+    except InvalidParameterError:
+        return None
 
 

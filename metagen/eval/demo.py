@@ -3,10 +3,12 @@
 The demo is one :func:`~metagen.eval.runner.run_eval` run, and a second one with PRM step
 searches: task ``testbed`` (its held-out problems), the testbed policy, its ORM as the reward,
 strategies :data:`PARALLEL` (plus :data:`CONFIDENCE_STRATEGIES` when asked) at N = 1..32 over ONE
-sample set, into ``OUT/parallel``; the step searches (``DemoSettings.step_search``) at each of
+sample set, into ``OUT/parallel`` (``DemoSettings.reward``: another outcome reward, any scorer
+spec); the step searches (``DemoSettings.step_search``) at each of
 ``step_ns`` into ``OUT/step_search``. Each folder is an ordinary run folder (SQLite store,
 ``results.json`` with provenance), so a rerun resumes and ``metagen eval`` can extend it. The
-testbed models are loaded by :func:`testbed_loaders`; everything can be injected (tests).
+testbed models are loaded by :func:`testbed_loaders`, through the one scorer resolver
+(:mod:`metagen.scorers.resolve`); everything can be injected (tests).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.eval.direct import DIRECT
@@ -32,8 +34,11 @@ KV_CACHE_BYTES = 512 << 20  # ~1,000 sequences in flight; the engine's 64 MiB de
 @dataclass(slots=True, frozen=True)
 class DemoSettings:
     """The demo's knobs; validated on construction (the runs' own checks follow in
-    :func:`demo_configs`). ``prm``: the step searches' process reward, the step confidence of
-    the testbed ORM (``likelihood``) or the trained testbed PRM (``trained``)."""
+    :func:`demo_configs`). ``reward``: the outcome reward, a scorer spec
+    (:mod:`metagen.scorers.scorer_spec`; None: the testbed ORM). ``prm``: the step searches'
+    process reward, the step confidence of the testbed ORM (``likelihood``), the trained
+    testbed PRM (``trained``) or a scorer spec. A bare ``likelihood`` spec reads the testbed
+    ORM."""
 
     problems: int = 100
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -43,7 +48,8 @@ class DemoSettings:
     confidence: bool = False
     step_search: tuple[str, ...] = ()
     step_ns: tuple[int, ...] = (4, 16)
-    prm: Literal["likelihood", "trained"] = "likelihood"
+    prm: str = "likelihood"
+    reward: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.problems, int) or not 1 <= self.problems <= TESTBED_POOL:
@@ -53,8 +59,30 @@ class DemoSettings:
             if name not in DIRECT:
                 raise InvalidParameterError("step_search", name,
                                             f"must be among {', '.join(DIRECT)}")
-        if self.prm not in ("likelihood", "trained"):
-            raise InvalidParameterError("prm", self.prm, "must be 'likelihood' or 'trained'")
+        from metagen.scorers.scorer_spec import parse_scorer_spec
+
+        if self.prm != TRAINED:
+            parse_scorer_spec(self.prm, "prm", "prm")
+        if self.reward is not None:
+            parse_scorer_spec(self.reward, "reward", "reward")
+
+
+TRAINED = "trained"  # --prm: the trained testbed PRM
+
+
+def scorer_specs(settings: DemoSettings) -> tuple[str, str]:
+    """The (reward, prm) specs of the demo's runs as their run keys hold them (folders
+    absolute; a bare ``likelihood`` is the testbed ORM's): what :func:`demo_configs` stores and
+    :func:`testbed_loaders` loads."""
+    from metagen.scorers.scorer_spec import canonical_spec, parse_scorer_spec
+
+    def canonical(spec: str, role: Any, flag: str) -> str:
+        return canonical_spec(parse_scorer_spec(spec, role, flag), default=testbed_model("orm"))
+
+    reward = canonical(settings.reward or str(testbed_model("orm")), "reward", "reward")
+    prm = canonical(str(testbed_model("prm")) if settings.prm == TRAINED else settings.prm,
+                    "prm", "prm")
+    return reward, prm
 
 
 def testbed_model(name: str) -> Path:
@@ -76,27 +104,27 @@ def demo_configs(settings: DemoSettings, model: Mapping[str, Any]) -> dict[str, 
     common: dict[str, Any] = dict(task="testbed", model=dict(model), sampling=sampling,
                                   seed=settings.seed, limit=settings.problems)
     strategies = PARALLEL + (CONFIDENCE_STRATEGIES if settings.confidence else ())
-    runs = {PARALLEL_RUN: EvalConfig(strategy=strategies, ns=settings.ns,
-                                     reward=str(testbed_model("orm")), **common)}
+    reward, prm = scorer_specs(settings)
+    runs = {PARALLEL_RUN: EvalConfig(strategy=strategies, ns=settings.ns, reward=reward,
+                                     **common)}
     if settings.step_search:
-        prm = testbed_model("orm" if settings.prm == "likelihood" else "prm")
         runs[SEARCH_RUN] = EvalConfig(strategy=settings.step_search, ns=settings.step_ns,
-                                      prm=f"{settings.prm}:{prm}", **common)
+                                      prm=prm, **common)
     return runs
 
 
 def testbed_loaders(settings: DemoSettings) -> dict[str, Loader]:
-    """Loaders of the testbed scorers by store name: the ORM (a generative verifier, scored by
-    its confidence), the PRM ``settings.prm`` names, the policy's own confidence."""
+    """Loaders of the demo's scorers by store name, through the one resolver: the reward
+    (default the testbed ORM, a generative verifier scored by its confidence), the PRM
+    ``settings.prm`` names (default the ORM's step confidence: its weakest token so far), the
+    policy's own confidence."""
     def reward() -> Any:
-        from metagen.eval.reward import load_reward
-        return load_reward(testbed_model("orm"))
+        from metagen.scorers.resolve import resolve_reward
+        return resolve_reward(scorer_specs(settings)[0])
 
     def prm() -> Any:
-        if settings.prm == "likelihood":  # the verifier's step confidence: its weakest token
-            return reward()
-        from metagen.scorers import HFProcessRewardModel
-        return HFProcessRewardModel.from_pretrained(testbed_model("prm"), batch_size=64)
+        from metagen.scorers.resolve import resolve_prm
+        return resolve_prm(scorer_specs(settings)[1], batch_size=64)
 
     def confidence() -> Any:
         from metagen.scorers import LikelihoodVerifier

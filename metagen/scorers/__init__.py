@@ -1,6 +1,8 @@
 """metagen.scorers: reward models, process reward models (:func:`load_prm`), remote reward models
 (:class:`RemoteRewardModel`, :class:`RemoteProcessRewardModel`: vLLM ``/pooling`` and
-``/classify`` or a plain JSON contract), verifiers, an LM judge, MBR utilities.
+``/classify`` or a plain JSON contract), verifiers, an LM judge, MBR utilities; and
+:func:`resolve_scorer`, the one place a scorer spec string (``FOLDER``, ``likelihood``,
+``pooling+URL?model=NAME``, ...; :mod:`metagen.scorers.scorer_spec`) becomes a scorer.
 
 Every scorer takes whole batches; a plain Python callable works wherever a reward model does
 (:func:`as_reward`). Model-backed scorers expose a cumulative ``usage``. Heavy imports (torch,
@@ -24,6 +26,8 @@ from metagen.scorers.load_prm import load_prm
 from metagen.scorers.prm_format import PRM_PRESETS, PRMFormat
 from metagen.scorers.remote_prm import RemoteProcessRewardModel
 from metagen.scorers.remote_reward import RemoteRewardModel
+from metagen.scorers.resolve import resolve_prm, resolve_reward, resolve_scorer
+from metagen.scorers.scorer_spec import ScorerSpec, parse_scorer_spec
 from metagen.scorers.unit_tests import UnitTestVerifier
 from metagen.scorers.usage import UsageMeter, usage_of
 from metagen.scorers.utilities import (
@@ -55,6 +59,7 @@ __all__ = [
     "RemoteRewardModel",
     "RewardModel",
     "RougeUtility",
+    "ScorerSpec",
     "StepAggregation",
     "UnitTestVerifier",
     "UsageMeter",
@@ -65,6 +70,10 @@ __all__ = [
     "confidence",
     "load_prm",
     "lowest_window_mean",
+    "parse_scorer_spec",
+    "resolve_prm",
+    "resolve_reward",
+    "resolve_scorer",
     "split_steps",
     "usage_of",
 ]

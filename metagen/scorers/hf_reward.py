@@ -30,7 +30,7 @@ N samples of one prompt cost one prompt plus N continuations. ``usage``: one ``s
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     import torch
 
 Transform = Literal["sigmoid", "none"]
+Reader = Callable[[Any, list[int], list[int]], list[float]]
 
 
 def _inference_mode() -> Any:
@@ -108,13 +109,15 @@ class HFScorer:
         return enc
 
     def _values(self, ids: list[list[int]], positions: list[list[int]],
-                prefixes: list[int] | None = None) -> list[list[float]]:
+                prefixes: list[int] | None = None, read: Reader | None = None
+                ) -> list[list[float]]:
         """Head outputs at the given token positions of each sequence.
 
         ``prefixes[r]`` is the length of row r's prompt prefix (0: none). Rows with the same
         prompt prefix share ONE prompt forward pass: its KV cache is repeated over the rows and
         only their continuations are computed (what an engine's prefix cache does); the others
-        run in length-sorted padded batches. Inside an
+        run in length-sorted padded batches. ``read`` turns the hidden states at a row's
+        positions into its values (default :meth:`_head_scores`). Inside an
         :func:`~metagen.scorers.interrupt.interruptible` block whose flag gets set, raises
         :class:`~metagen.errors.CallCancelled` before the next batch.
         """
@@ -128,21 +131,23 @@ class HFScorer:
             else:
                 plain.append(r)
         who = f"{type(self).__name__} scoring"
+        read = read or self._head_scores
         with self._meter.timed(), _inference_mode():
             for prefix, rows in groups.items():
                 for start in range(0, len(rows), self.batch_size):
                     check_interrupt(who)
                     self._shared_batch(list(prefix), rows[start:start + self.batch_size], ids,
-                                       positions, out)
+                                       positions, out, read)
             plain.sort(key=lambda r: len(ids[r]))
             for start in range(0, len(plain), self.batch_size):
                 check_interrupt(who)
-                self._plain_batch(plain[start:start + self.batch_size], ids, positions, out)
+                self._plain_batch(plain[start:start + self.batch_size], ids, positions, out,
+                                  read)
         self._meter.add(0, 0.0, calls=1)  # one scorer call per score()/score_steps()
         return out
 
     def _plain_batch(self, rows: list[int], ids: list[list[int]],
-                     positions: list[list[int]], out: list[list[float]]) -> None:
+                     positions: list[list[int]], out: list[list[float]], read: Reader) -> None:
         import torch
 
         width = max(len(ids[r]) for r in rows)
@@ -154,12 +159,13 @@ class HFScorer:
         hidden = self.model.base_model(input_ids=batch.to(self.device),
                                        attention_mask=mask.to(self.device)).last_hidden_state
         for b, r in enumerate(rows):  # hidden: (B, T, H)
-            out[r] = self._head_scores(hidden[b, positions[r]], ids[r], positions[r])
+            out[r] = read(hidden[b, positions[r]], ids[r], positions[r])
         tokens = sum(len(ids[r]) for r in rows)
         self._meter.add(tokens, 2.0 * self.n_params * tokens, calls=0)
 
     def _shared_batch(self, prefix: list[int], rows: list[int], ids: list[list[int]],
-                      positions: list[list[int]], out: list[list[float]]) -> None:
+                      positions: list[list[int]], out: list[list[float]], read: Reader
+                      ) -> None:
         import torch
 
         p = len(prefix)
@@ -183,7 +189,7 @@ class HFScorer:
         for b, r in enumerate(rows):
             picked = [pre.last_hidden_state[0, q] if q < p else hidden[b, q - p]  # type: ignore
                       for q in positions[r]]
-            out[r] = self._head_scores(torch.stack(picked), ids[r], positions[r])
+            out[r] = read(torch.stack(picked), ids[r], positions[r])
         tokens = p + sum(len(t) for t in tails)
         self._meter.add(tokens, 2.0 * self.n_params * tokens, calls=0)
 
@@ -240,6 +246,34 @@ class HFRewardModel(HFScorer):
             prefixes.append(self._prefix_len(lay.prefix, ids[-1], lay.special))
         values = self._values(ids, positions, prefixes)
         return check_scores([v[0] for v in values], len(prompts), who="HFRewardModel")
+
+    def pool(self, ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        """vLLM ``/pooling`` of a sequence classifier over token ids: per row, the head's class
+        vector at the last token with the activation vLLM applies (one label: sigmoid; more:
+        softmax; ``transform="none"``: the raw logits). For the tokens :meth:`score` reads, the
+        positive label's entry is its score (computed without prompt sharing: equal up to
+        float rounding). ``InvalidPromptError`` naming ``input`` for an empty row, a token
+        outside the vocabulary or a row longer than the context."""
+        rows = [list(row) for row in ids]
+        vocab = int(getattr(self.model.config, "vocab_size", 0) or 0)
+        for i, row in enumerate(rows):
+            if not row or any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab
+                              for t in row):
+                raise InvalidPromptError("input", f"<row {i}>", f"must be a non-empty list of "
+                                         f"token ids in [0, {vocab})")
+            if self.max_length is not None and len(row) > self.max_length:
+                raise InvalidPromptError("input", f"<row {i}: {len(row)} tokens>",
+                                         f"longer than the scorer's context {self.max_length}")
+        if not rows:
+            return []
+        return self._values(rows, [[len(row) - 1] for row in rows], read=self._class_vector)
+
+    def _class_vector(self, picked: Any, ids: list[int], positions: list[int]) -> list[float]:
+        """(1, H) hidden state at the last token -> the activated class vector."""
+        logits = self.head(picked.to(self.head.weight.dtype)).float()[0]  # (L,)
+        if self.transform == "none":
+            return logits.tolist()
+        return (logits.sigmoid() if logits.shape[-1] == 1 else logits.softmax(-1)).tolist()
 
 
 class HFProcessRewardModel(HFScorer):

@@ -2,7 +2,9 @@
 
 Routes: ``GET /health`` (200, or 503 once the engine has stopped; the only route without the API
 key), ``GET /metrics`` (Prometheus text), ``GET /v1/models``, ``POST /v1/completions``,
-``POST /v1/chat/completions`` (``stream: true`` for server-sent events). No docs or OpenAPI
+``POST /v1/chat/completions`` (``stream: true`` for server-sent events), and over the loaded
+reward models ``POST /pooling`` (vLLM's shape) and ``POST /score`` (metagen's JSON contract; both
+in :mod:`metagen.server.scoring`). No docs or OpenAPI
 routes. Every error is an OpenAI-style body (:mod:`metagen.server.errors`): a bad field is a 400
 naming it, never a 422 or 500.
 
@@ -47,6 +49,7 @@ from metagen.server.requests import (
     completion_request,
 )
 from metagen.server.responses import chat_response, check_outputs, completion_response, usage
+from metagen.server.scoring import ScoringRoutes
 from metagen.server.strategy import StrategyRunner, strategy_response
 from metagen.server.strategy_errors import check_samples, request_error
 from metagen.server.strategy_params import parse_strategy
@@ -69,6 +72,11 @@ def create_app(backend: Backend, config: ServerConfig,
     _handlers(app)
     created = int(time.time())
     routes = _Routes(backend, state, StrategyRunner(backend.generator, rewards or {}, prms))
+    scoring = ScoringRoutes(rewards or {}, prms or {})
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        return parse_body(await read_capped(request.stream(), config.max_body_bytes),
+                          config.max_json_depth)
 
     @app.get("/health")
     async def health() -> Response:
@@ -98,6 +106,14 @@ def create_app(backend: Backend, config: ServerConfig,
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         return await routes.generate(request, chat=True)
+
+    @app.post("/pooling")
+    async def pooling(request: Request) -> Response:
+        return await _unless_gone(request, scoring.pooling(await body_of(request)))
+
+    @app.post("/score")
+    async def score(request: Request) -> Response:
+        return await _unless_gone(request, scoring.score(await body_of(request)))
 
     return app
 

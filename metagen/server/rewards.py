@@ -1,44 +1,40 @@
-"""Reward models the server loads by name at start (``--orm name=PATH``)."""
+"""The scorers the server loads by name at start (``--orm NAME=SPEC``, ``--prm NAME=SPEC``): the
+specs are parsed before anything loads, and each loads through the one resolver
+(:func:`metagen.scorers.resolve.resolve_scorer`), as ``metagen eval`` loads ``--reward`` and
+``--prm``."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from metagen.errors import InvalidParameterError, ModelLoadError
-from metagen.scorers.base import RewardModel
+from metagen.errors import InvalidParameterError
+from metagen.scorers.scorer_spec import Role, ScorerSpec, accepted_forms, parse_scorer_spec
 
 
-def parse_named_paths(items: Sequence[str], option: str) -> dict[str, Path]:
-    """``["name=PATH", ...]`` -> ``{name: PATH}``; ``InvalidParameterError`` naming ``option``
-    for an item without ``=``, an empty name or a repeated name."""
-    out: dict[str, Path] = {}
+def parse_named_specs(items: Sequence[str], role: Role, flag: str) -> dict[str, ScorerSpec]:
+    """``["NAME=SPEC", ...]`` -> ``{NAME: parsed SPEC}`` (a spec may itself hold ``=``: the
+    name ends at the first one); ``InvalidParameterError`` naming ``flag`` for an item without
+    ``=``, an empty name, a repeated name or a spec that does not parse."""
+    out: dict[str, ScorerSpec] = {}
     for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InvalidParameterError(option, item, "must be NAME=PATH")
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec:
+            raise InvalidParameterError(flag, item, f"must be --{flag} NAME=SPEC, SPEC one of: "
+                                        f"{accepted_forms(role)}")
         if name in out:
-            raise InvalidParameterError(option, item, f"the name {name!r} is given twice")
-        out[name] = Path(path)
+            raise InvalidParameterError(flag, item, f"the name {name!r} is given twice")
+        out[name] = parse_scorer_spec(spec, role, flag)
     return out
 
 
-def load_orm(path: Path) -> RewardModel:
-    """An outcome reward model from a Hugging Face folder: a causal LM is a generative verifier
-    scored by its confidence in the completion (``LikelihoodVerifier``, min token logprob: the
-    testbed ORM's convention); any other head is a classifier read at the last token
-    (``HFRewardModel``). Raises ``ModelLoadError``."""
-    from metagen.scorers import HFRewardModel, LikelihoodVerifier
+def load_named(specs: dict[str, ScorerSpec], role: Role, flag: str,
+               default_folder: str | Path | None = None) -> dict[str, Any]:
+    """Each named spec's scorer, loaded by the resolver; a bare ``likelihood`` reads
+    ``default_folder`` (the served model). ``ModelLoadError`` for a folder that cannot be
+    loaded."""
+    from metagen.scorers.resolve import resolve_scorer
 
-    config = path / "config.json"
-    if not config.is_file():
-        raise ModelLoadError(f"{path}: not a Hugging Face model folder (no config.json)")
-    try:
-        architectures = json.loads(config.read_text()).get("architectures") or []
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ModelLoadError(f"{config}: unreadable ({exc})") from exc
-    if any(str(a).endswith("ForCausalLM") for a in architectures):
-        return LikelihoodVerifier.from_pretrained(path)
-    model: RewardModel = HFRewardModel.from_pretrained(path)
-    return model
+    return {name: resolve_scorer(spec, role, flag=flag, default_folder=default_folder)
+            for name, spec in specs.items()}

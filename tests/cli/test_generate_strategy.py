@@ -10,7 +10,7 @@ import pytest
 
 from metagen.cli import main
 from metagen.generators.local import LocalGenerator
-from metagen.scorers.load_prm import load_prm
+from metagen.scorers.resolve import resolve_prm
 from metagen.strategies.registry import get
 from metagen.strategies.spec import Scorers
 from metagen.types import SamplingParams
@@ -51,7 +51,7 @@ def test_step_search_with_a_prm_folder(capsys, gen, stories_path, prm_path):  # 
     out = cli_json(capsys, str(stories_path), PROMPT, "--strategy", "dvts", "--n", "4",
                    "--prm", str(prm_path), "--strategy-arg", "max_depth=2")
     ref = get("dvts").run(gen, PROMPT, n=4, params=PARAMS,
-                          scorers=Scorers(prm=load_prm(str(prm_path))),
+                          scorers=Scorers(prm=resolve_prm(str(prm_path))),
                           options={"max_depth": 2})
     assert out["text"] == ref.text and out["scores"] == pytest.approx(ref.scores)
     assert out["trace"]["search_steps"] == ref.trace["search_steps"]

@@ -28,7 +28,7 @@ CONFIG = EvalConfig(task="testbed", model={"path": "testbed policy"},
 def backends():
     if not (MODELS / "policy" / "config.json").is_file():
         pytest.skip("the testbed models are not trained here")
-    from metagen.eval.reward import load_reward
+    from metagen.scorers.resolve import load_reward_folder as load_reward
     from metagen.generators.local import LocalGenerator
     return LocalGenerator.from_pretrained(MODELS / "policy"), load_reward(MODELS / "orm")
 

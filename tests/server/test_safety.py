@@ -64,7 +64,8 @@ def _wait_idle(gen, seconds: float = 5.0) -> None:
 # -- S1, S2, S15: authentication and exposure ------------------------------------------------------
 
 EXPECTED_ROUTES = {("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
-                   ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")}
+                   ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"),
+                   ("POST", "/pooling"), ("POST", "/score")}
 BAD_KEYS = [None, "", "Bearer ", "Bearer wrong", f"bearer {API_KEY}",
             API_KEY, "Bearer ключ".encode(), f"Bearer {API_KEY}x"]
 

@@ -4,7 +4,6 @@ answers a best-of-16 request from the openai SDK with the same choice as the lib
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import openai
 import pytest
@@ -22,7 +21,9 @@ import httpx
 
 from metagen.errors import InvalidPromptError
 from metagen.scorers import load_prm
-from metagen.server.rewards import load_orm, parse_named_paths
+from metagen.scorers.resolve import resolve_reward
+from metagen.scorers.scorer_spec import ScorerSpec
+from metagen.server.rewards import parse_named_specs
 from metagen.strategies.mbr import mbr
 from metagen.strategies.step_beam import step_beam_search
 from metagen.strategies.voting import self_consistency, weighted_vote
@@ -37,7 +38,7 @@ BEST_OF_16 = {"strategy": "best_of_n", "n": 16, "reward": "orm", "return_candida
 
 @pytest.fixture(scope="module")
 def orm():
-    return load_orm(model_path("orm"))
+    return resolve_reward(str(model_path("orm")), flag="orm")
 
 
 @pytest.fixture(scope="module")
@@ -180,11 +181,13 @@ def test_scripted_a_refusal_inside_a_strategy_is_a_400_naming_the_request_field(
 
 
 def test_orm_option_parsing():
-    assert parse_named_paths(["orm=/a", "v2=/b=c"], "--orm") == {"orm": Path("/a"),
-                                                               "v2": Path("/b=c")}
-    for bad in (["orm"], ["=x"], ["a=x", "a=y"]):
-        with pytest.raises(ValueError, match="--orm"):
-            parse_named_paths(bad, "--orm")
+    assert parse_named_specs(["orm=/a", "v2=/b=c", "r=pooling+http://h:1?model=m"], "reward",
+                             "orm") == {
+        "orm": ScorerSpec("folder", "/a"), "v2": ScorerSpec("folder", "/b=c"),
+        "r": ScorerSpec("remote", "http://h:1", api="pooling", options=(("model", "m"),))}
+    for bad in (["orm"], ["=x"], ["a=x", "a=y"], ["a=pooling+http://h?nope=1"]):
+        with pytest.raises(ValueError, match="orm"):
+            parse_named_specs(bad, "reward", "orm")
 
 
 PROBLEM = format_prompt(make_problems("test", 1, seed=3, difficulties=[3])[0])
