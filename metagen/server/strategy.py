@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardModel
 from metagen.scorers.interrupt import interruptible
@@ -40,12 +41,12 @@ from metagen.server.cancellation import CancellableGenerator, Cancellation
 from metagen.server.logprobs import chat_block, completion_block
 from metagen.server.requests import GenerationRequest
 from metagen.server.responses import new_id
-from metagen.server.strategy_params import StrategyRequest
-from metagen.strategies.best_of_n import best_of_n
+from metagen.server.strategy_calls import RunGenerator, RunMeter, first_call
+from metagen.server.strategy_errors import request_error
+from metagen.server.strategy_params import NO_REWARD, StrategyRequest
+from metagen.server.strategy_policy import policy_budget
 from metagen.strategies.budget import Budget
-from metagen.strategies.mbr import mbr
-from metagen.strategies.step_beam import step_beam_search
-from metagen.strategies.voting import self_consistency, weighted_vote
+from metagen.strategies.spec import Scorers
 from metagen.types import Result, SamplingParams, Usage
 
 
@@ -83,45 +84,51 @@ class StrategyRunner:
         self.prms = dict(prms or {})
         self._lock = threading.Lock()  # held by the thread, so a gone client cannot release it
 
+    def scorers(self, sreq: StrategyRequest) -> Scorers:
+        """The loaded scorers ``sreq`` names."""
+        reward = None if sreq.reward in (None, NO_REWARD) else self.rewards[sreq.reward]
+        prm = None if sreq.prm is None else self.prms[sreq.prm]
+        return Scorers(reward=reward, prm=prm)
+
     def call(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
-             budget: Budget, generator: Generator | None = None) -> Result:
-        """The library call ``sreq`` names, synchronously, on ``generator`` (default: the
-        runner's)."""
-        gen, opts = generator or self.generator, sreq.options
-        reward: Any = None if sreq.reward in (None, "logprob") else self.rewards[sreq.reward]
-        out: Result | list[Result]
-        if sreq.strategy == "best_of_n":
-            out = best_of_n(gen, prompt, n=sreq.n, reward=reward, params=params, budget=budget)
-        elif sreq.strategy == "self_consistency":
-            out = self_consistency(gen, prompt, n=sreq.n, params=params, budget=budget)
-        elif sreq.strategy == "weighted_vote":
-            out = weighted_vote(gen, prompt, n=sreq.n, reward=reward or "logprob", params=params,
-                                budget=budget, **opts)
-        elif sreq.strategy == "mbr":
-            out = mbr(gen, prompt, n=sreq.n, params=params, budget=budget, **opts)
-        else:
-            assert sreq.prm is not None
-            out = step_beam_search(gen, [prompt], self.prms[sreq.prm], params=params,
-                                   budget=budget, **opts)[0]
-        assert isinstance(out, Result)
-        return out
+             budget: Budget, generator: Generator | None = None,
+             meter: RunMeter | None = None) -> Result:
+        """The library call ``sreq`` names (its spec's ``run``), synchronously, on
+        ``generator`` (default: the runner's), its generate calls bounded and counted on
+        ``meter`` (:mod:`metagen.server.strategy_calls`)."""
+        gen = RunGenerator(generator or self.generator, meter or RunMeter())
+        return sreq.spec.run(gen, prompt, n=sreq.n, params=params,
+                             budget=budget, scorers=self.scorers(sreq), options=sreq.options)
+
+    def check(self, sreq: StrategyRequest, prompt: Prompt, req: GenerationRequest) -> None:
+        """Run ``sreq`` up to its first generate call, not made: what the library or the
+        server's bounds refuse there is a 400 naming the request's field
+        (:mod:`metagen.server.strategy_errors`), before any model call."""
+        budget = policy_budget(sreq.budget, req.params.max_tokens)
+        try:
+            first_call(lambda gen: self.call(sreq, prompt, req.params, budget, gen),
+                       self.generator)
+        except InvalidParameterError as exc:
+            raise request_error(exc, sreq, req) from None
 
     async def run(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
                   cancelled: threading.Event | None = None,
                   progress: Callable[[Usage], None] | None = None) -> Result:
-        """``sreq`` in a worker thread; setting ``cancelled`` stops it before its next
-        generate call and its scorer calls before their next batch and, when it is a
-        :class:`Cancellation`, aborts the generate call in flight;
-        ``progress`` (called in the worker thread) gets the usage so far before each stage."""
+        """``sreq`` in a worker thread, under the server's budget
+        (:func:`~metagen.server.strategy_policy.policy_budget`); setting ``cancelled`` stops it
+        before its next generate call and its scorer calls before their next batch and, when it
+        is a :class:`Cancellation`, aborts the generate call in flight; ``progress`` (called in
+        the worker thread) gets the usage so far before each generate call."""
         flag = cancelled or threading.Event()
-        budget = cancellable(sreq.budget, flag, progress)
+        meter = RunMeter(progress)
+        budget = cancellable(policy_budget(sreq.budget, params.max_tokens), flag, meter.seen)
         gen: Generator = self.generator
         if isinstance(cancelled, Cancellation):
             gen = CancellableGenerator(gen, asyncio.get_running_loop(), cancelled)
 
         def work() -> Result:
             with self._lock, interruptible(flag):
-                return self.call(sreq, prompt, params, budget, gen)
+                return self.call(sreq, prompt, params, budget, gen, meter)
 
         return await asyncio.to_thread(work)
 

@@ -105,14 +105,15 @@ def test_best_of_n_on_a_chat_prompt_is_refused_without_a_template(sdk):
     ({"strategy": "best_of_n"}, {"echo": True}, "echo"),
     ({"strategy": "best_of_n", "n": 4}, {"temperature": 0}, "metagen.n"),  # 4 greedy samples
     ({"strategy": "mbr", "n": 4}, {"temperature": 0}, "metagen.n"),
-    ({"strategy": "step_beam_search"}, {"temperature": 0}, "metagen.width"),  # 4 x 4 greedy
+    ({"strategy": "step_beam_search"}, {"temperature": 0}, "metagen.n"),  # 4 x 4 greedy
+    ({"strategy": "step_beam_search", "width": 2}, {"temperature": 0}, "metagen.width"),
     ({"strategy": "step_beam_search", "width": 64, "branching": 64}, {}, "metagen.width"),
-    ({"strategy": "step_beam_search", "width": 16, "branching": 16, "max_depth": 17}, {},
+    ({"strategy": "step_beam_search", "width": 16, "branching": 16, "max_depth": 65}, {},
      "metagen.max_depth"),
     ({"strategy": "step_beam_search", "width": 0}, {}, "metagen.width"),
-    ({"strategy": "step_beam_search", "n": 4}, {}, "metagen.n"),
+    ({"strategy": "step_beam_search", "n": 300}, {}, "metagen.n"),
     ({"strategy": "step_beam_search", "prm": "orm"}, {}, "metagen.prm"),
-    ({"strategy": "mbr", "utility": "embedding"}, {}, "metagen.utility"),
+    ({"strategy": "mbr", "utility": "cosine"}, {}, "metagen.utility"),
     ({"strategy": "weighted_vote", "keep_top": 0}, {}, "metagen.keep_top"),
     ({"strategy": "self_consistency", "return": "everything"}, {}, "metagen.return"),
     ({"strategy": "mbr", "budget": {"max_tokens": 0}}, {}, "metagen.budget.max_tokens"),
@@ -128,9 +129,9 @@ def test_bad_strategy_requests_are_400s_naming_the_field(sdk, metagen, extra, pa
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_search_of_width_64_by_branching_64_is_a_400_before_any_work(policy_server, sdk,
                                                                        caplog, stream):
-    """64 x 64 = 4096 samples per step pass each knob's own bound: the product's bound refuses
-    it, naming the request's fields (not the library's ``n=4096``), before any model call and
-    without an unhandled error in the server's log -- streamed too."""
+    """64 x 64 = 4096 samples per step pass each knob's own bound: the per-call bound refuses
+    the search's first call, naming the request's fields (not the library's ``n=4096``), before
+    any model call and without an unhandled error in the server's log -- streamed too."""
     calls = policy_server.generator.usage.calls
     with caplog.at_level(logging.ERROR, logger="metagen.server"):
         with pytest.raises(openai.BadRequestError) as err:
@@ -139,7 +140,7 @@ def test_a_search_of_width_64_by_branching_64_is_a_400_before_any_work(policy_se
                                                            "width": 64, "branching": 64}})
     assert err.value.param == "metagen.width"
     message = err.value.body["message"]
-    assert "metagen.width x metagen.branching" in message and "4096" in message
+    assert "metagen.width: 64, metagen.branching: 64" in message and "4096" in message
     assert "n=" not in message
     assert policy_server.generator.usage.calls == calls
     assert not [r for r in caplog.records if r.name == "metagen.server"]
