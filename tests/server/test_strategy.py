@@ -23,7 +23,13 @@ import httpx
 from metagen.errors import InvalidPromptError
 from metagen.scorers import load_prm
 from metagen.server.rewards import load_orm, parse_named_paths
+from metagen.strategies.adaptive_vote import adaptive_self_consistency
+from metagen.strategies.deepconf import deepconf
+from metagen.strategies.dvts import dvts
 from metagen.strategies.mbr import mbr
+from metagen.strategies.mcts import mcts
+from metagen.strategies.refine import self_refine
+from metagen.strategies.rejection import rejection_sampling
 from metagen.strategies.step_beam import step_beam_search
 from metagen.strategies.voting import self_consistency, weighted_vote
 from metagen.strategies.best_of_n import best_of_n
@@ -219,6 +225,64 @@ def test_each_strategy_equals_the_library(sdk, policy_ref, orm, prm, strategy):
     assert info["scores"] == pytest.approx(list(want.scores), abs=SCORE_TOL)
     assert got.usage.completion_tokens == want.usage.generated_tokens > 0
     assert got.usage.model_extra["scorer_calls"] == want.usage.scorer_calls
+
+
+FAMILIES = {  # one per family beyond the parallel ones: request -> the library's own call
+    "dvts": ({"subtrees": 2, "branching": 2, "max_depth": 3},
+             lambda gen, orm, prm: dvts(gen, [PROBLEM], prm, subtrees=2, branching=2,
+                                        max_depth=3, params=PARAMS)[0]),
+    "mcts": ({"n": 4, "max_depth": 3},
+             lambda gen, orm, prm: mcts(gen, [PROBLEM], prm, iterations=4, branching=4,
+                                        max_depth=3, params=PARAMS)[0]),
+    "adaptive_self_consistency": ({"n": 8, "batch": 2},
+                                  lambda gen, orm, prm: adaptive_self_consistency(
+                                      gen, PROBLEM, n=8, batch=2, params=PARAMS)),
+    "deepconf": ({"n": 4},
+                 lambda gen, orm, prm: deepconf(gen, [PROBLEM], n=4, warmup=1,
+                                                params=PARAMS)[0]),
+    "self_refine": ({"n": 2},
+                    lambda gen, orm, prm: self_refine(gen, [PROBLEM], max_attempts=2,
+                                                      params=PARAMS)[0]),
+    "rejection_sampling": ({"n": 8, "reward": "orm", "threshold": 0.5},
+                           lambda gen, orm, prm: rejection_sampling(
+                               gen, PROBLEM, orm, max_samples=8, batch=4, threshold=0.5,
+                               params=PARAMS)),
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(FAMILIES))
+def test_each_family_equals_the_library(sdk, policy_ref, orm, prm, strategy):
+    """A step search, MCTS, the adaptive strategies, refinement and rejection sampling from the
+    SDK answer as the library function for the same seed (the testbed ORM and PRM)."""
+    request, library = FAMILIES[strategy]
+    want = library(policy_ref, orm, prm)
+    got = _ask(sdk, {"strategy": strategy, "return": "candidates"} | request)
+    info = got.model_extra["metagen"]
+    assert got.choices[0].text == want.text
+    assert info["candidates"] == [c.text for c in want.candidates]
+    assert info["scores"] == pytest.approx(list(want.scores), abs=SCORE_TOL)
+    assert got.usage.completion_tokens == want.usage.generated_tokens > 0
+    assert got.usage.model_extra["scorer_calls"] == want.usage.scorer_calls
+
+
+@pytest.mark.parametrize(("metagen", "param", "said"), [
+    ({"strategy": "mcts", "selection": "ucb"}, "metagen.selection", "uct|puct"),
+    ({"strategy": "dvts", "width": 2}, "metagen.width", "'subtrees'"),
+    ({"strategy": "deepconf", "keep": 0}, "metagen.keep", "> 0.0"),
+    ({"strategy": "rejection_sampling", "batch": 65}, "metagen.batch", "at most 64"),
+    ({"strategy": "refine_with_feedback"}, "metagen.strategy", "not available on metagen"),
+    ({"strategy": "treefinement"}, "metagen.strategy", "not available on metagen"),
+    ({"strategy": "best_of_n_confidence"}, "metagen.strategy", "ORM"),
+    ({"strategy": "first_finish"}, "metagen.strategy", "self_refine"),
+])
+def test_the_registry_s_refusals_name_the_field(sdk, metagen, param, said):
+    """A bad option (the library's own check), an unknown option (the known ones listed from
+    the config), a strategy not on serve (the spec's reason), an unknown strategy (the ones on
+    serve listed), a knob over the server's cap."""
+    with pytest.raises(openai.BadRequestError) as err:
+        _ask(sdk, metagen)
+    assert err.value.param == param
+    assert said in err.value.body["message"]
 
 
 def test_the_tree_is_the_library_trace(sdk, policy_ref, prm):
