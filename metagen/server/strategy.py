@@ -2,19 +2,27 @@
 
 ``{"metagen": {"strategy": "best_of_n", "n": 16, "reward": "orm", "return": "candidates"}}``
 (from the openai SDK: ``extra_body={"metagen": {...}}``) answers with the strategy's choice as
-the single choice; :mod:`metagen.server.strategy_params` lists the strategies (``best_of_n``,
-``self_consistency``, ``weighted_vote``, ``mbr``, ``step_beam_search``) and their parameters.
-Reward models are loaded by name at start (``--orm name=PATH``, ``--prm name=PATH``). The
-request's own sampling fields are the samples' parameters (its ``n`` must be 1: the strategy's
-``n`` is ``metagen.n``); the choice equals the library function's for the same seed, e.g.
-``best_of_n(generator, prompt, n=n, reward=rm, params=params)``. ``usage`` counts everything
-spent: every sample's tokens, the prompt, cached tokens, and the scorers' tokens and calls
-(``scorer_tokens``, ``scorer_calls``); the ``metagen`` object of the answer holds the chosen
-candidate's index, every candidate's score, whether the budget stopped the run and, when asked,
-every candidate's text (``return: "candidates"``) or the run's trace with its search tree
-(``return: "tree"``). With ``stream: true`` the answer is streamed after one progress chunk per
-stage (:mod:`metagen.server.strategy_stream`). Parameters the library refuses are a 400 naming
-the request's own field, before any model call where they can be checked up front
+the single choice. Every strategy of the registry (:mod:`metagen.strategies.registry`) that is
+available on serve is accepted -- the parallel ones, rejection sampling, the adaptive ones, the
+step searches, self-refine, and any strategy module added later -- with its parameters from its
+spec (:mod:`metagen.server.strategy_params`); the server names none of them. Reward models are
+loaded by name at start (``--orm name=PATH``, ``--prm name=PATH``). The request's own sampling
+fields are the samples' parameters (its ``n`` must be 1: the strategy's scale is
+``metagen.n``); the run is the spec's ``run`` -- ``spec.run(generator, prompt, n=n,
+params=params, budget=budget, scorers=Scorers(reward=..., prm=...), options=options)`` -- so the
+choice equals the library function's for the same seed, e.g. ``best_of_n(generator, prompt,
+n=n, reward=rm, params=params)``. ``usage`` counts everything spent: every sample's tokens, the
+prompt, cached tokens, and the scorers' tokens and calls (``scorer_tokens``, ``scorer_calls``);
+the ``metagen`` object of the answer holds the chosen candidate's index, every candidate's
+score, whether the budget stopped the run and, when asked, every candidate's text
+(``return: "candidates"``) or the run's trace (``return: "tree"``: the search tree of a step
+search, whatever trace the strategy keeps otherwise). With ``stream: true`` the answer is
+streamed after one progress chunk per generate call (:mod:`metagen.server.strategy_stream`,
+:mod:`metagen.server.strategy_calls`). Every run is bounded by the server's policy
+(:mod:`metagen.server.strategy_policy`: its scale, its integer options, the samples of one
+generate call, a token and call budget from ``max_tokens``). Parameters the library refuses are
+a 400 naming the request's own field, before any model call where they can be checked up front:
+the run goes as far as its first generate call before the answer starts
 (:mod:`metagen.server.strategy_errors`).
 
 Strategy requests run one at a time (so each one's usage is its own; plain requests run
