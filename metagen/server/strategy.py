@@ -50,7 +50,7 @@ from metagen.server.logprobs import chat_block, completion_block
 from metagen.server.requests import GenerationRequest
 from metagen.server.responses import new_id
 from metagen.server.strategy_calls import RunGenerator, RunMeter, first_call
-from metagen.server.strategy_errors import request_error
+from metagen.server.strategy_errors import missing_package, request_error
 from metagen.server.strategy_params import NO_REWARD, StrategyRequest
 from metagen.server.strategy_policy import policy_budget
 from metagen.strategies.budget import Budget
@@ -110,14 +110,16 @@ class StrategyRunner:
 
     def check(self, sreq: StrategyRequest, prompt: Prompt, req: GenerationRequest) -> None:
         """Run ``sreq`` up to its first generate call, not made: what the library or the
-        server's bounds refuse there is a 400 naming the request's field
-        (:mod:`metagen.server.strategy_errors`), before any model call."""
+        server's bounds refuse there, or an optional package it lacks, is a 400 naming the
+        request's field (:mod:`metagen.server.strategy_errors`), before any model call."""
         budget = policy_budget(sreq.budget, req.params.max_tokens)
         try:
             first_call(lambda gen: self.call(sreq, prompt, req.params, budget, gen),
                        self.generator)
         except InvalidParameterError as exc:
             raise request_error(exc, sreq, req) from None
+        except ImportError as exc:
+            raise missing_package(exc, sreq) from None
 
     async def run(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
                   cancelled: threading.Event | None = None,

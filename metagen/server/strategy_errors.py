@@ -12,7 +12,8 @@ integer option the request set (``metagen.width``), else ``metagen.n``; ``metage
 the strategy's own parameters, ``metagen.n`` for a knob derived from it, ``metagen.reward`` /
 ``metagen.prm`` for a scorer, the body's name for a sampling field and for the prompt,
 ``metagen`` for anything else -- never a field the client did not send, and never an unhandled
-exception (a traceback in the server's log).
+exception (a traceback in the server's log). An option that needs an optional package the
+server lacks is a 400 naming ``metagen`` (:func:`missing_package`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def request_error(exc: InvalidParameterError, sreq: StrategyRequest, req: Genera
     if field != exc.param:
         message = message.replace(f"invalid {exc.param}=", f"invalid {field}=", 1)
     return bad_request(field, message)
+
+
+def missing_package(exc: ImportError, sreq: StrategyRequest) -> ApiError:
+    """The 400 of a strategy whose options need an optional package this server lacks (mbr's
+    ``utility: "embedding"`` without its embedding model's package), naming ``metagen``."""
+    return bad_request("metagen", f"{sreq.strategy} with these options needs what this server "
+                       f"lacks: {exc}")
 
 
 def _field(param: str, sreq: StrategyRequest, req: GenerationRequest) -> str:

