@@ -185,7 +185,7 @@ class _Routes:
             if not isinstance(body.get("prompt"), str):
                 raise bad_request("prompt", "a strategy request takes one text prompt")
             prompt = req.prompt_texts[0]
-        self.strategies.check(sreq, prompt, req)
+        await self.strategies.check(sreq, prompt, req)
 
         async def answer(cancelled: threading.Event,
                          progress: Callable[[Usage], None] | None = None) -> dict[str, Any]:

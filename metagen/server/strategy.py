@@ -108,14 +108,20 @@ class StrategyRunner:
         return sreq.spec.run(gen, prompt, n=sreq.n, params=params,
                              budget=budget, scorers=self.scorers(sreq), options=sreq.options)
 
-    def check(self, sreq: StrategyRequest, prompt: Prompt, req: GenerationRequest) -> None:
-        """Run ``sreq`` up to its first generate call, not made: what the library or the
-        server's bounds refuse there, or an optional package it lacks, is a 400 naming the
-        request's field (:mod:`metagen.server.strategy_errors`), before any model call."""
+    async def check(self, sreq: StrategyRequest, prompt: Prompt, req: GenerationRequest
+                    ) -> None:
+        """Run ``sreq`` up to its first generate call, not made, in a worker thread (its setup
+        may load a utility's model): what the library or the server's bounds refuse there, or
+        an optional package it lacks, is a 400 naming the request's field
+        (:mod:`metagen.server.strategy_errors`), before any model call."""
         budget = policy_budget(sreq.budget, req.params.max_tokens)
-        try:
+
+        def dry_run() -> None:
             first_call(lambda gen: self.call(sreq, prompt, req.params, budget, gen),
                        self.generator)
+
+        try:
+            await asyncio.to_thread(dry_run)
         except InvalidParameterError as exc:
             raise request_error(exc, sreq, req) from None
         except ImportError as exc:
