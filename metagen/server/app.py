@@ -51,7 +51,7 @@ from metagen.server.requests import (
 from metagen.server.responses import chat_response, check_outputs, completion_response, usage
 from metagen.server.scoring import ScoringRoutes
 from metagen.server.strategy import StrategyRunner, strategy_response
-from metagen.server.strategy_errors import check_samples, request_error
+from metagen.server.strategy_errors import request_error
 from metagen.server.strategy_params import parse_strategy
 from metagen.server.strategy_stream import strategy_events
 from metagen.server.streaming import sse_events
@@ -201,7 +201,7 @@ class _Routes:
             if not isinstance(body.get("prompt"), str):
                 raise bad_request("prompt", "a strategy request takes one text prompt")
             prompt = req.prompt_texts[0]
-        check_samples(sreq, req)
+        await self.strategies.check(sreq, prompt, req)
 
         async def answer(cancelled: threading.Event,
                          progress: Callable[[Usage], None] | None = None) -> dict[str, Any]:

@@ -2,19 +2,27 @@
 
 ``{"metagen": {"strategy": "best_of_n", "n": 16, "reward": "orm", "return": "candidates"}}``
 (from the openai SDK: ``extra_body={"metagen": {...}}``) answers with the strategy's choice as
-the single choice; :mod:`metagen.server.strategy_params` lists the strategies (``best_of_n``,
-``self_consistency``, ``weighted_vote``, ``mbr``, ``step_beam_search``) and their parameters.
-Reward models are loaded by name at start (``--orm name=PATH``, ``--prm name=PATH``). The
-request's own sampling fields are the samples' parameters (its ``n`` must be 1: the strategy's
-``n`` is ``metagen.n``); the choice equals the library function's for the same seed, e.g.
-``best_of_n(generator, prompt, n=n, reward=rm, params=params)``. ``usage`` counts everything
-spent: every sample's tokens, the prompt, cached tokens, and the scorers' tokens and calls
-(``scorer_tokens``, ``scorer_calls``); the ``metagen`` object of the answer holds the chosen
-candidate's index, every candidate's score, whether the budget stopped the run and, when asked,
-every candidate's text (``return: "candidates"``) or the run's trace with its search tree
-(``return: "tree"``). With ``stream: true`` the answer is streamed after one progress chunk per
-stage (:mod:`metagen.server.strategy_stream`). Parameters the library refuses are a 400 naming
-the request's own field, before any model call where they can be checked up front
+the single choice. Every strategy of the registry (:mod:`metagen.strategies.registry`) that is
+available on serve is accepted -- the parallel ones, rejection sampling, the adaptive ones, the
+step searches, self-refine, and any strategy module added later -- with its parameters from its
+spec (:mod:`metagen.server.strategy_params`); the server names none of them. Reward models are
+loaded by name at start (``--orm name=PATH``, ``--prm name=PATH``). The request's own sampling
+fields are the samples' parameters (its ``n`` must be 1: the strategy's scale is
+``metagen.n``); the run is the spec's ``run`` -- ``spec.run(generator, prompt, n=n,
+params=params, budget=budget, scorers=Scorers(reward=..., prm=...), options=options)`` -- so the
+choice equals the library function's for the same seed, e.g. ``best_of_n(generator, prompt,
+n=n, reward=rm, params=params)``. ``usage`` counts everything spent: every sample's tokens, the
+prompt, cached tokens, and the scorers' tokens and calls (``scorer_tokens``, ``scorer_calls``);
+the ``metagen`` object of the answer holds the chosen candidate's index, every candidate's
+score, whether the budget stopped the run and, when asked, every candidate's text
+(``return: "candidates"``) or the run's trace (``return: "tree"``: the search tree of a step
+search, whatever trace the strategy keeps otherwise). With ``stream: true`` the answer is
+streamed after one progress chunk per generate call (:mod:`metagen.server.strategy_stream`,
+:mod:`metagen.server.strategy_calls`). Every run is bounded by the server's policy
+(:mod:`metagen.server.strategy_policy`: its scale, its integer options, the samples of one
+generate call, a token and call budget from ``max_tokens``). Parameters the library refuses are
+a 400 naming the request's own field, before any model call where they can be checked up front:
+the run goes as far as its first generate call before the answer starts
 (:mod:`metagen.server.strategy_errors`).
 
 Strategy requests run one at a time (so each one's usage is its own; plain requests run
@@ -33,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metagen.errors import InvalidParameterError
 from metagen.generators.base import Generator, Prompt
 from metagen.scorers.base import RewardModel
 from metagen.scorers.interrupt import interruptible
@@ -40,12 +49,12 @@ from metagen.server.cancellation import CancellableGenerator, Cancellation
 from metagen.server.logprobs import chat_block, completion_block
 from metagen.server.requests import GenerationRequest
 from metagen.server.responses import new_id
-from metagen.server.strategy_params import StrategyRequest
-from metagen.strategies.best_of_n import best_of_n
+from metagen.server.strategy_calls import RunGenerator, RunMeter, first_call
+from metagen.server.strategy_errors import missing_package, request_error
+from metagen.server.strategy_params import NO_REWARD, StrategyRequest
+from metagen.server.strategy_policy import policy_budget
 from metagen.strategies.budget import Budget
-from metagen.strategies.mbr import mbr
-from metagen.strategies.step_beam import step_beam_search
-from metagen.strategies.voting import self_consistency, weighted_vote
+from metagen.strategies.spec import Scorers
 from metagen.types import Result, SamplingParams, Usage
 
 
@@ -83,45 +92,59 @@ class StrategyRunner:
         self.prms = dict(prms or {})
         self._lock = threading.Lock()  # held by the thread, so a gone client cannot release it
 
+    def scorers(self, sreq: StrategyRequest) -> Scorers:
+        """The loaded scorers ``sreq`` names."""
+        reward = None if sreq.reward in (None, NO_REWARD) else self.rewards[sreq.reward]
+        prm = None if sreq.prm is None else self.prms[sreq.prm]
+        return Scorers(reward=reward, prm=prm)
+
     def call(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
-             budget: Budget, generator: Generator | None = None) -> Result:
-        """The library call ``sreq`` names, synchronously, on ``generator`` (default: the
-        runner's)."""
-        gen, opts = generator or self.generator, sreq.options
-        reward: Any = None if sreq.reward in (None, "logprob") else self.rewards[sreq.reward]
-        out: Result | list[Result]
-        if sreq.strategy == "best_of_n":
-            out = best_of_n(gen, prompt, n=sreq.n, reward=reward, params=params, budget=budget)
-        elif sreq.strategy == "self_consistency":
-            out = self_consistency(gen, prompt, n=sreq.n, params=params, budget=budget)
-        elif sreq.strategy == "weighted_vote":
-            out = weighted_vote(gen, prompt, n=sreq.n, reward=reward or "logprob", params=params,
-                                budget=budget, **opts)
-        elif sreq.strategy == "mbr":
-            out = mbr(gen, prompt, n=sreq.n, params=params, budget=budget, **opts)
-        else:
-            assert sreq.prm is not None
-            out = step_beam_search(gen, [prompt], self.prms[sreq.prm], params=params,
-                                   budget=budget, **opts)[0]
-        assert isinstance(out, Result)
-        return out
+             budget: Budget, generator: Generator | None = None,
+             meter: RunMeter | None = None) -> Result:
+        """The library call ``sreq`` names (its spec's ``run``), synchronously, on
+        ``generator`` (default: the runner's), its generate calls bounded and counted on
+        ``meter`` (:mod:`metagen.server.strategy_calls`)."""
+        gen = RunGenerator(generator or self.generator, meter or RunMeter())
+        return sreq.spec.run(gen, prompt, n=sreq.n, params=params,
+                             budget=budget, scorers=self.scorers(sreq), options=sreq.options)
+
+    async def check(self, sreq: StrategyRequest, prompt: Prompt, req: GenerationRequest
+                    ) -> None:
+        """Run ``sreq`` up to its first generate call, not made, in a worker thread (its setup
+        may load a utility's model): what the library or the server's bounds refuse there, or
+        an optional package it lacks, is a 400 naming the request's field
+        (:mod:`metagen.server.strategy_errors`), before any model call."""
+        budget = policy_budget(sreq.budget, req.params.max_tokens)
+
+        def dry_run() -> None:
+            first_call(lambda gen: self.call(sreq, prompt, req.params, budget, gen),
+                       self.generator)
+
+        try:
+            await asyncio.to_thread(dry_run)
+        except InvalidParameterError as exc:
+            raise request_error(exc, sreq, req) from None
+        except ImportError as exc:
+            raise missing_package(exc, sreq) from None
 
     async def run(self, sreq: StrategyRequest, prompt: Prompt, params: SamplingParams,
                   cancelled: threading.Event | None = None,
                   progress: Callable[[Usage], None] | None = None) -> Result:
-        """``sreq`` in a worker thread; setting ``cancelled`` stops it before its next
-        generate call and its scorer calls before their next batch and, when it is a
-        :class:`Cancellation`, aborts the generate call in flight;
-        ``progress`` (called in the worker thread) gets the usage so far before each stage."""
+        """``sreq`` in a worker thread, under the server's budget
+        (:func:`~metagen.server.strategy_policy.policy_budget`); setting ``cancelled`` stops it
+        before its next generate call and its scorer calls before their next batch and, when it
+        is a :class:`Cancellation`, aborts the generate call in flight; ``progress`` (called in
+        the worker thread) gets the usage so far before each generate call."""
         flag = cancelled or threading.Event()
-        budget = cancellable(sreq.budget, flag, progress)
+        meter = RunMeter(progress)
+        budget = cancellable(policy_budget(sreq.budget, params.max_tokens), flag, meter.seen)
         gen: Generator = self.generator
         if isinstance(cancelled, Cancellation):
             gen = CancellableGenerator(gen, asyncio.get_running_loop(), cancelled)
 
         def work() -> Result:
             with self._lock, interruptible(flag):
-                return self.call(sreq, prompt, params, budget, gen)
+                return self.call(sreq, prompt, params, budget, gen, meter)
 
         return await asyncio.to_thread(work)
 

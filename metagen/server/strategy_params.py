@@ -1,74 +1,105 @@
-"""The ``metagen`` object of a request body, validated into a :class:`StrategyRequest`.
+"""The ``metagen`` object of a request body, validated into a :class:`StrategyRequest`, from the
+strategy registry (:mod:`metagen.strategies.registry`): the server keeps no list of strategies
+or of their parameters.
 
-Every strategy takes ``strategy``, ``budget`` (``{"max_tokens": int, "max_seconds": number}``,
-both optional, as :class:`~metagen.strategies.budget.Budget`) and ``return`` (``"candidates"``:
-every candidate's text and score; ``"tree"``: the library's ``Result.trace``, the search tree of a
-step search); the old ``return_candidates: true`` is ``return: "candidates"``. The parallel
-strategies take ``n``. Their own parameters:
+``strategy`` is any registered strategy available on ``serve`` (its spec's ``not_on`` does not
+name ``serve``; asking for one that does is a 400 naming ``metagen.strategy`` with the spec's
+reason). Every strategy takes:
 
-- ``best_of_n``: ``reward`` (an ORM name; may be left out when exactly one is loaded);
-- ``self_consistency``: nothing more (majority vote over the samples' answers);
-- ``weighted_vote``: ``reward`` (an ORM name or ``"logprob"``; default the sole ORM, else
-  ``"logprob"``), ``aggregate`` (``sum`` | ``mean``), ``keep_top`` (a fraction in (0, 1]);
-- ``mbr``: ``utility`` (``answer`` | ``chrf`` | ``bleu`` | ``rouge``), ``weighting``
-  (``uniform`` | ``logprob``), ``method`` (``exact`` | ``aggregate`` | ``prune``);
-- ``step_beam_search``: ``prm`` (a PRM name from ``--prm``; may be left out when exactly one is
-  loaded), ``width``, ``branching``, ``max_depth`` (positive integers), ``select``
-  (``score`` | ``vote`` | ``weighted_vote``). The knobs multiply: a search step samples
-  ``width x branching`` completions (the first from the prompt, later ones ``branching`` per live
-  beam), at most ``MAX_STRATEGY_N`` (a parallel strategy's largest ``n``), and the search makes
-  up to ``max_depth`` steps: ``width x branching x max_depth`` is at most ``MAX_SEARCH_SAMPLES``.
+- ``n``: the scale N (default 16), which the spec maps to the strategy's own knobs (samples of a
+  parallel strategy, samples per step of a beam search, iterations of MCTS, attempts of
+  self-refine, ...);
+- ``budget``: ``{"max_tokens": int, "max_seconds": number}``, both optional, as
+  :class:`~metagen.strategies.budget.Budget`;
+- ``return``: ``"candidates"`` (every candidate's text and score) or ``"tree"`` (the library's
+  ``Result.trace``: the search tree of a step search); the old ``return_candidates: true`` is
+  ``return: "candidates"``;
+- the scorers it needs or can use, by the name they were loaded under: ``reward`` (an ORM from
+  ``--orm``; may be left out when exactly one is loaded; a strategy that can do without one
+  takes ``"logprob"`` for none, its library default, e.g. weighted_vote weighing by the samples'
+  log-probabilities, and defaults to it unless exactly one ORM is loaded) and ``prm`` (a PRM
+  from ``--prm``; may be left out when exactly one is loaded);
+- the fields of the spec's config (its parameters besides N), checked by
+  :meth:`~metagen.strategies.spec.StrategySpec.options`: the library's refusal becomes a 400
+  naming ``metagen.<param>``.
 
-Anything else is a 400 naming the field (``metagen.strategy``, ``metagen.<name>``,
-``metagen.budget.<name>``), raised before any model call.
+Then the server's own bounds on the work (:mod:`metagen.server.strategy_policy`). Anything else
+is a 400 naming the field (``metagen.strategy``, ``metagen.<name>``, ``metagen.budget.<name>``),
+raised before any model call; an unknown field's message lists the strategy's known ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metagen.errors import InvalidParameterError
 from metagen.server.errors import bad_request
+from metagen.server.strategy_policy import MAX_STRATEGY_N, check_options
+from metagen.strategies import registry
 from metagen.strategies.budget import Budget
+from metagen.strategies.spec import StrategySpec
 
-MAX_STRATEGY_N = 256
-MAX_SEARCH_SIZE = 64  # width, branching, max_depth
-_DEFAULT_DEPTH = 16
-# samples of a whole search: the largest per-step count for the default number of steps
-MAX_SEARCH_SAMPLES = MAX_STRATEGY_N * _DEFAULT_DEPTH
-_COMMON = frozenset({"strategy", "budget", "return", "return_candidates"})
-_PARALLEL = _COMMON | {"n"}
-# strategy -> the keys its ``metagen`` object may hold
-STRATEGY_FIELDS: dict[str, frozenset[str]] = {
-    "best_of_n": _PARALLEL | {"reward"},
-    "self_consistency": _PARALLEL,
-    "weighted_vote": _PARALLEL | {"reward", "aggregate", "keep_top"},
-    "mbr": _PARALLEL | {"utility", "weighting", "method"},
-    "step_beam_search": _COMMON | {"prm", "width", "branching", "max_depth", "select"},
-}
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "aggregate": ("sum", "mean"), "utility": ("answer", "chrf", "bleu", "rouge"),
-    "weighting": ("uniform", "logprob"), "method": ("exact", "aggregate", "prune"),
-    "select": ("score", "vote", "weighted_vote"), "return": ("candidates", "tree"),
-}
-_SEARCH_INTS = {"width": 4, "branching": 4, "max_depth": _DEFAULT_DEPTH}
+SURFACE = "serve"
+DEFAULT_N = 16
+COMMON = frozenset({"strategy", "n", "budget", "return", "return_candidates"})
+SCORERS = {"reward": "--orm", "prm": "--prm"}  # what a request can name -> the serve option
+NO_REWARD = "logprob"  # an optional reward left out: the library's default
+RETURNS = ("candidates", "tree")
 
 
 @dataclass(slots=True, frozen=True)
 class StrategyRequest:
-    """A validated ``metagen`` object: the strategy, its sample count (parallel strategies),
-    the scorer's name (``reward``: an ORM or ``"logprob"``; ``prm``), the library keyword
-    arguments specific to the strategy, the budget and what to return."""
+    """A validated ``metagen`` object: the strategy, its scale N, the scorers' names
+    (``reward``: an ORM or ``"logprob"``; ``prm``), the config options the request set, the
+    budget and what to return."""
 
     strategy: str
-    n: int = 16
+    n: int = DEFAULT_N
     reward: str | None = None
     prm: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     budget: Budget | None = None
     returns: str | None = None
+
+    @property
+    def spec(self) -> StrategySpec:
+        return registry.get(self.strategy)
+
+
+def config_fields(spec: StrategySpec) -> frozenset[str]:
+    """The names of ``spec``'s config fields."""
+    return frozenset(f.name for f in dataclasses.fields(spec.config))
+
+
+def scorer_fields(spec: StrategySpec) -> frozenset[str]:
+    """The scorer names a request for ``spec`` may set (those it needs or can use)."""
+    return frozenset(need for need in spec.needs | spec.optional if need in SCORERS)
+
+
+def request_fields(spec: StrategySpec) -> frozenset[str]:
+    """Every key a ``metagen`` object for ``spec`` may hold."""
+    return COMMON | scorer_fields(spec) | config_fields(spec)
+
+
+def serve_spec(name: Any) -> StrategySpec:
+    """The spec of the strategy ``name``, or a 400 naming ``metagen.strategy``: unknown, not
+    available on serve (with the spec's reason), or needing a scorer the server cannot load."""
+    found = registry.specs().get(name) if isinstance(name, str) else None
+    if found is None:
+        raise bad_request("metagen.strategy", f"unknown strategy {str(name)[:40]!r}; known: "
+                          f"{sorted(registry.names(SURFACE))}")
+    if not found.available(SURFACE):
+        raise bad_request("metagen.strategy", f"{name} is not available on metagen serve: "
+                          f"{found.not_on[SURFACE]}")
+    lacking = sorted(found.needs - set(SCORERS))
+    if lacking:
+        raise bad_request("metagen.strategy", f"{name} needs a {lacking[0]}, which metagen "
+                          "serve cannot provide")
+    return found
 
 
 def _int(value: Any, name: str, hi: int) -> int:
@@ -77,33 +108,14 @@ def _int(value: Any, name: str, hi: int) -> int:
     return value
 
 
-def _check_search_work(width: int, branching: int, max_depth: int) -> None:
-    """A 400 naming the knobs whose product is over its cap (see the module docstring)."""
-    per_step = width * branching
-    if per_step > MAX_STRATEGY_N:
-        raise bad_request("metagen.width", f"metagen.width x metagen.branching = {width} x "
-                          f"{branching} = {per_step} samples per search step; at most "
-                          f"{MAX_STRATEGY_N}")
-    if per_step * max_depth > MAX_SEARCH_SAMPLES:
-        raise bad_request("metagen.max_depth", f"metagen.width x metagen.branching x "
-                          f"metagen.max_depth = {width} x {branching} x {max_depth} = "
-                          f"{per_step * max_depth} samples in the search; at most "
-                          f"{MAX_SEARCH_SAMPLES}")
-
-
-def _choice(value: Any, name: str) -> str:
-    if value not in _CHOICES[name]:
-        raise bad_request(f"metagen.{name}", f"metagen.{name} must be one of "
-                          f"{list(_CHOICES[name])}")
-    return str(value)
-
-
-def _named(value: Any, name: str, loaded: Mapping[str, Any], option: str,
-           extra: tuple[str, ...] = ()) -> str:
-    if value is None and len(loaded) == 1 and not extra:
-        value = next(iter(loaded))
+def _named(value: Any, name: str, loaded: Mapping[str, Any], required: bool) -> str:
+    """The loaded scorer ``value`` names (``"logprob"`` too when not ``required``)."""
+    if value is None:
+        value = next(iter(loaded)) if len(loaded) == 1 else (None if required else NO_REWARD)
+    extra = () if required else (NO_REWARD,)
     if not isinstance(value, str) or (value not in loaded and value not in extra):
-        known = sorted(loaded) + list(extra) or f"none (start the server with {option} NAME=PATH)"
+        known = (sorted(loaded) + list(extra)
+                 or f"none (start the server with {SCORERS[name]} NAME=PATH)")
         raise bad_request(f"metagen.{name}", f"unknown {name} {str(value)[:40]!r}; "
                           f"loaded: {known}")
     return value
@@ -134,8 +146,24 @@ def _returns(value: Mapping[str, Any]) -> str | None:
     if not isinstance(candidates, bool):
         raise bad_request("metagen.return_candidates", "return_candidates must be true or false")
     if value.get("return") is not None:
-        return _choice(value["return"], "return")
+        if value["return"] not in RETURNS:
+            raise bad_request("metagen.return", f"metagen.return must be one of {list(RETURNS)}")
+        return str(value["return"])
     return "candidates" if candidates else None
+
+
+def _options(spec: StrategySpec, value: Mapping[str, Any]) -> dict[str, Any]:
+    """The config fields ``value`` sets, as the library checks them, within the server's
+    bounds."""
+    given = {k: v for k, v in value.items() if k in config_fields(spec)}
+    try:
+        options = spec.options(given)
+    except InvalidParameterError as exc:
+        wire = f"metagen.{exc.param}"
+        raise bad_request(wire, str(exc).replace(f"invalid {exc.param}=", f"invalid {wire}=",
+                                                 1)) from None
+    check_options(options)
+    return options
 
 
 def parse_strategy(value: Any, rewards: Mapping[str, Any],
@@ -145,34 +173,17 @@ def parse_strategy(value: Any, rewards: Mapping[str, Any],
     if not isinstance(value, dict):
         raise bad_request("metagen", "metagen must be an object naming a strategy")
     name = value.get("strategy")
-    if name not in STRATEGY_FIELDS:
-        raise bad_request("metagen.strategy", f"unknown strategy {str(name)[:40]!r}; known: "
-                          f"{sorted(STRATEGY_FIELDS)}")
-    allowed = STRATEGY_FIELDS[name]
+    spec = serve_spec(name)
+    allowed = request_fields(spec)
     unknown = sorted(k for k in value if k not in allowed)
     if unknown:
         raise bad_request(f"metagen.{unknown[0][:40]}", f"unknown {name} parameter(s) "
                           f"{', '.join(repr(k[:40]) for k in unknown[:10])}; known: "
                           f"{sorted(allowed - {'strategy'})}")
-    n = _int(value.get("n", 16), "n", MAX_STRATEGY_N)
-    options: dict[str, Any] = {k: _choice(value[k], k) for k in
-                               ("aggregate", "utility", "weighting", "method", "select")
-                               if k in value}
-    reward = prm = None
-    if name == "best_of_n":
-        reward = _named(value.get("reward"), "reward", rewards, "--orm")
-    elif name == "weighted_vote":
-        default = next(iter(rewards)) if len(rewards) == 1 else "logprob"
-        reward = _named(value.get("reward", default), "reward", rewards, "--orm", ("logprob",))
-        if "keep_top" in value:
-            keep = value["keep_top"]
-            if (not isinstance(keep, (int, float)) or isinstance(keep, bool)
-                    or not 0 < keep <= 1):
-                raise bad_request("metagen.keep_top", "metagen.keep_top must be in (0, 1]")
-            options["keep_top"] = float(keep)
-    elif name == "step_beam_search":
-        prm = _named(value.get("prm"), "prm", prms or {}, "--prm")
-        options |= {k: _int(value.get(k, d), k, MAX_SEARCH_SIZE) for k, d in _SEARCH_INTS.items()}
-        _check_search_work(options["width"], options["branching"], options["max_depth"])
-    return StrategyRequest(name, n, reward, prm, options, parse_budget(value.get("budget")),
+    n = _int(value.get("n", DEFAULT_N), "n", MAX_STRATEGY_N)
+    loaded = {"reward": rewards, "prm": prms or {}}
+    names = {need: _named(value.get(need), need, loaded[need], need in spec.needs)
+             for need in sorted(scorer_fields(spec))}
+    return StrategyRequest(spec.name, n, names.get("reward"), names.get("prm"),
+                           _options(spec, value), parse_budget(value.get("budget")),
                            _returns(value))

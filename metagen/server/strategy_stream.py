@@ -1,9 +1,10 @@
 """Server-sent events of a streamed strategy request (``stream: true`` with a ``metagen``
 object).
 
-Before each stage of the strategy (each generate call it makes) one progress chunk goes out: a
-chunk with no choices and ``"metagen": {"progress": {"stage": k, "generated_tokens": ...,
-"calls": ..., "scorer_calls": ...}}`` (the usage so far). Then the answer as ordinary chunks: the
+Before each stage of the strategy (each generate call it makes, whichever strategy it is:
+:mod:`metagen.server.strategy_calls`) one progress chunk goes out: a chunk with no choices and
+``"metagen": {"progress": {"stage": k, "generated_tokens": ..., "calls": ...,
+"scorer_calls": ...}}`` (the usage so far). Then the answer as ordinary chunks: the
 role (chat), the chosen text in one delta, the final chunk with ``finish_reason`` and the
 answer's ``metagen`` object, the ``usage`` chunk when ``stream_options.include_usage``, then
 ``data: [DONE]``. A failure is an ``{"error": ...}`` event, then ``data: [DONE]``. Leaving the

