@@ -149,3 +149,14 @@ def test_weighted_vote_reads_the_reward_only_when_the_run_gives_one(tmp_path):
         with RunStore(tmp_path / name / STORE_NAME) as store:
             scores[name] = store.scores(ITEMS[0].id, "reward")
     assert scores["logprobs"] == {} and len(scores["reward"]) == 4
+
+
+def test_the_cli_refuses_a_strategy_arg_no_strategy_takes_before_any_load(tmp_path, capsys):
+    from metagen.cli import main
+
+    code = main(["eval", "testbed", "--model", str(tmp_path / "no-model"), "--strategy",
+                 "self_consistency,deepconf", "--strategy-arg", "keep=0.1", "--strategy-arg",
+                 "nope=1", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "strategy_arg" in err and "keep" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "run" / STORE_NAME).exists()
