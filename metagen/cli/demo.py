@@ -46,8 +46,9 @@ DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
 @click.option("--max-tokens", type=int, default=160, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--full", is_flag=True, default=False,
-              help="Also run every PRM step search (step_beam_search, dvts, best_first, mcts, "
-              "rebase) at each --step-ns; slower: each is its own search per problem.")
+              help="Also run every PRM step search of the strategy registry (those `metagen eval "
+              "--help` lists as each_n with prm) at each --step-ns; slower: each is its own "
+              "search per problem.")
 @click.option("--step-search", default="", help="A subset of the --full PRM step searches, "
               "comma-separated, e.g. step_beam_search,dvts.")
 @click.option("--step-ns", default="4,16", show_default=True,
@@ -93,7 +94,7 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
     if remote and ctx.get_parameter_source("backend") == click.core.ParameterSource.COMMANDLINE:
         raise InvalidParameterError("backend", backend, "--base-url samples from the server; "
                                     "drop --backend or --base-url")
-    searches = preset.FULL_STEP_SEARCHES if full else tuple(dict.fromkeys(
+    searches = preset.full_step_searches() if full else tuple(dict.fromkeys(
         x.strip() for x in step_search.split(",") if x.strip()))
     settings = preset.DemoSettings(
         problems=problems, ns=parse_ns(ns, "ns"), temperature=temperature,

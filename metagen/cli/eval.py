@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
@@ -49,16 +50,29 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
     return key_values(entries, "strategy_arg")
 
 
+class RegistryHelpOption(click.Option):
+    """An option whose help text is made when help is shown (``help_text()``, from the
+    strategy registry), so a strategy module added later is listed without editing this
+    file, and importing the CLI walks no strategy module."""
+
+    def __init__(self, *args: Any, help_text: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help_text = help_text
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = self.help_text()
+        return super().get_help_record(ctx)
+
+
+def _catalog() -> Any:
+    from metagen.eval import catalog
+    return catalog
+
+
 @click.command("eval")
 @click.argument("task")
-@click.option("--strategy", required=True,
-              help="One or several, comma-separated: self_consistency, best_of_n, "
-              "weighted_vote, mbr, best_of_n_confidence, weighted_vote_confidence (all sharing "
-              "ONE set of samples drawn at the largest N), greedy (one temperature-0 sample, "
-              "N=1 only; alone it takes no --n but 1), or a PRM step search run at each N: "
-              "step_beam_search, dvts, best_first, mcts, rebase, particle_filtering (N "
-              "particles); or an adaptive strategy run at each "
-              "N, stopping early: adaptive_self_consistency, deepconf (online, N/4 warm-up).")
+@click.option("--strategy", required=True, cls=RegistryHelpOption,
+              help_text=lambda: _catalog().strategies_help())
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
 @click.option("--reward", default=None, metavar="SPEC",
@@ -78,8 +92,8 @@ def parse_strategy_args(entries: tuple[str, ...]) -> dict[str, Any]:
               "qwen2.5-math-prm), likelihood (the --model folder's step confidence), "
               "likelihood+FOLDER, pooling+URL?model=NAME&tokenizer=FOLDER[&format=PRESET] or "
               "json+URL?model=NAME.")
-@click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE",
-              help="Passed to every strategy of the run (repeatable).")
+@click.option("--strategy-arg", multiple=True, metavar="KEY=VALUE", cls=RegistryHelpOption,
+              help_text=lambda: _catalog().strategy_args_help())
 @click.option("--data", default=None, metavar="PATH",
               help="The task's data file (gsm8k, math500: JSONL; humaneval: HumanEval.jsonl.gz; "
               "mbpp, mbpp_0shot (the task alone, no examples): mbpp.jsonl). The code tasks run "

@@ -3,6 +3,9 @@
 - :mod:`~metagen.eval.runner` — :func:`run_eval` (sample once at the largest N, score once,
   every N derived; SQLite store; resume; atomic ``results.json``).
 - :mod:`~metagen.eval.config` — :class:`EvalConfig`, one evaluation's settings and run key.
+- :mod:`~metagen.eval.catalog` — the strategies a run may name, read from the strategy
+  registry (plus eval's own ``greedy``); :mod:`~metagen.eval.direct` runs the ones that are
+  not subsampled at each N.
 - :mod:`~metagen.eval.backends` — the policy, scorers and cost model items are done with.
 - :mod:`~metagen.eval.item` — one item of a run (:func:`~metagen.eval.item.run_item`).
 - :mod:`~metagen.eval.tasks` — the task registry (gsm8k, math500, testbed, humaneval,

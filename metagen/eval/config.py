@@ -9,10 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metagen.errors import InvalidParameterError
-from metagen.eval.adaptive import ADAPTIVE
-from metagen.eval.direct import DIRECT
-from metagen.eval.greedy import GREEDY
-from metagen.eval.selectors import CONFIDENCE, SUBSAMPLED
+from metagen.eval.catalog import loaded_scorers, split_strategy_args, strategy_names
+from metagen.eval.runrows import REWARD
 from metagen.eval.tasks import TaskSpec
 from metagen.types import SamplingParams
 
@@ -21,13 +19,14 @@ PRM = "prm"  # the process reward model's name among the run's scorers (never st
 
 def parse_strategies(value: str | Sequence[str]) -> tuple[str, ...]:
     """``"a,b"`` or ``("a", "b")`` -> ``("a", "b")`` (blanks dropped); a repeated or unknown
-    name, or none, raises ``InvalidParameterError`` naming ``strategy``."""
+    name (the known ones: :func:`~metagen.eval.catalog.strategy_names`, the registry's and
+    ``greedy``), or none, raises ``InvalidParameterError`` naming ``strategy``."""
     names = value.split(",") if isinstance(value, str) else list(value)
     out = tuple(str(x).strip() for x in names if str(x).strip())
-    known = [*SUBSAMPLED, *DIRECT, *ADAPTIVE, GREEDY]
+    known = strategy_names()
     if not out or len(set(out)) != len(out) or any(x not in known for x in out):
         raise InvalidParameterError("strategy", value, "must be distinct names among "
-                                    f"{', '.join(known)} in this version")
+                                    f"{', '.join(known)}")
     return out
 
 
@@ -37,9 +36,10 @@ class EvalConfig:
     path, or a server's ``base_url`` / ``model`` / ``revision``); ``sampling`` holds every
     sampling parameter but ``n`` and ``seed`` (the runner sets those). ``strategy`` is one
     strategy or several (a tuple, or names joined by commas; kept as the comma-joined string):
-    the subsampled ones share ONE sample set and its stored scores, the step searches and
-    ``greedy`` run on their own. ``strategy_args`` go to every strategy of the run. Validated on
-    construction."""
+    the subsampled ones share ONE sample set and its stored scores, ``greedy`` and the others
+    (searches, adaptive and refinement strategies) run on their own. Each of ``strategy_args``
+    goes to the strategies of the run whose config has the key (:attr:`options`); a key none of
+    them takes, or a value out of its bounds, is refused. Validated on construction."""
 
     task: str
     model: Mapping[str, Any]
@@ -67,6 +67,7 @@ class EvalConfig:
         if not isinstance(self.attempts, int) or self.attempts < 1:
             raise InvalidParameterError("attempts", self.attempts, "must be >= 1")
         self.sampling.with_(n=max(self.ns), seed=0)  # n_max must be servable (validates)
+        split_strategy_args(self.strategies, self.strategy_args)  # raises on a bad entry
 
     @property
     def strategies(self) -> tuple[str, ...]:
@@ -74,11 +75,23 @@ class EvalConfig:
         return tuple(str(self.strategy).split(","))
 
     @property
+    def options(self) -> dict[str, dict[str, Any]]:
+        """Strategy name -> its checked ``strategy_args`` (those its config has)."""
+        return split_strategy_args(self.strategies, self.strategy_args)
+
+    @property
+    def configured(self) -> frozenset[str]:
+        """The optional scorers this run gives: ``reward`` with a reward model, ``prm`` with a
+        process reward model (e.g. ``weighted_vote`` reads the reward only when given)."""
+        return frozenset({REWARD} if self.reward is not None else set()) | (
+            {PRM} if self.prm is not None else set())
+
+    @property
     def scorers_needed(self) -> set[str]:
-        """Names of the scorers the strategies read: :data:`REWARD`, :data:`CONFIDENCE`,
-        :data:`PRM`."""
-        names = {SUBSAMPLED[s] for s in self.strategies if s in SUBSAMPLED}
-        return {n for n in names if n} | ({PRM} if set(self.strategies) & set(DIRECT) else set())
+        """Names of the scorers to load for the strategies (their specs' needs and the
+        :attr:`configured` optional ones; the task's feedback is not loaded): ``reward``,
+        ``confidence``, ``prm``."""
+        return loaded_scorers(self.strategies, self.configured)
 
     def key_fields(self, task: TaskSpec) -> dict[str, Any]:
         """Everything that changes the outputs (the run key's input; ``strategy`` is the

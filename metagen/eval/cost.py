@@ -5,15 +5,17 @@ store lacks (:mod:`metagen.report.costs`).
 Subsampled strategies and ``greedy`` are charged deterministic estimates from the stored token
 counts (never measured usage, which depends on what the prefix cache held and on concurrent
 callers, so a resumed or concurrent run would differ); strategies run on their own at each N
-(the step searches, the adaptive ones) are charged their run's measured usage
-(:func:`measured_cost`).
+(the registry's ``each_n``, ``adaptive`` and ``refinement`` families) are charged their run's
+measured usage (:func:`measured_cost`).
 
 Subsampled strategies at N are charged the EXPECTED cost of N of the item's samples: ``N x mean``
 over the ``max(ns)`` samples of generated tokens (the exact mean over all size-N subsets, since
 every sample is in the same share of them), and FLOPs of one prompt prefill plus ``N x mean``
 decoding (:class:`~metagen.generators.flops.FlopModel`, no prefix cache; the N samples share the
-prefill, as the engine forks them), plus, for strategies that read a scorer's scores, that
-scorer's prefill plus ``N x mean`` pass over each sample. Prompt lengths come from the policy's
+prefill, as the engine forks them), plus, for strategies that read a scorer's scores (the one
+their spec needs, or an optional one the run gives:
+:func:`~metagen.eval.catalog.stored_scorer`), that scorer's prefill plus ``N x mean`` pass over
+each sample. Prompt lengths come from the policy's
 tokenizer and are used for the scorer too (the testbed's models share one). A FLOP count that
 cannot be known (a remote policy or scorer without a model to count) is NaN and not recorded.
 """

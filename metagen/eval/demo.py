@@ -19,16 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from metagen.errors import InvalidParameterError, ModelLoadError
-from metagen.eval.direct import DIRECT
 from metagen.eval.runner import CONFIDENCE, PRM, REWARD, EvalConfig, Loader, Progress, run_eval
 from metagen.eval.tasks import TESTBED_POOL, get_task
 from metagen.types import SamplingParams
 
 PARALLEL = ("greedy", "best_of_n", "self_consistency", "weighted_vote", "mbr")
 CONFIDENCE_STRATEGIES = ("best_of_n_confidence", "weighted_vote_confidence")
-FULL_STEP_SEARCHES: tuple[str, ...] = tuple(DIRECT)
 PARALLEL_RUN, SEARCH_RUN = "parallel", "step_search"  # the run folders under --out
 KV_CACHE_BYTES = 512 << 20  # ~1,000 sequences in flight; the engine's 64 MiB default preempts
+
+
+def full_step_searches() -> tuple[str, ...]:
+    """The step searches of ``--full``: the registry's searches on a PRM run at each N
+    (:func:`~metagen.strategies.step_scaling.step_searches`)."""
+    from metagen.strategies.step_scaling import step_searches
+
+    return step_searches()
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,9 +62,9 @@ class DemoSettings:
             raise InvalidParameterError("problems", self.problems,
                                         f"must be in [1, {TESTBED_POOL}]")
         for name in self.step_search:
-            if name not in DIRECT:
+            if name not in full_step_searches():
                 raise InvalidParameterError("step_search", name,
-                                            f"must be among {', '.join(DIRECT)}")
+                                            f"must be among {', '.join(full_step_searches())}")
         from metagen.scorers.scorer_spec import parse_scorer_spec
 
         if self.prm != TRAINED:

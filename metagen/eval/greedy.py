@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from metagen.errors import BackendError, InvalidPromptError
+from metagen.eval.catalog import GREEDY
 from metagen.eval.cost import CostModel, cost_results
 from metagen.eval.direct import ACCURACY
 from metagen.eval.store import ItemResult
@@ -17,7 +18,6 @@ from metagen.eval.tasks import EvalItem, TaskSpec
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import SamplingParams
 
-GREEDY = "greedy"
 
 
 def greedy_item(task: TaskSpec, item: EvalItem, generator: Any, sampling: SamplingParams,

@@ -1,7 +1,8 @@
 """One item of a run, done against a store (the run's, or a recording one in a worker): its
 samples drawn once at the largest N (failed ones retried), each scorer the subsampled strategies
 read scoring every sample once, their metrics and costs at every N, then ``greedy`` and the
-strategies run at each N; everything but the samples stored by one final ``save_item``."""
+strategies run at each N (the registry's other families: :mod:`metagen.eval.direct`);
+everything but the samples stored by one final ``save_item``."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from metagen.errors import BackendError, InvalidPromptError
-from metagen.eval.adaptive import ADAPTIVE, adaptive_item
 from metagen.eval.backends import Backends
-from metagen.eval.config import PRM, EvalConfig
+from metagen.eval.catalog import GREEDY, is_subsampled, spec_of, stored_scorer
+from metagen.eval.config import EvalConfig
 from metagen.eval.cost import cost_results
-from metagen.eval.direct import direct_item
-from metagen.eval.greedy import GREEDY, greedy_item
+from metagen.eval.direct import spec_item
+from metagen.eval.greedy import greedy_item
 from metagen.eval.metrics import item_results
 from metagen.eval.recording import SaveCall
 from metagen.eval.seeds import item_seed
-from metagen.eval.selectors import SUBSAMPLED, StoredReward, make_selector
+from metagen.eval.selectors import StoredReward
 from metagen.eval.store import ItemResult, StoredSample
 from metagen.eval.tasks import EvalItem, TaskSpec
 from metagen.scorers.callables import check_scores
@@ -33,12 +34,12 @@ def run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backe
              store: Any) -> bool:
     """Do one item into ``store`` (the run's :class:`~metagen.eval.store.RunStore`, or a
     :class:`~metagen.eval.recording.RecordingStore`): the subsampled strategies from its
-    samples, then ``greedy`` and each step search; every result, the scores and the done mark
+    samples, then ``greedy`` and each strategy run at each N; every result, the scores and the done mark
     are stored by ONE final ``save_item`` (the samples as they are drawn). True when done."""
     results: list[ItemResult] = []
     scores: dict[str, dict[int, float]] = {}
     ok = True
-    subsampled = [s for s in config.strategies if s in SUBSAMPLED]
+    subsampled = [s for s in config.strategies if is_subsampled(s)]
     if subsampled:
         got = _run_subsampled(config, task, item, backends, store, subsampled)
         ok = got is not None
@@ -46,7 +47,7 @@ def run_item(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backe
             results += got[0]
             scores = got[1]
     for strategy in config.strategies:
-        if ok and strategy not in SUBSAMPLED:
+        if ok and not is_subsampled(strategy):
             direct = _run_direct(config, task, item, backends, store, strategy)
             ok = direct is not None
             results += direct or []
@@ -75,7 +76,8 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
     samples = [have[j] for j in range(n_max)]
     texts = [s.completion.text for s in samples]
     scores: dict[str, dict[int, float]] = {}
-    for name in sorted({x for s in strategies if (x := SUBSAMPLED[s])}):
+    reads = {s: stored_scorer(s, config.configured) for s in strategies}
+    for name in sorted({x for x in reads.values() if x}):
         values = store.scores(item.id, name)
         if len(values) < n_max:
             scorer = backends.scorers[name]
@@ -85,34 +87,33 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
         scores[name] = values
     stored = {name: StoredReward(texts, [v[j] for j in range(n_max)])
               for name, v in scores.items()}
-    selectors = {s: make_selector(s, task.answer_key, stored, config.strategy_args)
-                 for s in strategies}
+    options = config.options
+    selectors = {s: spec_of(s).selector(stored.get(x) if (x := reads[s]) else None,
+                                        task.answer_key, options[s]) for s in strategies}
     results = item_results(item.id, item.prompt, samples, config.ns, selectors,
                            run_seed=config.seed, max_subsets=config.max_subsets)
     tokens = [s.completion.num_tokens for s in samples]
     for s in strategies:
         for n in config.ns:
-            results += cost_results(s, n, *backends.cost.subsampled(SUBSAMPLED[s], item.prompt,
+            results += cost_results(s, n, *backends.cost.subsampled(reads[s], item.prompt,
                                                                      tokens, n))
     return results, scores
 
 
 def _run_direct(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Backends,
                 store: Any, strategy: str) -> list[ItemResult] | None:
-    """Run ``greedy`` or a :data:`~metagen.eval.direct.DIRECT` strategy at every N on one item,
-    up to ``config.attempts`` times, logging failures; its results, or None."""
+    """Run ``greedy`` or a strategy of the registry that is not subsampled at every N on one
+    item (:func:`~metagen.eval.direct.spec_item`), up to ``config.attempts`` times, logging
+    failures; its results, or None."""
+    options = config.options.get(strategy, {})
     for _ in range(config.attempts):
         if strategy == GREEDY:
             results, failures = greedy_item(task, item, backends.generator, config.sampling,
                                             backends.cost)
-        elif strategy in ADAPTIVE:
-            results, failures = adaptive_item(strategy, task, item, backends.generator,
-                                              config.sampling, config.ns, config.seed,
-                                              config.strategy_args)
         else:
-            results, failures = direct_item(strategy, task, item, backends.generator,
-                                            backends.scorers.get(PRM), config.sampling,
-                                            config.ns, config.seed, config.strategy_args)
+            results, failures = spec_item(strategy, task, item, backends.generator,
+                                          backends.scorers, config.configured, config.sampling,
+                                          config.ns, config.seed, options)
         if not failures:
             return results
         store.save_item(item.id, (), failures)

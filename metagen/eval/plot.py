@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from metagen.eval.cost import FLOPS, TOKENS
-from metagen.eval.direct import DIRECT
-from metagen.eval.table import LABELS
+from metagen.eval.catalog import eval_specs
+from metagen.eval.table import label
 
 PANELS = ((TOKENS, "generated tokens (log scale)"),
           (FLOPS, "FLOPs, generator + scorers (log scale)"))
@@ -27,8 +27,12 @@ def _style(name: str, index: int) -> dict[str, Any]:
     kind: dict[str, Any] = {"marker": "o"}
     if name == "mbr":  # equals self-consistency with the answer utility: keep both visible
         kind = {"marker": "s", "markersize": 4, "linestyle": "--"}
-    elif name in DIRECT:
-        kind = {"marker": "^", "linestyle": ":"}
+    else:  # by the spec's family: searches dotted triangles, refinements dash-dot diamonds
+        family = spec.family if (spec := eval_specs().get(name)) is not None else None
+        if family == "each_n":
+            kind = {"marker": "^", "linestyle": ":"}
+        elif family == "refinement":
+            kind = {"marker": "D", "markersize": 4, "linestyle": "-."}
     return {"color": _COLORS[index % len(_COLORS)], **kind}
 
 
@@ -49,7 +53,7 @@ def make_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Any:
             pts = sorted((r[key], r["accuracy"], r["n"]) for r in rows
                          if r["strategy"] == name and not math.isnan(r[key]))
             xs, ys = [max(p[0], 1) for p in pts], [100 * p[1] for p in pts]
-            ax.plot(xs, ys, label=LABELS.get(name, name), **_style(name, index))
+            ax.plot(xs, ys, label=label(name), **_style(name, index))
             if name == "self_consistency":
                 for x, y, (_, _, n) in zip(xs, ys, pts):
                     ax.annotate(f"N={n}", (x, y), textcoords="offset points",

@@ -3,13 +3,14 @@ largest N.
 
 For each item not yet done: ONE ``generate`` call for ``max(ns)`` samples with the item's seed
 (:func:`~metagen.eval.seeds.item_seed`; sample j is then a pure function of (run seed, item id,
-j)), shared by every subsampled strategy of the run (:data:`~metagen.eval.selectors.SUBSAMPLED`);
+j)), shared by every subsampled strategy of the run (the registry's ``subsampled`` family:
+:mod:`metagen.eval.catalog`);
 failed or empty samples logged by reason and retried (``attempts`` per session, and again on
 resume); each scorer those strategies read (the reward model, the policy's confidence) scoring
 every sample once; the per-N metrics (:mod:`metagen.eval.metrics`) and costs
-(:mod:`metagen.eval.cost`). ``greedy`` (:mod:`metagen.eval.greedy`) and the step searches
-(:data:`~metagen.eval.direct.DIRECT`) and the adaptive strategies
-(:data:`~metagen.eval.adaptive.ADAPTIVE`) run on their own, at each N, each its own seeded run.
+(:mod:`metagen.eval.cost`). ``greedy`` (:mod:`metagen.eval.greedy`) and the registry's other
+strategies (searches, adaptive and refinement ones: :mod:`metagen.eval.direct`) run on their
+own, at each N, each its own seeded run.
 An item's results, scores and done mark are stored in one transaction (its samples as they are
 drawn). Items run ``concurrency`` at a time in threads
 (:mod:`metagen.eval.threads`) or on a pool's workers; only the calling thread writes the store.
@@ -28,13 +29,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from metagen.errors import InvalidParameterError
-from metagen.eval.adaptive import ADAPTIVE
 from metagen.eval.atomic import write_json_atomic
 from metagen.eval.backends import Backends, Loader, check_loaders, load_backends
 from metagen.eval.breakdown import difficulty_tables
+from metagen.eval.catalog import GREEDY, is_subsampled
 from metagen.eval.config import PRM, EvalConfig, parse_strategies
 from metagen.eval.cost import own_generated_tokens
-from metagen.eval.direct import DIRECT
+from metagen.eval.direct import check_feedback
 from metagen.eval.interrupt import RunInterrupted, raising_on_signals
 from metagen.eval.item import Finished, WorkUnit, run_item
 from metagen.eval.metrics import summarize
@@ -44,7 +45,7 @@ from metagen.eval.recording import replay
 from metagen.eval.runrows import REWARD, read_run_rows
 from metagen.eval.runkey import run_key
 from metagen.eval.runlock import run_folder_lock
-from metagen.eval.selectors import CONFIDENCE, SUBSAMPLED
+from metagen.eval.selectors import CONFIDENCE
 from metagen.eval.store import RunStore
 from metagen.eval.tasks import EvalItem, TaskSpec
 from metagen.eval.threads import ThreadPool, thread_safe
@@ -85,20 +86,22 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     items committed before it stay, and a rerun resumes. ``load_generator()`` and the scorers
     the strategies need (``load_reward()`` for best_of_n / weighted_vote,
     ``load_confidence()`` for their ``_confidence`` variants, ``load_prm()`` for the step
-    searches of :data:`~metagen.eval.direct.DIRECT`) are called only when an item remains to
-    be done.
+    searches: what the strategies' specs need, :attr:`EvalConfig.scorers_needed`) are called
+    only when an item remains to be done; a strategy needing feedback on a task without any
+    raises ``InvalidParameterError`` naming ``strategy`` before that.
 
     ``concurrency`` > 1 does that many items at once in threads over the one generator (when
     it declares it may be called from several threads:
     :attr:`~metagen.generators.base.Capabilities.thread_safe`); each
-    item's results do not depend on it. A run with a step search does one item at a time: a
-    search measures its usage (and budget) as the generator's usage before and after, which
-    concurrent items would mix. With a ``pool`` (e.g.
+    item's results do not depend on it. A run with a strategy run at each N (a search, an
+    adaptive or refinement strategy) does one item at a time: it measures its usage (and
+    budget) as the generator's usage before and after, which concurrent items would mix. With a ``pool`` (e.g.
     :class:`~metagen.eval.ray_runner.RayPool`) the items are done by its workers, each with its
     own backend. Either way this thread alone writes the store: it hands each item out with its
     stored samples and scores and replays the worker's recorded writes."""
     loaders = {REWARD: load_reward, PRM: load_prm, CONFIDENCE: load_confidence}
     check_loaders(config, loaders)
+    check_feedback(config.strategies, task)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise InvalidParameterError("concurrency", concurrency, "must be a positive integer")
     folder = check_output_dir(out)
@@ -129,8 +132,8 @@ def _run_locked(config: EvalConfig, task: TaskSpec, folder: Path,
             with raising_on_signals():
                 if todo and pool is None:
                     backends = load_backends(config, load_generator(), loaders)
-                    workers = concurrency if thread_safe(backends.generator) and not (
-                        set(config.strategies) & (set(DIRECT) | set(ADAPTIVE))) else 1
+                    workers = concurrency if thread_safe(backends.generator) and all(
+                        s == GREEDY or is_subsampled(s) for s in config.strategies) else 1
                     pool = ThreadPool(task, backends, workers) if workers > 1 else None
                     store.note_backend(type(backends.generator).__name__)
                     for i, item in enumerate(todo if pool is None else ()):
@@ -182,9 +185,11 @@ def _report(config: EvalConfig, fields: Mapping[str, Any], key: str, store: RunS
         "accounting": {"n_items_total": len(items), "done": done, "failed": len(failed),
                        "skipped": len(items) - done - len(failed)},
         "failures_by_reason": store.failure_counts(), "failed_items": sorted(failed),
-        "generated_tokens": store.token_count() + own_generated_tokens(rows, SUBSAMPLED),
+        "generated_tokens": store.token_count() + own_generated_tokens(
+            rows, [s for s in config.strategies if is_subsampled(s)]),
         "results": summarize(rows),
         **difficulty_tables(read_run_rows(store, sorted(ids))),
         "times": {"started_at": store.first_started_at(), "session_started_at": started,
                   "ended_at": ended, "sessions": store.sessions(), "resumed_items": resumed},
     }
+

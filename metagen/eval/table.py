@@ -16,17 +16,24 @@ from typing import Any
 from metagen.eval.cost import FLOPS, TOKENS
 from metagen.eval.direct import ACCURACY
 
-#: display names of the strategies (others are shown under their own name)
-LABELS = {"greedy": "greedy", "best_of_n": "best-of-N (ORM)",
-          "self_consistency": "self-consistency", "weighted_vote": "weighted vote (ORM)",
-          "mbr": "MBR", "step_beam_search": "step beam (PRM)", "dvts": "DVTS (PRM)",
-          "best_first": "best-first (PRM)", "mcts": "MCTS (PRM)", "rebase": "REBASE (PRM)",
-          "best_of_n_confidence": "best-of-N (confidence)",
-          "weighted_vote_confidence": "weighted vote (confidence)"}
+def label(strategy: str) -> str:
+    """A strategy's display name: its spec's ``label`` (``greedy`` and names the registry does
+    not know, e.g. of an older run, are shown as they are)."""
+    from metagen.eval.catalog import eval_specs
+
+    spec = eval_specs().get(strategy)
+    return spec.label if spec is not None else strategy
+
+
+def strategy_order() -> dict[str, int]:
+    """Row order of the strategies: ``greedy``, then the registry's order."""
+    from metagen.eval.catalog import GREEDY, eval_specs
+
+    return {name: i for i, name in enumerate((GREEDY, *eval_specs()))}
 
 
 def curve_rows(reports: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (strategy, N) with an accuracy, in :data:`LABELS` order then by name and N:
+    """One row per (strategy, N) with an accuracy, in :func:`strategy_order` then by name and N:
     ``strategy``, ``n``, ``accuracy``, ``stderr``, ``items``, ``generated_tokens`` and
     ``flops`` (totals over the items: mean per item x items)."""
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -38,7 +45,7 @@ def curve_rows(reports: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 row.update(accuracy=r["mean"], stderr=r["stderr"], items=r["items"])
             elif r["metric"] in (TOKENS, FLOPS):
                 row[r["metric"]] = r["mean"] * r["items"]
-    order = {name: i for i, name in enumerate(LABELS)}
+    order = strategy_order()
     return sorted((r for r in rows.values() if "accuracy" in r),
                   key=lambda r: (order.get(r["strategy"], len(order)), r["strategy"], r["n"]))
 
@@ -55,7 +62,7 @@ def results_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Any:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
         tokens, flops = r[TOKENS], r[FLOPS]
-        table.add_row(LABELS.get(r["strategy"], r["strategy"]), str(r["n"]),
+        table.add_row(label(r["strategy"]), str(r["n"]),
                       f"{100 * r['accuracy']:.1f}%", f"{100 * r['stderr']:.1f}",
                       "?" if math.isnan(tokens) else f"{round(tokens):,}",
                       "?" if math.isnan(flops) else f"{flops:.3g}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
+from metagen.feedback import FeedbackFn
 
 
 @dataclass(slots=True, frozen=True)
@@ -40,7 +41,10 @@ class TaskSpec:
     is right; ``item_id(problem)`` a stable id; ``data_fingerprint(path)`` a hash of the data the
     items come from (for the run key). ``preflight()`` raises what would stop grading (a code
     task: no opt-in to code execution, no working sandbox); the runner calls it before loading
-    any model."""
+    any model. ``feedback(problem)``, for a task that has one, is the feedback source on one
+    item (:data:`~metagen.feedback.FeedbackFn`) the strategies needing ``feedback`` read (the
+    code tasks: the item's unit tests run in the sandbox); None: those strategies are refused
+    on the task."""
 
     name: str
     load: Callable[[Path | None, int | None], Sequence[Any]]
@@ -52,6 +56,7 @@ class TaskSpec:
     difficulty: Callable[[Any], str | None] = lambda p: None
     executor_limits: dict[str, Any] = field(default_factory=dict)
     preflight: Callable[[], None] = lambda: None
+    feedback: Callable[[Any], FeedbackFn] | None = None
 
     def items(self, path: str | Path | None, limit: int | None) -> list[EvalItem]:
         """The task's items (at most ``limit``). Raises ``InvalidParameterError`` naming
@@ -137,7 +142,10 @@ def _testbed() -> TaskSpec:
 def _code_task(name: str, load: Callable[[Path, int | None], Sequence[Any]]) -> TaskSpec:
     """A task graded by unit tests in the default sandbox (:func:`grade_code`, one grading per
     sample, ``sandbox_error`` retried then raised, never scored). The opt-in
-    (``METAGEN_ALLOW_CODE_EXECUTION=1``) and the sandbox are checked in ``preflight``."""
+    (``METAGEN_ALLOW_CODE_EXECUTION=1``) and the sandbox are checked in ``preflight``. Its
+    ``feedback`` is :func:`~metagen.tasks.code_feedback.execution_feedback` on the item's
+    ``tests`` (MBPP: the asserts its prompt shows; HumanEval: the hidden ``check``, whose first
+    failure's reason then reaches the model: see that module)."""
     from dataclasses import asdict
 
     from metagen.sandbox.code_problem import CODE_LIMITS, grade_code
@@ -161,10 +169,16 @@ def _code_task(name: str, load: Callable[[Path, int | None], Sequence[Any]]) -> 
             return verdict.passed, None if verdict.scored else verdict.result.detail
         return retry_sandbox(attempt, executor.name)
 
+    def feedback(problem: Any) -> FeedbackFn:
+        from metagen.tasks.code_feedback import execution_feedback
+
+        preflight()
+        return execution_feedback([problem], executor=sandbox[0], call_seconds=call_seconds)
+
     return TaskSpec(name, lambda path, limit: load(_some(path), limit),
                     lambda p: str(p.prompt), grade, None, item_id=lambda p: str(p.task_id),
                     executor_limits={**asdict(CODE_LIMITS), "call_seconds": call_seconds},
-                    preflight=preflight)
+                    preflight=preflight, feedback=feedback)
 
 
 def _humaneval() -> TaskSpec:

@@ -93,8 +93,8 @@ def test_scripted_full_runs_every_step_search_in_its_own_folder(tmp_path, monkey
     rows = json.loads((tmp_path / "rows.json").read_text())["results"]
     assert code == 0
     assert {r["strategy"] for r in rows if r["n"] == 2} == set(preset.PARALLEL[1:]) | set(
-        preset.FULL_STEP_SEARCHES)
-    assert all(r["n"] == 2 for r in rows if r["strategy"] in preset.FULL_STEP_SEARCHES)
+        preset.full_step_searches())
+    assert all(r["n"] == 2 for r in rows if r["strategy"] in preset.full_step_searches())
     search = json.loads((tmp_path / "d" / "step_search" / "results.json").read_text())
     assert search["config"]["ns"] == [2] and search["status"] == "complete"
 

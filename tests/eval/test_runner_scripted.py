@@ -140,7 +140,7 @@ def test_a_rerun_of_a_done_run_loads_nothing_and_gives_the_same_results(tmp_path
     {"seed": 4}, {"sampling": SamplingParams(temperature=0.7, max_tokens=32)},
     {"sampling": SamplingParams(temperature=0.8, top_p=0.9, max_tokens=32)},
     {"sampling": SamplingParams(temperature=0.8, max_tokens=33)}, {"ns": (1, 2, 6)},
-    {"model": {"path": "other"}}, {"strategy_args": {"x": 1}}])
+    {"model": {"path": "other"}}, {"strategy_args": {"min_successful": 2}}])
 def test_a_changed_setting_is_refused_before_any_load_unless_forced(tmp_path, change):
     run_eval(config(), TASK, tmp_path, load_generator=lambda: MockGenerator(text))
     with pytest.raises(InvalidParameterError, match="run_key"):
