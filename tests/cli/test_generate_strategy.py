@@ -11,7 +11,7 @@ import pytest
 from metagen.cli import main
 from metagen.generators.local import LocalGenerator
 from metagen.scorers.resolve import resolve_prm
-from metagen.strategies.registry import get
+from metagen.strategies.registry import get, names
 from metagen.strategies.spec import Scorers
 from metagen.types import SamplingParams
 from tests.scorers.conftest import prm_path  # noqa: F401  (the tiny real PRM's folder)
@@ -72,3 +72,30 @@ def test_bad_strategy_flags_are_one_line_before_loading(capsys, tmp_path, argv, 
     code = main(["generate", str(tmp_path / "no_model"), PROMPT, *argv])
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and f"invalid {named}=" in err, err
+
+
+@pytest.fixture(scope="module")
+def policy():
+    from metagen.testbed import model_path
+    generator = LocalGenerator.from_pretrained(model_path("policy"))
+    yield generator
+    generator.close()
+
+
+@pytest.mark.parametrize("name", names(surface="cli"))
+def test_every_cli_strategy_runs_and_equals_the_library(capsys, policy, name):
+    """Each strategy available on the CLI, on the testbed policy with its own confidence as
+    the reward and the PRM (``likelihood``): the command's choice is ``get(name).run``'s."""
+    from metagen.scorers.resolve import resolve_scorer
+    from metagen.testbed import format_prompt, make_problems, model_path
+
+    problem = format_prompt(make_problems("test", 1, seed=3, difficulties=[2])[0])
+    folder = str(model_path("policy"))
+    out = cli_json(capsys, folder, problem, "--strategy", name, "--n", "2", "--reward",
+                   "likelihood", "--prm", "likelihood", "--temperature", "0.8")
+    confidence = resolve_scorer("likelihood", "reward", flag="reward", default_folder=folder)
+    scorers = Scorers(reward=confidence, confidence=confidence,
+                      prm=resolve_scorer("likelihood", "prm", flag="prm", default_folder=folder))
+    ref = get(name).run(policy, problem, n=2, params=PARAMS.with_(temperature=0.8),
+                        scorers=scorers)
+    assert out["text"] == ref.text and out["candidates"] == [c.text for c in ref.candidates]
