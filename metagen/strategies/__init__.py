@@ -10,6 +10,7 @@ Step-level search and refinement (the second half): step_beam_search, dvts, best
 tree_of_thoughts, mcts, rebase, self_refine, refine_with_feedback, treefinement.
 """
 
+from types import ModuleType
 from typing import Any
 
 from metagen.strategies.adaptive_vote import adaptive_self_consistency
@@ -82,6 +83,10 @@ __all__ = [
     "weighted_vote",
 ]
 __all__ += [name for name in strategy_exports() if name not in __all__]
+# a strategy module named like its function (first_finish.py) is bound here as the module by
+# the import system; the package exports the function, as the imports above do for mbr, dvts...
+globals().update({name: fn for name, fn in strategy_exports().items()
+                  if isinstance(globals().get(name), ModuleType)})
 
 
 def __getattr__(name: str) -> Any:
