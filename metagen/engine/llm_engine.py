@@ -1,8 +1,10 @@
 """LLMEngine: continuous-batching generation over the paged KV cache.
 
-Loop of one :meth:`LLMEngine.step`: schedule (admit, chunk, preempt) -> prepare the batch ->
-forward (``ModelRunner.extend``) -> process logits and sample (``metagen.decoding.decode_step``,
-per-row parameters) -> append, check stops, finish, cache. Requests are added with
+Loop of one :meth:`LLMEngine.step`: propose (speculative drafts) -> schedule (admit, chunk,
+preempt) -> run (``ModelRunner.extend``, then each row's logits to its consumer: sampling with
+per-row parameters through ``metagen.decoding.decode_step``, scoring, verification, a request's
+driver) -> postprocess (stop rules as tokens are emitted, finished requests' outputs:
+:mod:`metagen.engine.postprocess`). Requests are added with
 :meth:`add_request` (validated at once; a bad request raises and never enters a batch) and leave
 when finished or :meth:`abort`-ed. ``n > 1`` prefills the prompt once and forks ``n`` samples
 that share its blocks (copy-on-write on the last partial block). Single-threaded: one caller
@@ -66,6 +68,7 @@ from metagen.engine.models.quantize import quantization_of
 from metagen.engine.native.sample_rows import SampleRows, load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
 from metagen.engine.outputs import EngineSnapshot, EngineStats, RequestOutput, StreamDelta
+from metagen.engine.postprocess import collect_finished, finish_sequence, stop_rule
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.row_logits import stack_rows
 from metagen.engine.scheduler import Scheduler
@@ -387,7 +390,7 @@ class LLMEngine:
             if not seq.is_finished and (seq_ids is None or seq.seq_id in seq_ids):
                 seq.pending_fork = 0
                 self._finish(seq, "length", stop_reason)
-        done = self._collect_finished([req])
+        done = collect_finished([req], self.requests, self.seqs, self.stats)
         return done[0] if done else None
 
     def has_unfinished(self) -> bool:
@@ -410,16 +413,21 @@ class LLMEngine:
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """One step: draft (speculation) -> schedule -> forward -> score / verify / drive /
-        sample each row whose logits are ready -> return the requests finished by it.
+        """One step: propose -> schedule -> run -> postprocess. The speculator proposes drafts
+        onto decoding rows; the scheduler picks the rows and their new tokens (admitting,
+        chunking, preempting) and drafts past that are dropped; the runner computes them and each
+        row whose logits are ready goes to its consumer (:meth:`_consume`: scoring, speculative
+        verification, its request's driver, or sampling -- stop rules apply as each token is
+        emitted); postprocess returns the requests the step finished
+        (:func:`~metagen.engine.postprocess.collect_finished`).
 
         If the step raises (a ``KeyboardInterrupt`` in the forward or in a ``logits_hook``),
         every request with a sequence in its batch is aborted -- its blocks freed, none of them
         put in the prefix cache -- and the exception propagates: the engine is consistent
         (``check_integrity`` holds) and serves the other requests at the next step."""
         if self.speculator is not None:
-            self.speculator.propose(self)  # drafts onto running decoding rows
-        batch = self.scheduler.schedule()
+            self.speculator.propose(self)  # propose: drafts onto running decoding rows
+        batch = self.scheduler.schedule()  # schedule
         if self.speculator is not None:
             self.speculator.fit(batch)  # drafts past what was scheduled are dropped
         self.stats.preemptions = self.scheduler.num_preemptions
@@ -427,21 +435,28 @@ class LLMEngine:
             return []
         self.stats.steps += 1
         try:
-            return self._run_batch(batch)
+            reqs, logits = self._run(batch)  # run: the forward
+            touched = self._consume(batch, reqs, logits)  # each ready row to its consumer
         except BaseException as exc:
-            failed = exc if isinstance(exc, Exception) else \
-                RuntimeError(f"the step was interrupted: {exc!r}")
-            for req in {id(s.request): s.request for s, _ in batch}.values():
-                for seq in req.seqs:
-                    if not seq.is_finished:
-                        seq.error = failed  # never cache blocks whose KV this step may have torn
-                self.abort(req.request_id)
+            self._fail_batch(batch, exc)
             raise
+        return collect_finished(touched, self.requests, self.seqs, self.stats)  # postprocess
 
-    def _run_batch(self, batch: list[tuple[Seq, int]]) -> list[RequestOutput]:
-        """Forward the scheduled ``(sequence, new tokens)`` pairs, then hand each row whose
-        logits are ready to its consumer: scoring, speculative verification, its request's
-        driver, or sampling; finish what ended."""
+    def _fail_batch(self, batch: list[tuple[Seq, int]], exc: BaseException) -> None:
+        """Abort every request with a sequence in ``batch``, its live sequences failed with
+        ``exc`` (a ``RuntimeError`` wrapping it when it is not an ``Exception``)."""
+        failed = exc if isinstance(exc, Exception) else \
+            RuntimeError(f"the step was interrupted: {exc!r}")
+        for req in {id(s.request): s.request for s, _ in batch}.values():
+            for seq in req.seqs:
+                if not seq.is_finished:
+                    seq.error = failed  # never cache blocks whose KV this step may have torn
+            self.abort(req.request_id)
+
+    def _run(self, batch: list[tuple[Seq, int]]
+             ) -> tuple[list[ExtendRequest], list[torch.Tensor]]:
+        """Forward the scheduled ``(sequence, new tokens)`` pairs: their extend rows and each
+        row's logits (see :meth:`ModelRunner.extend`)."""
         bs = self.config.block_size
         reqs: list[ExtendRequest] = []
         for s, n in batch:  # (loops, not comprehensions, on the per-token path: cheaper)
@@ -450,7 +465,13 @@ class LLMEngine:
                                       s.token_ids[done:done + n],
                                       s.score_from is not None or s.num_draft > 0,
                                       s.dropped_blocks * bs))
-        logits = self.runner.extend(reqs)
+        return reqs, self.runner.extend(reqs)
+
+    def _consume(self, batch: list[tuple[Seq, int]], reqs: list[ExtendRequest],
+                 logits: list[torch.Tensor]) -> list[Request]:
+        """Advance the computed rows and hand each row whose logits are ready to its consumer:
+        scoring, speculative verification, its request's driver, or sampling; the requests of
+        the batch, in batch order, are returned for postprocessing."""
         rows: list[Seq] = []
         row_logits: list[torch.Tensor] = []
         verify: list[tuple[Seq, torch.Tensor]] = []
@@ -497,7 +518,7 @@ class LLMEngine:
                     self.speculator.verify(self, verify)  # type: ignore[union-attr]
                 for drv, seqs, lgs in driven.values():
                     drv.on_logits(self, seqs, torch.cat(lgs))
-        return self._collect_finished(touched)
+        return touched
 
     def count_compute(self, req: Request, start: int, n: int) -> None:
         """Count ``n`` tokens computed after ``start`` attended cached tokens (their positions,
@@ -602,67 +623,22 @@ class LLMEngine:
         return out
 
     def emit(self, seq: Seq, tok: int, logprob: float, top: dict[int, float] | None) -> None:
-        """Emit one sampled (or verified) token: output, logprobs, stop checks."""
-        p = seq.state.params
+        """Emit one sampled (or verified) token: output, logprobs, then the stop rules
+        (:func:`~metagen.engine.postprocess.stop_rule`)."""
         seq.state.append(tok)
         seq.token_ids.append(tok)
         seq.logprobs.append(logprob)
         seq.top_logprobs.append(top)
         self.stats.generated_tokens += 1
         seq.request.generated_tokens += 1
-        n_out = len(seq.state.output_ids)
-        stop = seq.detok.update(seq.state.output_ids, check_stop=n_out > p.min_tokens)
-        if tok in p.stop_token_ids:
-            self._finish(seq, "stop", tok)
-        elif tok in self.eos_token_ids and not p.ignore_eos:
-            self._finish(seq, "stop")
-        elif stop is not None:
-            self._finish(seq, "stop", stop)
-        elif n_out >= p.max_tokens or len(seq.token_ids) >= self.max_model_len:
-            self._finish(seq, "length")
+        out = seq.state.output_ids
+        text_stop = seq.detok.update(out, check_stop=len(out) > seq.state.params.min_tokens)
+        stop = stop_rule(seq, tok, text_stop, self.eos_token_ids, self.max_model_len)
+        if stop is not None:
+            self._finish(seq, *stop)
 
     def _finish(self, seq: Seq, reason: str, stop_reason: str | int | None = None) -> None:
-        seq.finish_reason, seq.stop_reason = reason, stop_reason
-        if seq.num_draft:  # drafts are not output: drop them before the blocks are cached
-            del seq.token_ids[len(seq.token_ids) - seq.num_draft:]
-            seq.num_draft, seq.draft_probs = 0, None
-            seq.num_computed_tokens = min(seq.num_computed_tokens, len(seq.token_ids))
-        self.scheduler.finish(seq)
-        seq.request.num_unfinished -= 1
-        if self.speculator is not None:
-            self.speculator.forget(seq)
-
-
-    def _collect_finished(self, touched: list[Request]) -> list[RequestOutput]:
-        done, seen = [], set()
-        for req in touched:
-            if id(req) in seen or not req.finished or req.request_id not in self.requests:
-                continue
-            seen.add(id(req))
-            del self.requests[req.request_id]
-            for seq in req.seqs:
-                self.seqs.pop(seq.seq_id, None)
-            self.stats.cached_prompt_tokens += req.num_cached_tokens
-            done.append(self._output(req))
-        return done
-
-    def _output(self, req: Request) -> RequestOutput:
-        if req.driver is not None:
-            out = req.driver.output(req)
-            out.computed_tokens, out.flops = req.computed_tokens, req.flops
-            out.generated_tokens = req.generated_tokens
-            return out
-        scores = token_scores = tops = ranks = None
-        if req.seqs[0].score_from is not None:
-            token_scores = [list(s.score_logprobs) for s in req.seqs]
-            scores = [float(sum(t)) for t in token_scores]
-            if req.seqs[0].score_top is not None:
-                tops = [list(s.score_tops) for s in req.seqs]
-                ranks = [list(s.score_ranks) for s in req.seqs]
-        return RequestOutput(req.request_id, req.prompt_ids, [s.completion() for s in req.seqs],
-                             [s.error for s in req.seqs], req.num_cached_tokens, scores,
-                             req.computed_tokens, req.generated_tokens, req.flops, token_scores,
-                             tops, ranks)
+        finish_sequence(seq, reason, stop_reason, self.scheduler, self.speculator)
 
     def check_integrity(self) -> None:
         """Block refcounts equal the references held by live sequences plus the cache; no
