@@ -26,6 +26,7 @@ import torch
 
 from benchmarks import factory
 from benchmarks.workloads import random_prompt
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.loop import EngineLoop
@@ -39,7 +40,7 @@ def _loop(model: Any, prompt_len: int, new: int) -> EngineLoop:
     blocks = CALLERS * (N * (new // 16 + 2) + prompt_len // 16 + 2)
     cfg = EngineConfig(block_size=16, num_blocks=blocks, max_num_batched_tokens=4096,
                        max_num_seqs=CALLERS * N, device="cpu")
-    return EngineLoop(LLMEngine(model, None, cfg))
+    return EngineLoop(build_engine(model, None, cfg))
 
 
 def _one_call(loop: EngineLoop, prompts: list[list[int]], params: SamplingParams) -> list:

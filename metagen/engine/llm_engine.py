@@ -20,13 +20,15 @@ within that rounding of each other. ``EngineConfig(deterministic=True)`` makes t
 every step through the batch-invariant native kernels (:mod:`metagen.engine.invariant`).
 
 Beam search and speculative decoding run inside this loop, on this one core (one block manager,
-one radix cache, one runner):
+one radix cache, one runner). The engine is handed them (:class:`~metagen.engine.engine_parts.
+EngineDrivers`; :mod:`metagen.engine.build` makes the standard ones from an EngineConfig) and
+imports neither:
 
 - a request added with :class:`~metagen.beam_params.BeamSearchParams` carries a *driver*
   (:mod:`metagen.engine.request_driver`): its rows' logits go to the driver, which advances the
   beams with :meth:`fork`, :meth:`extend` and :meth:`finish` (:mod:`metagen.engine.beam_search`);
 - an engine built with a speculator (``EngineConfig.speculative_model`` or ``prompt_lookup``,
-  or ``speculator=``) drafts tokens onto its decoding rows before scheduling, the step computes
+  or ``build_engine(..., speculator=)``) drafts tokens onto its decoding rows before scheduling, the step computes
   them with all-position logits, and the speculator accepts a prefix and emits the tokens
   through the same append path as sampling (:mod:`metagen.engine.speculative_decoding`).
 
@@ -54,16 +56,15 @@ from metagen.decoding.sampler import greedy_step
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.decoding.bad_text import bad_text
-from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
 from metagen.engine.detokenizer import Detokenizer
 from metagen.engine import engine_drivers
-from metagen.engine.engine_scoring import EngineScorer, collect_scores
+from metagen.engine.engine_parts import EngineDrivers, Scorer
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.kv_window import held_blocks, longest_sequence, released_blocks
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
-from metagen.engine.models import LlamaModel, ModelConfig, load_model
+from metagen.engine.models import LlamaModel
 from metagen.engine.models.quantize import quantization_of
 from metagen.engine.native.sample_rows import SampleRows, load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
@@ -71,12 +72,12 @@ from metagen.engine.outputs import EngineSnapshot, EngineStats, RequestOutput, S
 from metagen.engine.postprocess import collect_finished, finish_sequence, stop_rule
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.row_logits import stack_rows
+from metagen.engine.score_rows import collect_scores
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
-from metagen.engine.speculative_decoding import Speculator, build_speculator
 from metagen.engine.validation import (
     check_beam_params, check_first_sample, check_params, check_prompt_ids, context_limit)
-from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
 
 DEFAULT_KV_BYTES = DEFAULT_KV_CACHE_BYTES
@@ -86,12 +87,13 @@ LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
 class LLMEngine:
     """The built-in engine. ``tokenizer`` (optional) enables text, stop strings and bad words.
-    ``speculator`` (optional) overrides the one ``config`` describes (a draft model or prompt
-    lookup)."""
+    ``drivers`` are its speculator, beam-search and scoring parts (none by default: such
+    requests are refused); :func:`metagen.engine.build.build_engine` and
+    :meth:`from_pretrained` hand it the standard ones, built from ``config``."""
 
     def __init__(self, model: LlamaModel, tokenizer: Any = None,
                  config: EngineConfig | None = None,
-                 speculator: Speculator | None = None) -> None:
+                 drivers: EngineDrivers | None = None) -> None:
         cfg = config or EngineConfig()
         mc = model.cfg
         if quantization_of(model) != cfg.quantization:
@@ -143,29 +145,24 @@ class LLMEngine:
         self._sample_rows = load_sample_rows() if model.device.type == "cpu" else None
         self._ids = itertools.count()
         self._req_ids = itertools.count()
-        self.scorer = EngineScorer(self)
+        self.drivers = drivers or EngineDrivers()
+        speculator = self.drivers.speculator
         if speculator is not None and cfg.kv_window_tokens is not None:
             raise InvalidParameterError("speculator", speculator, "cannot be combined with a KV "
                                         "window (EngineConfig.kv_window_tokens)")
-        self.speculator = speculator if speculator is not None else build_speculator(cfg, self)
+        self.speculator = speculator
+        self._scorer = None if self.drivers.scorer is None else self.drivers.scorer(self)
         self.constraints = ConstraintSource(tokenizer, self.vocab_size, self.eos_token_ids)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None,
                         tokenizer: Any = None, **options: Any) -> LLMEngine:
-        """Load a Hugging Face folder; ``options`` are :class:`EngineConfig` fields. The RoPE
-        tables cover only the positions this engine can run (:meth:`EngineConfig.max_positions`).
-        The folder's tokenizer is loaded unless one is given (``tokenizer=False``: none)."""
-        cfg = config or EngineConfig(**options)
-        positions = cfg.max_positions(ModelConfig.from_folder(path))
-        model = load_model(path, cfg.torch_dtype(), cfg.torch_device(), positions,
-                           cfg.quantization)
-        if tokenizer is False:  # asked for none
-            tokenizer = None
-        elif tokenizer is None and any((Path(path) / f).exists()
-                                       for f in ("tokenizer.json", "tokenizer_config.json")):
-            tokenizer = _load_tokenizer(Path(path))
-        return cls(model, tokenizer, cfg)
+        """Load a Hugging Face folder with the standard drivers: see
+        :func:`metagen.engine.build.load_engine` (``options`` are :class:`EngineConfig` fields;
+        ``tokenizer=False``: none)."""
+        from metagen.engine.build import load_engine  # the factory imports the engine
+
+        return load_engine(path, config, tokenizer, **options)
 
     @property
     def vocab_size(self) -> int:
@@ -179,6 +176,9 @@ class LLMEngine:
         ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len,
                                limit=self.context_limit)
         if isinstance(params, BeamSearchParams):
+            if self.drivers.beam is None:
+                raise InvalidParameterError("params", params, "beam search needs an engine "
+                                            "built with a beam driver (build_engine)")
             cfg = self.config
             held = held_blocks(len(ids) + params.max_tokens, cfg.block_size, cfg.kv_sink_tokens,
                                cfg.kv_window_tokens, cfg.max_num_batched_tokens)
@@ -214,7 +214,8 @@ class LLMEngine:
         healed = heal.removed_ids if heal else ()
         if isinstance(checked, BeamSearchParams):
             sp = SamplingParams(temperature=0.0, max_tokens=checked.max_tokens, ignore_eos=True)
-            req = Request(rid, ids, sp, driver=make_beam_driver(
+            assert self.drivers.beam is not None  # validate refused the request otherwise
+            req = Request(rid, ids, sp, driver=self.drivers.beam(
                 checked, self.eos_token_ids, self.tokenizer, ids, healed))
             self.enqueue(req, SequenceState(sp, list(ids), constraint=matcher, heal=heal),
                          Detokenizer(None, ()))
@@ -240,19 +241,27 @@ class LLMEngine:
         self.scheduler.add(seq)
         return seq
 
+    @property
+    def scorer(self) -> Scorer:
+        """The scoring façade handed in (``drivers.scorer``); InvalidParameterError without."""
+        if self._scorer is None:
+            raise InvalidParameterError("drivers", self.drivers, "scoring needs an engine built "
+                                        "with a scorer (build_engine)")
+        return self._scorer
+
     def add_scoring_request(self, tokens: list[int], score_from: int, top: int | None = None
                             ) -> str:
-        """See :meth:`EngineScorer.add_scoring_request`."""
+        """See :meth:`~metagen.engine.engine_scoring.EngineScorer.add_scoring_request`."""
         return self.scorer.add_scoring_request(tokens, score_from, top)
 
     def score(self, prompts: Any, continuations: Any, *, errors: Any = "raise") -> list[list[Any]]:
-        """See :meth:`EngineScorer.score`."""
+        """See :meth:`~metagen.engine.engine_scoring.EngineScorer.score`."""
         return self.scorer.score(prompts, continuations, errors=errors)
 
     def score_sequences(self, items: Any, *, errors: Any = "raise", run: Any = None
                         ) -> list[Any]:
-        """See :meth:`EngineScorer.score_sequences`."""
-        return self.scorer.score_sequences(items, errors=errors, run=run)  # type: ignore[call-overload]
+        """See :meth:`~metagen.engine.engine_scoring.EngineScorer.score_sequences`."""
+        return self.scorer.score_sequences(items, errors=errors, run=run)
 
     def _new_seq(self, req: Request, state: SequenceState, tokens: list[int],
                  detok: Detokenizer) -> Seq:
@@ -661,14 +670,3 @@ class LLMEngine:
         actual = [self.blocks.refcount(b) for b in range(self.blocks.num_blocks)]
         assert expected == actual, "block refcounts differ from the references held"
 
-
-def _load_tokenizer(folder: Path) -> Any:
-    """The folder's tokenizer; a corrupt or unreadable one is a one-line ModelLoadError."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 -- tokenizers raise many types; all mean "unusable"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"cannot load the tokenizer in {folder} (tokenizer.json / "
-                             f"tokenizer_config.json): {first}") from exc

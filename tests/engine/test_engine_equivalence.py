@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
-from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
 from metagen.types import SamplingParams
 from tests.tolerances import FLOAT_LOGPROB_TOL, RANDOM_MODEL_TOL
@@ -35,7 +35,7 @@ def test_stories_greedy_200_tokens_equal_transformers(stories_path, stories_engi
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
 def test_random_gqa_models_greedy_200_tokens_equal_transformers(random_model_dir, kind, hf_greedy):
     folder = random_model_dir(kind)
-    engine = LLMEngine(load_model(folder), None, EngineConfig(device="cpu", block_size=8))
+    engine = build_engine(load_model(folder), None, EngineConfig(device="cpu", block_size=8))
     prompt = _prompts(1, 96, seed=3)[0]
     out = engine.generate([prompt], GREEDY)[0].outputs[0]
     ref_tokens, ref_lps = hf_greedy(folder, prompt, 200, banned=engine.eos_token_ids)
@@ -49,7 +49,7 @@ def qwen3(random_model_dir):
 
 
 def _engine(model, **options):
-    return LLMEngine(model, None, EngineConfig(device="cpu", **options))
+    return build_engine(model, None, EngineConfig(device="cpu", **options))
 
 
 def _same(a, b, tol=RANDOM_MODEL_TOL):  # float32 rounding (tests/tolerances.py)

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
-from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
 from metagen.errors import InvalidParameterError, InvalidPromptError, NumericalError
 from metagen.types import SamplingParams
@@ -23,7 +23,7 @@ def llama(random_model_dir):
 
 
 def _engine(model, **options):
-    return LLMEngine(model, None, EngineConfig(device="cpu", **options))
+    return build_engine(model, None, EngineConfig(device="cpu", **options))
 
 
 def _prompts(n, seed, lo=2, hi=30):

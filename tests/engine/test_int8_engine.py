@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
@@ -91,6 +92,6 @@ def test_engine_config_and_model_must_agree_on_quantization(random_model_dir):
                          (load_model(folder, quantization="int8"), "w8a8"),
                          (load_model(folder, quantization="w8a8"), "int8")):
         with pytest.raises(InvalidParameterError, match="quantization"):
-            LLMEngine(model, None, EngineConfig(device="cpu", quantization=asked))
-    LLMEngine(load_model(folder, quantization="int8"), None,
+            build_engine(model, None, EngineConfig(device="cpu", quantization=asked))
+    build_engine(load_model(folder, quantization="int8"), None,
               EngineConfig(device="cpu", quantization="int8"))

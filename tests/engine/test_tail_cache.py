@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from metagen.engine.build import build_engine
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
@@ -82,7 +83,7 @@ def qwen3(random_model_dir):
 
 
 def _engine(model, **options) -> LLMEngine:
-    return LLMEngine(model, None, EngineConfig(device="cpu", block_size=8, **options))
+    return build_engine(model, None, EngineConfig(device="cpu", block_size=8, **options))
 
 
 def _tokens_and_logprobs(outs):
