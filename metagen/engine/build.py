@@ -22,12 +22,12 @@ from metagen.engine.config import EngineConfig
 from metagen.engine.engine_parts import EngineDrivers
 from metagen.engine.engine_scoring import EngineScorer
 from metagen.engine.llm_engine import LLMEngine
-from metagen.engine.models import LlamaModel, ModelConfig, load_model
+from metagen.engine.models import CausalLM, ModelConfig, load_model
 from metagen.engine.speculative_decoding import Speculator, build_speculator
 from metagen.errors import ModelLoadError
 
 
-def standard_drivers(model: LlamaModel, config: EngineConfig,
+def standard_drivers(model: CausalLM, config: EngineConfig,
                      speculator: Speculator | None = None) -> EngineDrivers:
     """Beam search, scoring, and ``speculator`` -- else the one ``config`` describes (None when it
     describes none; a draft model is loaded here, and must share ``model``'s vocabulary)."""
@@ -36,7 +36,7 @@ def standard_drivers(model: LlamaModel, config: EngineConfig,
         beam=make_beam_driver, scorer=EngineScorer)
 
 
-def build_engine(model: LlamaModel, tokenizer: Any = None, config: EngineConfig | None = None,
+def build_engine(model: CausalLM, tokenizer: Any = None, config: EngineConfig | None = None,
                  speculator: Speculator | None = None) -> LLMEngine:
     """An engine over ``model`` with the standard drivers (:func:`standard_drivers`).
     ``tokenizer`` (optional) enables text, stop strings and bad words; ``speculator`` overrides

@@ -64,7 +64,7 @@ from metagen.engine.engine_parts import EngineDrivers, Scorer
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.kv_window import held_blocks, longest_sequence, released_blocks
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
-from metagen.engine.models import LlamaModel
+from metagen.engine.models.interface import CausalLM
 from metagen.engine.models.quantize import quantization_of
 from metagen.engine.native.sample_rows import SampleRows, load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
@@ -91,7 +91,7 @@ class LLMEngine:
     requests are refused); :func:`metagen.engine.build.build_engine` and
     :meth:`from_pretrained` hand it the standard ones, built from ``config``."""
 
-    def __init__(self, model: LlamaModel, tokenizer: Any = None,
+    def __init__(self, model: CausalLM, tokenizer: Any = None,
                  config: EngineConfig | None = None,
                  drivers: EngineDrivers | None = None) -> None:
         cfg = config or EngineConfig()

@@ -49,7 +49,7 @@ from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 if TYPE_CHECKING:
     from metagen.engine.config import EngineConfig
     from metagen.engine.llm_engine import LLMEngine
-    from metagen.engine.models import LlamaModel
+    from metagen.engine.models.interface import CausalLM
     from metagen.engine.sequence import Sequence as Seq
 
 ACCEPT_STREAM, RESAMPLE_STREAM = 11, 12  # rng streams (metagen.decoding.rng)
@@ -296,7 +296,7 @@ class Speculator:
                 engine.release_tail(seq)
 
 
-def build_speculator(cfg: EngineConfig, target: LlamaModel) -> Speculator | None:
+def build_speculator(cfg: EngineConfig, target: CausalLM) -> Speculator | None:
     """The speculator ``cfg`` asks for: prompt lookup (``prompt_lookup`` = longest n-gram), a
     draft model (``speculative_model``, a folder with the target's vocabulary, on its own engine
     with the same block size, dtype and device, its weights quantized as

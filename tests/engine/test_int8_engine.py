@@ -11,7 +11,8 @@ from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
 from metagen.engine.models.int8 import Int8Weight, dequantize_int8
-from metagen.engine.models.quantize import PROJECTIONS, quantize_model
+from metagen.engine.models.llama import PROJECTIONS
+from metagen.engine.models.quantize import quantize_model
 from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
 
