@@ -87,7 +87,7 @@ def run(quick: bool = False, repeats: int = 3, cache_dir: str | None = None) -> 
             t0 = time.perf_counter()
             outs = fn(loop, prompts, params)
             times.append(time.perf_counter() - t0)
-            steps = loop.call(lambda e: e.stats.steps)
+            steps = loop.call(lambda e: e.counters.steps)
             loop.close()
         tokens[name] = [[c.token_ids for c in o.outputs] for o in outs]
         best = min(times[1:])

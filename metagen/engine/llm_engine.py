@@ -138,7 +138,7 @@ class LLMEngine:
         self._flops_per_context = 4.0 * mc.num_layers * mc.num_heads * mc.head_dim
         self.requests: dict[str, Request] = {}
         self.seqs: dict[int, Seq] = {}
-        self.stats = EngineStats()
+        self.counters = EngineStats()  # cumulative; the state between steps: stats()
         self.logits_hook: LogitsHook | None = None
         self._threads = torch.get_num_threads()  # torch's count at the current step's call
         # sampling's passes over the vocabulary in C, on the step's threads (CPU only)
@@ -236,8 +236,8 @@ class LLMEngine:
         """Register ``req`` (already validated) with its first sequence, prompt only, waiting."""
         seq = self._new_seq(req, state, list(req.prompt_ids), detok)
         self.requests[req.request_id] = req
-        self.stats.prompt_tokens += len(req.prompt_ids)
-        self.stats.requests += 1
+        self.counters.prompt_tokens += len(req.prompt_ids)
+        self.counters.requests += 1
         self.scheduler.add(seq)
         return seq
 
@@ -352,7 +352,7 @@ class LLMEngine:
             raise InvalidParameterError("seq_id", seq_id, "is finished")
         seq.token_ids.extend(tokens)
         seq.state.output_ids.extend(tokens)
-        self.stats.generated_tokens += len(tokens)
+        self.counters.generated_tokens += len(tokens)
         seq.request.generated_tokens += len(tokens)
 
     def finish(self, seq_id: int, reason: str = "stop") -> None:
@@ -361,16 +361,17 @@ class LLMEngine:
         if not seq.is_finished:
             self._finish(seq, reason)
 
-    def snapshot(self) -> EngineSnapshot:
-        """The engine's state between two steps (for monitoring: the server's ``/metrics``).
-        Call it from the thread that drives the engine (the loop's ``call``), never during a
-        step."""
+    def stats(self) -> EngineSnapshot:
+        """The engine's state between two steps, the public read for monitoring (the server's
+        ``/metrics``): sequences running and waiting, KV blocks, prompt counters. Call it from
+        the thread that drives the engine (the loop's ``call``), never during a step. The
+        cumulative compute counters are :attr:`counters` (:class:`EngineStats`)."""
         radix = self.radix
         return EngineSnapshot(
             running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
             blocks_free=self.blocks.num_free, blocks_total=self.blocks.num_blocks,
-            prompt_tokens=self.stats.prompt_tokens,
-            cached_prompt_tokens=self.stats.cached_prompt_tokens,
+            prompt_tokens=self.counters.prompt_tokens,
+            cached_prompt_tokens=self.counters.cached_prompt_tokens,
             blocks_cached=len(radix.cached_blocks()) if radix is not None else 0,
             blocks_in_requests=len({b for seq in self.seqs.values() for b in seq.block_table}))
 
@@ -399,7 +400,7 @@ class LLMEngine:
             if not seq.is_finished and (seq_ids is None or seq.seq_id in seq_ids):
                 seq.pending_fork = 0
                 self._finish(seq, "length", stop_reason)
-        done = collect_finished([req], self.requests, self.seqs, self.stats)
+        done = collect_finished([req], self.requests, self.seqs, self.counters)
         return done[0] if done else None
 
     def has_unfinished(self) -> bool:
@@ -439,17 +440,17 @@ class LLMEngine:
         batch = self.scheduler.schedule()  # schedule
         if self.speculator is not None:
             self.speculator.fit(batch)  # drafts past what was scheduled are dropped
-        self.stats.preemptions = self.scheduler.num_preemptions
+        self.counters.preemptions = self.scheduler.num_preemptions
         if not batch:
             return []
-        self.stats.steps += 1
+        self.counters.steps += 1
         try:
             reqs, logits = self._run(batch)  # run: the forward
             touched = self._consume(batch, reqs, logits)  # each ready row to its consumer
         except BaseException as exc:
             self._fail_batch(batch, exc)
             raise
-        return collect_finished(touched, self.requests, self.seqs, self.stats)  # postprocess
+        return collect_finished(touched, self.requests, self.seqs, self.counters)  # postprocess
 
     def _fail_batch(self, batch: list[tuple[Seq, int]], exc: BaseException) -> None:
         """Abort every request with a sequence in ``batch``, its live sequences failed with
@@ -534,8 +535,8 @@ class LLMEngine:
         unless a KV window dropped some) for ``req`` and in the totals."""
         ctx = n * start + n * (n + 1) // 2  # sum of context lengths of the n new tokens
         flops = self._flops_per_token * n + self._flops_per_context * ctx
-        self.stats.computed_tokens += n
-        self.stats.flops += flops
+        self.counters.computed_tokens += n
+        self.counters.flops += flops
         req.computed_tokens += n
         req.flops += flops
 
@@ -638,7 +639,7 @@ class LLMEngine:
         seq.token_ids.append(tok)
         seq.logprobs.append(logprob)
         seq.top_logprobs.append(top)
-        self.stats.generated_tokens += 1
+        self.counters.generated_tokens += 1
         seq.request.generated_tokens += 1
         out = seq.state.output_ids
         text_stop = seq.detok.update(out, check_stop=len(out) > seq.state.params.min_tokens)

@@ -75,10 +75,10 @@ def finish_sequence(seq: Seq, reason: str, stop_reason: str | int | None,
 
 
 def collect_finished(touched: Iterable[Request], requests: MutableMapping[str, Request],
-                     seqs: MutableMapping[int, Seq], stats: EngineStats) -> list[RequestOutput]:
+                     seqs: MutableMapping[int, Seq], counters: EngineStats) -> list[RequestOutput]:
     """The outputs of the requests among ``touched`` that have finished and are still in
     ``requests`` (each once, in order of ``touched``); they leave ``requests`` and their
-    sequences leave ``seqs``, and their cached prompt tokens are counted in ``stats``."""
+    sequences leave ``seqs``, and their cached prompt tokens are counted in ``counters``."""
     done, seen = [], set()
     for req in touched:
         if id(req) in seen or not req.finished or req.request_id not in requests:
@@ -87,7 +87,7 @@ def collect_finished(touched: Iterable[Request], requests: MutableMapping[str, R
         del requests[req.request_id]
         for seq in req.seqs:
             seqs.pop(seq.seq_id, None)
-        stats.cached_prompt_tokens += req.num_cached_tokens
+        counters.cached_prompt_tokens += req.num_cached_tokens
         done.append(request_output(req))
     return done
 

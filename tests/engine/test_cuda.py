@@ -93,7 +93,7 @@ def test_seeded_samples_repeat_and_n_prefills_once(random_model_dir):
     b = _engine(folder, "cuda", block_size=8).generate([prompt], params)
     assert _tokens(a) == _tokens(b)
     assert len({tuple(t) for t in _tokens(a)[0]}) > 1  # 8 samples of a random model differ
-    prefilled = first.stats.computed_tokens - first.stats.generated_tokens
+    prefilled = first.counters.computed_tokens - first.counters.generated_tokens
     assert prefilled <= len(prompt) + 8  # the prompt once, not once per sample
 
 

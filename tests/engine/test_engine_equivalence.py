@@ -80,7 +80,7 @@ def test_prefix_cache_on_equals_off_and_counts_cached_tokens(qwen3):
     for a, b in zip(first + rest, off):
         _same(a, b)
     assert all(r.num_cached_tokens == 40 for r in rest)  # 41-token prefix -> 5 whole blocks
-    assert on.stats.cached_prompt_tokens == 120
+    assert on.counters.cached_prompt_tokens == 120
     on.check_integrity()
 
 
@@ -108,7 +108,7 @@ def test_n_samples_prefill_once_and_seeded_samples_independent_of_batch(qwen3):
     alone_engine = _engine(qwen3, block_size=8, prefix_cache=False)
     alone = alone_engine.generate([prompt], params)[0]
     # computed tokens: the prompt once, then one token per sample per later step
-    assert alone_engine.stats.computed_tokens == len(prompt) + 5 * 24
+    assert alone_engine.counters.computed_tokens == len(prompt) + 5 * 24
     crowd = _engine(qwen3, block_size=8, max_num_batched_tokens=24).generate(
         _prompts(7, 96, seed=12) + [prompt],
         [SamplingParams(temperature=0.8, seed=i, max_tokens=20) for i in range(7)] + [params])[-1]

@@ -100,7 +100,7 @@ def test_raise_mode_raises_before_any_work(llama, kind):
     items = _good_items()[:3] + [_bad_item(kind, engine)]
     with pytest.raises(InvalidPromptError):
         engine.score_sequences(items)  # errors="raise" is the default: today's behaviour
-    assert engine.stats.requests == 0 and engine.stats.computed_tokens == 0
+    assert engine.counters.requests == 0 and engine.counters.computed_tokens == 0
     assert engine.blocks.num_free == engine.blocks.num_blocks
 
 

@@ -85,7 +85,7 @@ def test_speculative_greedy_equals_plain_greedy(setup, proposer_kind: str) -> No
     if proposer_kind == "self":
         assert stats.acceptance_rate == 1.0
     assert stats.proposed > 0 and stats.rounds < n * len(prompts)
-    assert target.stats.generated_tokens == n * len(prompts)
+    assert target.counters.generated_tokens == n * len(prompts)
     target.check_integrity()
     if proposer_kind != "ngram":  # the draft's mirrors were released with their targets
         assert not proposer.draft.requests
