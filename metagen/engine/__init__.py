@@ -1,5 +1,6 @@
 """metagen.engine: the built-in inference engine (paged KV cache, radix prefix cache,
-continuous batching, fork, Hydragen shared-prefix attention) for Llama-family models.
+continuous batching, fork, Hydragen shared-prefix attention) for the architectures of its table
+(:mod:`metagen.engine.models.registry`: Llama, Mistral, Qwen2, Qwen3).
 
 Entry points: :class:`LLMEngine` (token-level: ``add_request``/``step``/``fork``/``abort``/
 ``generate``/``stream``/``score``; beam search with :class:`~metagen.beam_params.BeamSearchParams`

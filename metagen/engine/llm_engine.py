@@ -20,17 +20,20 @@ within that rounding of each other. ``EngineConfig(deterministic=True)`` makes t
 every step through the batch-invariant native kernels (:mod:`metagen.engine.invariant`).
 
 Beam search and speculative decoding run inside this loop, on this one core (one block manager,
-one radix cache, one runner). The engine is handed them (:class:`~metagen.engine.engine_parts.
-EngineDrivers`; :mod:`metagen.engine.build` makes the standard ones from an EngineConfig) and
-imports neither:
+one radix cache, one runner). The engine is handed them, and its scorer, as
+:class:`~metagen.engine.engine_parts.EngineDrivers` (:mod:`metagen.engine.build` makes the
+standard ones from an EngineConfig) and imports none of them; its model is any
+:class:`~metagen.engine.models.interface.CausalLM` (the architecture table:
+:mod:`metagen.engine.models.registry`):
 
 - a request added with :class:`~metagen.beam_params.BeamSearchParams` carries a *driver*
   (:mod:`metagen.engine.request_driver`): its rows' logits go to the driver, which advances the
   beams with :meth:`fork`, :meth:`extend` and :meth:`finish` (:mod:`metagen.engine.beam_search`);
 - an engine built with a speculator (``EngineConfig.speculative_model`` or ``prompt_lookup``,
-  or ``build_engine(..., speculator=)``) drafts tokens onto its decoding rows before scheduling, the step computes
-  them with all-position logits, and the speculator accepts a prefix and emits the tokens
-  through the same append path as sampling (:mod:`metagen.engine.speculative_decoding`).
+  or ``build_engine(..., speculator=)``) drafts tokens onto its decoding rows before
+  scheduling, the step computes them with all-position logits, and the speculator accepts a
+  prefix and emits the tokens through the same append path as sampling
+  (:mod:`metagen.engine.speculative_decoding`).
 
 ``logits_hook`` (a callable ``(logits (B, V), states) -> logits``, ``states`` the rows'
 SequenceStates) sees the raw logits of sampled and verified rows before processing (tests use it
