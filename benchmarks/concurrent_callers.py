@@ -26,6 +26,7 @@ import torch
 
 from benchmarks import factory
 from benchmarks.workloads import random_prompt
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.loop import EngineLoop
@@ -39,7 +40,7 @@ def _loop(model: Any, prompt_len: int, new: int) -> EngineLoop:
     blocks = CALLERS * (N * (new // 16 + 2) + prompt_len // 16 + 2)
     cfg = EngineConfig(block_size=16, num_blocks=blocks, max_num_batched_tokens=4096,
                        max_num_seqs=CALLERS * N, device="cpu")
-    return EngineLoop(LLMEngine(model, None, cfg))
+    return EngineLoop(build_engine(model, None, cfg))
 
 
 def _one_call(loop: EngineLoop, prompts: list[list[int]], params: SamplingParams) -> list:
@@ -86,7 +87,7 @@ def run(quick: bool = False, repeats: int = 3, cache_dir: str | None = None) -> 
             t0 = time.perf_counter()
             outs = fn(loop, prompts, params)
             times.append(time.perf_counter() - t0)
-            steps = loop.call(lambda e: e.stats.steps)
+            steps = loop.call(lambda e: e.counters.steps)
             loop.close()
         tokens[name] = [[c.token_ids for c in o.outputs] for o in outs]
         best = min(times[1:])

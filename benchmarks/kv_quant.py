@@ -49,9 +49,9 @@ def _engine(model: Any, tokenizer: Any, kv: KVCacheDType, native: bool = True,
     """An engine on ``model``; ``native`` False: every native kernel off; ``step`` False: the
     native decode step off (PyTorch products, native attention)."""
     from metagen.engine.config import EngineConfig
-    from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.build import build_engine
 
-    engine = LLMEngine(model, tokenizer, EngineConfig(device="cpu", kv_cache_bytes=BUDGET,
+    engine = build_engine(model, tokenizer, EngineConfig(device="cpu", kv_cache_bytes=BUDGET,
                                                       kv_cache_dtype=kv))
     if not native:
         engine.runner.native = None

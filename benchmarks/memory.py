@@ -43,14 +43,14 @@ def measure(model_path: str | Path, kv_bytes: int, requests: int = 64, max_len: 
     import torch
 
     from metagen.engine.config import EngineConfig
-    from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.build import build_engine
     from metagen.engine.models.loader import load_model
     from metagen.types import SamplingParams
 
     base = _rss_bytes()
     model = load_model(model_path)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    engine = LLMEngine(model, None, EngineConfig(kv_cache_bytes=kv_bytes, device="cpu",
+    engine = build_engine(model, None, EngineConfig(kv_cache_bytes=kv_bytes, device="cpu",
                                                  max_num_batched_tokens=max_batched_tokens))
     kv = engine.kv.nbytes
     after_load = _rss_bytes()

@@ -290,11 +290,11 @@ def e_search(peer: MetagenPeer, s: Settings, prompts: list[list[int]]) -> dict[s
         flat = [(i, lp, toks) for i, bs in enumerate(beams) for lp, toks in bs]
         for _, _, toks in flat:
             seen.update(tuple(toks[:j + 1]) for j in range(len(toks)))
-        before = eng.stats.snapshot()
+        before = eng.counters.snapshot()
         outs = eng.generate([t for _, _, t in flat], [SamplingParams(
             n=width // len(beams[i]), temperature=1.0, max_tokens=s.e_step_tokens,
             ignore_eos=True, seed=step) for i, _, _ in flat])
-        after = eng.stats
+        after = eng.counters
         prefilled += (after.prompt_tokens - before.prompt_tokens
                       - (after.cached_prompt_tokens - before.cached_prompt_tokens))
         cand: list[list[tuple[float, list[int]]]] = [[] for _ in prompts]
@@ -317,7 +317,7 @@ def e_best_of_n(peer: MetagenPeer, s: Settings, prompts: list[list[int]]) -> dic
                                                 max_tokens=s.e_steps * s.e_step_tokens,
                                                 ignore_eos=True, seed=0))
     return {"generated": sum(len(c.token_ids) for o in outs for c in o.outputs),
-            "prefilled": eng.stats.prompt_tokens - eng.stats.cached_prompt_tokens}
+            "prefilled": eng.counters.prompt_tokens - eng.counters.cached_prompt_tokens}
 
 
 def workload_e(peer: MetagenPeer, s: Settings, vocab: int) -> list[dict]:

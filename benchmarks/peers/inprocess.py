@@ -101,13 +101,13 @@ class MetagenPeer(Peer):
     def engine(self, model: str, prefix_cache: bool = True, num_blocks: int = 64,
                speculator=None):
         from metagen.engine.config import EngineConfig
-        from metagen.engine.llm_engine import LLMEngine
+        from metagen.engine.build import build_engine
         from metagen.engine.models.quantize import quantization_of
 
         cfg = EngineConfig(block_size=16, num_blocks=num_blocks, prefix_cache=prefix_cache,
                            max_num_batched_tokens=4096, device=bench_device(),
                            quantization=quantization_of(self.models[model]))
-        eng = LLMEngine(self.models[model], None, cfg, speculator=speculator)
+        eng = build_engine(self.models[model], None, cfg, speculator=speculator)
         eng.eos_token_ids = ()  # as the transformers peer (eos_token_id=None): fixed lengths
         return eng
 

@@ -25,10 +25,14 @@ greedy output and sampled output follows the target's distribution for every ``k
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from metagen.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from metagen.engine.models.interface import CausalLM
 
 VERIFY_COST = 0.1  # one more verified token, in target decode steps (module docstring)
 # An engine step's fixed cost (~2 ms on the benchmark's 2-core machine) as the bytes of weights
@@ -64,7 +68,7 @@ def best_k(acceptance: float, k_max: int, draft_cost: float,
     return 1 + max(range(k_max), key=lambda i: (rates[i], -i))
 
 
-def draft_step_cost(draft: torch.nn.Module, target: torch.nn.Module,
+def draft_step_cost(draft: CausalLM, target: CausalLM,
                     overhead_bytes: int = STEP_OVERHEAD_BYTES) -> float:
     """A draft decode step's cost in target steps: the ratio of the bytes a decode step reads,
     each step's fixed cost counted as ``overhead_bytes`` more. A step reads every stored tensor
@@ -72,7 +76,7 @@ def draft_step_cost(draft: torch.nn.Module, target: torch.nn.Module,
     also the LM head (a model's ``embed`` with ``lm_head`` set): of that it reads one row per
     token. (Counting the whole table put the engine benchmark's int8 draft at 0.24 target steps,
     where its step measures ~0.15.)"""
-    def nbytes(m: torch.nn.Module) -> int:
+    def nbytes(m: CausalLM) -> int:
         total = sum(t.numel() * t.element_size() for t in (*m.parameters(), *m.buffers()))
         embed = getattr(m, "embed", None)
         if isinstance(embed, torch.Tensor) and getattr(m, "lm_head", None) is not None:

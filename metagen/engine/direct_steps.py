@@ -67,7 +67,7 @@ def forward(engine: LLMEngine, seqs: Sequence[Seq]) -> torch.Tensor:
             seq.error = failed
             engine.abort(seq.request.request_id)
         raise
-    engine.stats.steps += 1
+    engine.counters.steps += 1
     for seq, r in zip(seqs, reqs):
         n = len(r.new_token_ids)
         seq.num_computed_tokens += n

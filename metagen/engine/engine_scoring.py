@@ -14,8 +14,9 @@ once and its KV blocks are not put in the prefix cache.
 
 :class:`EngineScorer` is a collaborator of :class:`~metagen.engine.llm_engine.LLMEngine` that
 uses only its public operations (``enqueue``, ``run_until_done``, ``abort``, its sizes);
-the engine's step hands each scoring row's logits to :func:`collect_scores`, a function of the
-sequence and the logits that says whether the sequence is done.
+the engine's step hands each scoring row's logits to
+:func:`~metagen.engine.score_rows.collect_scores`, a function of the sequence and the logits that
+says whether the sequence is done.
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-import torch
-
-from metagen.decoding import SequenceState, top_logprobs_rows
+from metagen.decoding import SequenceState
 from metagen.engine.detokenizer import Detokenizer
-from metagen.engine.sequence import Request, Sequence as Seq
+from metagen.engine.sequence import Request
 from metagen.engine.validation import check_prompt_ids
 from metagen.errors import InvalidParameterError, InvalidPromptError, MetagenError, NumericalError
 from metagen.types import SamplingParams
@@ -96,11 +95,13 @@ class EngineScorer:
 
     @overload
     def score_sequences(self, items: Sequence[tuple[Sequence[int], int]], *,
-                        errors: Literal["raise"] = "raise") -> list[float]: ...
+                        errors: Literal["raise"] = "raise", run: RunRequests | None = None
+                        ) -> list[float]: ...
 
     @overload
     def score_sequences(self, items: Sequence[tuple[Sequence[int], int]], *,
-                        errors: Literal["return"]) -> list[float | MetagenError]: ...
+                        errors: Literal["return"], run: RunRequests | None = None
+                        ) -> list[float | MetagenError]: ...
 
     def score_sequences(self, items: Sequence[tuple[Sequence[int], int]], *,
                         errors: ScoreErrors = "raise", run: RunRequests | None = None
@@ -197,35 +198,6 @@ class EngineScorer:
             for r in rids:
                 self.engine.abort(r)
             raise
-
-
-def collect_scores(seq: Seq, start: int, logits: torch.Tensor) -> bool:
-    """Add the continuation logprobs predicted by rows of ``logits`` (n, V) for positions
-    start .. start+n-1 (row r predicts token start+r+1) to ``seq.score_logprobs``. Returns
-    whether the sequence is done: all its tokens computed, or a logprob not finite (then
-    ``seq.error`` holds a NumericalError and its blocks must not be cached)."""
-    n = logits.shape[0]
-    # after a preemption the tokens are recomputed: skip targets already collected
-    lo = max(seq.score_from + len(seq.score_logprobs), start + 1)  # type: ignore[operator]
-    hi = min(start + n, len(seq.token_ids) - 1)
-    if lo <= hi:
-        rows = logits[lo - 1 - start:hi - start]  # (k, V)
-        target = torch.tensor(seq.token_ids[lo:hi + 1], device=rows.device)
-        full = torch.log_softmax(rows.float(), -1)
-        lp = full.gather(1, target[:, None])[:, 0]  # (k,)
-        seq.score_logprobs.extend(lp.tolist())
-        if seq.score_top is not None:
-            tops = top_logprobs_rows(full, [seq.score_top] * len(lp))
-            seq.score_tops.extend(t or {} for t in tops)
-            seq.score_ranks.extend(((full > lp[:, None]).sum(-1) + 1).tolist())
-        bad = (~torch.isfinite(lp)).nonzero()
-        if len(bad):
-            pos = lo + int(bad[0, 0])
-            seq.error = NumericalError(
-                f"log p(token {pos}) of scoring request {seq.request.request_id} is "
-                f"{seq.score_logprobs[pos - seq.score_from]}")  # type: ignore[operator]
-            return True
-    return seq.num_uncomputed == 0
 
 
 def _check_errors_mode(errors: Any) -> None:

@@ -1,8 +1,10 @@
 """LLMEngine: continuous-batching generation over the paged KV cache.
 
-Loop of one :meth:`LLMEngine.step`: schedule (admit, chunk, preempt) -> prepare the batch ->
-forward (``ModelRunner.extend``) -> process logits and sample (``metagen.decoding.decode_step``,
-per-row parameters) -> append, check stops, finish, cache. Requests are added with
+Loop of one :meth:`LLMEngine.step`: propose (speculative drafts) -> schedule (admit, chunk,
+preempt) -> run (``ModelRunner.extend``, then each row's logits to its consumer: sampling with
+per-row parameters through ``metagen.decoding.decode_step``, scoring, verification, a request's
+driver) -> postprocess (stop rules as tokens are emitted, finished requests' outputs:
+:mod:`metagen.engine.postprocess`). Requests are added with
 :meth:`add_request` (validated at once; a bad request raises and never enters a batch) and leave
 when finished or :meth:`abort`-ed. ``n > 1`` prefills the prompt once and forks ``n`` samples
 that share its blocks (copy-on-write on the last partial block). Single-threaded: one caller
@@ -18,15 +20,20 @@ within that rounding of each other. ``EngineConfig(deterministic=True)`` makes t
 every step through the batch-invariant native kernels (:mod:`metagen.engine.invariant`).
 
 Beam search and speculative decoding run inside this loop, on this one core (one block manager,
-one radix cache, one runner):
+one radix cache, one runner). The engine is handed them, and its scorer, as
+:class:`~metagen.engine.engine_parts.EngineDrivers` (:mod:`metagen.engine.build` makes the
+standard ones from an EngineConfig) and imports none of them; its model is any
+:class:`~metagen.engine.models.interface.CausalLM` (the architecture table:
+:mod:`metagen.engine.models.registry`):
 
 - a request added with :class:`~metagen.beam_params.BeamSearchParams` carries a *driver*
   (:mod:`metagen.engine.request_driver`): its rows' logits go to the driver, which advances the
   beams with :meth:`fork`, :meth:`extend` and :meth:`finish` (:mod:`metagen.engine.beam_search`);
 - an engine built with a speculator (``EngineConfig.speculative_model`` or ``prompt_lookup``,
-  or ``speculator=``) drafts tokens onto its decoding rows before scheduling, the step computes
-  them with all-position logits, and the speculator accepts a prefix and emits the tokens
-  through the same append path as sampling (:mod:`metagen.engine.speculative_decoding`).
+  or ``build_engine(..., speculator=)``) drafts tokens onto its decoding rows before
+  scheduling, the step computes them with all-position logits, and the speculator accepts a
+  prefix and emits the tokens through the same append path as sampling
+  (:mod:`metagen.engine.speculative_decoding`).
 
 ``logits_hook`` (a callable ``(logits (B, V), states) -> logits``, ``states`` the rows'
 SequenceStates) sees the raw logits of sampled and verified rows before processing (tests use it
@@ -52,28 +59,28 @@ from metagen.decoding.sampler import greedy_step
 from metagen.decoding.grammar import ConstraintSource
 from metagen.decoding.healing import heal_prompt, vocab_index
 from metagen.decoding.bad_text import bad_text
-from metagen.engine.beam_search import make_beam_driver
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
 from metagen.engine.detokenizer import Detokenizer
 from metagen.engine import engine_drivers
-from metagen.engine.engine_scoring import EngineScorer, collect_scores
+from metagen.engine.engine_parts import EngineDrivers, Scorer
 from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.kv_window import held_blocks, longest_sequence, released_blocks
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
-from metagen.engine.models import LlamaModel, ModelConfig, load_model
+from metagen.engine.models.interface import CausalLM
 from metagen.engine.models.quantize import quantization_of
 from metagen.engine.native.sample_rows import SampleRows, load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
 from metagen.engine.outputs import EngineSnapshot, EngineStats, RequestOutput, StreamDelta
+from metagen.engine.postprocess import collect_finished, finish_sequence, stop_rule
 from metagen.engine.radix_cache import RadixCache
 from metagen.engine.row_logits import stack_rows
+from metagen.engine.score_rows import collect_scores
 from metagen.engine.scheduler import Scheduler
 from metagen.engine.sequence import Request, Sequence as Seq, Status
-from metagen.engine.speculative_decoding import Speculator, build_speculator
 from metagen.engine.validation import (
     check_beam_params, check_first_sample, check_params, check_prompt_ids, context_limit)
-from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
 
 DEFAULT_KV_BYTES = DEFAULT_KV_CACHE_BYTES
@@ -83,12 +90,13 @@ LogitsHook = Callable[[torch.Tensor, Sequence[SequenceState]], torch.Tensor]
 
 class LLMEngine:
     """The built-in engine. ``tokenizer`` (optional) enables text, stop strings and bad words.
-    ``speculator`` (optional) overrides the one ``config`` describes (a draft model or prompt
-    lookup)."""
+    ``drivers`` are its speculator, beam-search and scoring parts (none by default: such
+    requests are refused); :func:`metagen.engine.build.build_engine` and
+    :meth:`from_pretrained` hand it the standard ones, built from ``config``."""
 
-    def __init__(self, model: LlamaModel, tokenizer: Any = None,
+    def __init__(self, model: CausalLM, tokenizer: Any = None,
                  config: EngineConfig | None = None,
-                 speculator: Speculator | None = None) -> None:
+                 drivers: EngineDrivers | None = None) -> None:
         cfg = config or EngineConfig()
         mc = model.cfg
         if quantization_of(model) != cfg.quantization:
@@ -133,36 +141,31 @@ class LLMEngine:
         self._flops_per_context = 4.0 * mc.num_layers * mc.num_heads * mc.head_dim
         self.requests: dict[str, Request] = {}
         self.seqs: dict[int, Seq] = {}
-        self.stats = EngineStats()
+        self.counters = EngineStats()  # cumulative; the state between steps: stats()
         self.logits_hook: LogitsHook | None = None
         self._threads = torch.get_num_threads()  # torch's count at the current step's call
         # sampling's passes over the vocabulary in C, on the step's threads (CPU only)
         self._sample_rows = load_sample_rows() if model.device.type == "cpu" else None
         self._ids = itertools.count()
         self._req_ids = itertools.count()
-        self.scorer = EngineScorer(self)
+        self.drivers = drivers or EngineDrivers()
+        speculator = self.drivers.speculator
         if speculator is not None and cfg.kv_window_tokens is not None:
             raise InvalidParameterError("speculator", speculator, "cannot be combined with a KV "
                                         "window (EngineConfig.kv_window_tokens)")
-        self.speculator = speculator if speculator is not None else build_speculator(cfg, self)
+        self.speculator = speculator
+        self._scorer = None if self.drivers.scorer is None else self.drivers.scorer(self)
         self.constraints = ConstraintSource(tokenizer, self.vocab_size, self.eos_token_ids)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None,
                         tokenizer: Any = None, **options: Any) -> LLMEngine:
-        """Load a Hugging Face folder; ``options`` are :class:`EngineConfig` fields. The RoPE
-        tables cover only the positions this engine can run (:meth:`EngineConfig.max_positions`).
-        The folder's tokenizer is loaded unless one is given (``tokenizer=False``: none)."""
-        cfg = config or EngineConfig(**options)
-        positions = cfg.max_positions(ModelConfig.from_folder(path))
-        model = load_model(path, cfg.torch_dtype(), cfg.torch_device(), positions,
-                           cfg.quantization)
-        if tokenizer is False:  # asked for none
-            tokenizer = None
-        elif tokenizer is None and any((Path(path) / f).exists()
-                                       for f in ("tokenizer.json", "tokenizer_config.json")):
-            tokenizer = _load_tokenizer(Path(path))
-        return cls(model, tokenizer, cfg)
+        """Load a Hugging Face folder with the standard drivers: see
+        :func:`metagen.engine.build.load_engine` (``options`` are :class:`EngineConfig` fields;
+        ``tokenizer=False``: none)."""
+        from metagen.engine.build import load_engine  # the factory imports the engine
+
+        return load_engine(path, config, tokenizer, **options)
 
     @property
     def vocab_size(self) -> int:
@@ -176,6 +179,9 @@ class LLMEngine:
         ids = check_prompt_ids(prompt_ids, self.vocab_size, self.max_model_len,
                                limit=self.context_limit)
         if isinstance(params, BeamSearchParams):
+            if self.drivers.beam is None:
+                raise InvalidParameterError("params", params, "beam search needs an engine "
+                                            "built with a beam driver (build_engine)")
             cfg = self.config
             held = held_blocks(len(ids) + params.max_tokens, cfg.block_size, cfg.kv_sink_tokens,
                                cfg.kv_window_tokens, cfg.max_num_batched_tokens)
@@ -211,7 +217,8 @@ class LLMEngine:
         healed = heal.removed_ids if heal else ()
         if isinstance(checked, BeamSearchParams):
             sp = SamplingParams(temperature=0.0, max_tokens=checked.max_tokens, ignore_eos=True)
-            req = Request(rid, ids, sp, driver=make_beam_driver(
+            assert self.drivers.beam is not None  # validate refused the request otherwise
+            req = Request(rid, ids, sp, driver=self.drivers.beam(
                 checked, self.eos_token_ids, self.tokenizer, ids, healed))
             self.enqueue(req, SequenceState(sp, list(ids), constraint=matcher, heal=heal),
                          Detokenizer(None, ()))
@@ -232,24 +239,32 @@ class LLMEngine:
         """Register ``req`` (already validated) with its first sequence, prompt only, waiting."""
         seq = self._new_seq(req, state, list(req.prompt_ids), detok)
         self.requests[req.request_id] = req
-        self.stats.prompt_tokens += len(req.prompt_ids)
-        self.stats.requests += 1
+        self.counters.prompt_tokens += len(req.prompt_ids)
+        self.counters.requests += 1
         self.scheduler.add(seq)
         return seq
 
+    @property
+    def scorer(self) -> Scorer:
+        """The scoring façade handed in (``drivers.scorer``); InvalidParameterError without."""
+        if self._scorer is None:
+            raise InvalidParameterError("drivers", self.drivers, "scoring needs an engine built "
+                                        "with a scorer (build_engine)")
+        return self._scorer
+
     def add_scoring_request(self, tokens: list[int], score_from: int, top: int | None = None
                             ) -> str:
-        """See :meth:`EngineScorer.add_scoring_request`."""
+        """See :meth:`~metagen.engine.engine_scoring.EngineScorer.add_scoring_request`."""
         return self.scorer.add_scoring_request(tokens, score_from, top)
 
     def score(self, prompts: Any, continuations: Any, *, errors: Any = "raise") -> list[list[Any]]:
-        """See :meth:`EngineScorer.score`."""
+        """See :meth:`~metagen.engine.engine_scoring.EngineScorer.score`."""
         return self.scorer.score(prompts, continuations, errors=errors)
 
     def score_sequences(self, items: Any, *, errors: Any = "raise", run: Any = None
                         ) -> list[Any]:
-        """See :meth:`EngineScorer.score_sequences`."""
-        return self.scorer.score_sequences(items, errors=errors, run=run)  # type: ignore[call-overload]
+        """See :meth:`~metagen.engine.engine_scoring.EngineScorer.score_sequences`."""
+        return self.scorer.score_sequences(items, errors=errors, run=run)
 
     def _new_seq(self, req: Request, state: SequenceState, tokens: list[int],
                  detok: Detokenizer) -> Seq:
@@ -340,7 +355,7 @@ class LLMEngine:
             raise InvalidParameterError("seq_id", seq_id, "is finished")
         seq.token_ids.extend(tokens)
         seq.state.output_ids.extend(tokens)
-        self.stats.generated_tokens += len(tokens)
+        self.counters.generated_tokens += len(tokens)
         seq.request.generated_tokens += len(tokens)
 
     def finish(self, seq_id: int, reason: str = "stop") -> None:
@@ -349,16 +364,17 @@ class LLMEngine:
         if not seq.is_finished:
             self._finish(seq, reason)
 
-    def snapshot(self) -> EngineSnapshot:
-        """The engine's state between two steps (for monitoring: the server's ``/metrics``).
-        Call it from the thread that drives the engine (the loop's ``call``), never during a
-        step."""
+    def stats(self) -> EngineSnapshot:
+        """The engine's state between two steps, the public read for monitoring (the server's
+        ``/metrics``): sequences running and waiting, KV blocks, prompt counters. Call it from
+        the thread that drives the engine (the loop's ``call``), never during a step. The
+        cumulative compute counters are :attr:`counters` (:class:`EngineStats`)."""
         radix = self.radix
         return EngineSnapshot(
             running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
             blocks_free=self.blocks.num_free, blocks_total=self.blocks.num_blocks,
-            prompt_tokens=self.stats.prompt_tokens,
-            cached_prompt_tokens=self.stats.cached_prompt_tokens,
+            prompt_tokens=self.counters.prompt_tokens,
+            cached_prompt_tokens=self.counters.cached_prompt_tokens,
             blocks_cached=len(radix.cached_blocks()) if radix is not None else 0,
             blocks_in_requests=len({b for seq in self.seqs.values() for b in seq.block_table}))
 
@@ -387,7 +403,7 @@ class LLMEngine:
             if not seq.is_finished and (seq_ids is None or seq.seq_id in seq_ids):
                 seq.pending_fork = 0
                 self._finish(seq, "length", stop_reason)
-        done = self._collect_finished([req])
+        done = collect_finished([req], self.requests, self.seqs, self.counters)
         return done[0] if done else None
 
     def has_unfinished(self) -> bool:
@@ -410,38 +426,50 @@ class LLMEngine:
     # -- the loop -------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """One step: draft (speculation) -> schedule -> forward -> score / verify / drive /
-        sample each row whose logits are ready -> return the requests finished by it.
+        """One step: propose -> schedule -> run -> postprocess. The speculator proposes drafts
+        onto decoding rows; the scheduler picks the rows and their new tokens (admitting,
+        chunking, preempting) and drafts past that are dropped; the runner computes them and each
+        row whose logits are ready goes to its consumer (:meth:`_consume`: scoring, speculative
+        verification, its request's driver, or sampling -- stop rules apply as each token is
+        emitted); postprocess returns the requests the step finished
+        (:func:`~metagen.engine.postprocess.collect_finished`).
 
         If the step raises (a ``KeyboardInterrupt`` in the forward or in a ``logits_hook``),
         every request with a sequence in its batch is aborted -- its blocks freed, none of them
         put in the prefix cache -- and the exception propagates: the engine is consistent
         (``check_integrity`` holds) and serves the other requests at the next step."""
         if self.speculator is not None:
-            self.speculator.propose(self)  # drafts onto running decoding rows
-        batch = self.scheduler.schedule()
+            self.speculator.propose(self)  # propose: drafts onto running decoding rows
+        batch = self.scheduler.schedule()  # schedule
         if self.speculator is not None:
             self.speculator.fit(batch)  # drafts past what was scheduled are dropped
-        self.stats.preemptions = self.scheduler.num_preemptions
+        self.counters.preemptions = self.scheduler.num_preemptions
         if not batch:
             return []
-        self.stats.steps += 1
+        self.counters.steps += 1
         try:
-            return self._run_batch(batch)
+            reqs, logits = self._run(batch)  # run: the forward
+            touched = self._consume(batch, reqs, logits)  # each ready row to its consumer
         except BaseException as exc:
-            failed = exc if isinstance(exc, Exception) else \
-                RuntimeError(f"the step was interrupted: {exc!r}")
-            for req in {id(s.request): s.request for s, _ in batch}.values():
-                for seq in req.seqs:
-                    if not seq.is_finished:
-                        seq.error = failed  # never cache blocks whose KV this step may have torn
-                self.abort(req.request_id)
+            self._fail_batch(batch, exc)
             raise
+        return collect_finished(touched, self.requests, self.seqs, self.counters)  # postprocess
 
-    def _run_batch(self, batch: list[tuple[Seq, int]]) -> list[RequestOutput]:
-        """Forward the scheduled ``(sequence, new tokens)`` pairs, then hand each row whose
-        logits are ready to its consumer: scoring, speculative verification, its request's
-        driver, or sampling; finish what ended."""
+    def _fail_batch(self, batch: list[tuple[Seq, int]], exc: BaseException) -> None:
+        """Abort every request with a sequence in ``batch``, its live sequences failed with
+        ``exc`` (a ``RuntimeError`` wrapping it when it is not an ``Exception``)."""
+        failed = exc if isinstance(exc, Exception) else \
+            RuntimeError(f"the step was interrupted: {exc!r}")
+        for req in {id(s.request): s.request for s, _ in batch}.values():
+            for seq in req.seqs:
+                if not seq.is_finished:
+                    seq.error = failed  # never cache blocks whose KV this step may have torn
+            self.abort(req.request_id)
+
+    def _run(self, batch: list[tuple[Seq, int]]
+             ) -> tuple[list[ExtendRequest], list[torch.Tensor]]:
+        """Forward the scheduled ``(sequence, new tokens)`` pairs: their extend rows and each
+        row's logits (see :meth:`ModelRunner.extend`)."""
         bs = self.config.block_size
         reqs: list[ExtendRequest] = []
         for s, n in batch:  # (loops, not comprehensions, on the per-token path: cheaper)
@@ -450,7 +478,13 @@ class LLMEngine:
                                       s.token_ids[done:done + n],
                                       s.score_from is not None or s.num_draft > 0,
                                       s.dropped_blocks * bs))
-        logits = self.runner.extend(reqs)
+        return reqs, self.runner.extend(reqs)
+
+    def _consume(self, batch: list[tuple[Seq, int]], reqs: list[ExtendRequest],
+                 logits: list[torch.Tensor]) -> list[Request]:
+        """Advance the computed rows and hand each row whose logits are ready to its consumer:
+        scoring, speculative verification, its request's driver, or sampling; the requests of
+        the batch, in batch order, are returned for postprocessing."""
         rows: list[Seq] = []
         row_logits: list[torch.Tensor] = []
         verify: list[tuple[Seq, torch.Tensor]] = []
@@ -497,15 +531,15 @@ class LLMEngine:
                     self.speculator.verify(self, verify)  # type: ignore[union-attr]
                 for drv, seqs, lgs in driven.values():
                     drv.on_logits(self, seqs, torch.cat(lgs))
-        return self._collect_finished(touched)
+        return touched
 
     def count_compute(self, req: Request, start: int, n: int) -> None:
         """Count ``n`` tokens computed after ``start`` attended cached tokens (their positions,
         unless a KV window dropped some) for ``req`` and in the totals."""
         ctx = n * start + n * (n + 1) // 2  # sum of context lengths of the n new tokens
         flops = self._flops_per_token * n + self._flops_per_context * ctx
-        self.stats.computed_tokens += n
-        self.stats.flops += flops
+        self.counters.computed_tokens += n
+        self.counters.flops += flops
         req.computed_tokens += n
         req.flops += flops
 
@@ -602,67 +636,22 @@ class LLMEngine:
         return out
 
     def emit(self, seq: Seq, tok: int, logprob: float, top: dict[int, float] | None) -> None:
-        """Emit one sampled (or verified) token: output, logprobs, stop checks."""
-        p = seq.state.params
+        """Emit one sampled (or verified) token: output, logprobs, then the stop rules
+        (:func:`~metagen.engine.postprocess.stop_rule`)."""
         seq.state.append(tok)
         seq.token_ids.append(tok)
         seq.logprobs.append(logprob)
         seq.top_logprobs.append(top)
-        self.stats.generated_tokens += 1
+        self.counters.generated_tokens += 1
         seq.request.generated_tokens += 1
-        n_out = len(seq.state.output_ids)
-        stop = seq.detok.update(seq.state.output_ids, check_stop=n_out > p.min_tokens)
-        if tok in p.stop_token_ids:
-            self._finish(seq, "stop", tok)
-        elif tok in self.eos_token_ids and not p.ignore_eos:
-            self._finish(seq, "stop")
-        elif stop is not None:
-            self._finish(seq, "stop", stop)
-        elif n_out >= p.max_tokens or len(seq.token_ids) >= self.max_model_len:
-            self._finish(seq, "length")
+        out = seq.state.output_ids
+        text_stop = seq.detok.update(out, check_stop=len(out) > seq.state.params.min_tokens)
+        stop = stop_rule(seq, tok, text_stop, self.eos_token_ids, self.max_model_len)
+        if stop is not None:
+            self._finish(seq, *stop)
 
     def _finish(self, seq: Seq, reason: str, stop_reason: str | int | None = None) -> None:
-        seq.finish_reason, seq.stop_reason = reason, stop_reason
-        if seq.num_draft:  # drafts are not output: drop them before the blocks are cached
-            del seq.token_ids[len(seq.token_ids) - seq.num_draft:]
-            seq.num_draft, seq.draft_probs = 0, None
-            seq.num_computed_tokens = min(seq.num_computed_tokens, len(seq.token_ids))
-        self.scheduler.finish(seq)
-        seq.request.num_unfinished -= 1
-        if self.speculator is not None:
-            self.speculator.forget(seq)
-
-
-    def _collect_finished(self, touched: list[Request]) -> list[RequestOutput]:
-        done, seen = [], set()
-        for req in touched:
-            if id(req) in seen or not req.finished or req.request_id not in self.requests:
-                continue
-            seen.add(id(req))
-            del self.requests[req.request_id]
-            for seq in req.seqs:
-                self.seqs.pop(seq.seq_id, None)
-            self.stats.cached_prompt_tokens += req.num_cached_tokens
-            done.append(self._output(req))
-        return done
-
-    def _output(self, req: Request) -> RequestOutput:
-        if req.driver is not None:
-            out = req.driver.output(req)
-            out.computed_tokens, out.flops = req.computed_tokens, req.flops
-            out.generated_tokens = req.generated_tokens
-            return out
-        scores = token_scores = tops = ranks = None
-        if req.seqs[0].score_from is not None:
-            token_scores = [list(s.score_logprobs) for s in req.seqs]
-            scores = [float(sum(t)) for t in token_scores]
-            if req.seqs[0].score_top is not None:
-                tops = [list(s.score_tops) for s in req.seqs]
-                ranks = [list(s.score_ranks) for s in req.seqs]
-        return RequestOutput(req.request_id, req.prompt_ids, [s.completion() for s in req.seqs],
-                             [s.error for s in req.seqs], req.num_cached_tokens, scores,
-                             req.computed_tokens, req.generated_tokens, req.flops, token_scores,
-                             tops, ranks)
+        finish_sequence(seq, reason, stop_reason, self.scheduler, self.speculator)
 
     def check_integrity(self) -> None:
         """Block refcounts equal the references held by live sequences plus the cache; no
@@ -685,14 +674,3 @@ class LLMEngine:
         actual = [self.blocks.refcount(b) for b in range(self.blocks.num_blocks)]
         assert expected == actual, "block refcounts differ from the references held"
 
-
-def _load_tokenizer(folder: Path) -> Any:
-    """The folder's tokenizer; a corrupt or unreadable one is a one-line ModelLoadError."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 -- tokenizers raise many types; all mean "unusable"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"cannot load the tokenizer in {folder} (tokenizer.json / "
-                             f"tokenizer_config.json): {first}") from exc

@@ -100,9 +100,9 @@ class LockstepLogits:
                                    f"(its max_model_len is {engine.max_model_len})")
             wanted[seq.seq_id] = key
         while pending := {s for s in wanted if s not in collector.logits}:
-            steps = engine.stats.steps
+            steps = engine.counters.steps
             engine.step()
-            if engine.stats.steps > steps:
+            if engine.counters.steps > steps:
                 continue
             parked = [k for k in mirrors.keys() if (r := mirrors.request_of(k)) is None
                       or r.seqs[0].seq_id not in pending]

@@ -247,7 +247,7 @@ class EngineLoop:
             self._enforce()
             if not engine.has_unfinished():
                 continue
-            steps = engine.stats.steps
+            steps = engine.counters.steps
             try:
                 outputs = engine.step()
             except BaseException as exc:  # noqa: BLE001 -- handed to the callers it failed
@@ -256,7 +256,7 @@ class EngineLoop:
                                           exc) from exc
                 continue
             self._dispatch(outputs)
-            if engine.stats.steps == steps:  # nothing could run: wait for a caller, not spin
+            if engine.counters.steps == steps:  # nothing could run: wait for a caller, not spin
                 with self._cond:
                     if not self._inbox:
                         self._cond.wait(_IDLE_WAIT_S)

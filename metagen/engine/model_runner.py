@@ -40,8 +40,8 @@ import torch
 from metagen.engine.attention import AttentionMetadata, PrefixGroup, RowChunk
 from metagen.engine.invariant import split_steps
 from metagen.engine.kv_cache import KVCache
-from metagen.engine.models.llama import LlamaModel
-from metagen.engine.native.decode_step import DecodeStep, StepPlan, for_model as native_decode_step
+from metagen.engine.models.interface import CausalLM
+from metagen.engine.native.decode_step import DecodeStep, StepPlan
 from metagen.engine.native.small_matmul import SmallMatmul, load as load_small_matmul
 from metagen.errors import InvalidParameterError
 
@@ -102,7 +102,7 @@ class ModelRunner:
     (:mod:`metagen.engine.invariant`); raises :class:`~metagen.errors.InvalidParameterError`
     naming ``deterministic`` where they cannot run (no native build, not a float32 CPU model)."""
 
-    def __init__(self, model: LlamaModel, kv_cache: KVCache, hydragen: bool = True,
+    def __init__(self, model: CausalLM, kv_cache: KVCache, hydragen: bool = True,
                  hydragen_min_prefix: int = 0, native: bool = True,
                  deterministic: bool = False) -> None:
         self.model = model
@@ -112,7 +112,7 @@ class ModelRunner:
         self.device = model.device
         self.block_size = kv_cache.block_size
         self.hydragen_rows = 0  # rows that attended a shared prefix through Hydragen (a counter)
-        self.native = native_decode_step(model) if native else None
+        self.native = model.native_step() if native else None
         self.native_steps = 0  # steps run by the native decode step (a counter)
         self.native_attention_steps = 0  # steps with PyTorch products, native attention
         self._one_row: StepPlan | None = None  # the last one-row native step's plan
@@ -377,14 +377,14 @@ class ModelRunner:
         return [logits[s:s + k] for s, k in spans]
 
 
-def _invariant_head(model: LlamaModel, native: DecodeStep | None
+def _invariant_head(model: CausalLM, native: DecodeStep | None
                     ) -> tuple[SmallMatmul, torch.Tensor]:
     """The native product and the LM head's (hidden, V) float32 weight a deterministic runner
     computes every row's logits with (a transposed copy of a tied embedding). Raises
     :class:`~metagen.errors.InvalidParameterError` naming ``deterministic`` where the native
     kernels cannot run the model."""
     kernel = load_small_matmul()
-    head = model.embed.t().contiguous() if model.lm_head is None else model.lm_head
+    head = model.head_weight()
     if native is None or kernel is None or not isinstance(head, torch.Tensor) or (
             head.dtype != torch.float32 or model.device.type != "cpu"):
         raise InvalidParameterError(

@@ -65,7 +65,7 @@ class PromptLogprobs:
 
 @dataclass(slots=True)
 class EngineStats:
-    """Cumulative counters. ``computed_tokens`` counts every token run through the model
+    """Cumulative counters (``LLMEngine.counters``). ``computed_tokens`` counts every token run through the model
     (prefill, decode and recompute after preemption); ``flops`` estimates their cost."""
 
     prompt_tokens: int = 0
@@ -83,7 +83,7 @@ class EngineStats:
 
 @dataclass(slots=True, frozen=True)
 class EngineSnapshot:
-    """The engine's state between two steps (:meth:`LLMEngine.snapshot`): sequences running
+    """The engine's state between two steps (:meth:`LLMEngine.stats`): sequences running
     and waiting, KV blocks free and in all, blocks held by the prefix cache and blocks in the
     table of a live sequence (a block can be both), and the cumulative prompt counters."""
 

@@ -49,6 +49,7 @@ from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 if TYPE_CHECKING:
     from metagen.engine.config import EngineConfig
     from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.models.interface import CausalLM
     from metagen.engine.sequence import Sequence as Seq
 
 ACCEPT_STREAM, RESAMPLE_STREAM = 11, 12  # rng streams (metagen.decoding.rng)
@@ -295,12 +296,12 @@ class Speculator:
                 engine.release_tail(seq)
 
 
-def build_speculator(cfg: EngineConfig, engine: LLMEngine) -> Speculator | None:
+def build_speculator(cfg: EngineConfig, target: CausalLM) -> Speculator | None:
     """The speculator ``cfg`` asks for: prompt lookup (``prompt_lookup`` = longest n-gram), a
     draft model (``speculative_model``, a folder with the target's vocabulary, on its own engine
     with the same block size, dtype and device, its weights quantized as
     ``speculative_quantization`` says), or None; ``adaptive_speculation`` chooses each
-    row's ``k``, a draft step costing its weights' bytes over the target's."""
+    row's ``k``, a draft step costing its weights' bytes over the ``target`` model's."""
     if cfg.prompt_lookup is not None:
         return Speculator(NgramProposer(max_ngram=cfg.prompt_lookup), cfg.num_speculative_tokens,
                           adaptive=cfg.adaptive_speculation)
@@ -316,9 +317,10 @@ def build_speculator(cfg: EngineConfig, engine: LLMEngine) -> Speculator | None:
         dtype=cfg.dtype, device=cfg.device, hydragen=cfg.hydragen,
         hydragen_min_prefix=cfg.hydragen_min_prefix, quantization=cfg.speculative_quantization),
         tokenizer=False)
-    if draft.vocab_size != engine.vocab_size:
+    vocab = target.cfg.vocab_size
+    if draft.vocab_size != vocab:
         raise ModelLoadError(f"speculative_model {cfg.speculative_model!r} has a vocabulary of "
-                             f"{draft.vocab_size} tokens; the target's has {engine.vocab_size}")
+                             f"{draft.vocab_size} tokens; the target's has {vocab}")
     return Speculator(DraftModelProposer(draft), cfg.num_speculative_tokens,
                       adaptive=cfg.adaptive_speculation,
-                      draft_cost=draft_step_cost(draft.model, engine.model))
+                      draft_cost=draft_step_cost(draft.model, target))

@@ -87,7 +87,7 @@ def create_app(backend: Backend, config: ServerConfig,
     @app.get("/metrics")
     async def metrics() -> Response:
         try:
-            snapshot = await backend.snapshot()
+            snapshot = await backend.stats()
         except (EngineDeadError, TimeoutError):
             snapshot = None
         return PlainTextResponse(state.metrics.render(snapshot, state.in_flight),

@@ -47,7 +47,8 @@ class Backend(Protocol):
                                ) -> PromptLogprobs:
         """How the model reads the prompt (with ``top`` alternatives per token)."""
 
-    async def snapshot(self) -> EngineSnapshot: ...
+    async def stats(self) -> EngineSnapshot:
+        """The engine's state between two steps (``LLMEngine.stats``), for ``/metrics``."""
 
 
 class LocalBackend:
@@ -84,8 +85,8 @@ class LocalBackend:
                                ) -> PromptLogprobs:
         return await self.generator.aprompt_logprobs(prompt_ids, top)
 
-    async def snapshot(self) -> EngineSnapshot:
+    async def stats(self) -> EngineSnapshot:
         """Read in the loop's thread, between steps (raises ``EngineDeadError`` once it died)."""
-        return await asyncio.to_thread(self.generator.loop.call, LLMEngine.snapshot,
+        return await asyncio.to_thread(self.generator.loop.call, LLMEngine.stats,
                                        SNAPSHOT_TIMEOUT_S)
 

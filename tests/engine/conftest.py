@@ -96,13 +96,13 @@ def stories_engine_factory(stories_path):
     from transformers import AutoTokenizer
 
     from metagen.engine.config import EngineConfig
-    from metagen.engine.llm_engine import LLMEngine
+    from metagen.engine.build import build_engine
     from metagen.engine.models import load_model
 
     model = load_model(stories_path)
     tok = AutoTokenizer.from_pretrained(str(stories_path))
 
     def make(**options):
-        return LLMEngine(model, tok, EngineConfig(device="cpu", **options))
+        return build_engine(model, tok, EngineConfig(device="cpu", **options))
 
     return make

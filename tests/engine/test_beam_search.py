@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.beam_params import BeamSearchParams
 from metagen.decoding.beam import BeamParams, BeamState, beam_step, best_hypotheses, diversity_penalty
 from metagen.engine.beam_search import beam_search, stochastic_beam_search
@@ -26,7 +27,7 @@ from metagen.errors import InvalidParameterError, InvalidPromptError
 def session(model, num_blocks: int, block_size: int, eos=(), prefix_cache: bool = True
             ) -> LLMEngine:
     """An engine over ``model`` whose end tokens are ``eos``."""
-    eng = LLMEngine(model, None, EngineConfig(num_blocks=num_blocks, block_size=block_size,
+    eng = build_engine(model, None, EngineConfig(num_blocks=num_blocks, block_size=block_size,
                                               prefix_cache=prefix_cache, device="cpu"))
     eng.eos_token_ids = tuple(eos)
     return eng

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import metagen
+from metagen.engine.build import build_engine
 from metagen.constraints import INSTALL_HINT
 from metagen.engine.config import EngineConfig
 from metagen.engine.draft_proposer import DraftModelProposer
@@ -159,11 +160,11 @@ def test_speculative_constrained_greedy_equals_plain_constrained_greedy(
     tok = stories.tokenizer
 
     def make(proposer=None):
-        return LLMEngine(target, tok, EngineConfig(block_size=8, num_blocks=256, device="cpu"),
+        return build_engine(target, tok, EngineConfig(block_size=8, num_blocks=256, device="cpu"),
                          speculator=None if proposer is None else Speculator(proposer, 4))
 
     proposer = {"self": lambda: DraftModelProposer(make()),
-                "bad": lambda: DraftModelProposer(LLMEngine(bad, tok, EngineConfig(
+                "bad": lambda: DraftModelProposer(build_engine(bad, tok, EngineConfig(
                     block_size=8, num_blocks=256, device="cpu"))),
                 "ngram": lambda: NgramProposer(3)}[proposer_kind]()
     spec, plain = make(proposer), make()
@@ -196,7 +197,7 @@ def test_invalid_constraint_fails_at_request_time(stories, field: str, value) ->
 
 def test_constraint_without_tokenizer_is_refused(spec_models) -> None:
     target, _ = spec_models
-    eng = LLMEngine(target, None, EngineConfig(block_size=8, num_blocks=64, device="cpu"))
+    eng = build_engine(target, None, EngineConfig(block_size=8, num_blocks=64, device="cpu"))
     with pytest.raises(InvalidParameterError, match="tokenizer") as info:
         eng.add_request([1, 2, 3], SamplingParams(regex="a+"))
     assert info.value.param == "regex"

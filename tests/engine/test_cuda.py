@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.beam_params import BeamSearchParams
 from metagen.engine.llm_engine import LLMEngine
 from metagen.types import SamplingParams
@@ -92,7 +93,7 @@ def test_seeded_samples_repeat_and_n_prefills_once(random_model_dir):
     b = _engine(folder, "cuda", block_size=8).generate([prompt], params)
     assert _tokens(a) == _tokens(b)
     assert len({tuple(t) for t in _tokens(a)[0]}) > 1  # 8 samples of a random model differ
-    prefilled = first.stats.computed_tokens - first.stats.generated_tokens
+    prefilled = first.counters.computed_tokens - first.counters.generated_tokens
     assert prefilled <= len(prompt) + 8  # the prompt once, not once per sample
 
 
@@ -132,7 +133,7 @@ def test_speculative_greedy_equals_plain_greedy_on_cuda(stories_path, mode):
     proposer = (DraftModelProposer(_engine(stories_path, "cuda", block_size=16))
                 if mode == "draft" else NgramProposer(max_ngram=3))
     target = _engine(stories_path, "cuda", block_size=16)
-    spec = LLMEngine(target.model, None, target.config, speculator=Speculator(proposer, 3))
+    spec = build_engine(target.model, None, target.config, speculator=Speculator(proposer, 3))
     out = spec.generate([prompt], params)
     assert _tokens(out) == _tokens(plain)
     if mode == "draft":  # the draft is the target itself: every proposal is accepted

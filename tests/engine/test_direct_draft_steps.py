@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.decoding import SequenceState
 from metagen.engine.config import EngineConfig
 from metagen.engine.draft_proposer import DraftModelProposer
@@ -27,7 +28,7 @@ PROMPTS = [[1, 403, 407, 261, 378, 412, 284, 442, 306, 383, 285, 263, 356, 283, 
 def _engine(model, num_blocks: int = 64, proposer=None) -> LLMEngine:
     cfg = EngineConfig(num_blocks=num_blocks, block_size=8, device="cpu",
                        quantization=quantization_of(model))
-    return LLMEngine(model, None, cfg, speculator=None if proposer is None else
+    return build_engine(model, None, cfg, speculator=None if proposer is None else
                      Speculator(proposer, 4))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from metagen.engine.build import build_engine
 from metagen.beam_params import BeamSearchParams
 from metagen.engine.config import EngineConfig
 from metagen.engine.draft_proposer import DraftModelProposer
@@ -23,7 +24,7 @@ def stories(stories_path):
 
 
 def _engine(model, tok=None, speculator=None, num_blocks=256) -> LLMEngine:
-    return LLMEngine(model, tok, EngineConfig(block_size=4, num_blocks=num_blocks, device="cpu"),
+    return build_engine(model, tok, EngineConfig(block_size=4, num_blocks=num_blocks, device="cpu"),
                      speculator=speculator)
 
 

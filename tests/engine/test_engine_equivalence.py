@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
-from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
 from metagen.types import SamplingParams
 from tests.tolerances import FLOAT_LOGPROB_TOL, RANDOM_MODEL_TOL
@@ -35,7 +35,7 @@ def test_stories_greedy_200_tokens_equal_transformers(stories_path, stories_engi
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
 def test_random_gqa_models_greedy_200_tokens_equal_transformers(random_model_dir, kind, hf_greedy):
     folder = random_model_dir(kind)
-    engine = LLMEngine(load_model(folder), None, EngineConfig(device="cpu", block_size=8))
+    engine = build_engine(load_model(folder), None, EngineConfig(device="cpu", block_size=8))
     prompt = _prompts(1, 96, seed=3)[0]
     out = engine.generate([prompt], GREEDY)[0].outputs[0]
     ref_tokens, ref_lps = hf_greedy(folder, prompt, 200, banned=engine.eos_token_ids)
@@ -49,7 +49,7 @@ def qwen3(random_model_dir):
 
 
 def _engine(model, **options):
-    return LLMEngine(model, None, EngineConfig(device="cpu", **options))
+    return build_engine(model, None, EngineConfig(device="cpu", **options))
 
 
 def _same(a, b, tol=RANDOM_MODEL_TOL):  # float32 rounding (tests/tolerances.py)
@@ -80,7 +80,7 @@ def test_prefix_cache_on_equals_off_and_counts_cached_tokens(qwen3):
     for a, b in zip(first + rest, off):
         _same(a, b)
     assert all(r.num_cached_tokens == 40 for r in rest)  # 41-token prefix -> 5 whole blocks
-    assert on.stats.cached_prompt_tokens == 120
+    assert on.counters.cached_prompt_tokens == 120
     on.check_integrity()
 
 
@@ -108,7 +108,7 @@ def test_n_samples_prefill_once_and_seeded_samples_independent_of_batch(qwen3):
     alone_engine = _engine(qwen3, block_size=8, prefix_cache=False)
     alone = alone_engine.generate([prompt], params)[0]
     # computed tokens: the prompt once, then one token per sample per later step
-    assert alone_engine.stats.computed_tokens == len(prompt) + 5 * 24
+    assert alone_engine.counters.computed_tokens == len(prompt) + 5 * 24
     crowd = _engine(qwen3, block_size=8, max_num_batched_tokens=24).generate(
         _prompts(7, 96, seed=12) + [prompt],
         [SamplingParams(temperature=0.8, seed=i, max_tokens=20) for i in range(7)] + [params])[-1]

@@ -131,7 +131,7 @@ def test_concurrent_callers_share_engine_steps(make_gen):
 
     def hold(engine):  # the loop waits here until all 8 submissions are queued behind it
         gate.wait(30)
-        return engine.stats.steps
+        return engine.counters.steps
 
     holder = threading.Thread(target=lambda: gen.loop.call(hold))
     holder.start()
@@ -150,7 +150,7 @@ def test_concurrent_callers_share_engine_steps(make_gen):
         t.join(60)
     assert all(len(o.token_ids) == 20 for o in outs)
     # alone, 8 requests of 20 tokens take >= 8 x 20 steps; batched together, about 20
-    assert gen.engine.stats.steps <= 25
+    assert gen.engine.counters.steps <= 25
 
 
 def test_issue_reproduction_raising_hook_recovers(make_gen):
@@ -322,7 +322,7 @@ def test_an_invalid_request_fails_its_caller_before_any_work(make_gen):
     gen = make_gen()
     with pytest.raises(InvalidParameterError, match="max_tokens"):
         gen.generate(["Hi"], SamplingParams(max_tokens=10**6))
-    assert gen.engine.stats.steps == 0
+    assert gen.engine.counters.steps == 0
     _integrity(gen)
 
 
@@ -382,17 +382,17 @@ def test_scripted_fault_in_scheduling_ends_the_loop_with_a_typed_error(make_gen)
         gen.generate(["Hi"], SamplingParams(max_tokens=3), timeout=30)
 
 
-def test_snapshot_counts_what_the_engine_holds(stories_engine_factory):
-    """``LLMEngine.snapshot()`` between steps: running/waiting sequences, blocks free + used =
+def test_stats_counts_what_the_engine_holds(stories_engine_factory):
+    """``LLMEngine.stats()`` between steps: running/waiting sequences, blocks free + used =
     total, the prefix cache's blocks and the live sequences' blocks, the prompt counters."""
     engine = stories_engine_factory(block_size=4, num_blocks=64)
     tok = engine.tokenizer
-    empty = engine.snapshot()
+    empty = engine.stats()
     assert (empty.running, empty.waiting, empty.blocks_free, empty.blocks_total) == (0, 0, 64, 64)
     prompt = tok("Once upon a time there was a little dog")["input_ids"]
     rid = engine.add_request(prompt, SamplingParams(n=3, temperature=1.0, seed=0, max_tokens=12))
     engine.step()  # the prefill, then three samples forked
-    mid = engine.snapshot()
+    mid = engine.stats()
     seqs = engine.requests[rid].seqs
     assert mid.running == len(seqs) == 3 and mid.waiting == 0
     held = {b for s in seqs for b in s.block_table}
@@ -400,7 +400,7 @@ def test_snapshot_counts_what_the_engine_holds(stories_engine_factory):
     assert mid.blocks_free == 64 - len(held | set(engine.radix.cached_blocks()))
     assert mid.prompt_tokens == len(prompt)
     engine.run_until_done([rid])
-    done = engine.snapshot()
+    done = engine.stats()
     assert (done.running, done.blocks_in_requests) == (0, 0)
     assert done.blocks_cached == len(engine.radix.cached_blocks()) > 0
     assert done.blocks_free == 64 - done.blocks_cached

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
-from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
 from metagen.errors import InvalidParameterError, InvalidPromptError, NumericalError
 from metagen.types import SamplingParams
@@ -23,7 +23,7 @@ def llama(random_model_dir):
 
 
 def _engine(model, **options):
-    return LLMEngine(model, None, EngineConfig(device="cpu", **options))
+    return build_engine(model, None, EngineConfig(device="cpu", **options))
 
 
 def _prompts(n, seed, lo=2, hi=30):
@@ -131,7 +131,7 @@ def test_stress_tight_memory_preempts_and_frees_everything(llama):
         engine.check_integrity()
         assert engine.blocks.num_free >= 0
     assert len(outs) == len(ids) + len(scored)
-    assert engine.stats.preemptions > 0
+    assert engine.counters.preemptions > 0
     ref_scores = _engine(llama).score(prompts[:20], [[[7] * 12]] * 20)
     for rid, ref in zip(scored, ref_scores):
         assert abs(outs[rid].scores[0] - ref[0]) < FLOAT_LOGPROB_TOL
@@ -182,7 +182,7 @@ def test_score_matches_manual_log_likelihood(llama, random_model_dir):
             assert abs(ref - g) < FLOAT_LOGPROB_TOL
     assert got[-1] == 0.0
     # the prompt was prefilled once and cached: 3 whole blocks are shared by the continuations
-    assert engine.stats.computed_tokens == len(prompt) + sum(len(c) + 7 for c in conts)
+    assert engine.counters.computed_tokens == len(prompt) + sum(len(c) + 7 for c in conts)
 
 
 def _status_kib(field):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.decoding import SequenceState, decode_step
 from metagen.decoding import sampler as sampler_mod
 from metagen.decoding.masks import suppressed_end_tokens
@@ -180,10 +181,10 @@ def test_random_llama_greedy_ignore_eos_is_bit_for_bit(random_model_dir, monkeyp
     from metagen.engine.models import load_model
 
     model = load_model(random_model_dir("llama"))
-    fast = LLMEngine(model, None, EngineConfig(device="cpu", block_size=8))
+    fast = build_engine(model, None, EngineConfig(device="cpu", block_size=8))
     if fast._sample_rows is None:
         pytest.skip("no native library on this machine")
-    slow = LLMEngine(model, None, EngineConfig(device="cpu", block_size=8))
+    slow = build_engine(model, None, EngineConfig(device="cpu", block_size=8))
     params = [SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True),
               SamplingParams(temperature=0.0, max_tokens=60, min_tokens=30),
               SamplingParams(temperature=0.0, max_tokens=60)]

@@ -25,7 +25,8 @@ from metagen.engine.models.int4 import (
     unpack_int4,
 )
 from metagen.engine.models.int8 import Int8Weight, quantize_activations
-from metagen.engine.models.quantize import PROJECTIONS, quantization_of
+from metagen.engine.models.llama import PROJECTIONS
+from metagen.engine.models.quantize import quantization_of
 from metagen.engine.native import int4_matmul as i4
 from metagen.engine.native.decode_step import DecodeStep
 from metagen.engine.native.int4_matmul import Int4Matmul

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
 from metagen.engine.models.int8 import Int8Weight, dequantize_int8
-from metagen.engine.models.quantize import PROJECTIONS, quantize_model
+from metagen.engine.models.llama import PROJECTIONS
+from metagen.engine.models.quantize import quantize_model
 from metagen.errors import InvalidParameterError
 from metagen.types import SamplingParams
 
@@ -91,6 +93,6 @@ def test_engine_config_and_model_must_agree_on_quantization(random_model_dir):
                          (load_model(folder, quantization="int8"), "w8a8"),
                          (load_model(folder, quantization="w8a8"), "int8")):
         with pytest.raises(InvalidParameterError, match="quantization"):
-            LLMEngine(model, None, EngineConfig(device="cpu", quantization=asked))
-    LLMEngine(load_model(folder, quantization="int8"), None,
+            build_engine(model, None, EngineConfig(device="cpu", quantization=asked))
+    build_engine(load_model(folder, quantization="int8"), None,
               EngineConfig(device="cpu", quantization="int8"))

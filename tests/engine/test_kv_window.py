@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
 from metagen.engine.kv_window import (first_recent_block, held_blocks, kept_blocks,
                                       longest_sequence, sink_blocks)
@@ -45,7 +46,7 @@ def test_a_given_speculator_with_a_window_raises(stories_path):
     from metagen.engine.proposers import NgramProposer
     from metagen.engine.speculative_decoding import Speculator
     with pytest.raises(InvalidParameterError, match="speculator"):
-        LLMEngine(load_model(stories_path), config=EngineConfig(kv_window_tokens=16),
+        build_engine(load_model(stories_path), config=EngineConfig(kv_window_tokens=16),
                   speculator=Speculator(NgramProposer(max_ngram=3)))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
@@ -331,10 +332,9 @@ def test_per_row_work_after_the_forward_runs_torch_inline(stories_path, monkeypa
     count (it may run models: the lockstep generator's); the count is restored after."""
     import metagen.engine.llm_engine as llm_engine
     from metagen.engine.config import EngineConfig
-    from metagen.engine.llm_engine import LLMEngine
     from metagen.types import SamplingParams
 
-    engine = LLMEngine(load_model(stories_path), None, EngineConfig(device="cpu", block_size=8))
+    engine = build_engine(load_model(stories_path), None, EngineConfig(device="cpu", block_size=8))
     in_hook: list[int] = []
     in_sampler: list[int] = []
 

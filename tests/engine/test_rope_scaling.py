@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
-from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.models import load_model
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.rope import attention_scaling, inv_frequencies, rope_tables
@@ -124,7 +124,7 @@ def test_yarn_engine_greedy_equals_transformers_past_original_context(tmp_path, 
     model = load_model(folder)
     assert model.cfg.rope_scaling["rope_type"] == "yarn"
     assert model.cfg.architecture == _arch(kind)
-    engine = LLMEngine(model, None, EngineConfig(device="cpu", block_size=8))
+    engine = build_engine(model, None, EngineConfig(device="cpu", block_size=8))
     g = torch.Generator().manual_seed(4)
     prompt = [1] + torch.randint(3, 96, (47,), generator=g).tolist()  # 48 > 32 tokens
     steps = 40  # positions up to 87: well past the original 32

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
-from metagen.engine.llm_engine import BATCH_RTOL, LLMEngine
+from metagen.engine.llm_engine import BATCH_RTOL
 from metagen.engine.models import load_model
 from metagen.errors import InvalidParameterError, InvalidPromptError, NumericalError
 from metagen.types import SamplingParams
@@ -34,7 +35,7 @@ def nan_llama(random_model_dir):
 
 
 def _engine(model):
-    return LLMEngine(model, None, EngineConfig(device="cpu", block_size=8))
+    return build_engine(model, None, EngineConfig(device="cpu", block_size=8))
 
 
 def _same_scores(got, reference):
@@ -99,7 +100,7 @@ def test_raise_mode_raises_before_any_work(llama, kind):
     items = _good_items()[:3] + [_bad_item(kind, engine)]
     with pytest.raises(InvalidPromptError):
         engine.score_sequences(items)  # errors="raise" is the default: today's behaviour
-    assert engine.stats.requests == 0 and engine.stats.computed_tokens == 0
+    assert engine.counters.requests == 0 and engine.counters.computed_tokens == 0
     assert engine.blocks.num_free == engine.blocks.num_blocks
 
 

@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 
+from metagen.engine.build import build_engine
 from metagen.engine.config import EngineConfig
 from metagen.engine.draft_proposer import DraftModelProposer
 from metagen.engine.llm_engine import LLMEngine
@@ -31,7 +32,7 @@ def engine(model, num_blocks: int, block_size: int = 8, proposer=None, k: int = 
            tokenizer=None, adaptive: bool = False) -> LLMEngine:
     """An engine over ``model`` (end tokens ``eos``) speculating with ``proposer`` (with
     ``adaptive``: k chosen per row, a draft step costing 0.5 target steps)."""
-    eng = LLMEngine(model, tokenizer, EngineConfig(num_blocks=num_blocks, block_size=block_size,
+    eng = build_engine(model, tokenizer, EngineConfig(num_blocks=num_blocks, block_size=block_size,
                                                    device="cpu",
                                                    quantization=quantization_of(model)),
                     speculator=None if proposer is None else Speculator(
@@ -84,7 +85,7 @@ def test_speculative_greedy_equals_plain_greedy(setup, proposer_kind: str) -> No
     if proposer_kind == "self":
         assert stats.acceptance_rate == 1.0
     assert stats.proposed > 0 and stats.rounds < n * len(prompts)
-    assert target.stats.generated_tokens == n * len(prompts)
+    assert target.counters.generated_tokens == n * len(prompts)
     target.check_integrity()
     if proposer_kind != "ngram":  # the draft's mirrors were released with their targets
         assert not proposer.draft.requests

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from metagen.engine.build import build_engine
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import EngineConfig
 from metagen.engine.llm_engine import LLMEngine
@@ -82,7 +83,7 @@ def qwen3(random_model_dir):
 
 
 def _engine(model, **options) -> LLMEngine:
-    return LLMEngine(model, None, EngineConfig(device="cpu", block_size=8, **options))
+    return build_engine(model, None, EngineConfig(device="cpu", block_size=8, **options))
 
 
 def _tokens_and_logprobs(outs):
@@ -100,15 +101,15 @@ def test_search_steps_prefill_only_new_tokens_and_equal_no_cache(qwen3, temperat
     for step in range(3):
         params = SamplingParams(temperature=temperature, max_tokens=6, ignore_eos=True,
                                 seed=step, n=1 if temperature == 0 else 2)
-        before = on.stats.snapshot()
+        before = on.counters.snapshot()
         a, b = on.generate(ctx_on, params), off.generate(ctx_off, params)
         got, ref = _tokens_and_logprobs(a), _tokens_and_logprobs(b)
         assert [[t for t, _ in r] for r in got] == [[t for t, _ in r] for r in ref]
         for r_got, r_ref in zip(got, ref):
             for (_, lp_got), (_, lp_ref) in zip(r_got, r_ref):
                 assert max(abs(x - y) for x, y in zip(lp_got, lp_ref)) < FLOAT_LOGPROB_TOL
-        prefilled = (on.stats.prompt_tokens - before.prompt_tokens
-                     - (on.stats.cached_prompt_tokens - before.cached_prompt_tokens))
+        prefilled = (on.counters.prompt_tokens - before.prompt_tokens
+                     - (on.counters.cached_prompt_tokens - before.cached_prompt_tokens))
         if step:  # every context but its last token was computed by the previous step
             assert prefilled == len(ctx_on)
         ctx_on = [c + list(o.outputs[0].token_ids) for c, o in zip(ctx_on, a)]

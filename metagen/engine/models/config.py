@@ -1,8 +1,11 @@
 """ModelConfig: the architecture facts the engine needs, read from a Hugging Face ``config.json``.
 
-Supported: ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
-``Qwen3ForCausalLM`` (q/k RMSNorm). Anything else raises :class:`UnsupportedArchitectureError`
-naming the architecture and pointing at ``metagen.HFGenerator``, which runs any transformers model.
+Which architectures are supported is the table of :mod:`metagen.engine.models.registry`
+(``ARCHITECTURES``: today ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
+``Qwen3ForCausalLM``); :meth:`ModelConfig.from_dict` hands ``config.json`` to the parser of its
+architecture's family (:func:`llama_config` for all four). Anything else raises
+:class:`UnsupportedArchitectureError` naming the architecture, listing the table and pointing at
+``metagen.HFGenerator``, which runs any transformers model.
 
 Every field is checked before anything is allocated: sizes must be positive JSON integers (a float
 such as ``64.0`` or ``1e9`` is refused where an integer belongs), rates positive finite numbers,
@@ -20,12 +23,6 @@ from typing import Any
 
 from metagen.errors import ModelLoadError, UnsupportedArchitectureError
 
-SUPPORTED_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "mistral",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 _SCALED_ROPE_TYPES = ("linear", "llama3", "yarn")  # those that read rope_parameters["factor"]
 _UNSUPPORTED_ROPE_REASONS = {
@@ -106,42 +103,10 @@ class ModelConfig:
         naming the field for a missing, mistyped or impossible value."""
         if not isinstance(cfg, dict):
             raise ModelLoadError(f"the config must be a JSON object, not {type(cfg).__name__}")
-        arch = _architecture(cfg)
-        family = SUPPORTED_ARCHITECTURES[arch]
-        heads = _int_field(cfg, "num_attention_heads")
-        hidden = _int_field(cfg, "hidden_size")
-        head_dim = _int_field(cfg, "head_dim", None)
-        if head_dim is None:
-            if hidden % heads:
-                raise ModelLoadError(f"hidden_size={hidden} is not a multiple of "
-                                     f"num_attention_heads={heads} (and no head_dim is given)")
-            head_dim = hidden // heads
-        rope = _rope_parameters(cfg)
-        theta = _positive_number(rope, "rope_theta", "rope_parameters", None)
-        if theta is None:
-            theta = _positive_number(cfg, "rope_theta", None, 10000.0)
-        window = _int_field(cfg, "sliding_window", None, minimum=0)
-        return ModelConfig(
-            architecture=arch,
-            vocab_size=_int_field(cfg, "vocab_size"),
-            hidden_size=hidden,
-            intermediate_size=_int_field(cfg, "intermediate_size"),
-            num_layers=_int_field(cfg, "num_hidden_layers"),
-            num_heads=heads,
-            num_kv_heads=_int_field(cfg, "num_key_value_heads", heads),
-            head_dim=head_dim,
-            rms_norm_eps=_positive_number(cfg, "rms_norm_eps", None, 1e-6),
-            rope_theta=theta,
-            rope_scaling=rope,
-            max_position_embeddings=_int_field(cfg, "max_position_embeddings", 2048),
-            tie_word_embeddings=_bool_field(cfg, "tie_word_embeddings", False),
-            attention_bias=_bool_field(cfg, "attention_bias", family == "qwen2"),
-            qk_norm=family == "qwen3",
-            sliding_window=(window or None) if _bool_field(cfg, "use_sliding_window", True)
-            else None,
-            bos_token_id=_int_field(cfg, "bos_token_id", None, minimum=0),
-            eos_token_ids=_token_ids(cfg, "eos_token_id"),
-        )
+        from metagen.engine.models.registry import family_of  # the table imports the models
+
+        arch = architecture_name(cfg)
+        return family_of(arch).parse_config(cfg, arch)
 
     @staticmethod
     def from_folder(path: str | Path) -> ModelConfig:
@@ -215,21 +180,12 @@ def _token_ids(cfg: dict[str, Any], key: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _architecture(cfg: dict[str, Any]) -> str:
-    """The supported architecture named by ``architectures[0]`` (or ``model_type``)."""
+def architecture_name(cfg: dict[str, Any]) -> str:
+    """The architecture named by ``architectures[0]`` (or ``model_type``), not yet looked up."""
     archs = cfg.get("architectures") or [cfg.get("model_type", "<unknown>")]
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise ModelLoadError(f"architectures={archs!r} must be a list of class names")
-    arch = archs[0]
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedArchitectureError(
-            f"architecture {arch!r} is not supported by the built-in engine (supported: "
-            f"{', '.join(SUPPORTED_ARCHITECTURES)}); use metagen.HFGenerator, which runs any "
-            "transformers model")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise UnsupportedArchitectureError(f"hidden_act={cfg.get('hidden_act')!r} is not "
-                                           "supported (only silu); use metagen.HFGenerator")
-    return arch
+    return archs[0]
 
 
 def _rope_parameters(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -259,3 +215,48 @@ def _yarn_defaults(rope: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     if "factor" in rope and rope["factor"] is None:
         rope["factor"] = max_pos / rope["original_max_position_embeddings"]
     return rope
+
+
+def llama_config(cfg: dict[str, Any], arch: str, variant: str) -> ModelConfig:
+    """The :class:`ModelConfig` of a Llama-family ``config.json`` (``variant``: ``"llama"``,
+    ``"mistral"``, ``"qwen2"`` -- q/k/v bias by default -- or ``"qwen3"`` -- RMSNorm on q and
+    k). Raises :class:`UnsupportedArchitectureError` for an activation other than SiLU or a rope
+    type the engine lacks, :class:`ModelLoadError` naming a missing, mistyped or impossible
+    field."""
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise UnsupportedArchitectureError(f"hidden_act={cfg.get('hidden_act')!r} is not "
+                                           "supported (only silu); use metagen.HFGenerator")
+    heads = _int_field(cfg, "num_attention_heads")
+    hidden = _int_field(cfg, "hidden_size")
+    head_dim = _int_field(cfg, "head_dim", None)
+    if head_dim is None:
+        if hidden % heads:
+            raise ModelLoadError(f"hidden_size={hidden} is not a multiple of "
+                                 f"num_attention_heads={heads} (and no head_dim is given)")
+        head_dim = hidden // heads
+    rope = _rope_parameters(cfg)
+    theta = _positive_number(rope, "rope_theta", "rope_parameters", None)
+    if theta is None:
+        theta = _positive_number(cfg, "rope_theta", None, 10000.0)
+    window = _int_field(cfg, "sliding_window", None, minimum=0)
+    return ModelConfig(
+        architecture=arch,
+        vocab_size=_int_field(cfg, "vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=_int_field(cfg, "intermediate_size"),
+        num_layers=_int_field(cfg, "num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=_int_field(cfg, "num_key_value_heads", heads),
+        head_dim=head_dim,
+        rms_norm_eps=_positive_number(cfg, "rms_norm_eps", None, 1e-6),
+        rope_theta=theta,
+        rope_scaling=rope,
+        max_position_embeddings=_int_field(cfg, "max_position_embeddings", 2048),
+        tie_word_embeddings=_bool_field(cfg, "tie_word_embeddings", False),
+        attention_bias=_bool_field(cfg, "attention_bias", variant == "qwen2"),
+        qk_norm=variant == "qwen3",
+        sliding_window=(window or None) if _bool_field(cfg, "use_sliding_window", True)
+        else None,
+        bos_token_id=_int_field(cfg, "bos_token_id", None, minimum=0),
+        eos_token_ids=_token_ids(cfg, "eos_token_id"),
+    )

@@ -9,7 +9,9 @@ and applied as ``x @ W``: on CPU, MKL streams that layout at 10.9 GB/s for one r
 every call, metagen's own kernel does the product instead, on torch's threads (table in
 ``benchmarks/README.md``).
 Covers Llama 2/3, Mistral (full attention), Qwen2/2.5 (q/k/v bias) and Qwen3 (RMSNorm on q and k
-per head).
+per head). :class:`LlamaModel` implements :class:`~metagen.engine.models.interface.CausalLM`;
+the architecture table (:mod:`metagen.engine.models.registry`) is the only other module that
+names it.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from metagen.engine.models.int8 import Int8Weight
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.rope import apply_rope, attention_scaling, inv_frequencies, rope_tables
 from metagen.engine.native import load_small_matmul
-from metagen.engine.native.decode_step import DecodeStep, StepPlan
+from metagen.engine.native.decode_step import DecodeStep, StepPlan, for_model
 
 
 Weight = torch.Tensor | Int8Weight | Int4Weight  # float (in, out), or quantized to int8 / int4
+PROJECTIONS = ("qkv", "o", "gate_up", "down")  # a layer's linear projections (fused)
 
 
 def project(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None
@@ -164,6 +167,22 @@ class LlamaModel(nn.Module):
             step.embedding.take(input_ids, axis=0, out=out[1])
         step(h, plan, k_cache, v_cache, scales=kv_scales)  # the final norm included
         return h
+
+    def native_step(self) -> DecodeStep | None:
+        """The native decode step over these (Llama-layout) weights: see
+        :func:`metagen.engine.native.decode_step.for_model`."""
+        return for_model(self)
+
+    def head_weight(self) -> Weight:
+        """The LM head ``(hidden, V)``: the untied head, or a transposed copy of the embedding."""
+        return self.embed.t().contiguous() if self.lm_head is None else self.lm_head
+
+    def projections(self) -> list[tuple[nn.Module, str]]:
+        """Each layer's q|k|v, o, gate|up and down, in layer order."""
+        return [(layer, name) for layer in self.layers for name in PROJECTIONS]
+
+    def untied_head(self) -> tuple[nn.Module, str] | None:
+        return None if self.lm_head is None else (self, "lm_head")
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (N, H) -> float32 logits (N, V)."""

@@ -1,6 +1,8 @@
-"""Load a Hugging Face model folder (config.json + *.safetensors, sharded or not) into
-:class:`~metagen.engine.models.llama.LlamaModel`, fusing q/k/v and gate/up and storing every
-projection ``(in, out)`` while loading (tensors are read one at a time: see
+"""Load a Hugging Face model folder (config.json + *.safetensors, sharded or not) into the
+:class:`~metagen.engine.models.interface.CausalLM` of its architecture's family (the table of
+:mod:`~metagen.engine.models.registry`), its :class:`~metagen.engine.models.interface.WeightNames`
+saying which tensors are fused into which state (q/k/v and gate/up for the Llama family) and
+every projection stored ``(in, out)`` while loading (tensors are read one at a time: see
 :mod:`~metagen.engine.models.safetensors_reader`)."""
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import torch
 
 from metagen.engine.models.config import ModelConfig
 from metagen.engine.config import Quantization, check_quantization
-from metagen.engine.models.llama import LlamaModel
+from metagen.engine.models.interface import CausalLM, ModelFamily, WeightNames
+from metagen.engine.models.registry import family_of
 from metagen.engine.models.quantize import quantize_model
 from metagen.engine.models.safetensors_reader import SafetensorsFiles
 from metagen.engine.models.weight_arena import WeightArena
@@ -57,31 +60,6 @@ def _read_index(index: Path) -> dict[str, str]:
     return weight_map
 
 
-def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every weight the model of ``cfg`` reads, by its Hugging Face name (without ``model.``),
-    with its stored ``(out, in)`` shape."""
-    h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-    q, kv = cfg.num_heads * d, cfg.num_kv_heads * d
-    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (cfg.vocab_size, h),
-                                          "norm.weight": (h,)}
-    if not cfg.tie_word_embeddings:
-        shapes["lm_head.weight"] = (cfg.vocab_size, h)
-    for i in range(cfg.num_layers):
-        a, m = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
-        shapes.update({a + "q_proj.weight": (q, h), a + "k_proj.weight": (kv, h),
-                       a + "v_proj.weight": (kv, h), a + "o_proj.weight": (h, q),
-                       f"layers.{i}.input_layernorm.weight": (h,),
-                       f"layers.{i}.post_attention_layernorm.weight": (h,),
-                       m + "gate_proj.weight": (inter, h), m + "up_proj.weight": (inter, h),
-                       m + "down_proj.weight": (h, inter)})
-        if cfg.attention_bias:
-            shapes.update({a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,),
-                           a + "v_proj.bias": (kv,)})
-        if cfg.qk_norm:
-            shapes.update({a + "q_norm.weight": (d,), a + "k_norm.weight": (d,)})
-    return shapes
-
-
 def _stored_name(raw: SafetensorsFiles, name: str) -> str | None:
     """The checkpoint's key for weight ``name`` (``name`` or ``model.name``; the LM head has no
     prefix in Hugging Face checkpoints but is accepted with one)."""
@@ -91,9 +69,11 @@ def _stored_name(raw: SafetensorsFiles, name: str) -> str | None:
     return None
 
 
-def check_weights(cfg: ModelConfig, raw: SafetensorsFiles, folder: Path) -> None:
-    """Raise :class:`ModelLoadError` unless the checkpoint holds every weight of ``cfg``, in its
-    shape and a floating dtype, and no layer beyond ``num_hidden_layers``. Reads headers only."""
+def check_weights(cfg: ModelConfig, raw: SafetensorsFiles, folder: Path,
+                  names: WeightNames) -> None:
+    """Raise :class:`ModelLoadError` unless the checkpoint holds every weight of ``cfg``
+    (``names.shapes``), in its shape and a floating dtype, and no layer beyond
+    ``num_hidden_layers``. Reads headers only."""
     layers = {int(m.group(1)) for n in raw.names()
               if (m := re.match(r"(?:model\.)?layers\.(\d+)\.", n))}
     stored = max(layers) + 1 if layers else 0
@@ -102,7 +82,7 @@ def check_weights(cfg: ModelConfig, raw: SafetensorsFiles, folder: Path) -> None
                              f"{cfg.num_layers} but the checkpoint holds weights for {stored} "
                              "layers")
     missing = []
-    for name, shape in expected_shapes(cfg).items():
+    for name, shape in names.shapes.items():
         key = _stored_name(raw, name)
         if key is None:
             missing.append(name)
@@ -131,28 +111,20 @@ def check_checkpoint(path: str | Path) -> None:
     _checked(Path(path))
 
 
-def _checked(folder: Path) -> tuple[ModelConfig, SafetensorsFiles]:
-    """The config and the headers of ``folder``, checked (see :func:`check_checkpoint`)."""
+def _checked(folder: Path) -> tuple[ModelConfig, SafetensorsFiles, ModelFamily, WeightNames]:
+    """The config, the headers, the family and the weight names of ``folder``, checked (see
+    :func:`check_checkpoint`)."""
     cfg = ModelConfig.from_folder(folder)
+    family = family_of(cfg.architecture)
+    names = family.weights(cfg)
     raw = _read_tensors(folder)
-    check_weights(cfg, raw, folder)
-    return cfg, raw
+    check_weights(cfg, raw, folder, names)
+    return cfg, raw, family, names
 
 
-def _projection_names(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
-    """Each fused projection's state name -> the Hugging Face weights it concatenates, in the
-    order the loader builds them."""
-    names: dict[str, tuple[str, ...]] = {}
-    if not cfg.tie_word_embeddings:
-        names["lm_head"] = ("lm_head.weight",)
-    for i in range(cfg.num_layers):
-        p = f"layers.{i}."
-        a = p + "self_attn."
-        names[p + "qkv"] = (a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")
-        names[p + "o"] = (a + "o_proj.weight",)
-        names[p + "gate_up"] = (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
-        names[p + "down"] = (p + "mlp.down_proj.weight",)
-    return names
+def _tensor(parts: list[torch.Tensor]) -> torch.Tensor:
+    """One stored tensor, or several concatenated (a fused bias)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _projection(parts: list[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
@@ -168,7 +140,7 @@ def _projection(parts: list[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu", max_positions: int | None = None,
-               quantization: Quantization | None = None) -> LlamaModel:
+               quantization: Quantization | None = None) -> CausalLM:
     """Build the model of the folder at ``path`` with weights in ``dtype`` on ``device``.
 
     ``max_positions`` is the number of positions the caller will run (the RoPE tables cover
@@ -187,7 +159,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     """
     check_quantization(quantization)  # before any file is read
     folder = Path(path)
-    cfg, raw = _checked(folder)
+    cfg, raw, family, names = _checked(folder)
 
     def key(name: str) -> str:
         stored = _stored_name(raw, name)
@@ -197,11 +169,11 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     def take(name: str) -> torch.Tensor:
         return raw.pop(key(name))
 
-    projections = _projection_names(cfg)
+    projections = names.projections
     shapes: list[tuple[int, ...]] = [
         (raw.shape(key(parts[0]))[1], sum(raw.shape(key(n))[0] for n in parts))
         for parts in projections.values()]
-    embed_shape = raw.shape(key("embed_tokens.weight"))
+    embed_shape = raw.shape(key(names.embedding))
     # On CPU every weight that decoding streams whole (the projections, and the embedding table
     # where it is also the head) lives in one buffer on huge pages. Not when quantizing: the
     # quantized copies replace the projections, and a view kept (the embedding) would keep the
@@ -209,27 +181,22 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
     arena = (WeightArena([embed_shape] * cfg.tie_word_embeddings + shapes, dtype)
              if torch.device(device).type == "cpu" and quantization is None else None)
     with torch.device("meta"):
-        model = LlamaModel(cfg, max_positions)
-    embed = take("embed_tokens.weight")
-    if arena is not None and cfg.tie_word_embeddings:
-        embed = arena.take(embed_shape).copy_(embed)
-    state: dict[str, torch.Tensor] = {"embed": embed, "norm": take("norm.weight")}
+        model = family.model_class(cfg, max_positions)
+    state: dict[str, torch.Tensor] = {}
+    for name, parts in names.tensors.items():
+        if parts == (names.embedding,):
+            embed = take(names.embedding)
+            if arena is not None and cfg.tie_word_embeddings:
+                embed = arena.take(embed_shape).copy_(embed)
+            state[name] = embed
+        else:
+            state[name] = _tensor([take(n) for n in parts])
     for (name, parts), shape in zip(projections.items(), shapes):
         out = (arena.take(shape) if arena is not None
                else torch.empty(shape, dtype=dtype, device=device))
         state[name] = _projection([take(n) for n in parts], out)
-    for i in range(cfg.num_layers):
-        p = f"layers.{i}."
-        a = p + "self_attn."
-        if cfg.attention_bias:
-            state[p + "qkv_bias"] = torch.cat([take(a + "q_proj.bias"), take(a + "k_proj.bias"),
-                                               take(a + "v_proj.bias")])
-        if cfg.qk_norm:
-            state[p + "q_norm"] = take(a + "q_norm.weight")
-            state[p + "k_norm"] = take(a + "k_norm.weight")
-        state[p + "input_norm"] = take(p + "input_layernorm.weight")
-        state[p + "post_norm"] = take(p + "post_attention_layernorm.weight")
     state = {k: v.to(dtype=dtype, device=device) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)  # names and shapes checked above
     model.build_rope()
-    return quantize_model(model.eval(), quantization)
+    model.eval()
+    return quantize_model(model, quantization)

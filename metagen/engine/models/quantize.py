@@ -7,7 +7,8 @@ output channel and block of 32 inputs, int8 activations) and an untied LM head b
 (as llama.cpp's Q4_0 mix keeps its output matrix at higher precision: the head decides every
 token). Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and
 stays too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
-runs on the loaded model, one projection at a time (the float copy of each is freed as it goes).
+runs on the loaded model (its :meth:`~metagen.engine.models.interface.CausalLM.projections`
+and untied head), one projection at a time (the float copy of each is freed as it goes).
 On CPU the quantized weights share one buffer on huge pages, as the loader's float ones do
 (:class:`~metagen.engine.models.weight_arena.WeightArena`: decoding streams them all).
 """
@@ -20,11 +21,9 @@ from torch import nn
 from metagen.engine.config import Quantization, check_quantization
 from metagen.engine.models.int4 import Int4Weight
 from metagen.engine.models.int8 import Int8Weight
-from metagen.engine.models.llama import LlamaModel
+from metagen.engine.models.interface import CausalLM
 from metagen.engine.models.weight_arena import WeightArena
 from metagen.engine.native.int4_matmul import packed_bytes
-
-PROJECTIONS = ("qkv", "o", "gate_up", "down")
 
 
 def _quantized(weight: torch.Tensor, kind: str) -> Int8Weight | Int4Weight:
@@ -44,26 +43,28 @@ def _swap(module: nn.Module, name: str, quantized: Int8Weight | Int4Weight,
     setattr(module, name, quantized)
 
 
-def quantization_of(model: LlamaModel) -> Quantization | None:
+def quantization_of(model: CausalLM) -> Quantization | None:
     """How ``model``'s projections are stored: ``"int8"``, ``"w8a8"`` or ``"int4"`` once
     :func:`quantize_model` ran on it, else ``None`` (as loaded)."""
-    qkv = model.layers[0].qkv
+    module, name = model.projections()[0]
+    qkv = getattr(module, name)
     if isinstance(qkv, Int4Weight):
         return "int4"
     return None if not isinstance(qkv, Int8Weight) else "w8a8" if qkv.act8 else "int8"
 
 
-def quantize_model(model: LlamaModel, quantization: Quantization | None) -> LlamaModel:
+def quantize_model(model: CausalLM, quantization: Quantization | None) -> CausalLM:
     """``model`` with its projections quantized as the module docstring says (``None``: as
     is); returns the same object. Raises :class:`~metagen.errors.InvalidParameterError` naming
     ``quantization`` for an unknown scheme, before touching the model."""
     check_quantization(quantization)
     if quantization is None:
         return model
-    targets: list[tuple[nn.Module, str, str]] = [(layer, name, quantization)
-                                                 for layer in model.layers for name in PROJECTIONS]
-    if model.lm_head is not None:
-        targets.append((model, "lm_head", "w8a8" if quantization == "int4" else quantization))
+    targets: list[tuple[nn.Module, str, str]] = [(module, name, quantization)
+                                                 for module, name in model.projections()]
+    head = model.untied_head()
+    if head is not None:
+        targets.append((*head, "w8a8" if quantization == "int4" else quantization))
     arena = None
     if model.device.type == "cpu":
         arena = WeightArena([_stored_shape(getattr(m, n).shape, kind)

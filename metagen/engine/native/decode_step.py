@@ -458,7 +458,8 @@ def _plan_struct(plan: StepPlan) -> _Plan:
 def for_model(model: LlamaModel) -> DecodeStep | None:
     """The native step for ``model`` (a :class:`~metagen.engine.models.llama.LlamaModel` with
     its RoPE tables built), or ``None``: no native library, or weights that are not float32 on
-    the CPU."""
+    the CPU. It reads Llama-layout weights, so the engine reaches it only through the model:
+    ``LlamaModel.native_step`` (:meth:`~metagen.engine.models.interface.CausalLM.native_step`)."""
     lib = library()
     if lib is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return None
