@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from metagen.errors import CallCancelled
-from metagen.generators.base import Capabilities, Generator, Prompt
-from metagen.types import Completion, SamplingParams, Usage
+from metagen.generators.base import Generator, Prompt
+from metagen.server.wrapped import Wrapped
+from metagen.types import Completion, SamplingParams
 
 
 class Cancellation(threading.Event):
@@ -53,25 +54,15 @@ class Cancellation(threading.Event):
             self._calls.discard(call)
 
 
-class CancellableGenerator:
+class CancellableGenerator(Wrapped):
     """``inner`` (a Generator) whose ``generate`` calls are cancelled with ``cancellation``;
     ``loop`` is the running event loop its ``agenerate`` runs on (not the calling thread's:
     ``generate`` must be called from another thread). Every other attribute is ``inner``'s."""
 
     def __init__(self, inner: Generator, loop: asyncio.AbstractEventLoop,
                  cancellation: Cancellation) -> None:
-        self._inner, self._loop, self._cancellation = inner, loop, cancellation
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._inner.capabilities
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        super().__init__(inner)
+        self._loop, self._cancellation = loop, cancellation
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams
                  ) -> list[list[Completion]]:

@@ -49,7 +49,7 @@ from metagen.server.cancellation import CancellableGenerator, Cancellation
 from metagen.server.logprobs import chat_block, completion_block
 from metagen.server.requests import GenerationRequest
 from metagen.server.responses import new_id
-from metagen.server.strategy_calls import RunGenerator, RunMeter, first_call
+from metagen.server.strategy_calls import BoundedGenerator, RunMeter, first_call
 from metagen.server.strategy_errors import missing_package, request_error
 from metagen.server.strategy_params import NO_REWARD, StrategyRequest
 from metagen.server.strategy_policy import policy_budget
@@ -104,7 +104,7 @@ class StrategyRunner:
         """The library call ``sreq`` names (its spec's ``run``), synchronously, on
         ``generator`` (default: the runner's), its generate calls bounded and counted on
         ``meter`` (:mod:`metagen.server.strategy_calls`)."""
-        gen = RunGenerator(generator or self.generator, meter or RunMeter())
+        gen = BoundedGenerator(generator or self.generator, meter or RunMeter())
         return sreq.spec.run(gen, prompt, n=sreq.n, params=params,
                              budget=budget, scorers=self.scorers(sreq), options=sreq.options)
 

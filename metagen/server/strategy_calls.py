@@ -1,6 +1,6 @@
 """A strategy run's generate calls as the server sees them, whatever the strategy.
 
-:class:`RunGenerator` wraps the generator a strategy runs on: before each generate call (each
+:class:`BoundedGenerator` wraps the generator a strategy runs on: before each generate call (each
 stage of the strategy) it checks the call against the server's per-call bound
 (:func:`~metagen.server.strategy_policy.check_call`) and announces the run's usage so far to
 ``on_stage`` (the streamed progress chunks: :mod:`metagen.server.strategy_stream`); it counts
@@ -17,16 +17,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from metagen.generators.base import Capabilities, Generator, Prompt
+from metagen.generators.base import Generator, Prompt
 from metagen.server.strategy_policy import check_call
+from metagen.server.wrapped import Wrapped
 from metagen.types import Completion, SamplingParams, Usage
 
 
 class RunMeter:
     """The usage of one strategy run so far: its generate calls and generated tokens (counted
-    by :class:`RunGenerator`), its scorer usage as its budget last saw it."""
+    by :class:`BoundedGenerator`), its scorer usage as its budget last saw it."""
 
     def __init__(self, on_stage: Callable[[Usage], None] | None = None) -> None:
         self._lock = threading.Lock()
@@ -55,23 +55,13 @@ class RunMeter:
             self._tokens += sum(c.num_tokens for row in outs for c in row)
 
 
-class RunGenerator:
+class BoundedGenerator(Wrapped):
     """``inner`` (a Generator) whose generate calls are bounded, counted and announced on
     ``meter`` (see the module docstring). Every other attribute is ``inner``'s."""
 
     def __init__(self, inner: Generator, meter: RunMeter) -> None:
-        self._inner, self._meter = inner, meter
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._inner.capabilities
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        super().__init__(inner)
+        self._meter = meter
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams
                  ) -> list[list[Completion]]:
@@ -89,22 +79,8 @@ class _FirstCall(BaseException):
     ``except Exception`` takes it for a failed sample)."""
 
 
-class _Stop:
+class _Stop(Wrapped):
     """``inner`` whose first generate call stops the run (see :func:`first_call`)."""
-
-    def __init__(self, inner: Generator) -> None:
-        self._inner = inner
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._inner.capabilities
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams
                  ) -> list[list[Completion]]:

@@ -34,6 +34,15 @@ from metagen.strategies.spec import Scorers
 from metagen.types import Completion, SamplingParams, Usage
 
 
+def outer_capabilities(inner: Generator) -> Capabilities:
+    """What a generator whose samples are chosen among ``inner``'s can promise: ``inner``'s
+    logprobs, prefix cache, seeding and FLOP counts; no logits, scoring or constraints of its
+    own, and serial calls."""
+    caps = inner.capabilities
+    return Capabilities(logprobs=caps.logprobs, prefix_cache=caps.prefix_cache,
+                        seeded=caps.seeded, flops=caps.flops)
+
+
 class StrategyGenerator:
     """A :class:`~metagen.generators.base.Generator` whose samples are group winners."""
 
@@ -52,9 +61,7 @@ class StrategyGenerator:
 
     @property
     def capabilities(self) -> Capabilities:
-        inner = self.generator.capabilities
-        return Capabilities(logprobs=inner.logprobs, prefix_cache=inner.prefix_cache,
-                            seeded=inner.seeded, flops=inner.flops)
+        return outer_capabilities(self.generator)
 
     @property
     def usage(self) -> Usage:

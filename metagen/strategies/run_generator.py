@@ -26,6 +26,7 @@ from typing import Any
 
 from metagen.generators.base import Capabilities, Generator, Prompt, check_prompts
 from metagen.strategies.budget import Budget
+from metagen.strategies.compose import outer_capabilities
 from metagen.strategies.spec import Scorers, StrategySpec
 from metagen.strategies.step_search import derive_seed
 from metagen.types import Completion, Result, SamplingParams, Usage
@@ -46,9 +47,7 @@ class RunGenerator:
 
     @property
     def capabilities(self) -> Capabilities:
-        inner = self.generator.capabilities
-        return Capabilities(logprobs=inner.logprobs, prefix_cache=inner.prefix_cache,
-                            seeded=inner.seeded, flops=inner.flops)
+        return outer_capabilities(self.generator)
 
     @property
     def usage(self) -> Usage:

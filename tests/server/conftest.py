@@ -72,6 +72,30 @@ def start_server(generator: Any, head_timeout: float = 10.0, rewards: Any = None
     return RunningServer(f"http://127.0.0.1:{port}", port, generator, server, app)
 
 
+@contextlib.contextmanager
+def testbed_policy() -> Iterator[Any]:
+    """The testbed policy on the built-in engine, closed on exit."""
+    from metagen.generators.local import LocalGenerator
+    from metagen.testbed import model_path
+
+    gen = LocalGenerator.from_pretrained(model_path("policy"))
+    try:
+        yield gen
+    finally:
+        gen.close()
+
+
+@contextlib.contextmanager
+def serving_testbed_policy(**scorers: Any) -> Iterator[RunningServer]:
+    """``metagen serve`` of the testbed policy on loopback with ``rewards`` / ``prms``."""
+    with testbed_policy() as gen:
+        running = start_server(gen, **scorers)
+        try:
+            yield running
+        finally:
+            stop_server(running)
+
+
 def stop_server(running: RunningServer) -> None:
     running.server.should_exit = True
     running.server._metagen_thread.join(30)

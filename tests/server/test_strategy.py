@@ -8,7 +8,6 @@ from __future__ import annotations
 import openai
 import pytest
 
-from metagen.generators.local import LocalGenerator
 import asyncio
 import importlib.util
 import json
@@ -37,7 +36,13 @@ from metagen.strategies.voting import self_consistency, weighted_vote
 from metagen.strategies.best_of_n import best_of_n
 from metagen.testbed import format_prompt, make_problems, model_path
 from metagen.types import SamplingParams
-from tests.server.conftest import MODEL, start_server, stop_server
+from tests.server.conftest import (
+    MODEL,
+    serving_testbed_policy,
+    start_server,
+    stop_server,
+    testbed_policy,
+)
 from tests.tolerances import SCORE_TOL
 
 BEST_OF_16 = {"strategy": "best_of_n", "n": 16, "reward": "orm", "return_candidates": True}
@@ -55,18 +60,14 @@ def prm():
 
 @pytest.fixture(scope="module")
 def policy_server(orm, prm):
-    gen = LocalGenerator.from_pretrained(model_path("policy"))
-    running = start_server(gen, rewards={"orm": orm}, prms={"prm": prm})
-    yield running
-    stop_server(running)
-    gen.close()
+    with serving_testbed_policy(rewards={"orm": orm}, prms={"prm": prm}) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def policy_ref():
-    gen = LocalGenerator.from_pretrained(model_path("policy"))
-    yield gen
-    gen.close()
+    with testbed_policy() as gen:
+        yield gen
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +278,7 @@ def test_each_family_equals_the_library(sdk, policy_ref, orm, prm, strategy):
     ({"strategy": "refine_with_feedback"}, "metagen.strategy", "not available on metagen"),
     ({"strategy": "treefinement"}, "metagen.strategy", "not available on metagen"),
     ({"strategy": "best_of_n_confidence"}, "metagen.strategy", "ORM"),
-    ({"strategy": "first_finish"}, "metagen.strategy", "self_refine"),
+    ({"strategy": "no_such_strategy"}, "metagen.strategy", "self_refine"),
 ])
 def test_the_registry_s_refusals_name_the_field(sdk, metagen, param, said):
     """A bad option (the library's own check), an unknown option (the known ones listed from

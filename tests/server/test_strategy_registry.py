@@ -14,13 +14,12 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from metagen.generators.local import LocalGenerator
 from metagen.server.strategy_params import parse_strategy
 from metagen.strategies import registry
 from metagen.strategies.spec import Scorers, StrategySpec, param
-from metagen.testbed import format_prompt, make_problems, model_path
+from metagen.testbed import format_prompt, make_problems
 from metagen.types import Result, SamplingParams
-from tests.server.conftest import MODEL, start_server, stop_server
+from tests.server.conftest import MODEL, serving_testbed_policy, testbed_policy
 
 PROBLEM = format_prompt(make_problems("test", 1, seed=3, difficulties=[3])[0])
 SEED, MAX_TOKENS = 5, 32
@@ -44,18 +43,14 @@ SCORERS = Scorers(reward=scripted_orm, prm=scripted_prm)
 
 @pytest.fixture(scope="module")
 def scripted_server():
-    gen = LocalGenerator.from_pretrained(model_path("policy"))
-    running = start_server(gen, rewards={"orm": scripted_orm}, prms={"prm": scripted_prm})
-    yield running
-    stop_server(running)
-    gen.close()
+    with serving_testbed_policy(rewards={"orm": scripted_orm}, prms={"prm": scripted_prm}) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def ref():
-    gen = LocalGenerator.from_pretrained(model_path("policy"))
-    yield gen
-    gen.close()
+    with testbed_policy() as gen:
+        yield gen
 
 
 @pytest.fixture(scope="module")
