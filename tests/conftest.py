@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _absl_never_closes_pytests_capture() -> None:
+    """rouge-score imports absl, whose stderr handler keeps the stream it finds at import --
+    pytest's capture file, during collection -- and closes it whenever logging is reconfigured
+    (uvicorn's ``dictConfig`` when a test starts a server) unless that stream is the current
+    ``sys.stderr``, which under ``capsys`` it is not: pytest's own capture then fails ("I/O
+    operation on closed file", and the run dies with "lost sys.stderr"). Pointed at the real
+    stderr, which absl never closes, the handler is harmless."""
+    try:
+        import absl.logging
+    except ImportError:
+        return
+    absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+_absl_never_closes_pytests_capture()
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"

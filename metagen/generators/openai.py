@@ -90,7 +90,7 @@ from metagen.generators.openai_wire import (
     check_supported,
     dialect_from_models,
     parse_response,
-    parse_score,
+    parse_token_logprobs,
 )
 from metagen.types import Completion, SamplingParams, Usage
 
@@ -382,34 +382,50 @@ class OpenAIGenerator:
 
     async def _score(self, prompts: Sequence[Prompt], continuations: Sequence[Sequence[str]]
                      ) -> list[list[float]]:
-        start = time.perf_counter()
         plist = check_prompts(prompts)
         if isinstance(continuations, (str, bytes)) or not isinstance(continuations, Sequence) \
                 or len(continuations) != len(plist):
             raise InvalidParameterError("continuations", continuations,
                                         f"need one list of strings per prompt ({len(plist)})")
-        texts: list[str] = []
         for prompt, conts in zip(plist, continuations):
-            if not isinstance(prompt, str):
-                raise InvalidPromptError("prompt", "<chat messages>", "score() over the wire "
-                                         "takes string prompts (render the chat template first)")
+            _check_text_prompt(prompt)
             if isinstance(conts, (str, bytes)) or not isinstance(conts, Sequence) \
                     or not all(isinstance(c, str) for c in conts):
                 raise InvalidParameterError("continuations", conts,
                                             "each item must be a list of strings")
-            texts.append(prompt)
+        pairs = [(str(p), c) for p, conts in zip(plist, continuations) for c in conts if c]
+        values = iter(await self._echo(pairs))
+        return [[sum(next(values)) if c else 0.0 for c in conts] for conts in continuations]
+
+    def token_logprobs(self, prompts: Sequence[Prompt], continuations: Sequence[str]
+                       ) -> list[list[float]]:
+        """Per pair, the log-probs of ``continuations[i]``'s tokens after ``prompts[i]`` (the
+        tokens of ``prompt + continuation`` that end after the prompt), from one echo request
+        each, as :meth:`score` sends them and under the same rules (string prompts, non-empty
+        continuations, capability ``prompt_scoring``, counted as scorer usage)."""
+        plist = check_prompts(prompts)
+        if len(continuations) != len(plist) or not all(
+                isinstance(c, str) and c for c in continuations):
+            raise InvalidParameterError("continuations", continuations,
+                                        f"need one non-empty string per prompt ({len(plist)})")
+        for prompt in plist:
+            _check_text_prompt(prompt)
+        return self._loop.run(self._echo([(str(p), c) for p, c in zip(plist, continuations)]))
+
+    async def _echo(self, pairs: Sequence[tuple[str, str]]) -> list[list[float]]:
+        """The continuation token log-probs of each (prompt, continuation), one echo request
+        each, all or none; counted as one scorer call."""
+        start = time.perf_counter()
         dialect = self._dialect or await self._probe()
         if dialect.wire != "vllm":
             raise CapabilityError(f"a {dialect.name!r} server cannot score prompts (needs "
                                   "prompt-only echo with logprobs: vLLM)")
         deadline = self._http.deadline()
-        jobs = [[asyncio.ensure_future(self._score_one(p, c, deadline)) if c else None
-                 for c in conts] for p, conts in zip(texts, continuations)]
-        flat = [t for row in jobs for t in row if t is not None]
+        jobs = [asyncio.ensure_future(self._echo_one(p, c, deadline)) for p, c in pairs]
         try:
-            await all_or_none(flat)
+            await all_or_none(jobs)
         finally:
-            done = [t.result() for t in flat if t.done() and not t.cancelled()
+            done = [t.result() for t in jobs if t.done() and not t.cancelled()
                     and t.exception() is None]
             tokens = sum(n or 0 for _, n in done)
             unknown = self.num_params is None or any(n is None for _, n in done)
@@ -418,14 +434,14 @@ class OpenAIGenerator:
                          wall_time=time.perf_counter() - start)
             with self._lock:
                 self._usage = self._usage + call
-        return [[0.0 if t is None else t.result()[0] for t in row] for row in jobs]
+        return [t.result()[0] for t in jobs]
 
-    async def _score_one(self, prompt: str, continuation: str, deadline: float
-                         ) -> tuple[float, int | None]:
+    async def _echo_one(self, prompt: str, continuation: str, deadline: float
+                        ) -> tuple[list[float], int | None]:
         body = build_score_request(self.model, prompt, continuation)
         total = len(prompt) + len(continuation)
         return await self._http.post_json(
-            COMPLETIONS, body, lambda data: parse_score(data, len(prompt), total),
+            COMPLETIONS, body, lambda data: parse_token_logprobs(data, len(prompt), total),
             deadline=deadline, what="score")
 
     def _account(self, rows: list[list[SampleResult]], start: float) -> None:
@@ -442,6 +458,12 @@ class OpenAIGenerator:
         with self._lock:
             self._usage = self._usage + call
             self.missing_usage += missing
+
+
+def _check_text_prompt(prompt: Prompt) -> None:
+    if not isinstance(prompt, str):
+        raise InvalidPromptError("prompt", "<chat messages>", "score() over the wire "
+                                 "takes string prompts (render the chat template first)")
 
 
 def _completions(rows: list[list[SampleResult]]) -> list[list[Completion]]:

@@ -347,12 +347,14 @@ def build_score_request(model: str, prompt: str, continuation: str) -> dict[str,
             "max_tokens": 0, "temperature": 0.0, "n": 1}
 
 
-def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None]:
-    """(log p(continuation | prompt), the server's prompt token count) from an echo response.
+def parse_token_logprobs(data: Any, boundary: int, total: int
+                         ) -> tuple[list[float], int | None]:
+    """(the continuation's token log-probs, the server's prompt token count) from an echo
+    response.
 
-    The scored tokens are those that end after character ``boundary`` (the prompt's length) of
-    the ``total``-character text: a token merging across the boundary is scored, as the local
-    backends do. Token spans come from ``text_offset``."""
+    The continuation's tokens are those that end after character ``boundary`` (the prompt's
+    length) of the ``total``-character text: a token merging across the boundary counts for the
+    continuation, as the local backends do. Token spans come from ``text_offset``."""
     if not isinstance(data, Mapping):
         raise _fail("not a JSON object")
     choices = data.get("choices")
@@ -368,7 +370,7 @@ def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None
     if not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
         raise _fail("text_offset holds a non-integer")
     ends = [*offsets[1:], total]
-    total_lp = 0.0
+    out: list[float] = []
     for value, start, end in zip(values, offsets, ends):
         if start >= total:  # a generated token after the echoed text (max_tokens ignored)
             break
@@ -376,12 +378,19 @@ def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None
             continue
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _fail(f"a scored token has logprob {value!r}")
-        total_lp += float(value)
+        out.append(float(value))
     prompt_tokens, _ = _usage(data.get("usage"))
-    return total_lp, prompt_tokens
+    return out, prompt_tokens
+
+
+def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None]:
+    """(log p(continuation | prompt), the server's prompt token count) from an echo response:
+    the sum of :func:`parse_token_logprobs`."""
+    values, prompt_tokens = parse_token_logprobs(data, boundary, total)
+    return sum(values), prompt_tokens
 
 
 __all__ = ["CHAT", "COMPLETIONS", "Dialect", "Parsed", "build_request", "check_prompt",
            "check_supported",
            "build_score_request", "dialect_from_models", "matched_stop", "parse_response",
-           "parse_score"]
+           "parse_score", "parse_token_logprobs"]

@@ -13,6 +13,8 @@ What each kind loads:
 - ``likelihood``: :class:`~metagen.scorers.LikelihoodVerifier` over the folder (bare: the
   caller's ``default_folder``), as an outcome reward or a PRM (its step confidence);
 - ``judge+FOLDER``: :class:`~metagen.scorers.LMJudge` over the folder's model (transformers);
+- ``likelihood+URL?model=NAME``: :class:`~metagen.scorers.remote_likelihood.
+  RemoteLikelihoodVerifier` (the served causal LM's confidence, from echoed log-probs);
 - ``API+URL?...``: :class:`~metagen.scorers.RemoteRewardModel` /
   :class:`~metagen.scorers.RemoteProcessRewardModel` with the query's keywords;
 - ``unit-tests``: the caller's ``unit_tests()`` (only ``metagen eval`` on a code task has one).
@@ -50,6 +52,11 @@ def resolve_scorer(spec: str | ScorerSpec, role: Role, *, flag: str,
         return unit_tests()
     if parsed.kind == "remote":
         return _remote(parsed, role, flag)
+    if parsed.remote_likelihood:
+        from metagen.scorers.remote_likelihood import RemoteLikelihoodVerifier
+
+        assert parsed.target is not None
+        return RemoteLikelihoodVerifier(parsed.target, **parsed.kwargs)  # type: ignore[arg-type]
     folder = parsed.target if parsed.target is not None else default_folder
     if folder is None:
         raise InvalidParameterError(flag, "likelihood", "bare likelihood needs a default model "

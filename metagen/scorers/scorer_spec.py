@@ -13,6 +13,10 @@ A spec is one string:
   weakest token) and, as a PRM, in each step so far
   (:class:`~metagen.scorers.LikelihoodVerifier`); bare ``likelihood`` is the surface's default
   verifier (``metagen eval``: the policy's folder; ``metagen demo``: the testbed ORM).
+- ``likelihood+URL?model=NAME[&aggregation=min|mean|window&window=K&timeout=S&num_params=P]``
+  -- rewards only: the same confidence from a causal LM *served* at the OpenAI-compatible root
+  ``URL`` (``http://HOST:PORT/v1``: vLLM, ``metagen serve``), read from echoed prompt
+  log-probs (:class:`~metagen.scorers.remote_likelihood.RemoteLikelihoodVerifier`).
 - ``judge+FOLDER`` -- rewards only: an LM judge's P("Yes") (:class:`~metagen.scorers.LMJudge`)
   over the folder's model.
 - ``API+URL[?KEY=VALUE&...]`` -- a remote reward model (:class:`~metagen.scorers.RemoteRewardModel`;
@@ -55,6 +59,8 @@ JUDGE = "judge"
 AGGREGATIONS = ("last", "min", "prod", "mean")
 _COMMON_KEYS = ("model", "positive_label", "labels", "tokenizer", "batch_size", "timeout",
                 "num_params")
+LIKELIHOOD_KEYS = ("model", "aggregation", "window", "timeout", "num_params")
+CONFIDENCES = ("min", "mean", "window")
 REMOTE_KEYS: dict[Role, tuple[str, ...]] = {
     "reward": _COMMON_KEYS, "prm": (*_COMMON_KEYS, "format", "aggregation")}
 
@@ -62,7 +68,8 @@ REMOTE_KEYS: dict[Role, tuple[str, ...]] = {
 @dataclass(frozen=True, slots=True)
 class ScorerSpec:
     """A parsed spec. ``kind``: ``folder`` (``target`` the folder, ``format`` a PRM preset or
-    None), ``likelihood`` (``target`` the folder, None for the surface's default), ``judge``
+    None), ``likelihood`` (``target`` the folder, None for the surface's default, or a server's
+    root URL with ``options``: :attr:`remote_likelihood`), ``judge``
     (``target`` the folder), ``remote`` (``target`` the server root, ``api``, ``options`` the
     typed query keys in the order given), ``unit-tests``."""
 
@@ -71,6 +78,11 @@ class ScorerSpec:
     api: Api | None = None
     options: tuple[tuple[str, Option], ...] = ()
     format: str | None = None
+
+    @property
+    def remote_likelihood(self) -> bool:
+        """A likelihood verifier served by an OpenAI-compatible server."""
+        return self.kind == "likelihood" and self.target is not None and "://" in self.target
 
     @property
     def kwargs(self) -> dict[str, Option]:
@@ -82,7 +94,7 @@ def accepted_forms(role: Role) -> str:
     """The spec forms ``role`` accepts, for error messages and help texts."""
     forms = ["FOLDER", "likelihood", "likelihood+FOLDER"]
     if role == "reward":
-        forms += ["judge+FOLDER", "pooling+URL?model=NAME[&...]", "classify+URL?model=NAME[&...]",
+        forms += ["likelihood+URL?model=NAME", "judge+FOLDER", "pooling+URL?model=NAME[&...]", "classify+URL?model=NAME[&...]",
                   "json+URL?model=NAME", UNIT_TESTS]
     else:
         forms += ["PRESET+FOLDER (" + ", ".join(sorted(PRM_PRESETS)) + ")",
@@ -104,6 +116,13 @@ def parse_scorer_spec(spec: str, role: Role, flag: str) -> ScorerSpec:
     head, plus, rest = spec.partition("+")
     if plus and head in APIS:
         return _remote(spec, head, rest, role, flag)  # type: ignore[arg-type]
+    if plus and head == LIKELIHOOD and "://" in rest:
+        if role != "reward":
+            raise InvalidParameterError(flag, spec, "likelihood+URL is an outcome reward only "
+                                        "(a PRM's step scores need its tokenizer: give "
+                                        "likelihood+FOLDER)")
+        root, options = _query(spec, rest, LIKELIHOOD_KEYS, flag, "likelihood")
+        return ScorerSpec("likelihood", root, options=options)
     if plus and head in (LIKELIHOOD, JUDGE):
         if not rest or "://" in rest:
             raise InvalidParameterError(flag, spec, f"{head}+ takes a local model folder")
@@ -126,9 +145,16 @@ def _remote(spec: str, api: Api, url: str, role: Role, flag: str) -> ScorerSpec:
     if role == "prm" and api == "classify":
         raise InvalidParameterError(flag, spec, "classify gives one value per sequence, a PRM "
                                     "needs one per step: use pooling+ or json+")
+    root, options = _query(spec, url, REMOTE_KEYS[role], flag, api)
+    return ScorerSpec("remote", root, api=api, options=options)
+
+
+def _query(spec: str, url: str, keys: tuple[str, ...], flag: str, head: str
+           ) -> tuple[str, tuple[tuple[str, Option], ...]]:
+    """(the server root, the typed query options) of ``url``; ``model`` is required."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment:
-        raise InvalidParameterError(flag, spec, f"{api}+ takes a server root http(s)://HOST"
+        raise InvalidParameterError(flag, spec, f"{head}+ takes a server root http(s)://HOST"
                                     "[:PORT][/PATH] with options as ?KEY=VALUE&...")
     try:
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
@@ -137,21 +163,20 @@ def _remote(spec: str, api: Api, url: str, role: Role, flag: str) -> ScorerSpec:
     options: list[tuple[str, Option]] = []
     seen: set[str] = set()
     for key, value in pairs:
-        if key not in REMOTE_KEYS[role]:
+        if key not in keys:
             raise InvalidParameterError(flag, spec, f"unknown key {key!r}; accepted keys: "
-                                        f"{', '.join(REMOTE_KEYS[role])}")
+                                        f"{', '.join(keys)}")
         if key in seen:
             raise InvalidParameterError(flag, spec, f"key {key!r} is given twice")
         seen.add(key)
-        options.append((key, _option(spec, key, value, flag)))
+        options.append((key, _option(spec, key, value, flag, head)))
     if "model" not in seen:
         raise InvalidParameterError(flag, spec, "key 'model' is required: the served model's "
                                     "name, e.g. ?model=orm")
-    root = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-    return ScorerSpec("remote", root, api=api, options=tuple(options))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), tuple(options)
 
 
-def _option(spec: str, key: str, value: str, flag: str) -> Option:
+def _option(spec: str, key: str, value: str, flag: str, head: str = "") -> Option:
     """One query value, typed; ``InvalidParameterError`` naming ``flag`` and ``key``."""
     def bad(why: str) -> InvalidParameterError:
         return InvalidParameterError(flag, spec, f"key {key!r}={value!r}: {why}")
@@ -169,7 +194,7 @@ def _option(spec: str, key: str, value: str, flag: str) -> Option:
         if not value or any(not n for n in names) or len(set(names)) != len(names):
             raise bad("must be distinct comma-separated label names in index order")
         return names
-    if key in ("batch_size", "num_params"):
+    if key in ("batch_size", "num_params", "window"):
         if not value.isdigit() or int(value) < 1:
             raise bad("must be a positive integer")
         return int(value)
@@ -186,8 +211,9 @@ def _option(spec: str, key: str, value: str, flag: str) -> Option:
             raise bad(f"must be one of {', '.join(sorted(PRM_PRESETS))}")
         return value
     if key == "aggregation":
-        if value not in AGGREGATIONS:
-            raise bad(f"must be one of {', '.join(AGGREGATIONS)}")
+        allowed = CONFIDENCES if head == LIKELIHOOD else AGGREGATIONS
+        if value not in allowed:
+            raise bad(f"must be one of {', '.join(allowed)}")
         return value
     raise bad("unknown key")  # pragma: no cover - REMOTE_KEYS lists exactly the keys above
 
@@ -198,11 +224,12 @@ def canonical_spec(spec: ScorerSpec, default: str | Path | None = None) -> str:
     query keys sorted. ``parse_scorer_spec`` of it gives the same scorer."""
     if spec.kind == "unit-tests":
         return UNIT_TESTS
-    if spec.kind == "remote":
+    if spec.kind == "remote" or spec.remote_likelihood:
+        head = spec.api if spec.kind == "remote" else LIKELIHOOD
         options = sorted((k, _absolute(str(v)) if k == "tokenizer" else
                           ",".join(v) if isinstance(v, tuple) else str(v))
                          for k, v in spec.options)
-        return f"{spec.api}+{spec.target}?{urlencode(options, safe=',/:')}"
+        return f"{head}+{spec.target}?{urlencode(options, safe=',/:')}"
     folder = spec.target if spec.target is not None else default
     if folder is None:
         return LIKELIHOOD
@@ -214,7 +241,7 @@ def canonical_spec(spec: ScorerSpec, default: str | Path | None = None) -> str:
 
 def spec_folder(spec: ScorerSpec, default: str | Path | None = None) -> str | None:
     """The local model folder the scorer loads (None for a remote scorer or the unit tests)."""
-    if spec.kind in ("remote", "unit-tests"):
+    if spec.kind in ("remote", "unit-tests") or spec.remote_likelihood:
         return None
     folder = spec.target if spec.target is not None else default
     return None if folder is None else str(folder)
