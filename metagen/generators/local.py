@@ -249,8 +249,9 @@ class LocalGenerator:
             handle.cancel()
         self._account(handle.outputs or [], start)
 
-    def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
-                stream: bool = False, first_sample: int = 0) -> RequestHandle:
+    def asubmit(self, prompt_ids: Sequence[Sequence[int]],
+                params: SamplingParams | BeamSearchParams, *, stream: bool = False,
+                first_sample: int = 0) -> RequestHandle:
         """Submit one request per prompt (token ids, e.g. from ``encode_prompt``) from the
         running asyncio event loop, after validating each against the model (raises before any
         work); the handle is bound to that loop. With ``stream=True`` it yields the deltas of
@@ -258,6 +259,7 @@ class LocalGenerator:
         leaving its iteration early or cancelling the awaiting task aborts its requests. Nothing
         is added to :attr:`usage` (the caller counts from ``handle.outputs``). For servers that
         need per-sample events; :meth:`agenerate` / :meth:`astream` are the simple faces.
+        ``params`` may be ``BeamSearchParams`` (one beam search per prompt; not streamed).
         ``first_sample``: sample ``j`` of each prompt draws as sample ``first_sample + j`` of the
         seed (``LLMEngine.add_request``)."""
         ids = [list(p) for p in prompt_ids]

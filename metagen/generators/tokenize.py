@@ -57,14 +57,14 @@ def check_fits_context(prompt_ids: Sequence[int], max_tokens: int, context_lengt
             f"{len(prompt_ids) + max_tokens} does not fit: {what}")
 
 
-def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:
-    """``tokenizer.decode(ids, skip_special_tokens=True)``, through the Rust tokenizer directly
-    when that gives the same text (no ``clean_up_tokenization_spaces``): the generation loop
-    decodes every step, and the Python wrapper costs more than the decoding."""
+def decode_ids(tokenizer: Any, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    """``tokenizer.decode(ids, skip_special_tokens=...)`` (default: skipped), through the Rust
+    tokenizer directly when that gives the same text (no ``clean_up_tokenization_spaces``): the
+    generation loop decodes every step, and the Python wrapper costs more than the decoding."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
-        return backend.decode(list(ids), skip_special_tokens=True)
-    return tokenizer.decode(list(ids), skip_special_tokens=True)
+        return str(backend.decode(list(ids), skip_special_tokens=skip_special_tokens))
+    return str(tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
 
 def continuation_text(tokenizer: Any, prompt_ids: Sequence[int], output_ids: Sequence[int],

@@ -2,9 +2,12 @@
 
 Routes: ``GET /health`` (200, or 503 once the engine has stopped; the only route without the API
 key), ``GET /metrics`` (Prometheus text), ``GET /v1/models``, ``POST /v1/completions``,
-``POST /v1/chat/completions`` (``stream: true`` for server-sent events), and over the loaded
+``POST /v1/chat/completions`` (``stream: true`` for server-sent events), over the loaded
 reward models ``POST /pooling`` (vLLM's shape) and ``POST /score`` (metagen's JSON contract; both
-in :mod:`metagen.server.scoring`). No docs or OpenAPI
+in :mod:`metagen.server.scoring`), and vLLM's ``POST /tokenize``, ``POST /detokenize``,
+``GET /tokenizer_info`` (:mod:`metagen.server.tokenization`) and ``GET /version``. Which of
+vLLM's fields and routes are served is one table, :mod:`metagen.server.vllm_compat`. No docs or
+OpenAPI
 routes. Every error is an OpenAI-style body (:mod:`metagen.server.errors`): a bad field is a 400
 naming it, never a 422 or 500.
 
@@ -32,6 +35,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.types import Receive
 
 from metagen.engine.outputs import PromptLogprobs
+from metagen._version import __version__
 from metagen.errors import EngineDeadError, InvalidParameterError
 from metagen.generators.base import Prompt, render_prompt
 from metagen.generators.tokenize import decode_ids
@@ -55,6 +59,8 @@ from metagen.server.strategy_errors import request_error
 from metagen.server.strategy_params import parse_strategy
 from metagen.server.strategy_stream import strategy_events
 from metagen.server.streaming import sse_events
+from metagen.server.tokenization import detokenize, tokenize, tokenizer_info
+from metagen.server.vllm_compat import unsupported
 from metagen.types import Usage
 
 OWNED_BY = "metagen (vllm-compatible)"
@@ -115,6 +121,25 @@ def create_app(backend: Backend, config: ServerConfig,
     async def score(request: Request) -> Response:
         return await _unless_gone(request, scoring.score(await body_of(request)))
 
+    @app.post("/tokenize")
+    async def tokenize_route(request: Request) -> Response:
+        return JSONResponse(tokenize(await body_of(request), backend.tokenizer,
+                                     backend.max_model_len, config.model_name,
+                                     config.max_messages))
+
+    @app.post("/detokenize")
+    async def detokenize_route(request: Request) -> Response:
+        return JSONResponse(detokenize(await body_of(request), backend.tokenizer,
+                                       config.model_name))
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info_route() -> Response:
+        return JSONResponse(tokenizer_info(backend.tokenizer, backend.max_model_len))
+
+    @app.get("/version")
+    async def version() -> Response:
+        return JSONResponse({"version": __version__})
+
     return app
 
 
@@ -148,7 +173,7 @@ class _Routes:
         check_model(body, cfg.model_name)
         tok = self.backend.tokenizer
         req = (chat_request(body, tok, self.backend.max_model_len, cfg.max_messages) if chat
-               else completion_request(body, tok, cfg.max_prompts))
+               else completion_request(body, tok, cfg.max_prompts, self.backend.max_model_len))
         self._validate(req)
         if "metagen" in body and body["metagen"] is not None:
             return await self._strategy(req, body, request)
@@ -171,7 +196,7 @@ class _Routes:
         """Every prompt against the model, before any work; token-id prompts get their text."""
         for p, ids in enumerate(req.prompts):
             try:
-                self.backend.validate(ids, req.params)
+                self.backend.validate(ids, req.run_params)
             except InvalidParameterError as exc:
                 wire = (req.wire_names or {}).get(exc.param or "")
                 raise (ApiError(400, str(exc), param=wire) if wire else api_error(exc)) from None
@@ -180,6 +205,11 @@ class _Routes:
 
     async def _strategy(self, req: GenerationRequest, body: Mapping[str, Any],
                         request: Request) -> Response:
+        for name in ("use_beam_search", "chat_template_kwargs", "truncate_prompt_tokens",
+                     "skip_special_tokens", "add_special_tokens"):
+            if body.get(name) is not None:
+                raise unsupported(name, "this field with a metagen strategy (the strategy "
+                                  "renders and decodes as the library does)")
         sreq = parse_strategy(body["metagen"], self.strategies.rewards, self.strategies.prms)
         if req.params.n != 1:
             raise bad_request("n", "with metagen, n must be 1: the strategy's samples are "
@@ -235,7 +265,7 @@ class _Routes:
         prompt_lps = await self._read_prompts(req)
         outs = None
         if req.generate:
-            outs = await self.backend.asubmit(req.prompts, req.params,
+            outs = await self.backend.asubmit(req.prompts, req.run_params,
                                               first_sample=req.first_sample).aresult()
             check_outputs(outs)
         counts = usage(req, outs)

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from metagen.beam_params import BeamSearchParams
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.loop import RequestHandle
 from metagen.engine.outputs import EngineSnapshot, PromptLogprobs
@@ -37,10 +38,14 @@ class Backend(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
-                stream: bool = False, first_sample: int = 0) -> RequestHandle: ...
+    def asubmit(self, prompt_ids: Sequence[Sequence[int]],
+                params: SamplingParams | BeamSearchParams, *, stream: bool = False,
+                first_sample: int = 0) -> RequestHandle:
+        """One request per prompt: sampled, or a beam search (``BeamSearchParams``, whose
+        output holds its ``num_return_sequences`` hypotheses, best first)."""
 
-    def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+    def validate(self, prompt_ids: Sequence[int],
+                 params: SamplingParams | BeamSearchParams) -> None:
         """Raise ``InvalidParameterError`` for a request the model cannot serve."""
 
     async def aprompt_logprobs(self, prompt_ids: Sequence[int], top: int | None = None
@@ -73,12 +78,14 @@ class LocalBackend:
     def alive(self) -> bool:
         return self.generator.loop.alive
 
-    def asubmit(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *,
-                stream: bool = False, first_sample: int = 0) -> RequestHandle:
+    def asubmit(self, prompt_ids: Sequence[Sequence[int]],
+                params: SamplingParams | BeamSearchParams, *, stream: bool = False,
+                first_sample: int = 0) -> RequestHandle:
         return self.generator.asubmit(prompt_ids, params, stream=stream,
                                       first_sample=first_sample)
 
-    def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+    def validate(self, prompt_ids: Sequence[int],
+                 params: SamplingParams | BeamSearchParams) -> None:
         self.generator.engine.validate(list(prompt_ids), params)  # reads no engine state
 
     async def aprompt_logprobs(self, prompt_ids: Sequence[int], top: int | None = None

@@ -28,7 +28,8 @@ from metagen.server.metrics import Metrics
 
 log = logging.getLogger("metagen.server")
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
-ROUTES = GENERATION_PATHS | {"/health", "/metrics", "/v1/models"}
+ROUTES = GENERATION_PATHS | {"/health", "/metrics", "/v1/models", "/tokenize", "/detokenize",
+                             "/tokenizer_info", "/version"}
 RETRY_AFTER_S = "1"
 
 

@@ -1,7 +1,11 @@
 """Request bodies of ``/v1/completions`` and ``/v1/chat/completions`` -> :class:`GenerationRequest`.
 
-Field policy (V21): a field this server does not know is a 400 naming it (``best_of``, ``suffix``,
-typos), never silently ignored; ``null`` means "not given". Sampling fields are the OpenAI ones
+Field policy (V21): a field this server does not know is a 400 naming it (typos), never silently
+ignored, and one it knows but does not serve (``tools``, ``suffix``, ...) a 400 saying it "is not
+supported by metagen" (:mod:`metagen.server.vllm_compat`, the one table); ``null`` means "not
+given". vLLM's ``add_special_tokens``, ``skip_special_tokens``, ``truncate_prompt_tokens``,
+``chat_template_kwargs`` and ``use_beam_search`` are read by :mod:`metagen.server.vllm_fields`;
+chat content parts of type text are joined. Sampling fields are the OpenAI ones
 plus vLLM's extensions (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``ignore_eos``, ``stop_token_ids``, ``allowed_token_ids``, ``include_stop_str_in_output``,
 ``return_tokens_as_token_ids``, ``echo`` / ``prompt_logprobs``, ``add_generation_prompt`` /
@@ -30,10 +34,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from metagen.beam_params import BeamSearchParams
 from metagen.errors import InvalidParameterError
 from metagen.generators.tokenize import encode_text
+from metagen.server import vllm_fields as vf
 from metagen.server.errors import ApiError, bad_request
 from metagen.server.structured import STRUCTURED_FIELDS, constraint_fields
+from metagen.server.vllm_compat import refuse_unsupported, unsupported
 from metagen.types import MAX_LOGPROBS, MAX_TOKENS_CAP, SEED_MAX, SamplingParams
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -46,10 +53,14 @@ _DIRECT = ("n", "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_
 _COMMON = frozenset(_DIRECT) | {"model", "max_tokens", "logit_bias", "stream", "stream_options",
                                 "user", "include_stop_str_in_output",
                                 "return_tokens_as_token_ids", "logprobs", "metagen",
-                                "sample_index", *STRUCTURED_FIELDS}
+                                "sample_index", *STRUCTURED_FIELDS, *vf.VLLM_FIELDS}
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "prompt_logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "top_logprobs", "max_completion_tokens",
-                         "add_generation_prompt", "continue_final_message", "prompt_logprobs"}
+                         "add_generation_prompt", "continue_final_message", "prompt_logprobs",
+                         "chat_template_kwargs"}
+_MESSAGE_KEYS = frozenset({"role", "content", "name"})
+_TOOL_KEYS = frozenset({"tool_calls", "tool_call_id", "function_call"})
+_TEXT_PARTS = frozenset({"text", "input_text"})
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
@@ -72,6 +83,13 @@ class GenerationRequest:
     messages: list[dict[str, str]] | None = None  # a chat request's conversation
     wire_names: Mapping[str, str] | None = None  # SamplingParams field -> the client's name
     first_sample: int = 0  # metagen's sample_index: sample j draws as sample first_sample + j
+    beam: BeamSearchParams | None = None  # vLLM's use_beam_search: run this instead of params
+    skip_special: bool = True  # vLLM's skip_special_tokens
+
+    @property
+    def run_params(self) -> SamplingParams | BeamSearchParams:
+        """What the engine runs: the beam search, or the sampling parameters."""
+        return self.beam if self.beam is not None else self.params
 
     @property
     def echo_logprobs(self) -> bool:
@@ -87,7 +105,7 @@ class GenerationRequest:
         return max(echo_k, self.prompt_logprobs or 0)
 
 
-def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
+def flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
     value = body.get(name, default)
     if not isinstance(value, bool):
         raise bad_request(name, f"{name} must be true or false, got {_shown(value)}")
@@ -99,7 +117,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:80] + "..."
 
 
-def _check_fields(body: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+def check_fields(body: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
     unknown = sorted(k for k in body if k not in known)
     if unknown:
         listed = ", ".join(repr(k[:40]) for k in unknown[:10])
@@ -166,16 +184,24 @@ def _stream_options(body: Mapping[str, Any], stream: bool) -> bool:
     if not isinstance(options, dict) or set(options) - {"include_usage",
                                                          "continuous_usage_stats"}:
         raise bad_request("stream_options", "stream_options must be {\"include_usage\": bool}")
-    return _flag(options, "include_usage", False)
+    return flag(options, "include_usage", False)
 
 
-def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
-                       ) -> GenerationRequest:
-    """A ``/v1/completions`` body (``model`` already checked)."""
-    body = _check_fields(body, COMPLETION_FIELDS)
-    prompts, texts = _prompts(body.get("prompt"), tokenizer, max_prompts)
-    echo = _flag(body, "echo", False)
-    stream = _flag(body, "stream", False)
+def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int,
+                       max_model_len: int | None = None) -> GenerationRequest:
+    """A ``/v1/completions`` body (``model`` already checked); ``max_model_len`` bounds
+    ``truncate_prompt_tokens`` (default: the tokenizer's ``model_max_length``)."""
+    refuse_unsupported(body)
+    body = check_fields(body, COMPLETION_FIELDS)
+    beam = vf.wants_beam(body)
+    prompts, texts = _prompts(body.get("prompt"), tokenizer, max_prompts,
+                              flag(body, "add_special_tokens", True))
+    keep = vf.truncation(body, max_model_len or int(tokenizer.model_max_length))
+    if keep is not None:
+        texts = [t if len(ids) <= keep else "" for ids, t in zip(prompts, texts)]
+        prompts = [vf.truncated(ids, keep) for ids in prompts]
+    echo = flag(body, "echo", False)
+    stream = flag(body, "stream", False)
     logprobs = body.get("logprobs")
     if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool)
                                  or not 0 <= logprobs <= MAX_LOGPROBS):
@@ -189,9 +215,12 @@ def completion_request(body: Mapping[str, Any], tokenizer: Any, max_prompts: int
         chat=False, prompts=prompts, prompt_texts=texts, params=params, generate=generate,
         stream=stream, include_usage=_stream_options(body, stream), echo=echo,
         prompt_logprobs=prompt_lp,
-        tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
-        include_stop=_flag(body, "include_stop_str_in_output", False),
-        wire_names=wire, first_sample=sample_index(body))
+        tokens_as_ids=flag(body, "return_tokens_as_token_ids", False),
+        include_stop=flag(body, "include_stop_str_in_output", False),
+        wire_names={**wire, **vf.beam_wire_names(body)} if beam else wire,
+        first_sample=sample_index(body),
+        beam=vf.beam_params(body, params.n, max_tokens) if beam else None,
+        skip_special=vf.skip_special(body))
 
 
 def sample_index(body: Mapping[str, Any]) -> int:
@@ -222,9 +251,10 @@ def _is_ids(value: Any) -> bool:
                                            for t in value)
 
 
-def _prompts(prompt: Any, tokenizer: Any, max_prompts: int) -> tuple[list[list[int]], list[str]]:
-    """(token ids, text) of each prompt: a string, a list of strings, a list of token ids or a
-    list of such lists."""
+def _prompts(prompt: Any, tokenizer: Any, max_prompts: int, special: bool = True
+             ) -> tuple[list[list[int]], list[str]]:
+    """(token ids, text) of each prompt: a string (tokenized with the tokenizer's special tokens
+    when ``special``), a list of strings, a list of token ids or a list of such lists."""
     if prompt is None:
         raise bad_request("prompt", "prompt is required")
     if isinstance(prompt, str) or (_is_ids(prompt) and prompt):
@@ -242,7 +272,7 @@ def _prompts(prompt: Any, tokenizer: Any, max_prompts: int) -> tuple[list[list[i
     for item in items:
         if isinstance(item, str):
             try:
-                ids.append(encode_text(tokenizer, item, add_special_tokens=True))
+                ids.append(encode_text(tokenizer, item, add_special_tokens=special))
             except InvalidParameterError as exc:
                 raise bad_request("prompt", str(exc)) from None
             texts.append(item)
@@ -258,27 +288,34 @@ def _prompts(prompt: Any, tokenizer: Any, max_prompts: int) -> tuple[list[list[i
 def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
                  max_messages: int) -> GenerationRequest:
     """A ``/v1/chat/completions`` body (``model`` already checked)."""
-    body = _check_fields(body, CHAT_FIELDS)
-    messages = _messages(body.get("messages"), max_messages)
-    add_prompt = _flag(body, "add_generation_prompt", True)
-    cont = _flag(body, "continue_final_message", False)
+    refuse_unsupported(body)
+    body = check_fields(body, CHAT_FIELDS)
+    beam = vf.wants_beam(body)
+    messages = parse_messages(body.get("messages"), max_messages)
+    add_prompt = flag(body, "add_generation_prompt", True)
+    cont = flag(body, "continue_final_message", False)
     if cont and add_prompt:
         raise bad_request("continue_final_message", "continue_final_message and "
                           "add_generation_prompt cannot both be true")
     if cont and messages[-1]["role"] != "assistant":
         raise bad_request("continue_final_message", "continue_final_message needs a final "
                           "assistant message to continue")
-    text = render_chat(tokenizer, messages, add_prompt, cont)
+    kwargs = vf.chat_template_kwargs(body)
+    text = render_chat(tokenizer, messages, add_prompt, cont, kwargs)
     try:
-        ids = encode_text(tokenizer, text, add_special_tokens=False, param="messages")
+        ids = encode_text(tokenizer, text, add_special_tokens=flag(body, "add_special_tokens",
+                                                                    False), param="messages")
     except InvalidParameterError as exc:
         raise bad_request("messages", str(exc)) from None
-    stream = _flag(body, "stream", False)
+    keep = vf.truncation(body, max_model_len)
+    if keep is not None and len(ids) > keep:
+        ids, text = vf.truncated(ids, keep), ""  # the text: the kept tokens' (filled later)
+    stream = flag(body, "stream", False)
     prompt_lp = _prompt_logprobs(body)
     if stream and prompt_lp is not None:
         raise bad_request("prompt_logprobs", "prompt_logprobs is not available with stream: "
                           "true on /v1/chat/completions (as vLLM)")
-    want = _flag(body, "logprobs", False)
+    want = flag(body, "logprobs", False)
     top = body.get("top_logprobs")
     if top is not None and not want:
         raise bad_request("top_logprobs", "top_logprobs needs logprobs: true")
@@ -291,46 +328,71 @@ def chat_request(body: Mapping[str, Any], tokenizer: Any, max_model_len: int,
     return GenerationRequest(
         chat=True, prompts=[ids], prompt_texts=[text], params=params, stream=stream,
         include_usage=_stream_options(body, stream), prompt_logprobs=prompt_lp,
-        tokens_as_ids=_flag(body, "return_tokens_as_token_ids", False),
-        include_stop=_flag(body, "include_stop_str_in_output", False), messages=messages,
-        wire_names=wire, first_sample=sample_index(body))
+        tokens_as_ids=flag(body, "return_tokens_as_token_ids", False),
+        include_stop=flag(body, "include_stop_str_in_output", False), messages=messages,
+        wire_names={**wire, **vf.beam_wire_names(body)} if beam else wire,
+        first_sample=sample_index(body),
+        beam=vf.beam_params(body, params.n, max_tokens) if beam else None,
+        skip_special=vf.skip_special(body))
 
 
-def _messages(value: Any, max_messages: int) -> list[dict[str, str]]:
+def parse_messages(value: Any, max_messages: int) -> list[dict[str, str]]:
+    """The conversation as ``{"role", "content"}`` dicts: text content parts joined, keys with
+    ``null`` values ignored (the openai SDK's messages carry them); tool calls and non-text
+    parts are refused as not supported, other keys as unknown."""
     if not isinstance(value, list) or not value:
         raise bad_request("messages", "messages must be a non-empty list")
     if len(value) > max_messages:
         raise bad_request("messages", f"at most {max_messages} messages, got {len(value)}")
     out: list[dict[str, str]] = []
     for i, message in enumerate(value):
-        if not isinstance(message, dict) or set(message) - {"role", "content", "name"}:
+        if isinstance(message, dict):
+            message = {k: v for k, v in message.items() if v is not None}
+            tool = sorted(set(message) & _TOOL_KEYS)
+            if tool:
+                raise unsupported(f"messages[{i}].{tool[0]}", "tool calling: metagen has no "
+                                  "tool-call parser")
+        if not isinstance(message, dict) or set(message) - _MESSAGE_KEYS:
             raise bad_request("messages", f"messages[{i}] must be an object with role and "
                               "content (and optionally name)")
         role, content = message.get("role"), message.get("content")
         if role not in _ROLES:
             raise bad_request("messages", f"messages[{i}].role must be one of {sorted(_ROLES)}")
         if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-            if not all(isinstance(p, dict) and p.get("type") == "text"
-                       and isinstance(p.get("text"), str) for p in content):
-                raise bad_request("messages", f"messages[{i}].content parts must be "
-                                  "{\"type\": \"text\", \"text\": str} (text only)")
-            content = "".join(p["text"] for p in content)
+            content = _joined_parts(content, i)
         if not isinstance(content, str):
             raise bad_request("messages", f"messages[{i}].content must be a string")
         out.append({"role": role, "content": content})
     return out
 
 
+def _joined_parts(parts: list[Any], i: int) -> str:
+    """The text of content parts (OpenAI's and vLLM's ``text`` type); other types refused."""
+    texts = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if isinstance(kind, str) and kind not in _TEXT_PARTS:
+            raise unsupported(f"messages[{i}].content", f"{kind[:40]!r} content parts "
+                              "(metagen serves text-only models; text parts are joined)")
+        if not isinstance(kind, str) or not isinstance(part.get("text"), str):
+            raise bad_request("messages", f"messages[{i}].content parts must be "
+                              "{\"type\": \"text\", \"text\": str}")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
 def render_chat(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool,
-                continue_final_message: bool) -> str:
-    """The conversation through the tokenizer's chat template (400 when it has none)."""
+                continue_final_message: bool, template_kwargs: Mapping[str, Any] | None = None
+                ) -> str:
+    """The conversation through the tokenizer's chat template (400 when it has none), with
+    ``template_kwargs`` (vLLM's ``chat_template_kwargs``) as extra template variables."""
     if not getattr(tokenizer, "chat_template", None):
         raise bad_request("messages", "this model's tokenizer has no chat template; use "
                           "/v1/completions with a text prompt")
     try:
         return str(tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message))
+            continue_final_message=continue_final_message, **(template_kwargs or {})))
     except Exception as exc:  # noqa: BLE001 -- a template error is the conversation's fault
         raise bad_request("messages", f"the chat template cannot render these messages: "
                           f"{str(exc)[:200]}") from None

@@ -22,6 +22,7 @@ from metagen.server.logprobs import (
     vllm_prompt_logprobs,
 )
 from metagen.server.requests import GenerationRequest
+from metagen.server.vllm_fields import text_with_special
 from metagen.types import Completion
 
 
@@ -45,8 +46,13 @@ def usage(req: GenerationRequest, outs: Sequence[RequestOutput] | None) -> dict[
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
-def output_text(req: GenerationRequest, c: Completion) -> str:
-    """The completion's text, with its stop string when ``include_stop_str_in_output``."""
+def output_text(req: GenerationRequest, c: Completion, tokenizer: Any = None,
+                prompt_ids: Sequence[int] = ()) -> str:
+    """The completion's text, with its stop string when ``include_stop_str_in_output``; with
+    ``skip_special_tokens`` false, its tokens' text with special tokens (``tokenizer`` and
+    the prompt's ids needed then)."""
+    if not req.skip_special:
+        return text_with_special(tokenizer, prompt_ids, c, req.include_stop)
     if req.include_stop and c.finish_reason == "stop" and isinstance(c.stop_reason, str):
         return c.text + c.stop_reason
     return c.text
@@ -80,7 +86,7 @@ def completion_response(req: GenerationRequest, outs: Sequence[RequestOutput] | 
             text = req.prompt_texts[p] if req.echo else ""
             block = prompt_block
             if c is not None:
-                gen_text = output_text(req, c)
+                gen_text = output_text(req, c, tokenizer, ids)
                 if req.params.logprobs is not None:
                     gen_block = completion_block(
                         tokenizer, ids, c.token_ids, c.logprobs or (), c.top_logprobs
@@ -112,7 +118,8 @@ def chat_response(req: GenerationRequest, outs: Sequence[RequestOutput],
                                c.top_logprobs if req.params.logprobs else None,
                                req.tokens_as_ids)
         choices.append({"index": i, "message": {"role": "assistant",
-                                                "content": output_text(req, c)},
+                                                "content": output_text(req, c, tokenizer,
+                                                                       req.prompts[0])},
                         "logprobs": block, "finish_reason": c.finish_reason,
                         "stop_reason": c.stop_reason})
     body = {"id": new_id(True), "object": "chat.completion", "created": int(time.time()),

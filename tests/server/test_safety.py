@@ -65,7 +65,8 @@ def _wait_idle(gen, seconds: float = 5.0) -> None:
 
 EXPECTED_ROUTES = {("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
                    ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"),
-                   ("POST", "/pooling"), ("POST", "/score")}
+                   ("POST", "/pooling"), ("POST", "/score"), ("POST", "/tokenize"),
+                   ("POST", "/detokenize"), ("GET", "/tokenizer_info"), ("GET", "/version")}
 BAD_KEYS = [None, "", "Bearer ", "Bearer wrong", f"bearer {API_KEY}",
             API_KEY, "Bearer ключ".encode(), f"Bearer {API_KEY}x"]
 

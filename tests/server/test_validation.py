@@ -53,7 +53,7 @@ BAD = [
     ("V16", {"prompt": [512]}, "prompt"), ("V16", {"prompt": None}, "prompt"),
     ("V16", {"prompt": {"a": 1}}, "prompt"),
     ("V17", {"prompt": "Once upon a time " * 200}, "prompt"),
-    ("V18", {"num_beams": 0}, "num_beams"),  # beam search is not served: an unknown field
+    ("V18", {"num_beams": 0}, "num_beams"),  # not a field: beam search is use_beam_search, n
     ("V19", {"guided_regex": "("}, "guided_regex"),  # a bad constraint (test_structured.py)
     ("V21", {"best_of": 2}, "best_of"), ("V21", {"foo": 1}, "foo"),
     ("V23", {"seed": 2**64}, "seed"), ("V23", {"seed": "abc"}, "seed"),
