@@ -93,3 +93,17 @@ def test_the_default_form_of_a_templated_model_is_chat(chat_policy, tmp_path):
                  "--limit", "1", "--max-tokens", "32", "--out", str(out)]) == 0
     config = json.loads((out / "results.json").read_text())["config"]
     assert config["prompt_template"].startswith("chat:")
+
+
+def test_completions_that_never_close_their_thinking_grade_as_no_answer(tmp_path):
+    """The testbed policy never writes ``</think>``: with a thinking budget every completion
+    is unanswered, so every accuracy (and pass@k) is 0; the budget and token are in the key."""
+    out = tmp_path / "run"
+    assert main([*ARGS, "--model", str(model_path("policy")), "--max-tokens", "64",
+                 "--max-thinking-tokens", "16", "--out", str(out)]) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert report["config"]["thinking"] == {"end_token": "</think>", "max_thinking_tokens": 16}
+    texts, rows = _stored(out)
+    plain = [t[2].decode() if isinstance(t[2], bytes) else t[2] for t in texts]
+    assert any("####" in t for t in plain)  # answers the plain grader would read
+    assert rows and all(r[4] == 0.0 for r in rows)
