@@ -170,3 +170,16 @@ def test_the_unit_test_oracle_is_refused_in_chat_form():
     with pytest.raises(InvalidParameterError, match="prompt_format"):
         EvalConfig(task="mbpp", model={"path": "x"}, strategy="best_of_n", ns=(1,),
                    reward="unit-tests", prompt_format="chat")
+
+
+@pytest.mark.parametrize(("name", "answer"), [
+    ("humaneval", "Here it is:\n```python\ndef inc(x):\n    return x + 1\n```\nDone."),
+    ("mbpp", "```python\ndef sq(a):\n    return a * a\n```")])
+def test_a_chat_models_fenced_answer_grades_on_the_code_tasks(name, answer, data, request,
+                                                              monkeypatch):
+    request.getfixturevalue("default_sandbox")
+    monkeypatch.setenv("METAGEN_ALLOW_CODE_EXECUTION", "1")
+    task = task_form(get_task(name), "chat")
+    [item] = task.items(data[name], 1)
+    assert task.grade(answer, item.problem)
+    assert not task.grade(answer.replace("+ 1", "+ 2").replace("a * a", "a + a"), item.problem)
