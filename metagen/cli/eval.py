@@ -123,6 +123,20 @@ def _catalog() -> Any:
               "worker i samples from URL i mod len.")
 @click.option("--ray-workers", default="2", show_default=True, metavar="K",
               help="Ray workers (actors), each with its own backend.")
+@click.option("--prompt-format", default=None, metavar="text|chat",
+              help="The task's prompt form: text (a base model's prompt) or chat (messages "
+              "through the model's chat template: the benchmark's usual instruction, e.g. "
+              "'Please reason step by step, and put your final answer within \\boxed{}.', "
+              "examples as turns). Default: chat for a --model folder whose tokenizer has a "
+              "chat template, else text; with --base-url, text unless chat is asked (the "
+              "server then applies its template at /v1/chat/completions).")
+@click.option("--think-end-token", default=None, metavar="TOKEN",
+              help="A thinking model's end of thinking (e.g. </think>): answers are extracted "
+              "and graded from the text after it; a completion that never closes its thinking "
+              "has no answer.")
+@click.option("--max-thinking-tokens", default=None, metavar="N",
+              help="Thinking budget, generated on top of --max-tokens (each sample may run "
+              "to their sum); implies --think-end-token </think> unless given.")
 @remote_options
 @click.pass_context
 def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: str | None,
@@ -131,10 +145,12 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
                  temperature: str, top_p: str, max_tokens: str, backend: str,
                  quantization: str | None, deterministic: bool, out: str,
                  concurrency: str, force_resume: bool, ray_address: str | None,
-                 ray_workers: str, **flags: Any) -> None:
+                 ray_workers: str, prompt_format: str | None, think_end_token: str | None,
+                 max_thinking_tokens: str | None, **flags: Any) -> None:
     """Evaluate STRATEGY (one, or several comma-separated over one sample set) on TASK (gsm8k,
     math500, testbed, humaneval, mbpp, mbpp_0shot) at every N of --n."""
     from metagen.eval import EvalConfig, get_task, run_eval
+    from metagen.eval.chat_template import resolve_prompt_format
     from metagen.scorers.scorer_spec import canonical_spec, parse_scorer_spec
     from metagen.types import SamplingParams
 
@@ -175,7 +191,10 @@ def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: 
         seed=_given(int_flag("seed", seed)), strategy_args=parse_strategy_args(strategy_arg),
         reward=canonical_spec(reward_spec, local_path) if reward_spec else None,
         prm=canonical_spec(prm_spec, local_path) if prm_spec else None, data=data,
-        limit=int_flag("limit", limit))
+        limit=int_flag("limit", limit),
+        prompt_format=resolve_prompt_format(prompt_format, local_path),
+        think_end_token=think_end_token,
+        max_thinking_tokens=int_flag("max_thinking_tokens", max_thinking_tokens))
 
     urls = [u.strip() for u in remote["base_url"].split(",")] if remote else []
     if len(urls) > 1 and ray_address is None:

@@ -9,7 +9,9 @@
 - :mod:`~metagen.eval.backends` — the policy, scorers and cost model items are done with.
 - :mod:`~metagen.eval.item` — one item of a run (:func:`~metagen.eval.item.run_item`).
 - :mod:`~metagen.eval.tasks` — the task registry (gsm8k, math500, testbed, humaneval,
-  mbpp).
+  mbpp), each with a text and a chat prompt; :mod:`~metagen.eval.task_form` puts a task in a
+  run's form (text or chat, answers read after a thinking block);
+  :mod:`~metagen.eval.chat_template` — the default form (chat for a model with a template).
 - :mod:`~metagen.eval.estimators` — subset enumeration, standard errors (pass@k is
   :func:`metagen.tasks.pass_at_k.pass_at_k`).
 - :mod:`~metagen.eval.store` — the run's SQLite store.

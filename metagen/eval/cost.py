@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metagen.eval.store import ItemResult
+from metagen.generators.base import Prompt
 from metagen.generators.flops import FlopModel
 from metagen.types import Usage
 
@@ -75,24 +76,24 @@ class CostModel:
     policy's prompt length counter; any of them None when unknown."""
 
     generator: FlopModel | None = None
-    count_tokens: Callable[[str], int] | None = None
+    count_tokens: Callable[[Prompt], int] | None = None
     scorers: Mapping[str, FlopModel | None] = field(default_factory=dict)
 
-    def prompt_tokens(self, prompt: str) -> int | None:
+    def prompt_tokens(self, prompt: Prompt) -> int | None:
         return None if self.count_tokens is None else self.count_tokens(prompt)
 
-    def sampling(self, prompt: str, generated: Sequence[int], n: float) -> float:
+    def sampling(self, prompt: Prompt, generated: Sequence[int], n: float) -> float:
         """FLOPs of ``n`` samples (of the mean of ``generated`` tokens) from one prompt; the last
         token of each is never fed back."""
         return shared_prefill_flops(self.generator, self.prompt_tokens(prompt),
                                     [max(g - 1, 0) for g in generated], n)
 
-    def scoring(self, scorer: str, prompt: str, generated: Sequence[int], n: float) -> float:
+    def scoring(self, scorer: str, prompt: Prompt, generated: Sequence[int], n: float) -> float:
         """FLOPs of scorer ``scorer`` reading ``n`` of the samples after one prompt pass."""
         return shared_prefill_flops(self.scorers.get(scorer), self.prompt_tokens(prompt),
                                     list(generated), n)
 
-    def subsampled(self, scorer: str | None, prompt: str, generated: Sequence[int],
+    def subsampled(self, scorer: str | None, prompt: Prompt, generated: Sequence[int],
                    n: float) -> tuple[float, float]:
         """(tokens, FLOPs) of a subsampled strategy at ``n`` over the item's samples
         (``generated``: each sample's token count): :func:`expected_tokens`, and
@@ -125,11 +126,11 @@ def flop_model_of_backend(obj: Any) -> FlopModel | None:
 def cost_model_for(generator: Any, scorers: Mapping[str, Any]) -> CostModel:
     """The :class:`CostModel` of a run's policy and scorers (by store name)."""
     tokenizer = getattr(generator, "tokenizer", None)
-    count: Callable[[str], int] | None = None
+    count: Callable[[Prompt], int] | None = None
     if tokenizer is not None:
         from metagen.generators.tokenize import encode_prompt
 
-        def count(prompt: str) -> int:
+        def count(prompt: Prompt) -> int:
             return len(encode_prompt(tokenizer, prompt))
     return CostModel(flop_model_of_backend(generator), count,
                      {name: flop_model_of_backend(s) for name, s in scorers.items()})

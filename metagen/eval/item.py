@@ -108,11 +108,11 @@ def _run_direct(config: EvalConfig, task: TaskSpec, item: EvalItem, backends: Ba
     options = config.options.get(strategy, {})
     for _ in range(config.attempts):
         if strategy == GREEDY:
-            results, failures = greedy_item(task, item, backends.generator, config.sampling,
+            results, failures = greedy_item(task, item, backends.generator, config.params,
                                             backends.cost)
         else:
             results, failures = spec_item(strategy, task, item, backends.generator,
-                                          backends.scorers, config.configured, config.sampling,
+                                          backends.scorers, config.configured, config.params,
                                           config.ns, config.seed, options)
         if not failures:
             return results
@@ -129,7 +129,7 @@ def _sample(config: EvalConfig, task: TaskSpec, item: EvalItem, generator: Any, 
     n_max = max(config.ns)
     missing = [j for j in range(n_max) if j not in have]
     try:
-        row = check_counts(generator.generate([item.prompt], config.sampling.with_(
+        row = check_counts(generator.generate([item.prompt], config.params.with_(
             n=n_max, seed=seed)), 1, n_max, type(generator).__name__)[0]
     except (BackendError, InvalidPromptError) as exc:  # this item fails; the run goes on
         return [], [(j, type(exc).__name__) for j in missing]

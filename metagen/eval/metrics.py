@@ -16,6 +16,7 @@ from metagen.eval.estimators import mean_stderr, subsets
 from metagen.tasks.pass_at_k import pass_at_k
 from metagen.eval.seeds import subset_seed
 from metagen.eval.store import ItemResult, StoredSample
+from metagen.generators.base import Prompt
 from metagen.strategies.selection import Selector
 
 PASS_AT_K = "pass@k"
@@ -23,7 +24,7 @@ ACCURACY = "accuracy"
 SAMPLES = "samples"  # the strategy name of sample-level metrics (pass@k)
 
 
-def item_results(item_id: str, prompt: str, samples: Sequence[StoredSample], ns: Sequence[int],
+def item_results(item_id: str, prompt: Prompt, samples: Sequence[StoredSample], ns: Sequence[int],
                  selectors: Mapping[str, Selector], *, run_seed: int, max_subsets: int
                  ) -> list[ItemResult]:
     """pass@k and each selector's accuracy at each N for one item. ``samples`` are the item's

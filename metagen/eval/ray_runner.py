@@ -50,7 +50,7 @@ class _Worker:
                  load_confidence: Callable[[], Any] | None = None) -> None:
         from metagen.eval.tasks import get_task
 
-        self.config, self.task = config, get_task(config.task)
+        self.config, self.task = config, config.formed(get_task(config.task))
         self.backends = load_backends(config, load_generator(index), {
             REWARD: load_reward, PRM: load_prm, CONFIDENCE: load_confidence})
 

@@ -88,7 +88,9 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     ``load_confidence()`` for their ``_confidence`` variants, ``load_prm()`` for the step
     searches: what the strategies' specs need, :attr:`EvalConfig.scorers_needed`) are called
     only when an item remains to be done; a strategy needing feedback on a task without any
-    raises ``InvalidParameterError`` naming ``strategy`` before that.
+    raises ``InvalidParameterError`` naming ``strategy`` before that. ``task`` is the
+    registry's: the run puts it in ``config``'s prompt form (text or chat) and thinking
+    (:meth:`EvalConfig.formed`).
 
     ``concurrency`` > 1 does that many items at once in threads over the one generator (when
     it declares it may be called from several threads:
@@ -100,6 +102,7 @@ def run_eval(config: EvalConfig, task: TaskSpec, out: str | Path, *,
     own backend. Either way this thread alone writes the store: it hands each item out with its
     stored samples and scores and replays the worker's recorded writes."""
     loaders = {REWARD: load_reward, PRM: load_prm, CONFIDENCE: load_confidence}
+    task = config.formed(task)  # the run's prompt form and thinking (refused before any work)
     check_loaders(config, loaders)
     check_feedback(config.strategies, task)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:

@@ -1,16 +1,20 @@
 """The tasks ``metagen eval`` runs: one :class:`TaskSpec` entry per benchmark.
 
 A task knows its data (a JSONL file given by path, or the testbed's seeded generator), its
-prompt, its grader and the answer key voting uses. Nothing is downloaded. Adding a task is one
-entry in :data:`TASKS`; a task that executes model-written code (humaneval, mbpp) also sets
-``executor_limits``, so they join the run key, and a ``preflight`` that checks the opt-in and
-the sandbox before any model is loaded.
+prompt in text form (a base model's prompt) and in chat form (a
+:class:`~metagen.tasks.chat_format.ChatFormat`: messages for an instruct model's chat
+template), its grader and the answer key voting uses. Which form a run uses, and whether its
+completions think first, is :func:`~metagen.eval.task_form.task_form`. Nothing is downloaded.
+Adding a task is one entry in :data:`TASKS`; a task that executes model-written code
+(humaneval, mbpp) also sets ``executor_limits``, so they join the run key, and a
+``preflight`` that checks the opt-in and the sandbox before any model is loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +23,21 @@ from typing import Any
 from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
 from metagen.feedback import FeedbackFn
+from metagen.generators.base import Prompt
+from metagen.tasks.chat_format import ChatFormat
+
+TEXT, CHAT = "text", "chat"
+PROMPT_FORMATS = (TEXT, CHAT)
 
 
 @dataclass(slots=True, frozen=True)
 class EvalItem:
-    """One item as the runner sees it: a stable ``id`` (the store's key), the prompt text, the
-    task's own problem object (handed back to the grader) and an optional difficulty label."""
+    """One item as the runner sees it: a stable ``id`` (the store's key), the prompt (text, or
+    chat messages in a task's chat form), the task's own problem object (handed back to the
+    grader) and an optional difficulty label."""
 
     id: str
-    prompt: str
+    prompt: Prompt
     problem: Any
     difficulty: str | None = None
 
@@ -44,7 +54,10 @@ class TaskSpec:
     any model. ``feedback(problem)``, for a task that has one, is the feedback source on one
     item (:data:`~metagen.feedback.FeedbackFn`) the strategies needing ``feedback`` read (the
     code tasks: the item's unit tests run in the sandbox); None: those strategies are refused
-    on the task."""
+    on the task. ``chat`` is the task's chat form; ``prompt_format`` which form its items take
+    (``text``: ``format_prompt``; ``chat``: ``chat.messages``); ``think_end_token``, when set,
+    says ``grade`` and ``answer_key`` read only what follows the completion's thinking
+    (both set by :func:`~metagen.eval.task_form.task_form`, never by hand)."""
 
     name: str
     load: Callable[[Path | None, int | None], Sequence[Any]]
@@ -57,12 +70,22 @@ class TaskSpec:
     executor_limits: dict[str, Any] = field(default_factory=dict)
     preflight: Callable[[], None] = lambda: None
     feedback: Callable[[Any], FeedbackFn] | None = None
+    chat: ChatFormat | None = None
+    prompt_format: str = TEXT
+    think_end_token: str | None = None
+
+    def prompt(self, problem: Any) -> Prompt:
+        """The prompt of ``problem`` in the task's ``prompt_format``."""
+        if self.prompt_format == CHAT:
+            assert self.chat is not None  # task_form checked it
+            return self.chat.messages(problem)
+        return self.format_prompt(problem)
 
     def items(self, path: str | Path | None, limit: int | None) -> list[EvalItem]:
         """The task's items (at most ``limit``). Raises ``InvalidParameterError`` naming
         ``data`` when the task needs a file and none is given, and on duplicate item ids."""
         problems = self.load(self._data_path(path), limit)
-        items = [EvalItem(self.item_id(p), self.format_prompt(p), p, self.difficulty(p))
+        items = [EvalItem(self.item_id(p), self.prompt(p), p, self.difficulty(p))
                  for p in problems]
         ids = [i.id for i in items]
         if len(set(ids)) != len(ids):
@@ -79,8 +102,22 @@ class TaskSpec:
         return source_fingerprint(self.load)
 
     def template_fingerprint(self) -> str:
-        """sha256 of the prompt formatter's source: a changed template is a new run key."""
-        return source_fingerprint(self.format_prompt)
+        """sha256 of the prompt formatter's source: a changed template is a new run key. In
+        chat form ``chat:`` and the sha256 of the chat form (its system message and user
+        template, the sources of its functions): a text run and a chat run never share a
+        key."""
+        if self.prompt_format != CHAT:
+            return source_fingerprint(self.format_prompt)
+        assert self.chat is not None
+        text = json.dumps([self.chat.system, self.chat.user, source_fingerprint(self.chat.question),
+                           source_fingerprint(self.chat.shots),
+                           source_fingerprint(ChatFormat.messages)])
+        return "chat:" + hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The system message the items carry (chat form only; None: none)."""
+        return self.chat.system if self.prompt_format == CHAT and self.chat is not None else None
 
     def _data_path(self, path: str | Path | None) -> Path | None:
         if not self.needs_data:
@@ -108,16 +145,18 @@ def source_fingerprint(fn: Callable[..., Any]) -> str:
 
 
 def _gsm8k() -> TaskSpec:
-    from metagen.tasks.gsm8k import GSM8K_ANSWER_KEY, format_gsm8k_prompt, grade_gsm8k, load_gsm8k
+    from metagen.tasks.gsm8k import (GSM8K_ANSWER_KEY, GSM8K_CHAT, format_gsm8k_prompt,
+                                     grade_gsm8k, load_gsm8k)
     return TaskSpec("gsm8k", lambda path, limit: load_gsm8k(_some(path), limit),
-                    format_gsm8k_prompt, grade_gsm8k, GSM8K_ANSWER_KEY)
+                    format_gsm8k_prompt, grade_gsm8k, GSM8K_ANSWER_KEY, chat=GSM8K_CHAT)
 
 
 def _math500() -> TaskSpec:
-    from metagen.tasks.math500 import MATH_ANSWER_KEY, format_math_prompt, grade_math, load_math500
+    from metagen.tasks.math500 import (MATH_ANSWER_KEY, MATH_CHAT, format_math_prompt,
+                                       grade_math, load_math500)
     return TaskSpec("math500", lambda path, limit: load_math500(_some(path), limit),
                     format_math_prompt, grade_math, MATH_ANSWER_KEY,
-                    difficulty=lambda p: f"level {p.level}")
+                    difficulty=lambda p: f"level {p.level}", chat=MATH_CHAT)
 
 
 TESTBED_POOL = 100_000  # the testbed's held-out split; --limit K takes its first K problems
@@ -136,10 +175,17 @@ def _testbed() -> TaskSpec:
     from metagen.tasks.gsm8k import GSM8K_ANSWER_KEY
     return TaskSpec("testbed", load_testbed, testbed.format_prompt,
                     lambda text, p: testbed.grade(text, p.answer), GSM8K_ANSWER_KEY,
-                    needs_data=False, difficulty=lambda p: f"d{p.difficulty}")
+                    needs_data=False, difficulty=lambda p: f"d{p.difficulty}",
+                    chat=TESTBED_CHAT)
 
 
-def _code_task(name: str, load: Callable[[Path, int | None], Sequence[Any]]) -> TaskSpec:
+#: The testbed in chat form: the question alone as the user turn (the policy is no instruct
+#: model: a chat template made for it renders ``Question: ...\nAnswer:\n`` around it).
+TESTBED_CHAT = ChatFormat(lambda p: p.question)
+
+
+def _code_task(name: str, load: Callable[[Path, int | None], Sequence[Any]],
+               chat: ChatFormat) -> TaskSpec:
     """A task graded by unit tests in the default sandbox (:func:`grade_code`, one grading per
     sample, ``sandbox_error`` retried then raised, never scored). The opt-in
     (``METAGEN_ALLOW_CODE_EXECUTION=1``) and the sandbox are checked in ``preflight``. Its
@@ -178,17 +224,18 @@ def _code_task(name: str, load: Callable[[Path, int | None], Sequence[Any]]) -> 
     return TaskSpec(name, lambda path, limit: load(_some(path), limit),
                     lambda p: str(p.prompt), grade, None, item_id=lambda p: str(p.task_id),
                     executor_limits={**asdict(CODE_LIMITS), "call_seconds": call_seconds},
-                    preflight=preflight, feedback=feedback)
+                    preflight=preflight, feedback=feedback, chat=chat)
 
 
 def _humaneval() -> TaskSpec:
-    from metagen.tasks.humaneval import load_humaneval
-    return _code_task("humaneval", load_humaneval)
+    from metagen.tasks.humaneval import HUMANEVAL_CHAT, load_humaneval
+    return _code_task("humaneval", load_humaneval, HUMANEVAL_CHAT)
 
 
 def _mbpp(name: str = "mbpp", shots: int = 3) -> TaskSpec:
-    from metagen.tasks.mbpp import load_mbpp
-    return _code_task(name, lambda path, limit: load_mbpp(path, limit=limit, shots=shots))
+    from metagen.tasks.mbpp import MBPP_CHAT, load_mbpp
+    return _code_task(name, lambda path, limit: load_mbpp(path, limit=limit, shots=shots),
+                      MBPP_CHAT)
 
 
 def _some(path: Path | None) -> Path:

@@ -40,7 +40,9 @@ class CodeProblem:
     its helper functions; MBPP: ``test_setup_code``). ``prefix``: prepended to a completion to
     make the program (HumanEval: the prompt). ``end_marker``: a completion is cut at its first
     occurrence (MBPP: ``[DONE]``). ``reference``: a reference program (the data set's solution).
-    ``description``: the natural-language task, where the data set has one.
+    ``description``: the natural-language task, where the data set has one. ``shots``: the
+    few-shot examples ``prompt`` shows, as (task, solution) pairs (MBPP), for the task's chat
+    form to give as user/assistant turns.
     """
 
     task_id: str
@@ -52,6 +54,7 @@ class CodeProblem:
     end_marker: str = ""
     reference: str = ""
     description: str = ""
+    shots: tuple[tuple[str, str], ...] = ()
 
 
 def assemble_program(problem: CodeProblem, completion: str) -> str:

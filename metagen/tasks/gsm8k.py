@@ -14,6 +14,7 @@ from typing import Any
 from metagen.answers.key import AnswerKey
 from metagen.answers.numeric import answers_match, extract_answer
 from metagen.errors import InvalidParameterError
+from metagen.tasks.chat_format import math_chat
 from metagen.tasks.jsonl import read_jsonl
 
 #: GSM8K's answer key: the last ``#### N`` (else last number), compared as numbers. The same
@@ -51,6 +52,11 @@ def load_gsm8k(path: str | Path, limit: int | None = None) -> list[GSM8KProblem]
 def format_gsm8k_prompt(problem: GSM8KProblem) -> str:
     """Zero-shot prompt in the testbed's format: ``Question: ...\\nAnswer:\\n``."""
     return f"Question: {problem.question}\nAnswer:\n"
+
+
+#: GSM8K in chat form: the question, then Qwen2.5-Math's instruction (step by step, the answer
+#: in ``\boxed{}``; the grader's last-number rule reads the boxed number).
+GSM8K_CHAT = math_chat(lambda p: p.question)
 
 
 def grade_gsm8k(completion_text: str, problem: GSM8KProblem) -> bool:

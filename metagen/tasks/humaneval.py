@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from metagen.sandbox.code_problem import CodeProblem
+from metagen.tasks.chat_format import code_chat
 from metagen.tasks.jsonl import read_jsonl
 
 
@@ -34,3 +35,10 @@ def load_humaneval(path: str | Path, limit: int | None = None) -> list[CodeProbl
             reference=prompt + rec["canonical_solution"])
 
     return read_jsonl(path, parse, limit)
+
+
+#: HumanEval in chat form: EvalPlus's code instruction around the function's stub (imports,
+#: signature, docstring); the answer's first python block is the program (it redefines the
+#: entry point, which then replaces the stub:
+#: :func:`~metagen.sandbox.code_problem.assemble_program`).
+HUMANEVAL_CHAT = code_chat(lambda p: p.prompt.strip())

@@ -21,6 +21,7 @@ from typing import Any
 from metagen.answers.key import AnswerKey
 from metagen.errors import InvalidParameterError
 from metagen.tasks.boxed import extract_math_answer
+from metagen.tasks.chat_format import math_chat
 from metagen.tasks.jsonl import read_jsonl
 from metagen.tasks.math_equiv import MathEquivalence, canonical_answer
 
@@ -66,6 +67,11 @@ def format_math_prompt(problem: MathProblem) -> str:
     """Zero-shot prompt asking for the final answer in ``\\boxed{}``."""
     return (f"Problem: {problem.problem}\n"
             "Solve the problem step by step. Put the final answer in \\boxed{}.\nSolution:\n")
+
+
+#: MATH-500 in chat form: the problem, then Qwen2.5-Math's instruction (step by step, the final
+#: answer in ``\boxed{}``).
+MATH_CHAT = math_chat(lambda p: p.problem)
 
 
 def grade_math(completion_text: str, problem: MathProblem,

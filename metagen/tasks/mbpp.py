@@ -20,11 +20,13 @@ from __future__ import annotations
 import ast
 import builtins
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from metagen.errors import InvalidParameterError
 from metagen.sandbox.code_problem import CodeProblem
+from metagen.tasks.chat_format import code_block, code_chat
 from metagen.tasks.jsonl import check_limit, read_jsonl
 
 MBPP_SPLITS: dict[str, tuple[int, int]] = {
@@ -61,9 +63,22 @@ def load_mbpp(path: str | Path, split: str = "test", limit: int | None = None,
     if missing:
         raise InvalidParameterError("path", str(path), f"lacks the few-shot tasks {missing}")
     prefix = "".join(_example(records[i], records[i]["code"]) for i in FEW_SHOT_IDS[:shots])
+    examples = tuple((mbpp_question(records[i]["text"], records[i]["test_list"]),
+                      code_block(records[i]["code"])) for i in FEW_SHOT_IDS[:shots])
     lo, hi = MBPP_SPLITS.get(split, (1, max(records)))
     chosen = [records[i] for i in sorted(records) if lo <= i <= hi][:limit]
-    return [_problem(r, prefix) for r in chosen]
+    return [_problem(r, prefix, examples) for r in chosen]
+
+
+def mbpp_question(text: str, asserts: Sequence[str]) -> str:
+    """The task as the paper words it, without the persona or ``[BEGIN]``: ``{text} Your code
+    should pass these tests:\\n\\n{asserts}`` (the chat form's question)."""
+    return f"{text} Your code should pass these tests:\n\n" + "\n".join(asserts)
+
+
+#: MBPP in chat form: EvalPlus's code instruction around :func:`mbpp_question`, the few-shot
+#: examples (``shots``) as user/assistant turns answering in a python block.
+MBPP_CHAT = code_chat(lambda p: mbpp_question(p.description, p.tests), lambda p: p.shots)
 
 
 def mbpp_entry_point(asserts: list[str], code: str = "") -> str:
@@ -104,10 +119,11 @@ def _example(rec: dict[str, Any], code: str | None) -> str:
     return head if code is None else f"{head}{code}\n{END_MARKER}\n"
 
 
-def _problem(rec: dict[str, Any], shots: str) -> CodeProblem:
+def _problem(rec: dict[str, Any], shots: str,
+             examples: tuple[tuple[str, str], ...] = ()) -> CodeProblem:
     setup = rec["test_setup_code"]
     return CodeProblem(
         task_id=f"mbpp/{rec['task_id']}", prompt=shots + _example(rec, None),
         entry_point=rec["entry_point"], tests=tuple(rec["test_list"]),
         setup=(setup,) if setup.strip() else (), end_marker=END_MARKER,
-        reference=rec["code"], description=rec["text"])
+        reference=rec["code"], description=rec["text"], shots=examples)
