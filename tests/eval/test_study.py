@@ -194,3 +194,17 @@ def test_eval_config_refuses_a_per_run_flag_and_names_the_key_in_one_line(tmp_pa
     assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
     assert main(["eval", "testbed", "--model", POLICY, "--out", str(tmp_path / "o")]) == 2
     assert "invalid strategy=None" in capsys.readouterr().err
+
+
+def test_the_readme_sample_study_is_valid_as_placed_at_the_project_root():
+    import yaml
+
+    from tests.conftest import ROOT, SHARED
+
+    if not (SHARED / "data" / "gsm8k_test.jsonl").is_file():
+        pytest.skip(f"{SHARED} not found (../shared beside the project root)")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("# study.yaml", 1)[1].split("\n", 1)[1].split("```", 1)[0]
+    study = parse_study(yaml.safe_load(block), ROOT / "study.yaml")
+    assert len(study.runs) == 2 * 1 * 2 * 2 and study.out == ROOT.resolve() / "runs" / "study"
+    assert study.runs[-1].name == "gsm8k/policy/step_beam_search/seed-1"
