@@ -70,8 +70,12 @@ def _catalog() -> Any:
 
 
 @click.command("eval")
-@click.argument("task")
-@click.option("--strategy", required=True, cls=RegistryHelpOption,
+@click.argument("task", required=False)
+@click.option("--config", "config_file", default=None, metavar="STUDY.yaml",
+              help="Run a study file (tasks x models x strategy sets x seeds, one run folder "
+              "each; see the README's Evaluate section) instead of one run: TASK and the "
+              "per-run flags are then refused, --out overrides its output root.")
+@click.option("--strategy", required=False, cls=RegistryHelpOption,
               help_text=lambda: _catalog().strategies_help())
 @click.option("--n", "ns", default="1,4,16", show_default=True,
               help="Budgets N: max(N) samples per item, smaller N derived by subsampling.")
@@ -109,7 +113,8 @@ def _catalog() -> Any:
 @click.option("--deterministic", is_flag=True, default=False,
               help="Batch-invariant engine steps (built-in engine): every sample the same bits "
               "whatever --concurrency, the batch and the prefix cache; slower wide steps.")
-@click.option("--out", required=True, metavar="DIR", help="Run folder (store and results.json).")
+@click.option("--out", default=None, metavar="DIR",
+              help="Run folder (store and results.json); with --config, the output root.")
 @click.option("--concurrency", default="16", show_default=True, metavar="K",
               help="Items in flight at once over the one backend (the engine and servers; the "
               "transformers backend does one at a time). Results do not depend on it.")
@@ -139,21 +144,28 @@ def _catalog() -> Any:
               "to their sum); implies --think-end-token </think> unless given.")
 @remote_options
 @click.pass_context
-def eval_command(ctx: click.Context, task: str, strategy: str, ns: str, reward: str | None,
+def eval_command(ctx: click.Context, task: str | None, config_file: str | None,
+                 strategy: str | None, ns: str, reward: str | None,
                  prm: str | None,
                  strategy_arg: tuple[str, ...], data: str | None, limit: str | None, seed: str,
                  temperature: str, top_p: str, max_tokens: str, backend: str,
-                 quantization: str | None, deterministic: bool, out: str,
+                 quantization: str | None, deterministic: bool, out: str | None,
                  concurrency: str, force_resume: bool, ray_address: str | None,
                  ray_workers: str, prompt_format: str | None, think_end_token: str | None,
                  max_thinking_tokens: str | None, **flags: Any) -> None:
     """Evaluate STRATEGY (one, or several comma-separated over one sample set) on TASK (gsm8k,
-    math500, testbed, humaneval, mbpp, mbpp_0shot) at every N of --n."""
+    math500, testbed, humaneval, mbpp, mbpp_0shot) at every N of --n; or, with --config
+    STUDY.yaml, every run of a study file (metagen.cli.study)."""
     from metagen.eval import EvalConfig, get_task, run_eval
     from metagen.eval.chat_template import resolve_prompt_format
     from metagen.scorers.scorer_spec import canonical_spec, parse_scorer_spec
     from metagen.types import SamplingParams
 
+    if config_file is not None:
+        from metagen.cli.study import run_study
+        ctx.exit(run_study(ctx, config_file, out, force_resume))
+    from metagen.cli.study import single_run
+    task, strategy, out = single_run(task, strategy, out)
     local_path = None
     if flags["base_url"] is None:
         local_path, flags["served_model"] = flags["served_model"], None

@@ -20,11 +20,13 @@ __all__ = ["ReportLimits", "build_report", "render_html", "write_report"]
 
 
 def write_report(folders: Sequence[str | Path], out: str | Path,
-                 limits: ReportLimits | None = None) -> Path:
-    """Write the page for run ``folders`` to ``out`` (temp file + fsync + rename: a reader
-    never sees a torn page). Raises ``InvalidParameterError`` naming ``dir`` for a folder that
-    is not a run folder, before anything is written."""
+                 limits: ReportLimits | None = None, names: Sequence[str] | None = None
+                 ) -> Path:
+    """Write the page for run ``folders`` (shown as ``names``, default their folder names) to
+    ``out`` (temp file + fsync + rename: a reader never sees a torn page). Raises
+    ``InvalidParameterError`` naming ``dir`` for a folder that is not a run folder, before
+    anything is written."""
     from metagen.eval.atomic import write_atomic
 
-    page = render_html(build_report(folders, limits))
+    page = render_html(build_report(folders, limits, names))
     return write_atomic(out, page.encode("utf-8"))

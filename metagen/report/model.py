@@ -43,16 +43,19 @@ def read_results(folder: str | Path) -> dict[str, Any]:
     return data
 
 
-def build_report(folders: Sequence[str | Path], limits: ReportLimits | None = None
-                 ) -> dict[str, Any]:
-    """The model of the page for ``folders`` (at least one), in the order given. Every folder
-    is checked (``read_results``) before any store is read."""
+def build_report(folders: Sequence[str | Path], limits: ReportLimits | None = None,
+                 names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The model of the page for ``folders`` (at least one), in the order given, each run
+    shown as its entry of ``names`` (default: its folder's name). Every folder is checked
+    (``read_results``) before any store is read."""
     if not folders:
         raise InvalidParameterError("dir", [], "give at least one run folder")
+    if names is not None and len(names) != len(folders):
+        raise InvalidParameterError("names", list(names), "must give one name per folder")
     limits = limits or ReportLimits()
     loaded = [(Path(f), read_results(f)) for f in folders]
     budget = [limits.max_detail_chars]  # item detail left for the whole page, in characters
-    runs = [run_model(i, folder, results, limits, budget)
+    runs = [run_model(i, folder, results, limits, budget, names[i] if names else None)
             for i, (folder, results) in enumerate(loaded)]
     return {"runs": runs, "cuts": cuts(runs), "limits": asdict(limits)}
 
@@ -80,7 +83,7 @@ def _steps_cut(node: Mapping[str, Any]) -> int:
 
 
 def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportLimits,
-              budget: list[int]) -> dict[str, Any]:
+              budget: list[int], name: str | None = None) -> dict[str, Any]:
     """One run of the model (see the module docstring). Items get their detail while fewer
     than ``limits.max_items`` of the run have it and ``budget[0]`` (characters of item detail
     left for the page; decreased here) is positive."""
@@ -96,7 +99,7 @@ def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportL
         if view["detail"]:
             budget[0] -= len(json.dumps(view, ensure_ascii=False, default=str))
         items.append(view)
-    return {"id": f"run{index}", "name": folder.resolve().name or str(folder),
+    return {"id": f"run{index}", "name": name or folder.resolve().name or str(folder),
             "path": str(folder), "summary": provenance_summary(results),
             "failures": dict(results.get("failures_by_reason") or {}),
             "failed_items": list(results.get("failed_items") or []),
