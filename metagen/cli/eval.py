@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 import click
 
 from metagen.cli.flags import float_flag, int_flag, key_values, parse_ns
-from metagen.cli.generate import QUANTIZATION_FLAG, engine_backend
+from metagen.cli.generate import QUANTIZATION_FLAG
 from metagen.cli.remote import (open_remote, pop_remote, quiet_remote_logs, refuse_local_only,
                                 remote_options)
 from metagen.errors import InvalidParameterError
+from metagen.generators.loading import engine_backend
 
 T = TypeVar("T")
 LOCAL_RAY = "local"  # --ray with no ADDRESS

@@ -69,7 +69,7 @@ from metagen.cli.remote import (
 )
 from metagen.cli.strategy_flags import pop_strategy, run_strategy, strategy_flags
 from metagen.errors import CapabilityError, InvalidParameterError, NumericalError
-from metagen.generators.loading import available_backends, backend_class
+from metagen.generators.loading import available_backends, backend_class, engine_backend
 from metagen.generators.loading import load_generator as load
 from metagen.types import Completion, SamplingParams, Usage
 
@@ -249,19 +249,6 @@ def _beam_params(search: dict[str, Any]) -> Any:
         diversity_penalty=0.0 if diversity is None else diversity,
         length_penalty=1.0 if length is None else length,
         stochastic=bool(search["stochastic"]))
-
-
-def engine_backend(backend: str, value: object, name: str = "quantization") -> str:
-    """The backend that runs an engine-only option ``name`` set to ``value`` (``--quantization``,
-    ``--deterministic``): the built-in engine (``auto`` becomes ``local``); transformers
-    (``hf``) cannot, and raises :class:`~metagen.errors.InvalidParameterError` naming ``name``.
-    ``value`` None: ``backend`` unchanged."""
-    if value is None:
-        return backend
-    if backend == "hf":
-        raise InvalidParameterError(name, value, "runs on the built-in engine: use --backend "
-                                    "local (or auto)")
-    return "local" if backend == "auto" else backend
 
 
 QUANTIZATION_FLAG = engine_flag("quantization")  # metagen eval's --quantization too

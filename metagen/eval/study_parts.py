@@ -100,7 +100,7 @@ class StudyModel:
         eval`` makes it)."""
         if self.path is None:
             return {"base_url": self.base_url, "model": self.served, "revision": None}
-        from metagen.cli.generate import engine_backend
+        from metagen.generators.loading import engine_backend
 
         backend = engine_backend(self.backend, self.quantization)
         if self.deterministic:

@@ -63,3 +63,16 @@ def load_generator(backend: str, model: str, *, note: Callable[[str], None] | No
                 note(f"note: backend {name} cannot load this model ({exc}); "
                      f"using {candidates[i + 1]}")
     raise AssertionError("unreachable")
+
+
+def engine_backend(backend: str, value: object, name: str = "quantization") -> str:
+    """The backend that runs an engine-only option ``name`` set to ``value`` (``--quantization``,
+    ``--deterministic``): the built-in engine (``auto`` becomes ``local``); transformers
+    (``hf``) cannot, and raises :class:`~metagen.errors.InvalidParameterError` naming ``name``.
+    ``value`` None: ``backend`` unchanged."""
+    if value is None:
+        return backend
+    if backend == "hf":
+        raise InvalidParameterError(name, value, "runs on the built-in engine: use --backend "
+                                    "local (or auto)")
+    return "local" if backend == "auto" else backend
