@@ -31,6 +31,8 @@ class Row:
 _COMPAT = "tests/server/test_vllm_compat.py::"
 _TOK = "tests/server/test_vllm_tokenize.py::"
 
+_NO_TOOLS = "tool calling: metagen has no tool-call parser"
+
 FIELDS: tuple[Row, ...] = (
     Row("chat_template_kwargs", True, "passed to the chat template (e.g. Qwen3's "
         "`enable_thinking`); also on `/tokenize`",
@@ -50,12 +52,9 @@ FIELDS: tuple[Row, ...] = (
         "`n`", _COMPAT + "test_beam_search_equals_the_library"),
     Row("messages[].content parts", True, "`[{\"type\": \"text\", ...}]` joined; image, "
         "audio and file parts are refused", _COMPAT + "test_content_parts_are_joined"),
-    Row("tools", False, "tool calling: metagen has no tool-call parser"),
-    Row("tool_choice", False, "tool calling: metagen has no tool-call parser"),
-    Row("parallel_tool_calls", False, "tool calling: metagen has no tool-call parser"),
-    Row("functions", False, "tool calling: metagen has no tool-call parser"),
-    Row("function_call", False, "tool calling: metagen has no tool-call parser"),
-    Row("messages[].tool_calls", False, "tool calling: metagen has no tool-call parser"),
+    *(Row(name, False, _NO_TOOLS) for name in (
+        "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
+        "messages[].tool_calls")),
     Row("reasoning_effort", False, "no reasoning parser; a model's own switch goes in "
         "`chat_template_kwargs` (e.g. `enable_thinking`)"),
     Row("chat_template", False, "the server renders with the model's own template"),

@@ -34,16 +34,27 @@ from metagen.strategies.spec import Scorers
 from metagen.types import Completion, SamplingParams, Usage
 
 
-def outer_capabilities(inner: Generator) -> Capabilities:
-    """What a generator whose samples are chosen among ``inner``'s can promise: ``inner``'s
-    logprobs, prefix cache, seeding and FLOP counts; no logits, scoring or constraints of its
-    own, and serial calls."""
-    caps = inner.capabilities
-    return Capabilities(logprobs=caps.logprobs, prefix_cache=caps.prefix_cache,
-                        seeded=caps.seeded, flops=caps.flops)
+class OuterGenerator:
+    """The part every strategy-as-generator shares: the ``generator`` it draws from, its own
+    cumulative ``usage`` (what its calls spent, selection and scoring included), and what it
+    can promise: ``generator``'s logprobs, prefix cache, seeding and FLOP counts; no logits,
+    scoring or constraints of its own, and serial calls."""
+
+    generator: Generator
+    _usage: Usage
+
+    @property
+    def capabilities(self) -> Capabilities:
+        caps = self.generator.capabilities
+        return Capabilities(logprobs=caps.logprobs, prefix_cache=caps.prefix_cache,
+                            seeded=caps.seeded, flops=caps.flops)
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
 
 
-class StrategyGenerator:
+class StrategyGenerator(OuterGenerator):
     """A :class:`~metagen.generators.base.Generator` whose samples are group winners."""
 
     def __init__(self, generator: Generator, selector: Selector, *, group: int,
@@ -58,14 +69,6 @@ class StrategyGenerator:
         self.group = group
         self.min_successful = min_successful
         self._usage = Usage()
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return outer_capabilities(self.generator)
-
-    @property
-    def usage(self) -> Usage:
-        return self._usage
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams
                  ) -> list[list[Completion]]:

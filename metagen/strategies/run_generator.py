@@ -24,15 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metagen.generators.base import Capabilities, Generator, Prompt, check_prompts
+from metagen.generators.base import Generator, Prompt, check_prompts
 from metagen.strategies.budget import Budget
-from metagen.strategies.compose import outer_capabilities
+from metagen.strategies.compose import OuterGenerator
 from metagen.strategies.spec import Scorers, StrategySpec
 from metagen.strategies.step_search import derive_seed
 from metagen.types import Completion, Result, SamplingParams, Usage
 
 
-class RunGenerator:
+class RunGenerator(OuterGenerator):
     """A :class:`~metagen.generators.base.Generator` whose samples are runs of ``spec`` at scale
     ``n`` over ``generator`` (see the module docstring). Options are checked on construction
     (``InvalidParameterError`` naming the option), scorers on the first run."""
@@ -44,14 +44,6 @@ class RunGenerator:
         self.generator, self.spec, self.n = generator, spec, n
         self.scorers, self.options, self.budget = scorers, dict(options or {}), budget
         self._usage = Usage()
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return outer_capabilities(self.generator)
-
-    @property
-    def usage(self) -> Usage:
-        return self._usage
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams
                  ) -> list[list[Completion]]:
