@@ -104,7 +104,8 @@ def test_the_folder_a_run_key_fingerprints():
     ("prm", "prm", "unit-tests", "outcome reward only"),
     ("prm", "prm", "judge+/m/j", "outcome reward only"),
     ("reward", "reward", "math-shepherd+/m/ms", "--prm"),
-    ("reward", "reward", "likelihood+http://h?model=m", "local model folder"),
+    ("prm", "prm", "likelihood+http://h?model=m", "outcome reward only"),
+    ("reward", "reward", "likelihood+http://h", "'model' is required"),
     ("reward", "reward", "likelihood+", "local model folder"),
 ])
 def test_errors_name_the_flag(role, flag, text, says):

@@ -73,7 +73,7 @@ def start_server(generator: Any, head_timeout: float = 10.0, rewards: Any = None
 
 
 @contextlib.contextmanager
-def testbed_policy() -> Iterator[Any]:
+def local_policy() -> Iterator[Any]:
     """The testbed policy on the built-in engine, closed on exit."""
     from metagen.generators.local import LocalGenerator
     from metagen.testbed import model_path
@@ -88,7 +88,7 @@ def testbed_policy() -> Iterator[Any]:
 @contextlib.contextmanager
 def serving_testbed_policy(**scorers: Any) -> Iterator[RunningServer]:
     """``metagen serve`` of the testbed policy on loopback with ``rewards`` / ``prms``."""
-    with testbed_policy() as gen:
+    with local_policy() as gen:
         running = start_server(gen, **scorers)
         try:
             yield running

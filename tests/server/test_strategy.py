@@ -38,10 +38,10 @@ from metagen.testbed import format_prompt, make_problems, model_path
 from metagen.types import SamplingParams
 from tests.server.conftest import (
     MODEL,
+    local_policy,
     serving_testbed_policy,
     start_server,
     stop_server,
-    testbed_policy,
 )
 from tests.tolerances import SCORE_TOL
 
@@ -66,7 +66,7 @@ def policy_server(orm, prm):
 
 @pytest.fixture(scope="module")
 def policy_ref():
-    with testbed_policy() as gen:
+    with local_policy() as gen:
         yield gen
 
 

@@ -19,7 +19,7 @@ from metagen.strategies import registry
 from metagen.strategies.spec import Scorers, StrategySpec, param
 from metagen.testbed import format_prompt, make_problems
 from metagen.types import Result, SamplingParams
-from tests.server.conftest import MODEL, serving_testbed_policy, testbed_policy
+from tests.server.conftest import MODEL, local_policy, serving_testbed_policy
 
 PROBLEM = format_prompt(make_problems("test", 1, seed=3, difficulties=[3])[0])
 SEED, MAX_TOKENS = 5, 32
@@ -43,13 +43,14 @@ SCORERS = Scorers(reward=scripted_orm, prm=scripted_prm)
 
 @pytest.fixture(scope="module")
 def scripted_server():
-    with serving_testbed_policy(rewards={"orm": scripted_orm}, prms={"prm": scripted_prm}) as running:
+    with serving_testbed_policy(rewards={"orm": scripted_orm},
+                                prms={"prm": scripted_prm}) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def ref():
-    with testbed_policy() as gen:
+    with local_policy() as gen:
         yield gen
 
 
