@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from metagen.cli.flags import int_flag
+from metagen.cli.flags import int_flag, option_group
 from metagen.errors import InvalidParameterError
 
 CONSTRAINT_FLAGS = [
@@ -41,11 +41,8 @@ CONSTRAINT_FLAGS = [
 CONSTRAINT_NAMES = ("regex", "json_schema", "grammar", "choice", "token_healing")
 
 
-def constraint_flags(f: Any) -> Any:
-    """Decorate a click command with :data:`CONSTRAINT_FLAGS` (kwargs: :data:`CONSTRAINT_NAMES`)."""
-    for option in reversed(CONSTRAINT_FLAGS):
-        f = option(f)
-    return f
+# Decorates a click command with CONSTRAINT_FLAGS (its kwargs: CONSTRAINT_NAMES).
+constraint_flags = option_group(CONSTRAINT_FLAGS)
 
 
 def constraint_values(flags: dict[str, Any]) -> dict[str, Any]:

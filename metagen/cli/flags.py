@@ -5,7 +5,7 @@ and the Python parameter it feeds fail alike."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from metagen.errors import InvalidParameterError
@@ -54,3 +54,15 @@ def key_values(entries: Sequence[str], name: str = "strategy_arg") -> dict[str, 
         except json.JSONDecodeError:
             out[key.strip()] = value
     return out
+
+
+def option_group(options: Sequence[Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    """A decorator that puts the click ``options`` on a command, in their listed order (the first
+    listed is the first in ``--help``)."""
+
+    def decorate(f: Any) -> Any:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate

@@ -58,6 +58,7 @@ from metagen.cli.engine_options import (
 )
 from metagen.cli.flags import float_flag as _float
 from metagen.cli.flags import int_flag as _int
+from metagen.cli.flags import option_group
 from metagen.cli.remote import (
     naming_url,
     open_remote,
@@ -223,10 +224,7 @@ _SEARCH_NAMES = ("num_beams", "num_beam_groups", "diversity_penalty", "length_pe
                  "stochastic")
 
 
-def _search_flags(f: Any) -> Any:
-    for option in reversed(_SEARCH_FLAGS):
-        f = option(f)
-    return f
+_search_flags = option_group(_SEARCH_FLAGS)
 
 
 def _beam_params(search: dict[str, Any]) -> Any:

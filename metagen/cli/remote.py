@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from metagen.cli.flags import float_flag, int_flag
+from metagen.cli.flags import float_flag, int_flag, option_group
 from metagen.errors import BackendError, InvalidParameterError
 
 ENV_API_KEY = "OPENAI_API_KEY"
@@ -42,11 +42,8 @@ REMOTE_OPTIONS = [
 REMOTE_NAMES = ("base_url", "served_model", "api_key", "remote_timeout", "max_retries")
 
 
-def remote_options(f: Any) -> Any:
-    """Decorate a click command with :data:`REMOTE_OPTIONS` (its kwargs: :data:`REMOTE_NAMES`)."""
-    for option in reversed(REMOTE_OPTIONS):
-        f = option(f)
-    return f
+# Decorates a click command with REMOTE_OPTIONS (its kwargs: REMOTE_NAMES).
+remote_options = option_group(REMOTE_OPTIONS)
 
 
 def pop_remote(flags: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from metagen.cli.flags import key_values
+from metagen.cli.flags import key_values, option_group
 from metagen.errors import InvalidParameterError
 from metagen.scorers.scorer_spec import ScorerSpec, parse_scorer_spec
 from metagen.strategies.registry import get, names
@@ -52,10 +52,7 @@ STRATEGY_FLAGS = [
 _NAMES = ("strategy", "strategy_args", "reward", "prm")
 
 
-def strategy_flags(f: Any) -> Any:
-    for option in reversed(STRATEGY_FLAGS):
-        f = option(f)
-    return f
+strategy_flags = option_group(STRATEGY_FLAGS)
 
 
 @dataclass(frozen=True, slots=True)
