@@ -12,26 +12,32 @@ from typing import Any
 from metagen.eval.atomic import write_json_atomic
 from metagen.eval.metrics import summarize
 from metagen.eval.store import ItemResult, RunStore, StoredSample
+from metagen.eval.timing import SECONDS
 from metagen.types import Completion
 
 # model output that would close the data script, run code or open a comment if pasted as markup
 HOSTILE = ('</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">'
            '<!-- <b>bold</b> &amp; \u2028 lone \ud800 end\n#### 7')
 
-# item "a": tokens 10, 20, 30, 40 (mean 25); item "b": 5 x 4 (mean 5) -> per-item mean 15
+# item "a": tokens 10, 20, 30, 40 (mean 25); item "b": 5 x 4 (mean 5) -> per-item mean 15;
+# wall time 2 s (a) and 6 s (b) at every N
 SC_ITEMS: dict[str, dict[str, Any]] = {
     "a": {"difficulty": "easy",
           "samples": [("1 + 2 = 3\n#### 3", 10, True), ("#### 3", 20, True),
                       ("#### 5", 30, False), (HOSTILE, 40, False)],
           "reward": [0.9, 0.8, 0.1, 0.5],
           # N=1: every singleton (subset j picks j): 2 of 4 right; N=4: one subset, picks 0
-          "results": [("self_consistency", 1, 0.5, {"subsets": 4, "chosen": [0, 1, 2, 3]}),
-                      ("self_consistency", 4, 1.0, {"subsets": 1, "chosen": [0]})]},
+          "results": [("self_consistency", 1, 0.5, {"subsets": 4, "chosen": [0, 1, 2, 3],
+                                                    SECONDS: 2.0}),
+                      ("self_consistency", 4, 1.0, {"subsets": 1, "chosen": [0],
+                                                    SECONDS: 2.0})]},
     "b": {"difficulty": "hard",
           "samples": [("#### 9", 5, False)] * 4,
           "reward": [0.2, 0.2, 0.2, 0.2],
-          "results": [("self_consistency", 1, 0.0, {"subsets": 4, "chosen": [0, 1, 2, 3]}),
-                      ("self_consistency", 4, 0.0, {"subsets": 1, "chosen": [2]})]},
+          "results": [("self_consistency", 1, 0.0, {"subsets": 4, "chosen": [0, 1, 2, 3],
+                                                    SECONDS: 6.0}),
+                      ("self_consistency", 4, 0.0, {"subsets": 1, "chosen": [2],
+                                                    SECONDS: 6.0})]},
 }
 
 
@@ -93,10 +99,10 @@ def make_tree_run(folder: Path, hostile_step: str = HOSTILE) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with RunStore(folder / "run.sqlite") as store:
         results = [ItemResult("step_beam_search", 2, "accuracy", 1.0, {
-                       "text": "2 + 2 = 4\n#### 4", "usage": _usage(40, 2.0e6),
+                       "text": "2 + 2 = 4\n#### 4", "usage": _usage(40, 2.0e6), SECONDS: 0.5,
                        "trace": {"strategy": "step_beam_search", "tree": tree()}}),
                    ItemResult("step_beam_search", 4, "accuracy", 0.0, {
-                       "text": hostile_step, "usage": _usage(80, float("nan")),
+                       "text": hostile_step, "usage": _usage(80, float("nan")), SECONDS: 1.5,
                        "trace": {"strategy": "step_beam_search", "tree": tree(hostile_step)}})]
         store.save_item("a", [], [], None, results, done=True, difficulty="easy")
         write_json_atomic(folder / "results.json",
