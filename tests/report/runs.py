@@ -1,7 +1,8 @@
 """Tiny run folders written through the runner's own store (:class:`RunStore`) and atomic JSON
 writer, with hand-chosen values so the report's numbers can be checked by hand: a
-self-consistency run (two items, four samples each, one sample of hostile text) and a step-beam
-run (one item, a search tree at N=2 and N=4)."""
+self-consistency run (two items, four samples each, one sample of hostile text), a step-beam
+run (one item, a search tree at N=2 and N=4) and a scaling run (N up to 4096, FLOPs over more
+than three decades) of any task."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from metagen.eval.atomic import write_json_atomic
+from metagen.eval.cost import cost_results
 from metagen.eval.metrics import summarize
 from metagen.eval.store import ItemResult, RunStore, StoredSample
 from metagen.eval.timing import SECONDS
@@ -60,9 +62,10 @@ def _usage(tokens: int, flops: float) -> dict[str, Any]:
             "scorer_flops": 1000.0, "wall_time": 0.5}
 
 
-def _results_json(strategy: str, ns: list[int], store: RunStore, extra: dict) -> dict:
+def _results_json(strategy: str, ns: list[int], store: RunStore, extra: dict,
+                  task: str = "testbed") -> dict:
     return {"status": "complete", "run_key": "f" * 64,
-            "config": {"task": "testbed", "strategy": strategy, "ns": ns, "seed": 3,
+            "config": {"task": task, "strategy": strategy, "ns": ns, "seed": 3,
                        "model": {"path": "/models/policy", "backend": "auto"},
                        "sampling": {"temperature": 0.8, "top_p": 1.0, "max_tokens": 64},
                        "reward": None, "prm": None},
@@ -107,6 +110,28 @@ def make_tree_run(folder: Path, hostile_step: str = HOSTILE) -> Path:
         store.save_item("a", [], [], None, results, done=True, difficulty="easy")
         write_json_atomic(folder / "results.json",
                           _results_json("step_beam_search", [2, 4], store, {}))
+    return folder
+
+
+def make_scaling_run(folder: Path, task: str, flops: float = 1.0e6) -> Path:
+    """Three items of one subsampled strategy at N = 1, 2, 4, ..., 4096 with cost rows: tokens
+    10 N and FLOPs ``flops`` x N per item (so the FLOPs axis spans more than three decades),
+    accuracy rising with N, wall time 1, 2 and 3 s per item at every N."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ns = [2 ** k for k in range(13)]
+    with RunStore(folder / "run.sqlite") as store:
+        for i, item_id in enumerate(("x", "y", "z")):
+            results = []
+            for n in ns:
+                right = float(n >= 4 ** (i + 1))
+                results += [ItemResult("self_consistency", n, "accuracy", right,
+                                       {"subsets": 1, "chosen": [0], SECONDS: float(i + 1)}),
+                            *cost_results("self_consistency", n, 10.0 * n, flops * n)]
+            samples = [StoredSample(0, 7, Completion(f"#### {i}", finish_reason="stop",
+                                                     generated_tokens=10), True)]
+            store.save_item(item_id, samples, [], None, results, done=True, difficulty=None)
+        write_json_atomic(folder / "results.json",
+                          _results_json("self_consistency", ns, store, {}, task=task))
     return folder
 
 
