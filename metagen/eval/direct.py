@@ -27,7 +27,7 @@ from metagen.eval.cost import cost_results, measured_cost
 from metagen.eval.seeds import direct_seed
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
-from metagen.eval.timing import SECONDS, Stopwatch
+from metagen.eval.timing import Stopwatch, timed
 from metagen.strategies.spec import Scorers
 from metagen.types import Result, SamplingParams
 
@@ -102,6 +102,6 @@ def runs_at_each_n(strategy: str, task: TaskSpec, item: EvalItem, sampling: Samp
         correct = bool(task.grade(result.text, item.problem))
         results.append(ItemResult(strategy, n, ACCURACY, float(correct), {
             "text": result.text, "usage": result.usage.to_dict(), "trace": result.trace,
-            SECONDS: watch.elapsed}))
+            **timed(watch.elapsed, watch.started)}))
         results += cost_results(strategy, n, *measured_cost(result.usage))
     return results, []

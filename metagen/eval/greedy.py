@@ -15,7 +15,7 @@ from metagen.eval.cost import CostModel, cost_results
 from metagen.eval.direct import ACCURACY
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
-from metagen.eval.timing import SECONDS, Stopwatch
+from metagen.eval.timing import Stopwatch, timed
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import SamplingParams
 
@@ -38,6 +38,6 @@ def greedy_item(task: TaskSpec, item: EvalItem, generator: Any, sampling: Sampli
         return [], [(0, reason)]
     correct = bool(task.grade(c.text, item.problem))
     return ([ItemResult(GREEDY, 1, ACCURACY, float(correct),
-                        {"text": c.text, SECONDS: watch.elapsed}),
+                        {"text": c.text, **timed(watch.elapsed, watch.started)}),
              *cost_results(GREEDY, 1, c.num_tokens,
                            cost.sampling(item.prompt, [c.num_tokens], 1))], [])

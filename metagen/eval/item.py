@@ -98,7 +98,9 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
     results = with_seconds(item_results(item.id, item.prompt, samples, config.ns, selectors,
                                         run_seed=config.seed, max_subsets=config.max_subsets),
                            lambda r: sampling.elapsed + scoring.get(
-                               reads.get(r.strategy) or "", Stopwatch()).elapsed)
+                               reads.get(r.strategy) or "", Stopwatch()).elapsed,
+                           started=sampling.started or min(
+                               (w.started for w in scoring.values() if w.started), default=None))
     tokens = [s.completion.num_tokens for s in samples]
     for s in strategies:
         for n in config.ns:

@@ -1,6 +1,6 @@
 """Wall time of one item's strategies at each N, as the runner measures it: seconds of the
-monotonic clock, stored in the trace of each of the item's result rows under :data:`SECONDS`
-(in the one transaction that stores the item, so a resumed run keeps its earlier items' times;
+monotonic clock, stored in the trace of each of the item's result rows under :data:`SECONDS`,
+with the wall-clock time its work began under :data:`STARTED` (in the one transaction that stores the item, so a resumed run keeps its earlier items' times;
 ``results.json``'s summary rows carry no time, so they stay the same for a resumed run).
 
 What the seconds cover:
@@ -26,16 +26,21 @@ from dataclasses import dataclass, field, replace
 from metagen.eval.store import ItemResult
 
 SECONDS = "seconds"  # the trace key of a result's wall time
+STARTED = "started_at"  # the trace key of when its work began (seconds since the epoch)
 
 
 @dataclass(slots=True)
 class Stopwatch:
-    """Seconds spent inside ``with watch:`` blocks, summed (``elapsed``)."""
+    """Seconds spent inside ``with watch:`` blocks, summed (``elapsed``, monotonic clock), and
+    the wall-clock time the first block began (``started``, None before)."""
 
     elapsed: float = 0.0
+    started: float | None = None
     _start: float = field(default=0.0, repr=False)
 
     def __enter__(self) -> Stopwatch:
+        if self.started is None:
+            self.started = time.time()
         self._start = time.perf_counter()
         return self
 
@@ -43,12 +48,18 @@ class Stopwatch:
         self.elapsed += time.perf_counter() - self._start
 
 
+def timed(seconds: float, started: float | None) -> dict[str, float]:
+    """The trace entries of a result whose work began at ``started`` and took ``seconds``."""
+    return {SECONDS: float(seconds), **({} if started is None else {STARTED: float(started)})}
+
+
 def with_seconds(results: Sequence[ItemResult],
-                 seconds: Callable[[ItemResult], float | None]) -> list[ItemResult]:
-    """``results`` with ``seconds(result)`` in each trace under :data:`SECONDS` (a result for
-    which it gives None is kept as it is)."""
+                 seconds: Callable[[ItemResult], float | None],
+                 started: float | None = None) -> list[ItemResult]:
+    """``results`` with ``seconds(result)`` in each trace under :data:`SECONDS` and ``started``
+    under :data:`STARTED` (a result for which ``seconds`` gives None is kept as it is)."""
     out = []
     for r in results:
         s = seconds(r)
-        out.append(r if s is None else replace(r, trace={**r.trace, SECONDS: float(s)}))
+        out.append(r if s is None else replace(r, trace={**r.trace, **timed(s, started)}))
     return out

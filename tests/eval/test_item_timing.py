@@ -1,5 +1,6 @@
 """The runner stores each item's wall time at each (strategy, N) in the result's trace: what the
-seconds cover is pinned with a clock that advances one second per reading (the subsampled
+seconds cover, and when that work began, is pinned with a clock that advances one second per
+reading (the subsampled
 strategies' shared batch, plus the scoring of the scorer a strategy reads; a strategy run at
 each N, its own run), and a resumed run keeps its earlier items' times."""
 
@@ -14,14 +15,15 @@ import pytest
 from metagen.eval import run_eval
 from metagen.eval import timing
 from metagen.eval.runner import STORE_NAME
-from metagen.eval.timing import SECONDS, Stopwatch, with_seconds
+from metagen.eval.timing import SECONDS, STARTED, Stopwatch, with_seconds
 from metagen.eval.store import ItemResult
 from metagen.generators.mock import MockGenerator
 from tests.eval.test_runner_scripted import TASK, config, reward, text
 
 
 class TickingClock:
-    """``perf_counter`` advancing one second per call."""
+    """``perf_counter`` advancing one second per call; ``time`` (the wall clock) its reading
+    plus 1000, without advancing it."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -30,14 +32,21 @@ class TickingClock:
         self.now += 1.0
         return self.now
 
+    def time(self) -> float:
+        return 1000.0 + self.now
 
-def _seconds(folder: Path) -> dict[tuple[str, str, int, str], float | None]:
+
+def _traces(folder: Path) -> dict[tuple[str, str, int, str], dict]:
     db = sqlite3.connect(folder / STORE_NAME)
     try:
         rows = db.execute("SELECT item_id, strategy, n, metric, trace FROM results").fetchall()
     finally:
         db.close()
-    return {(i, s, n, m): json.loads(t).get(SECONDS) for i, s, n, m, t in rows}
+    return {(i, s, n, m): json.loads(t) for i, s, n, m, t in rows}
+
+
+def _seconds(folder: Path) -> dict[tuple[str, str, int, str], float | None]:
+    return {k: t.get(SECONDS) for k, t in _traces(folder).items()}
 
 
 def test_a_stopwatch_sums_its_blocks_and_with_seconds_adds_the_trace_key(monkeypatch):
@@ -48,8 +57,9 @@ def test_a_stopwatch_sums_its_blocks_and_with_seconds_adds_the_trace_key(monkeyp
             pass
     assert watch.elapsed == 3.0
     rows = [ItemResult("a", 1, "accuracy", 1.0, {"x": 1}), ItemResult("b", 1, "accuracy", 0, {})]
-    out = with_seconds(rows, lambda r: 2.5 if r.strategy == "a" else None)
-    assert out[0].trace == {"x": 1, SECONDS: 2.5} and out[1] is rows[1]
+    assert watch.started == 1000.0  # the wall clock as the first block began
+    out = with_seconds(rows, lambda r: 2.5 if r.strategy == "a" else None, started=7.0)
+    assert out[0].trace == {"x": 1, SECONDS: 2.5, STARTED: 7.0} and out[1] is rows[1]
     assert rows[0].trace == {"x": 1}  # the input is not changed
 
 
@@ -64,14 +74,18 @@ def test_subsampled_strategies_are_charged_the_batch_plus_their_scorer(tmp_path,
         # one sampling call (1 s on this clock); best_of_n adds the one reward pass (1 s)
         assert seconds == (2.0 if strategy == "best_of_n" else 1.0)
     assert all(v is None for k, v in got.items() if k not in timed)  # cost rows carry none
+    traces = _traces(tmp_path)
+    for item in {k[0] for k in timed}:  # one start per item: its batch's first draw
+        assert len({traces[k][STARTED] for k in timed if k[0] == item}) == 1
 
 
 def test_greedy_is_charged_its_own_call(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "time", TickingClock())
     run_eval(config(strategy="greedy", ns=(1,)), TASK, tmp_path,
              load_generator=lambda: MockGenerator(text))
-    got = {k: v for k, v in _seconds(tmp_path).items() if k[3] == "accuracy"}
-    assert len(got) == 6 and set(got.values()) == {1.0}
+    got = {k: v for k, v in _traces(tmp_path).items() if k[3] == "accuracy"}
+    assert len(got) == 6 and {t[SECONDS] for t in got.values()} == {1.0}
+    assert len({t[STARTED] for t in got.values()}) == 6  # each began at its own time
 
 
 def test_a_resumed_run_keeps_its_earlier_items_times(tmp_path):
@@ -100,3 +114,5 @@ def test_a_strategy_run_at_each_n_is_charged_each_run(tmp_path, monkeypatch, str
     results, failures = runs_at_each_n(strategy, TASK, item, SamplingParams(), (1, 3), 0, run)
     assert failures == []
     assert {r.n: r.trace[SECONDS] for r in results if r.metric == "accuracy"} == {1: 2.0, 3: 4.0}
+    assert {r.n: r.trace[STARTED] for r in results if r.metric == "accuracy"} == \
+        {1: 1000.0, 3: 1003.0}  # the wall clock as each run began

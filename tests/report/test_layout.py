@@ -139,8 +139,10 @@ def test_the_results_table_has_latency_and_throughput_beside_accuracy_and_comput
                     "FLOPs / item", "latency p50 (s)", "latency p90 (s)", "items / s"]
     row = table.locator('tr[data-run="run0"][data-n="4"] td')
     cells = [row.nth(i).text_content() for i in range(row.count())]
-    # items a and b: 2 s and 6 s -> p50 4, p90 5.6, throughput 2 / 8 s
-    assert cells[2:] == ["4", "0.500 ± 0.500", "2", "60", "—", "4", "5.600", "0.25"]
+    # items a and b: 2 s and 6 s, one after the other -> p50 4, p90 5.6, throughput 2 / 8 s
+    assert cells[2:] == ["4", "0.500 ± 0.500", "2", "60", "—", "4", "5.6", "0.25"]
+    tree = table.locator('tr[data-run="run2"][data-n="4"] td')
+    assert [tree.nth(i).text_content() for i in range(7, 10)] == ["1.5", "1.5", "0.667"]
     seconds = view.locator('.task[data-task="testbed"] .chart[data-axis="seconds"]')
     assert seconds.locator("g.series").count() == 3  # both sc runs and the tree run
     assert page.errors == []

@@ -40,6 +40,12 @@ function tickLabel(v) {
   }
   return String(Number(v.toPrecision(3)));
 }
+// three significant digits (seconds, rates): 4, 5.6, 0.584, 1.2e-4
+function sig(x) {
+  if (typeof x !== "number") return "—";
+  if (x !== 0 && Math.abs(x) < 1e-3) return x.toExponential(1);
+  return String(Number(x.toPrecision(3)));
+}
 function valueClass(v) {
   return typeof v !== "number" ? null : v >= 1 ? "good" : v <= 0 ? "bad" : "part";
 }

@@ -48,8 +48,8 @@ function resultsTable(group, series) {
           el("td", null, fmt(p.n)),
           el("td", {"class": valueClass(p.mean)}, fmt(p.mean) + " ± " + fmt(p.stderr)),
           el("td", null, fmt(p.items)), el("td", null, fmt(p.tokens, 1)),
-          el("td", null, fmt(p.flops)), el("td", null, fmt(p.p50)), el("td", null, fmt(p.p90)),
-          el("td", null, fmt(p.throughput, 2))]).map(function (td, i) {
+          el("td", null, fmt(p.flops)), el("td", null, sig(p.p50)), el("td", null, sig(p.p90)),
+          el("td", null, sig(p.throughput))]).map(function (td, i) {
             if (i >= (several ? 2 : 1)) td.classList.add("num");
             return td;
           })));
