@@ -20,8 +20,9 @@ Items run concurrently (``--concurrency``) are timed as they ran, sharing the ma
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from metagen.eval.store import ItemResult
 
@@ -51,6 +52,11 @@ class Stopwatch:
 def timed(seconds: float, started: float | None) -> dict[str, float]:
     """The trace entries of a result whose work began at ``started`` and took ``seconds``."""
     return {SECONDS: float(seconds), **({} if started is None else {STARTED: float(started)})}
+
+
+def untimed(trace: Mapping[str, Any]) -> dict[str, Any]:
+    """``trace`` without its time entries: what two runs of the same seeded item share."""
+    return {k: v for k, v in trace.items() if k not in (SECONDS, STARTED)}
 
 
 def with_seconds(results: Sequence[ItemResult],
