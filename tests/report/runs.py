@@ -115,12 +115,13 @@ def make_tree_run(folder: Path, hostile_step: str = HOSTILE) -> Path:
     return folder
 
 
-def make_scaling_run(folder: Path, task: str, flops: float = 1.0e6) -> Path:
-    """Three items of one subsampled strategy at N = 1, 2, 4, ..., 4096 with cost rows: tokens
-    10 N and FLOPs ``flops`` x N per item (so the FLOPs axis spans more than three decades),
-    accuracy rising with N, wall time 1, 2 and 3 s per item at every N (begun 10 s apart)."""
+def make_scaling_run(folder: Path, task: str, flops: float = 1.0e6, top: int = 4096) -> Path:
+    """Three items of one subsampled strategy at N = 1, 2, 4, ..., ``top`` with cost rows: tokens
+    10 N and FLOPs ``flops`` x N per item (up to 4096 the FLOPs axis spans more than three
+    decades), accuracy rising with N, wall time 1, 2 and 3 s per item at every N (begun 10 s
+    apart)."""
     folder.mkdir(parents=True, exist_ok=True)
-    ns = [2 ** k for k in range(13)]
+    ns = [2 ** k for k in range(top.bit_length())]
     with RunStore(folder / "run.sqlite") as store:
         for i, item_id in enumerate(("x", "y", "z")):
             results = []

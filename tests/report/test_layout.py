@@ -23,7 +23,11 @@ def report(tmp_path):
     twin = tmp_path / "sc_twin"  # the same run twice: identical curves
     shutil.copytree(sc, twin)
     runs = [sc, twin, make_tree_run(tmp_path / "tree"),
-            make_scaling_run(tmp_path / "scaling", task="gsm8k", flops=1.234e6)]
+            make_scaling_run(tmp_path / "scaling", task="gsm8k", flops=1.234e6),
+            # two runs whose FLOPs (8 values in all, 1.23e6 to 1.24e7) lie close together: their
+            # labels overlapped when every value was a tick 36 px apart
+            make_scaling_run(tmp_path / "close_a", task="math500", flops=1.234e6, top=8),
+            make_scaling_run(tmp_path / "close_b", task="math500", flops=1.55e6, top=8)]
     return write_report(runs, tmp_path / "report.html")
 
 
@@ -60,8 +64,8 @@ def test_the_first_screen_shows_the_results_and_run_details_are_collapsed_below(
     assert first_row["y"] + first_row["height"] <= VIEW["height"]  # on the first screen
     assert head["y"] < VIEW["height"] / 2
     runs = view.locator("details.run")
-    assert runs.count() == 4
-    assert all(runs.nth(i).get_attribute("open") is None for i in range(4))  # collapsed
+    assert runs.count() == 6
+    assert all(runs.nth(i).get_attribute("open") is None for i in range(6))  # collapsed
     assert _box(view.locator("#runs"))["y"] > _box(view.locator("#items"))["y"]
     assert not view.locator("details.run dl.summary").first.is_visible()
     runs.first.locator("summary").click()
@@ -72,8 +76,8 @@ def test_the_first_screen_shows_the_results_and_run_details_are_collapsed_below(
 def test_one_chart_per_task_and_quantity_with_each_run_in_its_tasks_charts(page, view, tmp_path):
     tasks = view.locator(".task")
     assert [tasks.nth(i).get_attribute("data-task") for i in range(tasks.count())] == \
-        ["testbed", "gsm8k"]
-    for i in range(2):
+        ["testbed", "gsm8k", "math500"]
+    for i in range(3):
         charts = tasks.nth(i).locator(".chart")
         assert [charts.nth(j).get_attribute("data-axis") for j in range(charts.count())] == \
             ["n", "tokens", "flops", "seconds"]
@@ -81,6 +85,8 @@ def test_one_chart_per_task_and_quantity_with_each_run_in_its_tasks_charts(page,
     assert {g.get_attribute("data-run") for g in testbed.locator(
         '.chart[data-axis="n"] g.series').all()} == {"run0", "run1", "run2"}
     assert {g.get_attribute("data-run") for g in gsm8k.locator("g.series").all()} == {"run3"}
+    assert {g.get_attribute("data-run") for g in tasks.nth(2).locator(
+        '.chart[data-axis="flops"] g.series').all()} == {"run4", "run5"}
     gsm8k.screenshot(path=str(tmp_path / "gsm8k.png"))
     _not_blank(tmp_path / "gsm8k.png")
     assert page.errors == []
@@ -111,8 +117,11 @@ def test_no_two_axis_tick_labels_overlap(page, view, tmp_path):
     labels = flops.locator("text.xtick:visible")
     assert labels.count() >= 3  # 1.234e6 to 5.05e9 FLOPs: a tick per decade at least
     assert all("e" in labels.nth(i).text_content() for i in range(labels.count()))
+    close = view.locator('.task[data-task="math500"] .chart[data-axis="flops"]')
+    close.screenshot(path=str(tmp_path / "close-flops.png"))
+    assert close.locator("text.xtick:visible").count() >= 2
     charts = view.locator(".chart svg[role=img]")
-    assert charts.count() == 8
+    assert charts.count() == 12
     for i in range(charts.count()):
         boxes = [_box(t) for t in charts.nth(i).locator("text.xtick:visible").all()]
         boxes += [_box(t) for t in charts.nth(i).locator("text.ytick").all()]
