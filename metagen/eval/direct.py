@@ -8,10 +8,11 @@ feedback on the item).
 
 An item's run at some N that lost samples (a failed generate, ``Result.failures``) or found no
 answer is not a result: the item stays undone, its failures are logged by reason, and it is
-retried (L7). Traces (the search tree, usage) are stored with each result; its cost rows are the
-run's measured usage (generated tokens; generator plus scorer FLOPs, as measured: they include
-what the prefix cache saved, so they are not estimates like the subsampled strategies' costs),
-so the tokens an adaptive run saves show on the accuracy-against-tokens curve.
+retried (L7). Traces (the search tree, usage, the run's wall time: :mod:`~metagen.eval.timing`)
+are stored with each result; its cost rows are the run's measured usage (generated tokens;
+generator plus scorer FLOPs, as measured: they include what the prefix cache saved, so they are
+not estimates like the subsampled strategies' costs), so the tokens an adaptive run saves show on
+the accuracy-against-tokens curve.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from metagen.eval.cost import cost_results, measured_cost
 from metagen.eval.seeds import direct_seed
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
+from metagen.eval.timing import Stopwatch, timed
 from metagen.strategies.spec import Scorers
 from metagen.types import Result, SamplingParams
 
@@ -84,8 +86,10 @@ def runs_at_each_n(strategy: str, task: TaskSpec, item: EvalItem, sampling: Samp
     results: list[ItemResult] = []
     for n in ns:
         params = sampling.with_(n=1, seed=direct_seed(run_seed, item.id, n))
+        watch = Stopwatch()
         try:
-            result = run(n, params)
+            with watch:
+                result = run(n, params)
         except (BackendError, InsufficientSamples, InvalidPromptError) as exc:
             return [], [(None, type(exc).__name__)]
         failures: list[tuple[int | None, str]] = [
@@ -97,6 +101,7 @@ def runs_at_each_n(strategy: str, task: TaskSpec, item: EvalItem, sampling: Samp
             return [], failures
         correct = bool(task.grade(result.text, item.problem))
         results.append(ItemResult(strategy, n, ACCURACY, float(correct), {
-            "text": result.text, "usage": result.usage.to_dict(), "trace": result.trace}))
+            "text": result.text, "usage": result.usage.to_dict(), "trace": result.trace,
+            **timed(watch.elapsed, watch.started)}))
         results += cost_results(strategy, n, *measured_cost(result.usage))
     return results, []

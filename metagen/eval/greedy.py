@@ -15,6 +15,7 @@ from metagen.eval.cost import CostModel, cost_results
 from metagen.eval.direct import ACCURACY
 from metagen.eval.store import ItemResult
 from metagen.eval.tasks import EvalItem, TaskSpec
+from metagen.eval.timing import Stopwatch, timed
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import SamplingParams
 
@@ -25,15 +26,18 @@ def greedy_item(task: TaskSpec, item: EvalItem, generator: Any, sampling: Sampli
     """(the N = 1 accuracy and cost rows, failures): ``sampling`` with ``n=1`` and
     ``temperature=0`` (its other parameters, e.g. ``max_tokens``, kept)."""
     params = sampling.with_(n=1, temperature=0.0, seed=None)
+    watch = Stopwatch()
     try:
-        c = check_counts(generator.generate([item.prompt], params), 1, 1,
-                         type(generator).__name__)[0][0]
+        with watch:
+            c = check_counts(generator.generate([item.prompt], params), 1, 1,
+                             type(generator).__name__)[0][0]
     except (BackendError, InvalidPromptError) as exc:
         return [], [(0, type(exc).__name__)]
     reason = failure_reason(c) or ("empty" if c.text == "" else None)
     if reason is not None:
         return [], [(0, reason)]
     correct = bool(task.grade(c.text, item.problem))
-    return ([ItemResult(GREEDY, 1, ACCURACY, float(correct), {"text": c.text}),
+    return ([ItemResult(GREEDY, 1, ACCURACY, float(correct),
+                        {"text": c.text, **timed(watch.elapsed, watch.started)}),
              *cost_results(GREEDY, 1, c.num_tokens,
                            cost.sampling(item.prompt, [c.num_tokens], 1))], [])

@@ -22,6 +22,7 @@ from metagen.eval.seeds import item_seed
 from metagen.eval.selectors import StoredReward
 from metagen.eval.store import ItemResult, StoredSample
 from metagen.eval.tasks import EvalItem, TaskSpec
+from metagen.eval.timing import Stopwatch, with_seconds
 from metagen.scorers.callables import check_scores
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import Completion
@@ -65,10 +66,12 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
     samples are still missing."""
     n_max, seed = max(config.ns), item_seed(config.seed, item.id)
     have = store.samples(item.id)
+    sampling = Stopwatch()
     for _ in range(config.attempts):
         if len(have) == n_max:
             break
-        new, failures = _sample(config, task, item, backends.generator, seed, set(have))
+        with sampling:
+            new, failures = _sample(config, task, item, backends.generator, seed, set(have))
         store.save_item(item.id, new, failures)
         have.update({s.index: s for s in new})
     if len(have) < n_max:
@@ -77,12 +80,14 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
     texts = [s.completion.text for s in samples]
     scores: dict[str, dict[int, float]] = {}
     reads = {s: stored_scorer(s, config.configured) for s in strategies}
+    scoring: dict[str, Stopwatch] = {}
     for name in sorted({x for x in reads.values() if x}):
         values = store.scores(item.id, name)
         if len(values) < n_max:
             scorer = backends.scorers[name]
-            got = check_scores(scorer.score([item.prompt] * n_max, texts), n_max,
-                               who=type(scorer).__name__)
+            with scoring.setdefault(name, Stopwatch()):
+                got = check_scores(scorer.score([item.prompt] * n_max, texts), n_max,
+                                   who=type(scorer).__name__)
             values = {j: float(v) for j, v in enumerate(got)}
         scores[name] = values
     stored = {name: StoredReward(texts, [v[j] for j in range(n_max)])
@@ -90,8 +95,12 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
     options = config.options
     selectors = {s: spec_of(s).selector(stored.get(x) if (x := reads[s]) else None,
                                         task.answer_key, options[s]) for s in strategies}
-    results = item_results(item.id, item.prompt, samples, config.ns, selectors,
-                           run_seed=config.seed, max_subsets=config.max_subsets)
+    results = with_seconds(item_results(item.id, item.prompt, samples, config.ns, selectors,
+                                        run_seed=config.seed, max_subsets=config.max_subsets),
+                           lambda r: sampling.elapsed + scoring.get(
+                               reads.get(r.strategy) or "", Stopwatch()).elapsed,
+                           started=sampling.started or min(
+                               (w.started for w in scoring.values() if w.started), default=None))
     tokens = [s.completion.num_tokens for s in samples]
     for s in strategies:
         for n in config.ns:

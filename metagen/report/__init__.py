@@ -1,8 +1,9 @@
 """metagen.report: run folders of ``metagen eval`` -> one self-contained HTML page.
 
 - :mod:`~metagen.report.model` — :func:`build_report`: the JSON-able model (provenance, failure
-  counts, curves against N / tokens / FLOPs, difficulty and compute-optimal tables, per-item
-  candidates, votes and search trees), capped by :class:`ReportLimits`.
+  counts, curves against N / tokens / FLOPs / wall time with latency and throughput per point
+  (:mod:`~metagen.report.latency`), difficulty and compute-optimal tables, per-item candidates,
+  votes and search trees), capped by :class:`ReportLimits`.
 - :mod:`~metagen.report.html` — :func:`render_html`: the page, data inline and escaped.
 - :func:`write_report`: both, written atomically.
 """

@@ -1,5 +1,6 @@
 """The report model -> one self-contained HTML page: the page template, its stylesheet and
-script (package data files in ``assets/``) and the model as inline JSON. Nothing is fetched at
+script (package data files in ``assets/``: the script's parts, :data:`SCRIPT_PARTS`, joined
+inside one function) and the model as inline JSON. Nothing is fetched at
 view time; the script draws the charts as SVG and builds every element from the data with
 ``textContent``, never as markup.
 
@@ -19,6 +20,10 @@ from importlib import resources
 from typing import Any
 
 _MARKERS = ("/*@CSS@*/", "/*@JS@*/", "@DATA@", "@TITLE@")
+#: the script's parts, in order: the data and run details, helpers, the chart, the results
+#: (tables and charts per task), the difficulty tables, the items, the search trees
+SCRIPT_PARTS = ("report.js", "dom.js", "chart.js", "results.js", "tables.js", "items.js",
+                "trees.js")
 
 
 def embed_json(obj: Any) -> str:
@@ -43,10 +48,17 @@ def asset(name: str) -> str:
     return (resources.files("metagen.report") / "assets" / name).read_text(encoding="utf-8")
 
 
+def script() -> str:
+    """The page's script: :data:`SCRIPT_PARTS` joined in one strict-mode function that draws
+    the page once they are all defined."""
+    body = "\n".join(asset(name) for name in SCRIPT_PARTS)
+    return f'(function () {{\n"use strict";\n{body}\nrenderAll();\n}}());'
+
+
 def render_html(model: Mapping[str, Any], title: str = "metagen report") -> str:
     """The page for ``model`` (:func:`~metagen.report.model.build_report`'s output)."""
     page = asset("report.html")
-    parts = {"/*@CSS@*/": asset("report.css"), "/*@JS@*/": asset("report.js"),
+    parts = {"/*@CSS@*/": asset("report.css"), "/*@JS@*/": script(),
              "@DATA@": embed_json(model), "@TITLE@": html.escape(title)}
     # one pass over the template, so a marker inside an inserted part is never replaced
     out, rest = [], page

@@ -1,6 +1,7 @@
-"""Run folders -> the report's JSON-able model: per run its provenance summary, failure counts,
-curves, difficulty and compute-optimal tables (when ``results.json`` has them) and per-item
-views (when the folder has its ``run.sqlite``).
+"""Run folders -> the report's JSON-able model: per run its task, provenance summary, failure
+counts, curves (accuracy with compute and wall time per N), difficulty and compute-optimal
+tables (when ``results.json`` has them) and per-item views (when the folder has its
+``run.sqlite``).
 
 Nothing in a run folder is written. A folder without ``results.json``, or one that is not a JSON
 object, raises ``InvalidParameterError`` naming ``dir`` and the folder; an unreadable store
@@ -21,6 +22,7 @@ from metagen.eval.runner import RESULTS_NAME, STORE_NAME
 from metagen.report.costs import run_costs
 from metagen.report.curves import run_curves
 from metagen.report.items import item_view
+from metagen.report.latency import run_latency
 from metagen.report.limits import ReportLimits
 from metagen.report.store_reader import StoredRun, read_store
 from metagen.report.summary import provenance_summary
@@ -103,7 +105,9 @@ def run_model(index: int, folder: Path, results: dict[str, Any], limits: ReportL
             "path": str(folder), "summary": provenance_summary(results),
             "failures": dict(results.get("failures_by_reason") or {}),
             "failed_items": list(results.get("failed_items") or []),
-            "curves": run_curves(rows, run_costs(stored.samples, stored.results)),
+            "task": (results.get("config") or {}).get("task"),
+            "curves": run_curves(rows, run_costs(stored.samples, stored.results),
+                                 run_latency(stored.results)),
             "by_difficulty": difficulty_table(results.get("by_difficulty")),
             "compute_optimal": compute_optimal_table(results.get("compute_optimal")),
             "items": items, "items_note": note}

@@ -5,6 +5,7 @@ batch-composition guarantee, ``BATCH_RTOL``)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from metagen.engine.llm_engine import BATCH_RTOL
 from metagen.eval import EvalConfig, get_task, run_eval
 from metagen.eval.runner import STORE_NAME
+from metagen.eval.timing import untimed
 from metagen.types import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,8 @@ def _run(out: Path, backends, concurrency: int) -> tuple[dict, list]:
     rows = [db.execute(f"SELECT * FROM {t} ORDER BY 1, 2, 3").fetchall()
             for t in ("samples", "scores", "results")]
     db.close()
+    # each result's wall time and start are times, as results.json's are (not compared)
+    rows[2] = [(*r[:5], untimed(json.loads(r[5]))) for r in rows[2]]
     return report, rows
 
 

@@ -55,7 +55,7 @@ def test_each_run_and_strategy_is_one_curve_with_a_point_per_recorded_n(page, re
             g = series.nth(i)
             d = g.locator("path.curve").get_attribute("d")
             assert _points(d) == int(g.locator("path.curve").get_attribute("data-points"))
-            assert g.locator("circle").count() == g.locator("line.errbar").count() == _points(d)
+            assert g.locator(".marker").count() == g.locator("line.errbar").count() == _points(d)
             got[g.get_attribute("data-run")] = _points(d)
         assert got == per_run, axis
     note = p.locator('.chart[data-axis="flops"] [data-testid="not-recorded"]').text_content()
@@ -69,7 +69,7 @@ def test_error_bars_span_one_standard_error(page, report):
     # sc's points: 0.25 +- 0.25 and 0.5 +- 0.5; bars are drawn in pixels on one y scale
     bars = [(float(b.get_attribute("y1")), float(b.get_attribute("y2")))
             for b in g.locator("line.errbar").all()]
-    ys = [float(c.get_attribute("cy")) for c in g.locator("circle").all()]
+    ys = [float(c.get_attribute("cy")) for c in g.locator("circle.marker").all()]  # run0: circles
     (lo1, hi1), (lo2, hi2) = bars
     assert lo1 - ys[0] == pytest.approx(ys[0] - hi1)
     assert (lo2 - hi2) == pytest.approx(2 * (lo1 - hi1))

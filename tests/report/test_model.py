@@ -30,11 +30,13 @@ def test_curve_points_are_the_summary_rows_with_their_tokens_per_item(sc):
     run = build_report([sc])["runs"][0]
     # item means: (0.5 + 0.0) / 2 at N=1, (1 + 0) / 2 at N=4; stderr = sd / sqrt(2) = 0.25 and 0.5
     # tokens: N x the mean over items of the item's mean sample tokens ((25 + 5) / 2 = 15)
+    # wall time: items a and b took 2 s and 6 s (tests/report/test_latency.py pins the fields)
+    time = {"seconds": 4.0, "p50": 4.0, "p90": pytest.approx(5.6), "throughput": 0.25}
     assert run["curves"] == [{"strategy": "self_consistency", "metric": "accuracy", "points": [
         {"n": 1, "mean": 0.25, "stderr": pytest.approx(0.25), "items": 2, "tokens": 15.0,
-         "flops": None},
+         "flops": None, **time},
         {"n": 4, "mean": 0.5, "stderr": pytest.approx(0.5), "items": 2, "tokens": 60.0,
-         "flops": None}]}]
+         "flops": None, **time}]}]
 
 
 def test_tree_strategy_compute_comes_from_each_runs_usage_and_unknown_flops_stay_unknown(

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from metagen.cli import main
+from metagen.eval.timing import untimed
 from metagen.testbed import model_path
 from tests.server.conftest import spawned_server
 from tests.tolerances import SCORE_TOL
@@ -66,8 +67,9 @@ def _stored(out: Path) -> tuple[list, list, dict]:
     """(best-of-N accuracy rows with their chosen samples, the samples' texts, scores)."""
     db = sqlite3.connect(out / "run.sqlite")
     try:
-        chosen = db.execute("SELECT item_id, n, value, trace FROM results WHERE strategy = "
-                            "'best_of_n' AND metric = 'accuracy' ORDER BY 1, 2").fetchall()
+        chosen = [(*r[:3], untimed(json.loads(r[3]))) for r in db.execute(
+            "SELECT item_id, n, value, trace FROM results WHERE strategy = 'best_of_n' AND "
+            "metric = 'accuracy' ORDER BY 1, 2")]  # the traces up to their times
         texts = db.execute("SELECT item_id, sample_index, text FROM samples ORDER BY 1, 2"
                            ).fetchall()
         scores = {(i, s): v for i, s, v in db.execute(
