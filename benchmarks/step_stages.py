@@ -12,7 +12,7 @@ Both builds (this checkout and ``--baseline``) take ``METAGEN_NATIVE_ISA``'s fla
 the AVX2 path on an AVX-512 machine.
 
 ``python -m benchmarks.step_stages [--threads 2] [--rows 1] [--rounds 16] [--steps 40]
-[--baseline DIR] [--json PATH]``.
+[--baseline DIR] [--quantization int8|w8a8|int4] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def _read(lib: ctypes.CDLL, threads: int, steps: int) -> np.ndarray:
 
 
 def measure(threads: int, rows: int, rounds: int, steps: int,
-            baseline: Path | None) -> dict[str, object]:
+            baseline: Path | None, quantization: str | None = None) -> dict[str, object]:
     torch.set_num_threads(threads)
-    model = load_model(build_models(Path("/tmp/metagen-bench-models"))["target"])
+    model = load_model(build_models(Path("/tmp/metagen-bench-models"))["target"],
+                       quantization=quantization)  # type: ignore[arg-type]
     folders = {"this": Path(SOURCES[0]).parent}
     if baseline is not None:
         folders["baseline"] = baseline
@@ -82,7 +83,8 @@ def measure(threads: int, rows: int, rounds: int, steps: int,
             per_round.append(_read(lib, threads, steps))
         if baseline is not None:
             ratios.append(ways["baseline"][3][-1][:, 0].sum() / ways["this"][3][-1][:, 0].sum())
-    out: dict[str, object] = {"threads": threads, "rows": rows, "rounds": rounds,
+    out: dict[str, object] = {"threads": threads, "rows": rows, "quantization": quantization,
+                              "rounds": rounds,
                               "steps_per_round": steps}
     for name, (_, _, _, per_round) in ways.items():
         med = np.median(np.stack(per_round), axis=0)  # (threads, 2, stages), median of rounds
@@ -106,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=40, help="steps per round")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a folder of native C files with the stage clock, to run alternately")
+    ap.add_argument("--quantization", choices=("int8", "w8a8", "int4"), default=None,
+                    help="the target's projections quantized so (default: float32)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    res = measure(args.threads, args.rows, args.rounds, args.steps, args.baseline)
+    res = measure(args.threads, args.rows, args.rounds, args.steps, args.baseline,
+                  args.quantization)
     for name in ("this", "baseline"):
         if name not in res:
             continue
