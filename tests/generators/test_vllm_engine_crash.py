@@ -131,3 +131,23 @@ def test_scripted_fault_vllm_engine_crash_on_the_command_line(capsys, dying):
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
     assert server.url in line and REASON in line
+
+
+def test_scripted_fault_vllm_engine_crash_of_one_sample_names_it_on_the_command_line(capsys):
+    """One of three samples answered with vLLM's engine-dead 500 on every attempt: the other
+    two are printed, the failed one is a stderr line with the server's reason, exit 1."""
+    from metagen.cli import main
+
+    srv = FaultServer(lambda seen: Fault("status", 500, body=ENGINE_DEAD)
+                      if seen.body["seed"] == 21 else Fault()).start()
+    try:
+        code = main(["generate", "--base-url", srv.url, "--model", "policy", "Q:", "--n", "3",
+                     "--seed", "20", "--max-retries", "1"])
+    finally:
+        srv.stop()
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.strip().splitlines() == [f"error: completion 1 failed (server_error: {REASON}. "
+                                        "See stack trace (above) for the root cause.)"]
+    assert [line for line in out.splitlines() if not line.startswith("---")] == \
+        ["Q:answer 2", "Q:answer 1"]
