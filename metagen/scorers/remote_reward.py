@@ -90,7 +90,8 @@ class RemoteRewardModel(RemoteScorer):
         if self.api == "classify":
             return self._call(bodies, lambda k, data: parse_classified(
                 data, sizes[k], self.positive, self.labels))
-        return self._call(bodies, lambda k, data: parse_pooled(data, sizes[k], self.positive))
+        return self._call(bodies, lambda k, data: parse_pooled(data, sizes[k], self.positive,
+                                                               self.labels))
 
     def _token_ids(self, prompt: Prompt, completion: str) -> list[int]:
         """The tokens :class:`~metagen.scorers.HFRewardModel` reads for the pair."""

@@ -118,10 +118,22 @@ def resolve_label(positive_label: Label, labels: Sequence[str] | None) -> int | 
     return list(labels).index(positive_label)
 
 
-def parse_pooled(data: Any, n: int, positive: int | None) -> list[float]:
-    """One score per input of a ``/pooling`` reply of a sequence classifier."""
+def parse_pooled(data: Any, n: int, positive: int | None,
+                 labels: Sequence[str] | None = None) -> list[float]:
+    """One score per input of a ``/pooling`` reply of a sequence classifier. With ``labels``
+    declared, each vector must hold one value per label: vLLM answers ``/pooling`` of a causal
+    LM served with ``--runner pooling`` (and no ``--convert classify``) with its embedding, whose
+    "positive label" would be one coordinate of a hidden state."""
+    items = items_of(data, n)
+    if labels is not None:
+        for i, item in enumerate(items):
+            vector = item.get("data")
+            if isinstance(vector, list) and len(vector) != len(labels):
+                raise invalid(f"data[{i}].data has {len(vector)} values for {len(labels)} "
+                              "declared labels: not this classifier's output (a causal LM "
+                              "served with --runner pooling is an embedding model)")
     return [pick(item.get("data"), positive, f"data[{i}].data")
-            for i, item in enumerate(items_of(data, n))]
+            for i, item in enumerate(items)]
 
 
 def parse_token_pooled(data: Any, positions: Sequence[Sequence[int]], lengths: Sequence[int],

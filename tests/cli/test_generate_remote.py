@@ -156,7 +156,8 @@ def test_scripted_one_failed_sample_of_three_is_exit_1_with_the_others_printed(c
                                              "--max-retries", "1"))
     finally:
         srv.stop()
-    assert code == 1 and err.strip().splitlines() == ["error: completion 1 failed (server_error)"]
+    assert code == 1 and err.strip().splitlines() == [
+        "error: completion 1 failed (server_error: HTTP 503: status 503)"]
     assert [line for line in out.splitlines() if not line.startswith("---")] == \
         ["Q:answer 2", "Q:answer 1"]
     assert sum(p.body["seed"] == 21 for p in srv.posts) == 2  # retried once

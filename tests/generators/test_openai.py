@@ -636,6 +636,34 @@ def test_score_ignores_a_generated_tail_and_raises_typed_errors(make):
     assert asyncio.run(make()[1].ascore(["a b"], [[" c"]])) == [[pytest.approx(-0.1)]]
 
 
+def _vllm_echo(names: list[str], values: list[float | None], text: str) -> dict[str, Any]:
+    """vLLM 0.32's prompt-only echo: ``text_offset`` sums the lengths of the token names,
+    the special BOS named by its text (``<bos>``) though the echoed text leaves it out."""
+    offsets = [sum(map(len, names[:i])) for i in range(len(names))]
+    return {"id": "x", "object": "text_completion", "created": 0, "model": "orm",
+            "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": {
+                "tokens": names, "token_logprobs": values, "text_offset": offsets,
+                "top_logprobs": [None] + [{n: v} for n, v in zip(names[1:], values[1:])]}}],
+            "usage": {"prompt_tokens": len(names), "completion_tokens": 0,
+                      "total_tokens": len(names)}}
+
+
+def test_scripted_vllm_echo_that_names_its_bos_scores_the_continuation_tokens(make):
+    """Real vLLM (0.32.0, testbed ORM) names the BOS ``<bos>`` in the echo and counts it in
+    ``text_offset``; read as text positions, the offsets were 5 characters late and scored
+    the prompt's last tokens instead of the continuation's last ones."""
+    names = ["<bos>", "Q", ":", "\n", "1", " +", " ", "1", " =", " ", "2"]
+    values: list[float | None] = [None, -1.0, -2.0, -3.0, -0.1, -0.2, -0.3, -0.4, -0.5, -0.6,
+                                  -0.7]
+    _, gen = make(lambda seen: Fault("json", body=_vllm_echo(names, values, "Q:\n1 + 1 = 2")))
+    assert gen.token_logprobs(["Q:\n"], ["1 + 1 = 2"]) == [pytest.approx(values[4:])]
+    assert gen.score(["Q:\n"], [["1 + 1 = 2"]]) == [[pytest.approx(-2.8)]]
+    garbled = ["<bos>", "Q", ":", "\n", "1", " +", " ", "1", " =", " ", "\ufffd"]
+    _, gen = make(lambda seen: Fault("json", body=_vllm_echo(garbled, values, "Q:\n1 + 1 = 2")))
+    with pytest.raises(BackendProtocolError, match="do not spell"):
+        gen.token_logprobs(["Q:\n"], ["1 + 1 = 2"])
+
+
 # --- strategies run unchanged ----------------------------------------------------------------
 
 

@@ -456,3 +456,23 @@ def test_step_beam_search_scripted_with_a_remote_prm_equals_the_local_prm(serve,
     assert got.text == want.text and "####" in got.text
     assert got.scores == pytest.approx(want.scores, abs=TOL)
     assert got.usage.scorer_calls == want.usage.scorer_calls == len(server.posts) >= 3
+
+
+def test_scripted_pooled_embedding_is_refused_for_declared_labels(serve, remote):
+    """vLLM (0.32.0) serving a causal LM with ``--runner pooling`` and no ``--convert
+    classify`` answers ``/pooling`` with its normalized embedding (192 values for the testbed
+    ORM), not class probabilities: with the labels declared that is refused, not read as a
+    reward (one coordinate of a hidden state)."""
+    def embedding(body: dict[str, Any]) -> dict[str, Any]:
+        vector = [(-1.0) ** k / math.sqrt(192) for k in range(192)]
+        return {"id": "pooling-1", "object": "list", "created": 0, "model": body["model"],
+                "data": [{"index": i, "object": "pooling", "data": vector}
+                         for i in range(len(body["input"]))],
+                "usage": {"prompt_tokens": 9, "total_tokens": 9, "completion_tokens": 0}}
+
+    server = serve({"/pooling": embedding})
+    rm = remote(RemoteRewardModel, server.root, labels=["wrong", "right"],
+                positive_label="right")
+    with pytest.raises(BackendProtocolError, match="192 values for 2 declared labels"):
+        rm.score(PROMPTS, COMPLETIONS)
+    assert len(server.posts) == 1
