@@ -195,7 +195,9 @@ def workload_a(peers: list[Peer], s: Settings, vocab: int, roof_tok_s: dict[str 
                  s.repeats, s.warmup, not_run, "A")
     for peer in (p for p in peers if p.name in got):
         (t_all, t_one), (toks, _) = got[peer.name]
-        decode = [(s.a_new - 1) / max(a - b, 1e-9) for a, b in zip(t_all, t_one)]
+        # A round whose one-token call took as long as the whole call (a loaded machine) has no
+        # decode time to divide by: it is dropped, never a rate of tokens / 1e-9 s.
+        decode = [(s.a_new - 1) / (a - b) for a, b in zip(t_all, t_one) if a > b] or [float("nan")]
         frac = [d / roof_tok_s[peer.name if peer.quantization else None] for d in decode]
         outputs[peer.name] = toks
         rows.append(_row("A", peer, "greedy b=1", t_all, s.a_new, decode_tok_s=summary(decode),
