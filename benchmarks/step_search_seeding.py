@@ -56,11 +56,13 @@ def main() -> None:
             seed = int.from_bytes(digest[:8], "big") % SEED_MAX
             results += run_step_search(args.search, generator, [prompt], prm, args.n,
                                        params=SamplingParams(temperature=0.8, seed=seed))
-    rows = [{"problem": i, "correct": bool(r.best is not None and testbed.grade(r.text, p.answer)),
-             "text": r.text, "generated_tokens": r.usage.generated_tokens,
-             "difficulty": p.difficulty} for i, (r, p) in enumerate(zip(results, problems))]
-    accuracy = sum(r["correct"] for r in rows) / len(rows)
-    tokens = sum(r["generated_tokens"] for r in rows)
+    correct = [r.best is not None and bool(testbed.grade(r.text, p.answer))
+               for r, p in zip(results, problems)]
+    rows = [{"problem": i, "correct": ok, "text": r.text,
+             "generated_tokens": r.usage.generated_tokens, "difficulty": p.difficulty}
+            for i, (r, p, ok) in enumerate(zip(results, problems, correct))]
+    accuracy = sum(correct) / len(rows)
+    tokens = sum(r.usage.generated_tokens for r in results)
     print(f"{args.search} n={args.n} seeding={args.seeding} seed={args.seed} on {len(rows)} "
           f"problems: accuracy {100 * accuracy:.1f} %, {tokens:,} generated tokens, "
           f"{time.perf_counter() - start:.0f} s")
