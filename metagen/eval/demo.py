@@ -5,7 +5,9 @@ searches: task ``testbed`` (its held-out problems), the testbed policy, its ORM 
 strategies :data:`PARALLEL` (plus :data:`CONFIDENCE_STRATEGIES` when asked) at N = 1..32 over ONE
 sample set, into ``OUT/parallel`` (``DemoSettings.reward``: another outcome reward, any scorer
 spec); the step searches (``DemoSettings.step_search``) at each of
-``step_ns`` into ``OUT/step_search``. Each folder is an ordinary run folder (SQLite store,
+``step_ns`` into ``OUT/step_search``, with best-of-N ranked by the same process reward
+(:data:`PRM_BASELINE`: each sample's step scores, min over steps) at the same N, the searches'
+baseline at equal samples. Each folder is an ordinary run folder (SQLite store,
 ``results.json`` with provenance), so a rerun resumes and ``metagen eval`` can extend it. The
 testbed models are loaded by :func:`testbed_loaders`, through the one scorer resolver
 (:mod:`metagen.scorers.resolve`); everything can be injected (tests).
@@ -26,6 +28,7 @@ from metagen.types import SamplingParams
 PARALLEL = ("greedy", "best_of_n", "self_consistency", "weighted_vote", "mbr")
 CONFIDENCE_STRATEGIES = ("best_of_n_confidence", "weighted_vote_confidence")
 PARALLEL_RUN, SEARCH_RUN = "parallel", "step_search"  # the run folders under --out
+PRM_BASELINE = "best_of_n_prm"  # in the step-search run: best-of-N by the searches' own PRM
 KV_CACHE_BYTES = 512 << 20  # ~1,000 sequences in flight; the engine's 64 MiB default preempts
 
 
@@ -114,8 +117,8 @@ def demo_configs(settings: DemoSettings, model: Mapping[str, Any]) -> dict[str, 
     runs = {PARALLEL_RUN: EvalConfig(strategy=strategies, ns=settings.ns, reward=reward,
                                      **common)}
     if settings.step_search:
-        runs[SEARCH_RUN] = EvalConfig(strategy=settings.step_search, ns=settings.step_ns,
-                                      prm=prm, **common)
+        runs[SEARCH_RUN] = EvalConfig(strategy=(PRM_BASELINE, *settings.step_search),
+                                      ns=settings.step_ns, prm=prm, **common)
     return runs
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from metagen.errors import BackendError, InvalidPromptError
 from metagen.eval.backends import Backends
 from metagen.eval.catalog import GREEDY, is_subsampled, spec_of, stored_scorer
-from metagen.eval.config import EvalConfig
+from metagen.eval.config import PRM, EvalConfig
 from metagen.eval.cost import cost_results
 from metagen.eval.direct import spec_item
 from metagen.eval.greedy import greedy_item
@@ -24,6 +24,7 @@ from metagen.eval.store import ItemResult, StoredSample
 from metagen.eval.tasks import EvalItem, TaskSpec
 from metagen.eval.timing import Stopwatch, with_seconds
 from metagen.scorers.callables import check_scores
+from metagen.scorers.prm_outcome import PRMOutcome
 from metagen.strategies.parallel import check_counts, failure_reason
 from metagen.types import Completion
 
@@ -85,6 +86,8 @@ def _run_subsampled(config: EvalConfig, task: TaskSpec, item: EvalItem, backends
         values = store.scores(item.id, name)
         if len(values) < n_max:
             scorer = backends.scorers[name]
+            if name == PRM:  # a PRM's score of a whole sample: min over its steps
+                scorer = PRMOutcome(scorer)
             with scoring.setdefault(name, Stopwatch()):
                 got = check_scores(scorer.score([item.prompt] * n_max, texts), n_max,
                                    who=type(scorer).__name__)

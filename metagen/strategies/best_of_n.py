@@ -1,5 +1,10 @@
 """Best-of-N: sample N, return the candidate with the highest reward (Welleck et al. 2024, 4.1;
-Cobbe et al. 2021 verifier reranking). Ties: the lowest sample index wins."""
+Cobbe et al. 2021 verifier reranking). Ties: the lowest sample index wins.
+
+``best_of_n_prm`` ranks the samples by a process reward model instead, each sample's step
+scores aggregated into one value (:class:`~metagen.scorers.prm_outcome.PRMOutcome`, min over
+steps by default): the baseline a PRM-guided step search is compared with at equal samples
+(Snell et al. 2024)."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 
 from metagen.answers.key import AnswerKey
 from metagen.generators.base import Generator, Prompt
-from metagen.scorers.base import RewardLike
+from metagen.scorers.base import ProcessRewardLike, RewardLike, StepAggregation
 from metagen.scorers.callables import as_reward, check_scores
 from metagen.strategies.budget import Budget
 from metagen.strategies.parallel import run_parallel
@@ -58,6 +63,22 @@ def best_of_n(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int
                         min_successful=min_successful)
 
 
+def best_of_n_prm(generator: Generator, prompt: Prompt | Sequence[Prompt], *, n: int = 16,
+                  prm: ProcessRewardLike, aggregation: StepAggregation = "min",
+                  params: SamplingParams | None = None, budget: Budget | None = None,
+                  min_successful: int = 1) -> Result | list[Result]:
+    """Best-of-N ranked by a process reward: each of ``n`` samples is cut into lines (the step
+    searches' default steps), ``prm`` scores every step (one ``score_steps`` call for all
+    samples) and ``aggregation`` (``min``, ``last``, ``prod``, ``mean``) makes a sample's value;
+    the highest wins (:func:`best_of_n` with :class:`~metagen.scorers.prm_outcome.PRMOutcome`
+    as the reward). ``prm`` is a ProcessRewardModel or ``f(prompt, steps) -> scores | float``.
+    """
+    from metagen.scorers.prm_outcome import PRMOutcome
+
+    return best_of_n(generator, prompt, n=n, reward=PRMOutcome(prm, aggregation), params=params,
+                     budget=budget, min_successful=min_successful)
+
+
 @dataclass(frozen=True, slots=True)
 class BestOfNConfig:
     """best_of_n's parameters besides N."""
@@ -78,4 +99,7 @@ SPECS = [
                  scorer_args={"confidence": "reward"}, selector_factory=_best_of_n,
                  not_on={"serve": "best_of_n with the policy's verifier loaded as an ORM",
                          "openai": "the confidence verifier reads a local model's logits"}),
+    StrategySpec("best_of_n_prm", best_of_n_prm, "subsampled", "best-of-N (PRM, min over steps)",
+                 BestOfNConfig, needs=frozenset({"prm"}), scorer_args={"prm": "prm"},
+                 selector_factory=_best_of_n),
 ]

@@ -93,7 +93,7 @@ def test_scripted_full_runs_every_step_search_in_its_own_folder(tmp_path, monkey
     rows = json.loads((tmp_path / "rows.json").read_text())["results"]
     assert code == 0
     assert {r["strategy"] for r in rows if r["n"] == 2} == set(preset.PARALLEL[1:]) | set(
-        preset.full_step_searches())
+        preset.full_step_searches()) | {preset.PRM_BASELINE}
     assert all(r["n"] == 2 for r in rows if r["strategy"] in preset.full_step_searches())
     search = json.loads((tmp_path / "d" / "step_search" / "results.json").read_text())
     assert search["config"]["ns"] == [2] and search["status"] == "complete"

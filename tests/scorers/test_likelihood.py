@@ -70,6 +70,16 @@ def test_step_scores_are_prefix_confidences(stories_path):
     assert steps[0][0] == pytest.approx(first, rel=1e-4)
 
 
+def test_as_a_prm_outcome_min_over_steps_is_the_verifiers_own_score(stories_path):
+    """Why best-of-N by the verifier's step confidence (min over steps) and best-of-N by the
+    verifier as ORM choose alike: the weakest token of the whole is the weakest of the steps'."""
+    from metagen.scorers.prm_outcome import PRMOutcome
+
+    v = LikelihoodVerifier.from_pretrained(stories_path, aggregation="min")
+    assert PRMOutcome(v, "min").score(PROMPTS, TEXTS) == pytest.approx(v.score(PROMPTS, TEXTS),
+                                                                       rel=1e-6)
+
+
 def test_bad_inputs_are_typed_errors(stories_path):
     with pytest.raises(InvalidParameterError, match="window"):
         LikelihoodVerifier.from_pretrained(stories_path, aggregation="window", window=0)

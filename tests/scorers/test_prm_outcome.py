@@ -30,3 +30,18 @@ def test_scripted_prm_outcome_aggregates_min_and_scores_empty_text_as_one_step()
     assert PRMOutcome(prm, "last").score(["p"], SAMPLES[:1]) == [0.95]
     with pytest.raises(InvalidParameterError, match="aggregation"):
         PRMOutcome(prm, "max")  # type: ignore[arg-type]
+
+
+def test_a_callable_prm_is_called_per_completion_and_a_single_number_is_the_paths_value():
+    seen: list = []
+
+    def per_step(prompt, steps):
+        seen.append((prompt, list(steps)))
+        return [STEP_SCORES.get(s, 0.5) for s in steps]
+
+    assert PRMOutcome(per_step).score(["p", "q"], SAMPLES) == [0.1, 0.5]
+    assert seen == [("p", ["a 9\n", "#### 4"]), ("q", ["a 3\n", "#### 6"])]
+    whole = PRMOutcome(lambda prompt, steps: len(steps) / 10)  # one number: the path's value
+    assert whole.score(["p", "p"], ["x\ny\nz", "x"]) == [0.3, 0.1]
+    with pytest.raises(InvalidParameterError, match="prm"):
+        PRMOutcome(object())
