@@ -20,7 +20,8 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -337,3 +338,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             raise ValueError(fault.kind)
+
+
+@contextmanager
+def fault_generators() -> Iterator[Callable[..., tuple[FaultServer, Any]]]:
+    """``make(plan=None, *, server_kw=None, **generator_options) -> (server, generator)``: a
+    :class:`FaultServer` running ``plan`` and an ``OpenAIGenerator`` (vLLM dialect, 5 s timeout,
+    3 fast retries) on it; every server and generator made is stopped on exit."""
+    from metagen.generators.openai import OpenAIGenerator  # needs httpx: imported on use
+
+    made: list[tuple[FaultServer, Any]] = []
+
+    def make(plan: Any = None, *, server_kw: dict[str, Any] | None = None,
+             **kw: Any) -> tuple[FaultServer, Any]:
+        server = FaultServer(plan, **(server_kw or {})).start()
+        opts: dict[str, Any] = dict(dialect="vllm", timeout=5.0, max_retries=3,
+                                    backoff_base=0.01, backoff_cap=0.05, max_retry_after=2.0)
+        opts.update(kw)
+        gen = OpenAIGenerator(server.url, "m", **opts)
+        made.append((server, gen))
+        return server, gen
+
+    try:
+        yield make
+    finally:
+        for server, gen in made:
+            gen.close()
+            server.stop()

@@ -34,7 +34,7 @@ from metagen.generators.openai import OpenAIGenerator  # noqa: E402
 from metagen.generators.openai_retry import RetryPolicy, parse_retry_after  # noqa: E402
 from metagen.types import SamplingParams  # noqa: E402
 
-from .fault_server import Fault, FaultServer, Seen, ok_body  # noqa: E402
+from .fault_server import Fault, FaultServer, Seen, fault_generators, ok_body  # noqa: E402
 
 P = SamplingParams(n=1, temperature=0.7, max_tokens=8, seed=100)
 
@@ -42,21 +42,8 @@ P = SamplingParams(n=1, temperature=0.7, max_tokens=8, seed=100)
 @pytest.fixture
 def make():
     """make(plan=None, **generator_options) -> (server, generator); both stopped afterwards."""
-    made: list[Any] = []
-
-    def factory(plan=None, *, server_kw=None, **kw):
-        server = FaultServer(plan, **(server_kw or {})).start()
-        opts = dict(dialect="vllm", timeout=5.0, max_retries=3, backoff_base=0.01,
-                    backoff_cap=0.05, max_retry_after=2.0)
-        opts.update(kw)
-        gen = OpenAIGenerator(server.url, "m", **opts)
-        made.append((server, gen))
-        return server, gen
-
-    yield factory
-    for server, gen in made:
-        gen.close()
-        server.stop()
+    with fault_generators() as factory:
+        yield factory
 
 
 def one(gen, params=P, prompt="q"):

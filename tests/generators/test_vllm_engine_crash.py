@@ -25,7 +25,7 @@ from metagen.scorers.remote_likelihood import RemoteLikelihoodVerifier  # noqa: 
 from metagen.strategies import best_of_n  # noqa: E402
 from metagen.types import SamplingParams  # noqa: E402
 
-from .fault_server import Fault, FaultServer, Seen  # noqa: E402
+from .fault_server import Fault, FaultServer, Seen, fault_generators  # noqa: E402
 
 # vLLM's ErrorResponse for an EngineDeadError (entrypoints/serve/engine/protocol.py and
 # exception_handling/error_response.py of vllm 0.32.0)
@@ -62,21 +62,16 @@ class DyingEngine:
 
 @pytest.fixture
 def dying() -> Any:
-    made: list[tuple[FaultServer, OpenAIGenerator]] = []
+    """dying(burst=16) -> (server, generator): a DyingEngine server and a generator on it."""
+    with fault_generators() as make:
 
-    def factory(burst: int = 16) -> tuple[FaultServer, OpenAIGenerator]:
-        plan = DyingEngine(burst)
-        server = FaultServer(plan).start()
-        plan.server = server
-        gen = OpenAIGenerator(server.url, "policy", dialect="vllm", timeout=10.0, max_retries=3,
-                              backoff_base=0.01, backoff_cap=0.05)
-        made.append((server, gen))
-        return server, gen
+        def factory(burst: int = 16) -> tuple[FaultServer, OpenAIGenerator]:
+            plan = DyingEngine(burst)
+            server, gen = make(plan, timeout=10.0)
+            plan.server = server
+            return server, gen
 
-    yield factory
-    for server, gen in made:
-        gen.close()
-        server.stop()
+        yield factory
 
 
 def test_scripted_fault_vllm_engine_crash_fails_every_sample_with_the_servers_reason(dying):
