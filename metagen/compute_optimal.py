@@ -33,8 +33,8 @@ from metagen.eval.estimators import mean_stderr
 from metagen.eval.runrows import RunRows
 from metagen.eval.runset import load_runs
 
-__all__ = ["Policy", "compute_optimal", "difficulty_keys", "fit_policy", "held_out_curve",
-           "load_runs", "split_items"]
+__all__ = ["Policy", "compute_optimal", "difficulty_keys", "fit_policy", "guarded",
+           "held_out_curve", "item_stat", "load_runs", "paired", "split_items"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -119,7 +119,7 @@ def fit_policy(run: RunRows, items: Sequence[str], *,
             members = sorted(i for i in items if bin_of[i] == b)
             won = winner(acc, run.tokens, n, members)
             if won is not None:
-                table[(b, n)] = _guarded(acc, n, members, won["strategy"], overall[n],
+                table[(b, n)] = guarded(acc, n, members, won["strategy"], overall[n],
                                          min_gain_stderr)
     if not overall:
         raise InvalidParameterError("runs", sorted(items)[:3], "no strategy has an accuracy "
@@ -127,17 +127,17 @@ def fit_policy(run: RunRows, items: Sequence[str], *,
     return Policy(binning, table, overall)
 
 
-def _guarded(acc: Accuracy, n: int, items: Sequence[str], bin_best: str, overall: str,
+def guarded(acc: Accuracy, n: int, items: Sequence[str], bin_best: str, overall: str,
              min_gain_stderr: float) -> str:
     """``bin_best`` when it beats ``overall`` on ``items`` by more than ``min_gain_stderr``
     paired standard errors (strictly more when the error is 0), else ``overall``."""
     if bin_best == overall:
         return overall
-    gain, err = _paired(acc[(bin_best, n)], acc[(overall, n)], items)
+    gain, err = paired(acc[(bin_best, n)], acc[(overall, n)], items)
     return bin_best if gain > min_gain_stderr * err else overall
 
 
-def _paired(a: Mapping[str, float], b: Mapping[str, float], items: Sequence[str]
+def paired(a: Mapping[str, float], b: Mapping[str, float], items: Sequence[str]
             ) -> tuple[float, float]:
     """Mean of a - b over ``items`` and its standard error (the items are shared)."""
     return mean_stderr([a[i] - b[i] for i in items])
@@ -175,23 +175,24 @@ def _held_out_row(policy: Policy, run: RunRows, acc: Accuracy, n: int,
              if m == n and all(i in acc[(s, m)] for i in items)}
     if not fixed:
         return None
-    best = max(sorted(fixed), key=lambda s: _stat(fixed[s], items)["mean"])
-    gain, gain_err = _paired(mine, fixed[best], items)
+    best = max(sorted(fixed), key=lambda s: item_stat(fixed[s], items)["mean"])
+    gain, gain_err = paired(mine, fixed[best], items)
     fit_best = policy.overall[n]
-    vs_fit = list(_paired(mine, fixed[fit_best], items)) if fit_best in fixed else None
+    vs_fit = list(paired(mine, fixed[fit_best], items)) if fit_best in fixed else None
     tokens = [run.tokens.get((i, s, n)) for i, s in chosen.items()]
     uses = {s: sum(1 for c in chosen.values() if c == s) for s in sorted(set(chosen.values()))}
     return {"n": n, "items": len(items),
-            "policy": {**_stat(mine, items), "uses": uses,
+            "policy": {**item_stat(mine, items), "uses": uses,
                        "tokens": None if None in tokens
                        else math.fsum(t or 0.0 for t in tokens) / len(items)},
-            "fixed": {s: {**_stat(v, items), "tokens": mean_tokens(run.tokens, s, n, items)}
+            "fixed": {s: {**item_stat(v, items), "tokens": mean_tokens(run.tokens, s, n, items)}
                       for s, v in fixed.items()},
             "best_fixed": best, "gain": gain, "gain_stderr": gain_err,
             "fit_best": fit_best, "gain_vs_fit_best": vs_fit}
 
 
-def _stat(values: Mapping[str, float], items: Sequence[str]) -> dict[str, float]:
+def item_stat(values: Mapping[str, float], items: Sequence[str]) -> dict[str, float]:
+    """``{"mean", "stderr"}`` of ``values`` over ``items``."""
     mean, err = mean_stderr([values[i] for i in items])
     return {"mean": mean, "stderr": err}
 

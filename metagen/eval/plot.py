@@ -14,12 +14,12 @@ from metagen.eval.table import label
 
 PANELS = ((TOKENS, "generated tokens (log scale)"),
           (FLOPS, "FLOPs, generator + scorers (log scale)"))
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
            "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
 
 
-def _style(name: str, index: int) -> dict[str, Any]:
+def style(name: str, index: int) -> dict[str, Any]:
     """Marker and line style by kind; colour by ``index`` in a 20-colour map, so more than ten
     strategies never share a colour."""
     if name == "greedy":  # a single point: one marker, no line
@@ -33,7 +33,7 @@ def _style(name: str, index: int) -> dict[str, Any]:
             kind = {"marker": "^", "linestyle": ":"}
         elif family == "refinement":
             kind = {"marker": "D", "markersize": 4, "linestyle": "-."}
-    return {"color": _COLORS[index % len(_COLORS)], **kind}
+    return {"color": COLORS[index % len(COLORS)], **kind}
 
 
 def make_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Any:
@@ -53,7 +53,7 @@ def make_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Any:
             pts = sorted((r[key], r["accuracy"], r["n"]) for r in rows
                          if r["strategy"] == name and not math.isnan(r[key]))
             xs, ys = [max(p[0], 1) for p in pts], [100 * p[1] for p in pts]
-            ax.plot(xs, ys, label=label(name), **_style(name, index))
+            ax.plot(xs, ys, label=label(name), **style(name, index))
             if name == "self_consistency":
                 for x, y, (_, _, n) in zip(xs, ys, pts):
                     ax.annotate(f"N={n}", (x, y), textcoords="offset points",

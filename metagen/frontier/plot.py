@@ -1,0 +1,62 @@
+"""The PNG of a :func:`~metagen.frontier.report.frontier_report` (matplotlib, Agg): held-out
+accuracy (with stderr bars) against mean FLOPs per item on a log x axis, one line per (model,
+strategy) over N in the styles of :mod:`metagen.eval.plot` (marker and line by strategy kind,
+colour by line), the Pareto frontier as a thick grey line under them, the policy's point at each
+budget as a black cross.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from metagen.eval.plot import COLORS, style
+from metagen.eval.table import label
+
+
+def make_frontier_figure(report: dict[str, Any], title: str = "") -> Any:
+    """A matplotlib Figure of ``report`` (see the module docstring)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stats = report["candidates"]
+    lines = list(dict.fromkeys((s["model"], s["strategy"]) for s in stats.values()))
+    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=110, layout="constrained")
+    front = [stats[n] for n in report["frontier"]]
+    ax.plot([s["flops"] for s in front], [100 * s["mean"] for s in front], color="#bbbbbb",
+            linewidth=6, alpha=0.6, marker="o", markersize=14, zorder=1,
+            label="frontier (held out)")
+    for index, (model, strategy) in enumerate(lines):
+        pts = sorted((s["flops"], 100 * s["mean"], 100 * s["stderr"]) for s in stats.values()
+                     if (s["model"], s["strategy"]) == (model, strategy))
+        kind = {**style(strategy, index), "color": COLORS[index % len(COLORS)]}
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                    capsize=2, zorder=2, label=f"{model} {label(strategy)}", **kind)
+    rows = report["held_out"]
+    ax.plot([r["policy"]["flops"] for r in rows], [100 * r["policy"]["mean"] for r in rows],
+            marker="X", markersize=9, linestyle="none", color="black", zorder=3,
+            label="policy per budget (held out)")
+    ax.set_xscale("log")
+    ax.set_xlabel("mean FLOPs per item, generator + scorers (log scale)")
+    top = max((100 * (s["mean"] + s["stderr"]) for s in stats.values()), default=0.0)
+    ax.set_ylim(0, min(100.0, max(10.0, 1.1 * top)))
+    ax.set_ylabel("held-out accuracy (%)")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.legend(loc="outside right upper", fontsize=8)  # clear of the data
+    fig.suptitle(title or "Compute-optimal frontier over model, strategy and N")
+    return fig
+
+
+def write_frontier_plot(report: dict[str, Any], path: str | Path, title: str = "") -> Path:
+    """Write :func:`make_frontier_figure` as a PNG at ``path`` (its folder created); returns
+    the path."""
+    import matplotlib.pyplot as plt
+
+    fig = make_frontier_figure(report, title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
