@@ -108,11 +108,13 @@ def load_candidates(entries: Sequence[Entry]) -> Candidates:
     for _, label, run in labelled:
         by_model.setdefault(label, []).append(run)
     models = {label: merge_rows(runs, (ACCURACY, FLOPS)) for label, runs in by_model.items()}
-    return _pool(models, tuple((folder, label) for folder, label, _ in labelled))
+    return pool_candidates(models, tuple((folder, label) for folder, label, _ in labelled))
 
 
-def _pool(models: Mapping[str, RunRows], runs: tuple[tuple[str, str], ...]) -> Candidates:
-    """Pool each model's accuracy and FLOPs rows into candidates (see :class:`Candidates`)."""
+def pool_candidates(models: Mapping[str, RunRows], runs: tuple[tuple[str, str], ...] = ()
+                    ) -> Candidates:
+    """The :class:`Candidates` of ``models`` (model label -> its runs merged, with their
+    accuracy and FLOPs rows); ``runs``: the (folder, label) pairs they came from."""
     first = next(iter(models.values()))
     items = set(first.labels)
     values: dict[tuple[str, str], dict[str, float]] = {}  # (name, metric) -> item -> value
