@@ -80,10 +80,9 @@ def parse_labelled(text: str) -> tuple[str | None, str]:
 def model_label(config: Mapping[str, Any], folder: str) -> str:
     """The default label of a run: the last path component of its ``model.path``, else its
     server ``model`` name; ``InvalidParameterError`` naming ``label`` when it has neither."""
-    model = config.get("model") or {}
-    path = model.get("path") if isinstance(model, Mapping) else None
-    found = Path(str(path)).name if path else (model.get("model") if isinstance(model, Mapping)
-                                               else None)
+    model = config.get("model")
+    model = model if isinstance(model, Mapping) else {}
+    found = Path(str(model["path"])).name if model.get("path") else model.get("model")
     if not found:
         raise InvalidParameterError("label", folder, "its run config names no model; give "
                                     "LABEL=DIR")

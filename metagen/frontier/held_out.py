@@ -3,11 +3,11 @@ Pareto frontier of the candidates there (pure functions).
 
 Per fitted budget ``B``: the policy's accuracy (mean, stderr), its mean FLOPs per item and how
 many items each candidate got (and ``fit_flops``, its mean FLOPs per item on the fit split,
-which may exceed ``B`` a little: see :mod:`metagen.frontier.policy`); ``best_fixed``, the best candidate allowed at ``B`` (on the fit
-split, as the policy's choices are) chosen on the held-out items themselves (an upper bound on
-any fixed choice), and the policy's paired ``gain`` over it with ``gain_stderr``; ``fit_best``,
-the fit split's fixed choice at ``B`` (what one would run without bins), and
-``gain_vs_fit_best`` [mean, stderr].
+which may exceed ``B`` a little: see :mod:`metagen.frontier.policy`); ``best_fixed``, the best
+candidate allowed at ``B`` (on the fit split, as the policy's choices are) chosen on the
+held-out items themselves (an upper bound on any fixed choice), and the policy's paired
+``gain`` over it with ``gain_stderr``; ``fit_best``, the fit split's fixed choice at ``B``
+(what one would run without bins), and ``gain_vs_fit_best`` [mean, stderr].
 
 A candidate is on the frontier when no other has at least its held-out accuracy at no more mean
 FLOPs per item, one of the two strictly.
