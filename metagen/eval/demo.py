@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.errors import InvalidParameterError
 from metagen.eval.runner import CONFIDENCE, PRM, REWARD, EvalConfig, Loader, Progress, run_eval
 from metagen.eval.tasks import TESTBED_POOL, get_task
 from metagen.types import SamplingParams
@@ -96,14 +96,9 @@ def scorer_specs(settings: DemoSettings) -> tuple[str, str]:
 
 def testbed_model(name: str) -> Path:
     """The folder of a testbed model; ``ModelLoadError`` saying how to train a missing one."""
-    from metagen.testbed import model_path
-    from metagen.testbed.modeling import train_command
+    from metagen.testbed.modeling import require_model
 
-    path = model_path(name)  # type: ignore[arg-type]
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(f"the testbed {name} model is missing at {path}; train it with "
-                             f"`{train_command(name, path)}`")
-    return path
+    return require_model(name)
 
 
 def demo_configs(settings: DemoSettings, model: Mapping[str, Any]) -> dict[str, EvalConfig]:
