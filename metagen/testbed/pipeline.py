@@ -72,7 +72,8 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEF
               progress: Progress | None = None, data: RMDataConfig = RMDataConfig(),
               overwrite_shipped: bool = False) -> dict[str, float]:
     """Train the requested models (the four of :data:`PIPELINE` by default; ``only`` may also
-    name ``policy-m``) into ``out_root/<name>`` (default ``./testbed_models``). Returns seconds per stage. The PRM stage reads the policy from
+    name ``policy-m``) into ``out_root/<name>`` (default ``./testbed_models``). Returns
+    seconds per stage. The PRM stage reads the policy from
     ``out_root/policy``. The shipped models' folder is refused (``InvalidParameterError``
     naming ``out``, before any training) unless ``overwrite_shipped``."""
     from metagen.testbed.rm_data import (balance, mc_step_values, policy_samples,
