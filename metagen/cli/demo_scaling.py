@@ -39,10 +39,10 @@ def scaling_laws_command(*, out: str, plot_path: str | None, json_path: str | No
         ns=scaling.SCALING_NS if ns is None else parse_ns(ns, "ns"),
         step_ns=parse_ns(step_ns, "step_ns"), step_search=searches or scaling.SCALING_SEARCHES,
         seed=seed, temperature=temperature, max_tokens=max_tokens, prm=prm_kind, reward=reward)
+    models = scaling.family_models(backend)
     plot = Path(plot_path or Path(out) / scaling.SCALING_DIR / "frontier.png")
     for flag, target in (("plot", str(plot)), ("json", json_path)):
         check_target(flag, target)
-    models = scaling.family_models(backend)
     console = Console()
     with Bars(console) as bars:
         done = scaling.run_scaling(
