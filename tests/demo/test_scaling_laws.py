@@ -73,7 +73,8 @@ def test_a_missing_member_is_an_error_naming_it_and_its_train_command(tmp_path, 
     assert not (tmp_path / "d").exists()
 
 
-def test_tiny_real_run_feeds_every_folder_to_the_frontier_hook_by_model(tmp_path) -> None:
+def test_tiny_real_run_feeds_every_folder_to_the_frontier_hook_by_model(tmp_path, monkeypatch,
+                                                                        capsys) -> None:
     names = [name for name in FAMILY if _present(name)]
     if len(names) < 2:
         pytest.skip("needs the testbed draft and policy")
@@ -118,3 +119,13 @@ def test_tiny_real_run_feeds_every_folder_to_the_frontier_hook_by_model(tmp_path
     assert loads == names and again.reports.keys() == done.reports.keys()
     assert [r["results"] for runs in again.reports.values() for r, _ in runs.values()] == [
         r["results"] for runs in done.reports.values() for r, _ in runs.values()]
+    if names != list(FAMILY):
+        return  # the command runs the whole family; below, it resumes the runs above
+    monkeypatch.setattr(scaling, "scaling_frontier", recording_frontier)
+    capsys.readouterr()
+    assert main(["demo", "--scaling-laws", "--out", str(tmp_path), "--problems", "2", "--ns",
+                 "1,2", "--step-ns", "2", "--max-tokens", "80", "--json",
+                 str(tmp_path / "rows.json")]) == 0
+    assert loads == names and len(calls) == 3 and "frontier text" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert list(rows["models"]) == names and rows["frontier"] == {"labels": names}
