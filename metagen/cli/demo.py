@@ -25,8 +25,10 @@ import click
 from metagen.cli.flags import parse_ns
 from metagen.cli.remote import open_remote, pop_remote, quiet_remote_logs, remote_options
 from metagen.errors import InvalidParameterError
+from metagen.eval.scaling_laws import SCALING_NS, SCALING_PROBLEMS
 
 DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
+DEFAULT_NS = "1,2,4,8,16,32"
 
 
 @click.command("demo")
@@ -37,11 +39,14 @@ DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
               "[default: OUT/metagen_demo.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the table's rows here ({problems, results}).")
-@click.option("--problems", type=int, default=DEFAULT_PROBLEMS, show_default=True,
-              help="Held-out testbed problems.")
+@click.option("--problems", type=int, default=None,
+              help=f"Held-out testbed problems [default: {DEFAULT_PROBLEMS}; "
+              f"{SCALING_PROBLEMS} with --scaling-laws].")
 @click.option("--backend", type=click.Choice(["local", "hf"]), default="local",
               show_default=True, help="Engine (falls back to hf when absent) or transformers.")
-@click.option("--ns", default="1,2,4,8,16,32", show_default=True, help="Values of N.")
+@click.option("--ns", default=None,
+              help=f"Values of N [default: {DEFAULT_NS}; {','.join(map(str, SCALING_NS))} with "
+              "--scaling-laws].")
 @click.option("--temperature", type=float, default=0.8, show_default=True)
 @click.option("--max-tokens", type=int, default=160, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -72,12 +77,19 @@ DEFAULT_PROBLEMS = 100  # about a minute on 2 CPU cores with the engine
               help="Problems in flight at once (results do not depend on it).")
 @click.option("--force-resume", is_flag=True, default=False,
               help="Reuse run folders made with other settings.")
+@click.option("--scaling-laws", is_flag=True, default=False,
+              help="Instead: for each size of the testbed's policy family (draft, policy, "
+              "policy-m), greedy, best-of-N (ORM), self-consistency and weighted voting, and "
+              "step_beam_search (or --step-search) with best-of-N by the same PRM, all on the "
+              "same problems, seed and verifier, into OUT/scaling_laws/<model>/; then the "
+              "compute-optimal frontier over sizes and strategies (--plot: its plot).")
 @remote_options
 @click.pass_context
 def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | None,
          problems: int, backend: str, ns: str, temperature: float, max_tokens: int, seed: int,
          full: bool, step_search: str, step_ns: str, confidence: bool, reward: str | None,
-         prm_kind: str, concurrency: int, force_resume: bool, **flags: Any) -> None:
+         prm_kind: str, concurrency: int, force_resume: bool, scaling_laws: bool,
+         **flags: Any) -> None:
     """Compare parallel meta-generators at N = 1..32 on held-out testbed problems (a preset of
     `metagen eval testbed`, resumable, with provenance).
 
@@ -96,18 +108,28 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
                                     "drop --backend or --base-url")
     searches = preset.full_step_searches() if full else tuple(dict.fromkeys(
         x.strip() for x in step_search.split(",") if x.strip()))
+    if scaling_laws:
+        from metagen.cli.demo_scaling import scaling_laws_command
+
+        ctx.exit(scaling_laws_command(
+            out=out, plot_path=plot_path, json_path=json_path, problems=problems, ns=ns,
+            backend=backend, temperature=temperature, max_tokens=max_tokens, seed=seed,
+            searches=searches, step_ns=step_ns, confidence=confidence, reward=reward,
+            prm_kind=prm_kind, concurrency=concurrency, force_resume=force_resume,
+            remote=remote))
+    problems = DEFAULT_PROBLEMS if problems is None else problems
     settings = preset.DemoSettings(
-        problems=problems, ns=parse_ns(ns, "ns"), temperature=temperature,
+        problems=problems, ns=parse_ns(ns or DEFAULT_NS, "ns"), temperature=temperature,
         max_tokens=max_tokens, seed=seed, confidence=confidence, step_search=searches,
         step_ns=parse_ns(step_ns, "step_ns"), prm=prm_kind, reward=reward)
     plot_path = str(plot_path or Path(out) / "metagen_demo.png")
     for flag, target in (("plot", plot_path), ("json", json_path)):
-        _check_target(flag, target)
+        check_target(flag, target)
     model = ({"base_url": remote["base_url"], "model": remote["model"], "revision": None}
              if remote else {"path": str(preset.testbed_model("policy")), "backend": backend})
     console = Console()
     start = time.perf_counter()
-    with quiet_remote_logs(), _Bars(console) as bars:
+    with quiet_remote_logs(), Bars(console) as bars:
         reports = preset.run_demo(
             settings, out, model=model, concurrency=concurrency, force_resume=force_resume,
             load_generator=(lambda: open_remote(remote)) if remote
@@ -135,7 +157,7 @@ def demo(ctx: click.Context, out: str, plot_path: str | None, json_path: str | N
     ctx.exit(max(code for _, code in reports.values()))
 
 
-def _check_target(flag: str, path: str | None) -> None:
+def check_target(flag: str, path: str | None) -> None:
     """Before any work: ``path`` (a file to write at the end) is not a folder and its folder is
     writable; ``InvalidParameterError`` naming ``flag`` otherwise."""
     if path is None:
@@ -147,7 +169,7 @@ def _check_target(flag: str, path: str | None) -> None:
     check_output_dir(Path(path).parent, 0, name=flag)
 
 
-class _Bars:
+class Bars:
     """One rich progress bar per run (problems done of those left to do)."""
 
     def __init__(self, console: Any) -> None:
@@ -158,7 +180,7 @@ class _Bars:
                              console=console, transient=False)
         self.tasks: dict[str, Any] = {}
 
-    def __enter__(self) -> _Bars:
+    def __enter__(self) -> Bars:
         self.bars.__enter__()
         return self
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from metagen.testbed.modeling import FAMILY, NAMES
+
 
 @click.group()
 def testbed() -> None:
@@ -25,8 +27,10 @@ def testbed() -> None:
 
 
 @testbed.command()
-@click.option("--only", type=click.Choice(["policy", "draft", "orm", "prm"]), default=None,
-              help="Train one model (ORM/PRM read the policy already in --out).")
+@click.option("--only", type=click.Choice(NAMES), default=None,
+              help="Train one model (ORM/PRM read the policy already in --out). Without it: "
+              "policy, draft, ORM, PRM; the family's larger size policy-m (the policy's recipe "
+              "at 4.66 M parameters) only with --only policy-m.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("testbed_models"), show_default=True,
@@ -74,16 +78,27 @@ def train(only: str | None, seed: int, out: Path, overwrite_shipped: bool, threa
               help="Problems (x2 samples) used for the ORM/PRM AUROC.")
 @click.option("--models", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--family", is_flag=True,
+              help="Instead: greedy accuracy by difficulty of each size of the policy family "
+              "(draft, policy, policy-m), one row each, on the same --limit problems.")
+@click.option("--model", "family_models", multiple=True, type=click.Choice(tuple(FAMILY)),
+              help="Like --family, for these members only (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_limit: int,
-          models: Path | None, threads: int, as_json: bool) -> None:
-    """Greedy accuracy overall and by difficulty, draft agreement, ORM/PRM AUROC."""
+          models: Path | None, threads: int, family: bool, family_models: tuple[str, ...],
+          as_json: bool) -> None:
+    """Greedy accuracy overall and by difficulty, draft agreement, ORM/PRM AUROC; or, with
+    --family / --model, the family's greedy accuracy by difficulty."""
     import torch
 
     from metagen.testbed.eval_all import evaluate_all
     from metagen.testbed.modeling import MODELS_DIR
 
     torch.set_num_threads(threads)
+    if family or family_models:
+        _family_eval(family_models or tuple(FAMILY), split, limit, seed,
+                     models or MODELS_DIR, as_json)
+        return
     res = evaluate_all(split=split, limit=limit, seed=seed, rm_limit=min(rm_limit, limit),
                        sc_k=sc_k, temperature=temperature, root=models or MODELS_DIR)
     if as_json:
@@ -98,6 +113,20 @@ def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_l
                 "prm_min_pair_accuracy", "confidence_auroc", "confidence_pair_accuracy"):
         if key in res:
             click.echo(f"{key}: {res[key]:.3f}")
+
+
+def _family_eval(names: tuple[str, ...], split: str, limit: int, seed: int, root: Path,
+                 as_json: bool) -> None:
+    from metagen.testbed.family_eval import family_greedy, family_text
+
+    rows = family_greedy(names, split=split, limit=limit, seed=seed, root=root)
+    if as_json:
+        click.echo(json.dumps({"split": split, "n": limit, "family": rows}))
+        return
+    click.echo(f"greedy accuracy of the policy family on {limit} {split} problems:")
+    click.echo(family_text(rows))
+    for row in rows:
+        click.echo(f"{row['model']}: {row['seconds']:.1f} s")
 
 
 @testbed.command(name="sample")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.errors import InvalidParameterError
 from metagen.eval.runner import CONFIDENCE, PRM, REWARD, EvalConfig, Loader, Progress, run_eval
 from metagen.eval.tasks import TESTBED_POOL, get_task
 from metagen.types import SamplingParams
@@ -43,7 +43,8 @@ def full_step_searches() -> tuple[str, ...]:
 @dataclass(slots=True, frozen=True)
 class DemoSettings:
     """The demo's knobs; validated on construction (the runs' own checks follow in
-    :func:`demo_configs`). ``reward``: the outcome reward, a scorer spec
+    :func:`demo_configs`). ``parallel``: the strategies of the parallel run (a subset of
+    :data:`PARALLEL`). ``reward``: the outcome reward, a scorer spec
     (:mod:`metagen.scorers.scorer_spec`; None: the testbed ORM). ``prm``: the step searches'
     process reward, the step confidence of the testbed ORM (``likelihood``), the trained
     testbed PRM (``trained``) or a scorer spec. A bare ``likelihood`` spec reads the testbed
@@ -51,6 +52,7 @@ class DemoSettings:
 
     problems: int = 100
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    parallel: tuple[str, ...] = PARALLEL
     temperature: float = 0.8
     max_tokens: int = 160
     seed: int = 0
@@ -64,6 +66,10 @@ class DemoSettings:
         if not isinstance(self.problems, int) or not 1 <= self.problems <= TESTBED_POOL:
             raise InvalidParameterError("problems", self.problems,
                                         f"must be in [1, {TESTBED_POOL}]")
+        for name in self.parallel:
+            if name not in PARALLEL:
+                raise InvalidParameterError("parallel", name,
+                                            f"must be among {', '.join(PARALLEL)}")
         for name in self.step_search:
             if name not in full_step_searches():
                 raise InvalidParameterError("step_search", name,
@@ -96,14 +102,9 @@ def scorer_specs(settings: DemoSettings) -> tuple[str, str]:
 
 def testbed_model(name: str) -> Path:
     """The folder of a testbed model; ``ModelLoadError`` saying how to train a missing one."""
-    from metagen.testbed import model_path
-    from metagen.testbed.modeling import train_command
+    from metagen.testbed.modeling import require_model
 
-    path = model_path(name)  # type: ignore[arg-type]
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(f"the testbed {name} model is missing at {path}; train it with "
-                             f"`{train_command(name, path)}`")
-    return path
+    return require_model(name)
 
 
 def demo_configs(settings: DemoSettings, model: Mapping[str, Any]) -> dict[str, EvalConfig]:
@@ -112,7 +113,7 @@ def demo_configs(settings: DemoSettings, model: Mapping[str, Any]) -> dict[str, 
     sampling = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
     common: dict[str, Any] = dict(task="testbed", model=dict(model), sampling=sampling,
                                   seed=settings.seed, limit=settings.problems)
-    strategies = PARALLEL + (CONFIDENCE_STRATEGIES if settings.confidence else ())
+    strategies = settings.parallel + (CONFIDENCE_STRATEGIES if settings.confidence else ())
     reward, prm = scorer_specs(settings)
     runs = {PARALLEL_RUN: EvalConfig(strategy=strategies, ns=settings.ns, reward=reward,
                                      **common)}
@@ -142,13 +143,13 @@ def testbed_loaders(settings: DemoSettings) -> dict[str, Loader]:
     return {REWARD: reward, PRM: prm, CONFIDENCE: confidence}
 
 
-def load_testbed_policy(backend: str) -> Any:
-    """The testbed policy: the engine (with a KV cache sized for the demo's concurrency) when
-    ``backend`` is ``local`` and the engine is installed, else transformers; loaded by
-    :func:`~metagen.generators.loading.load_generator`."""
+def load_testbed_policy(backend: str, name: str = "policy") -> Any:
+    """The testbed policy (or another member ``name`` of the policy family): the engine (with a
+    KV cache sized for the demo's concurrency) when ``backend`` is ``local`` and the engine is
+    installed, else transformers; loaded by :func:`~metagen.generators.loading.load_generator`."""
     from metagen.generators.loading import available_backends, load_generator
 
-    path = str(testbed_model("policy"))
+    path = str(testbed_model(name))
     if backend == "local" and "local" in available_backends():
         return load_generator("local", path, kv_cache_bytes=KV_CACHE_BYTES)[1]
     return load_generator("hf", path)[1]

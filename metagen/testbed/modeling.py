@@ -9,9 +9,10 @@ from typing import Literal
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.testbed.tokenizer import Codec as CharCodec
 
-ModelName = Literal["policy", "draft", "orm", "prm"]
+ModelName = Literal["policy", "draft", "orm", "prm", "policy-m"]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-NAMES: tuple[str, ...] = ("policy", "draft", "orm", "prm")
+PIPELINE: tuple[str, ...] = ("policy", "draft", "orm", "prm")  # what a plain `train` makes
+NAMES: tuple[str, ...] = (*PIPELINE, "policy-m")  # policy-m: only by `train --only policy-m`
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,15 @@ class ArchConfig:
         if self.hidden % self.heads or self.heads % self.kv_heads:
             raise InvalidParameterError("heads", self.heads, "hidden % heads and heads % kv_heads must be 0")
 
+    def params(self, vocab: int) -> int:
+        """Parameters of the Llama of this shape over ``vocab`` tokens, tied embeddings: the
+        embedding, per layer the attention (q, o: hidden x hidden; k, v: hidden x kv_heads x
+        head_dim), the gated MLP (3 x hidden x intermediate) and two RMS norms, the final norm."""
+        kv = self.kv_heads * (self.hidden // self.heads)
+        layer = (2 * self.hidden * self.hidden + 2 * self.hidden * kv
+                 + 3 * self.hidden * self.intermediate + 2 * self.hidden)
+        return vocab * self.hidden + self.layers * layer + self.hidden
+
     def llama_config(self):
         from transformers import LlamaConfig
 
@@ -49,6 +59,12 @@ class ArchConfig:
 
 POLICY_ARCH = ArchConfig()
 DRAFT_ARCH = ArchConfig(hidden=96, layers=2, heads=3, kv_heads=3, intermediate=256)
+POLICY_M_ARCH = ArchConfig(hidden=256, layers=6, heads=8, kv_heads=8, intermediate=640)
+
+#: The policy family, small to large: the same recipe (data, 2,400 steps, seed) at three sizes;
+#: the draft is its smallest member. ``ArchConfig.params(vocab)`` gives each size.
+FAMILY: dict[str, ArchConfig] = {"draft": DRAFT_ARCH, "policy": POLICY_ARCH,
+                                 "policy-m": POLICY_M_ARCH}
 
 
 def model_path(name: ModelName) -> Path:
@@ -67,19 +83,27 @@ def train_command(name: str, folder: Path) -> str:
             + (" --overwrite-shipped" if shipped else ""))
 
 
+def require_model(name: str, folder: str | Path | None = None) -> Path:
+    """The folder of testbed model ``name`` (``folder``, default its shipped one), checked to
+    hold a model; ``ModelLoadError`` naming the model and the command that trains it
+    otherwise."""
+    path = Path(folder) if folder is not None else model_path(name)  # type: ignore[arg-type]
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"the testbed {name} model is missing at {path}; train it with "
+                             f"`{train_command(name, path)}`")
+    return path
+
+
 def load_model(name: ModelName, folder: str | Path | None = None, dtype=None):
-    """The model with plain transformers: CausalLM for the policy, the draft and the ORM (a
+    """The model with plain transformers: CausalLM for the policy family and the ORM (a
     generative verifier: an independently seeded policy scored by its confidence, see
     :mod:`metagen.testbed.pipeline`), TokenClassification for the PRM. Raises
     ``ModelLoadError`` if the folder is missing."""
     import transformers
 
-    path = Path(folder) if folder is not None else model_path(name)
-    if not (path / "config.json").exists():
-        raise ModelLoadError(f"no model at {path}; run `{train_command(name, path)}`")
-    cls = {"policy": transformers.LlamaForCausalLM, "draft": transformers.LlamaForCausalLM,
-           "orm": transformers.LlamaForCausalLM,
-           "prm": transformers.LlamaForTokenClassification}[name]
+    path = require_model(name, folder)
+    cls = (transformers.LlamaForTokenClassification if name == "prm"
+           else transformers.LlamaForCausalLM)
     import torch
 
     model = cls.from_pretrained(path, dtype=dtype or torch.float32)

@@ -1,7 +1,10 @@
 """Reproduce every testbed model from scratch, and evaluate them (the ``metagen testbed`` CLI).
 
 ``train_all`` runs, in order, policy -> draft -> ORM -> PRM (the PRM needs the policy's samples
-and weights). Everything is seeded; on one CPU thread two runs give the same weights.
+and weights). Everything is seeded; on one CPU thread two runs give the same weights. The
+family's larger size ``policy-m`` (:data:`~metagen.testbed.modeling.FAMILY`) is trained only when
+asked for by name (``only="policy-m"``): every member of the family, draft included, gets the
+policy's recipe at its own shape.
 
 The ORM is a *generative verifier*: a second policy, same architecture, trained from seed
 ``seed + 1`` with the policy's recipe and then a second cosine cycle of as many steps (a warm
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metagen.errors import InvalidParameterError
-from metagen.testbed.modeling import DRAFT_ARCH, MODELS_DIR, NAMES
+from metagen.testbed.modeling import FAMILY, MODELS_DIR, NAMES, PIPELINE
 from metagen.testbed.problems import make_problems
 
 RECOMMENDED_TEMPERATURE = 0.8
@@ -68,8 +71,9 @@ def check_out_root(out_root: str | Path, overwrite_shipped: bool) -> Path:
 def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEFAULT_OUT,
               progress: Progress | None = None, data: RMDataConfig = RMDataConfig(),
               overwrite_shipped: bool = False) -> dict[str, float]:
-    """Train the requested models (all by default) into ``out_root/<name>`` (default
-    ``./testbed_models``). Returns seconds per stage. The PRM stage reads the policy from
+    """Train the requested models (the four of :data:`PIPELINE` by default; ``only`` may also
+    name ``policy-m``) into ``out_root/<name>`` (default ``./testbed_models``). Returns
+    seconds per stage. The PRM stage reads the policy from
     ``out_root/policy``. The shipped models' folder is refused (``InvalidParameterError``
     naming ``out``, before any training) unless ``overwrite_shipped``."""
     from metagen.testbed.rm_data import (balance, mc_step_values, policy_samples,
@@ -81,15 +85,15 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEF
     if only is not None and only not in NAMES:
         raise InvalidParameterError("only", only, f"must be one of {NAMES}")
     root = check_out_root(out_root, overwrite_shipped)
-    todo = [only] if only else list(NAMES)
+    todo = [only] if only else list(PIPELINE)
     times: dict[str, float] = {}
 
     def cb(stage: str, total: int):
         return (lambda s, l: progress(stage, s + 1, total, l)) if progress else None
 
-    lm_configs = {"policy": LMTrainConfig(seed=seed),
-                  "draft": LMTrainConfig(arch=DRAFT_ARCH, seed=seed, restart_steps=0),
-                  "orm": LMTrainConfig(seed=seed + 1, restart_steps=2400)}  # the verifier
+    lm_configs = {name: LMTrainConfig(arch=arch, seed=seed, restart_steps=0)  # the family
+                  for name, arch in FAMILY.items()}
+    lm_configs["orm"] = LMTrainConfig(seed=seed + 1, restart_steps=2400)  # the verifier
     for name, cfg in lm_configs.items():
         if name in todo:
             t0 = time.time()
