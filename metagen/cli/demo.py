@@ -79,7 +79,7 @@ DEFAULT_NS = "1,2,4,8,16,32"
               help="Reuse run folders made with other settings.")
 @click.option("--scaling-laws", is_flag=True, default=False,
               help="Instead: for each size of the testbed's policy family (draft, policy, "
-              "policy-m), greedy, best-of-N (ORM), self-consistency and weighted voting, and "
+              "policy-s), greedy, best-of-N (ORM), self-consistency and weighted voting, and "
               "step_beam_search (or --step-search) with best-of-N by the same PRM, all on the "
               "same problems, seed and verifier, into OUT/scaling_laws/<model>/; then the "
               "compute-optimal frontier over sizes and strategies (--plot: its plot).")

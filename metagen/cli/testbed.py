@@ -29,8 +29,8 @@ def testbed() -> None:
 @testbed.command()
 @click.option("--only", type=click.Choice(NAMES), default=None,
               help="Train one model (ORM/PRM read the policy already in --out). Without it: "
-              "policy, draft, ORM, PRM; the family's larger size policy-m (the policy's recipe "
-              "at 4.66 M parameters) only with --only policy-m.")
+              "policy, draft, ORM, PRM; the family's middle size policy-s (the policy's recipe "
+              "at 0.92 M parameters) only with --only policy-s.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("testbed_models"), show_default=True,
@@ -80,7 +80,7 @@ def train(only: str | None, seed: int, out: Path, overwrite_shipped: bool, threa
 @click.option("--threads", type=int, default=1, show_default=True)
 @click.option("--family", is_flag=True,
               help="Instead: greedy accuracy by difficulty of each size of the policy family "
-              "(draft, policy, policy-m), one row each, on the same --limit problems.")
+              "(draft, policy-s, policy), one row each, on the same --limit problems.")
 @click.option("--model", "family_models", multiple=True, type=click.Choice(tuple(FAMILY)),
               help="Like --family, for these members only (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

@@ -2,7 +2,7 @@
 demo's runs (:mod:`metagen.eval.demo`).
 
 For each member of the testbed's policy family (:data:`~metagen.testbed.modeling.FAMILY`: the
-draft, the policy, policy-m; the same training recipe at three sizes), the demo's two runs: a
+draft, policy-s, the policy; the same training recipe at three sizes), the demo's two runs: a
 parallel run (:data:`SCALING_PARALLEL` at N = :data:`SCALING_NS` over one sample set, the
 testbed ORM as the reward) and a step-search run (:data:`SCALING_SEARCHES` and best-of-N by the
 same process reward at N = :data:`SCALING_STEP_NS`), into ``OUT/scaling_laws/<model>/parallel``
@@ -83,9 +83,13 @@ def scaling_frontier(run_folders: Mapping[str, Sequence[Path]], *, plot_path: Pa
     """The compute-optimal frontier over ``run_folders`` (label = model name -> its run
     folders), fitted on :data:`FIT_FRACTION` of the items and scored on the rest; writes its
     plot at ``plot_path``; returns (the report, its text)."""
-    # wired at merge: frontier_report(...), write_frontier_plot(report, plot_path) and the
-    # text formatters of metagen.compute_frontier, imported here lazily.
-    raise NotImplementedError("the compute-optimal frontier is not in this build")
+    from metagen.frontier import (frontier_curve_text, frontier_policy_text, frontier_report,
+                                  write_frontier_plot)
+
+    entries = [(label, folder) for label, folders in run_folders.items() for folder in folders]
+    report = frontier_report(entries, fit_fraction=FIT_FRACTION)
+    write_frontier_plot(report, plot_path, title="testbed: accuracy against FLOPs per item")
+    return report, frontier_policy_text(report) + "\n" + frontier_curve_text(report)
 
 
 @dataclass(slots=True, frozen=True)

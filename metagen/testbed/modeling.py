@@ -9,10 +9,10 @@ from typing import Literal
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.testbed.tokenizer import Codec as CharCodec
 
-ModelName = Literal["policy", "draft", "orm", "prm", "policy-m"]
+ModelName = Literal["policy", "draft", "orm", "prm", "policy-s"]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 PIPELINE: tuple[str, ...] = ("policy", "draft", "orm", "prm")  # what a plain `train` makes
-NAMES: tuple[str, ...] = (*PIPELINE, "policy-m")  # policy-m: only by `train --only policy-m`
+NAMES: tuple[str, ...] = (*PIPELINE, "policy-s")  # policy-s: only by `train --only policy-s`
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +59,12 @@ class ArchConfig:
 
 POLICY_ARCH = ArchConfig()
 DRAFT_ARCH = ArchConfig(hidden=96, layers=2, heads=3, kv_heads=3, intermediate=256)
-POLICY_M_ARCH = ArchConfig(hidden=256, layers=6, heads=8, kv_heads=8, intermediate=640)
+POLICY_S_ARCH = ArchConfig(hidden=128, layers=4, heads=4, kv_heads=4, intermediate=384)
 
 #: The policy family, small to large: the same recipe (data, 2,400 steps, seed) at three sizes;
 #: the draft is its smallest member. ``ArchConfig.params(vocab)`` gives each size.
-FAMILY: dict[str, ArchConfig] = {"draft": DRAFT_ARCH, "policy": POLICY_ARCH,
-                                 "policy-m": POLICY_M_ARCH}
+FAMILY: dict[str, ArchConfig] = {"draft": DRAFT_ARCH, "policy-s": POLICY_S_ARCH,
+                                 "policy": POLICY_ARCH}
 
 
 def model_path(name: ModelName) -> Path:

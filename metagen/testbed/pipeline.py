@@ -2,8 +2,8 @@
 
 ``train_all`` runs, in order, policy -> draft -> ORM -> PRM (the PRM needs the policy's samples
 and weights). Everything is seeded; on one CPU thread two runs give the same weights. The
-family's larger size ``policy-m`` (:data:`~metagen.testbed.modeling.FAMILY`) is trained only when
-asked for by name (``only="policy-m"``): every member of the family, draft included, gets the
+family's middle size ``policy-s`` (:data:`~metagen.testbed.modeling.FAMILY`) is trained only when
+asked for by name (``only="policy-s"``): every member of the family, draft included, gets the
 policy's recipe at its own shape.
 
 The ORM is a *generative verifier*: a second policy, same architecture, trained from seed
@@ -72,7 +72,7 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEF
               progress: Progress | None = None, data: RMDataConfig = RMDataConfig(),
               overwrite_shipped: bool = False) -> dict[str, float]:
     """Train the requested models (the four of :data:`PIPELINE` by default; ``only`` may also
-    name ``policy-m``) into ``out_root/<name>`` (default ``./testbed_models``). Returns
+    name ``policy-s``) into ``out_root/<name>`` (default ``./testbed_models``). Returns
     seconds per stage. The PRM stage reads the policy from
     ``out_root/policy``. The shipped models' folder is refused (``InvalidParameterError``
     naming ``out``, before any training) unless ``overwrite_shipped``."""

@@ -26,7 +26,7 @@ def test_one_pair_of_runs_per_size_identical_but_for_the_policy() -> None:
     models = {name: {"path": str(model_path(name)), "backend": "local"}  # type: ignore[arg-type]
               for name in FAMILY}
     configs = scaling.scaling_configs(settings, models)
-    assert list(configs) == ["draft", "policy", "policy-m"]
+    assert list(configs) == ["draft", "policy-s", "policy"]
     orm = str(model_path("orm"))
     for name, runs in configs.items():
         assert list(runs) == [preset.PARALLEL_RUN, preset.SEARCH_RUN]
@@ -65,11 +65,11 @@ def test_bad_flags_are_one_line_errors_before_any_run(tmp_path, capsys, argv, na
     assert not (tmp_path / "d").exists()
 
 
-@pytest.mark.skipif(_present("policy-m"), reason="policy-m is present: nothing is missing")
+@pytest.mark.skipif(_present("policy-s"), reason="policy-s is present: nothing is missing")
 def test_a_missing_member_is_an_error_naming_it_and_its_train_command(tmp_path, capsys) -> None:
     assert main(["demo", "--scaling-laws", "--out", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
-    assert "policy-m" in err and "metagen testbed train --only policy-m" in err
+    assert "policy-s" in err and "metagen testbed train --only policy-s" in err
     assert not (tmp_path / "d").exists()
 
 
@@ -119,6 +119,10 @@ def test_tiny_real_run_feeds_every_folder_to_the_frontier_hook_by_model(tmp_path
     assert loads == names and again.reports.keys() == done.reports.keys()
     assert [r["results"] for runs in again.reports.values() for r, _ in runs.values()] == [
         r["results"] for runs in done.reports.values() for r, _ in runs.values()]
+    # the real frontier over the same folders: every size's candidates, a PNG plot
+    report, text = scaling.scaling_frontier(folders, plot_path=tmp_path / "real.png")
+    assert {c.split("/")[0] for c in report["candidates"]} == set(names)
+    assert (tmp_path / "real.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "held-out" in text
     if names != list(FAMILY):
         return  # the command runs the whole family; below, it resumes the runs above
     monkeypatch.setattr(scaling, "scaling_frontier", recording_frontier)

@@ -1,5 +1,5 @@
 """The policy family: the registry (names, shapes, parameter counts that the real model folders
-match), ``train --only policy-m`` never into the shipped folder, and ``testbed eval --family``
+match), ``train --only policy-s`` never into the shipped folder, and ``testbed eval --family``
 on the real models."""
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ def _present(name: str) -> bool:
 
 
 def test_the_family_is_named_small_to_large_and_policy_m_is_a_model_name() -> None:
-    assert list(FAMILY) == ["draft", "policy", "policy-m"]
+    assert list(FAMILY) == ["draft", "policy-s", "policy"]
     assert FAMILY["draft"] is DRAFT_ARCH and FAMILY["policy"] is POLICY_ARCH
     sizes = [arch.params(Codec().size) for arch in FAMILY.values()]
-    # the data card's counts: 270,816 and 1,869,504; policy-m's shape gives 4,656,384
+    # the data card's counts: 270,816 and 1,869,504; policy-s's shape gives 918,656
     assert sizes == [270_816, 1_869_504, 4_656_384]
-    assert "policy-m" in NAMES and "policy-m" not in PIPELINE  # a plain train makes the four
-    assert model_path("policy-m") == MODELS_DIR / "policy-m"
+    assert "policy-s" in NAMES and "policy-s" not in PIPELINE  # a plain train makes the four
+    assert model_path("policy-s") == MODELS_DIR / "policy-s"
 
 
 @pytest.mark.parametrize("name", list(FAMILY))
@@ -47,11 +47,11 @@ def test_a_members_folder_has_the_shape_and_parameter_count_of_its_arch(name: st
 
 def test_train_only_policy_m_is_refused_into_the_shipped_folder(capsys) -> None:
     before = {f: f.stat().st_mtime_ns for f in MODELS_DIR.rglob("*") if f.is_file()}
-    assert main(["testbed", "train", "--only", "policy-m", "--out", str(MODELS_DIR)]) == 2
+    assert main(["testbed", "train", "--only", "policy-s", "--out", str(MODELS_DIR)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "--overwrite-shipped" in err, err
     with pytest.raises(InvalidParameterError, match="shipped"):
-        train_all(only="policy-m", out_root=MODELS_DIR)
+        train_all(only="policy-s", out_root=MODELS_DIR)
     with pytest.raises(InvalidParameterError, match="only"):
         train_all(only="policy-xl", out_root=MODELS_DIR)
     assert {f: f.stat().st_mtime_ns for f in MODELS_DIR.rglob("*") if f.is_file()} == before
@@ -74,5 +74,5 @@ def test_family_eval_checks_every_member_before_any_runs(tmp_path) -> None:
     with pytest.raises(InvalidParameterError) as bad:
         family_greedy(("draft", "policy-xl"))
     assert bad.value.param == "model"
-    with pytest.raises(ModelLoadError, match="policy-m.*--only policy-m"):
-        family_greedy(("policy-m",), root=tmp_path)
+    with pytest.raises(ModelLoadError, match="policy-s.*--only policy-s"):
+        family_greedy(("policy-s",), root=tmp_path)
