@@ -16,21 +16,24 @@
  * each token attends to its own row's positions from the end of that prefix up to its own.
  * A float32 cache is read position by position, every kv head of a unit in turn (attend_pm); a
  * group's queries go across vector lanes (attend_group) unless they are few (SMALL_GROUP).
+ * A row's own positions are attended in chunks of a length set by its context alone
+ * (own_chunk), each chunk's state folded into the row's in chunk order (split-K).
  * Summation orders differ from PyTorch's: results agree to rounding, not bit for bit.
  * The step (mg_decode_step_q8) and attention alone (mg_attention_q8) also run on an int8 cache
  * with one float32 scale per block and kv head: each key block is dequantized into the thread's
  * scratch, then attended as above; the step quantizes each row's new K/V into its blocks with
- * metagen/engine/kv_quant.py's arithmetic (write_q8), just before the row attends.
+ * metagen/engine/kv_quant.py's arithmetic (write_q8), as the q|k|v product makes them.
  *
  * Threads (pool.h): every thread walks the layers' stages (q|k|v product, in units of whole
- * heads, each head then normed, rotated and written to a float32 cache by its unit |
- * prefix-group attention | int8 cache write and own-position attention | o product + residual |
+ * heads, each head then normed, rotated and written to the cache by its unit |
+ * prefix-group attention | own-position attention | o product + residual |
  * gate|up product | down product + residual), claiming units of each and waiting for the stage
  * to finish before the next; the RMSNorms and the SiLU gate, a few rows' worth, are made by each
  * thread for itself where a product reads them, instead of in stages of their own (each stage
  * ends in a wait). Products are cut by output columns, so each weight row is read once per step,
  * in whole-cache-line slices (whole panels of a panel-major weight, mg_layer's *_p: then each
- * thread's slice is one contiguous region); attention by (group or row, run of kv heads). Each
+ * thread's slice is one contiguous region); attention by (group or row, run of kv heads), or,
+ * with fewer rows than threads, by (chunk of a row's positions, run of kv heads). Each
  * output element is computed by the one-thread path's instructions in its order, so the result
  * is the same bit for bit on any number of threads. Int8 products whose activations are
  * quantized too (act8, q8_act.c) quantize their input into the thread's own buffer at the first
