@@ -16,21 +16,24 @@
  * each token attends to its own row's positions from the end of that prefix up to its own.
  * A float32 cache is read position by position, every kv head of a unit in turn (attend_pm); a
  * group's queries go across vector lanes (attend_group) unless they are few (SMALL_GROUP).
+ * A row's own positions are attended in chunks of a length set by its context alone
+ * (own_chunk), each chunk's state folded into the row's in chunk order (split-K).
  * Summation orders differ from PyTorch's: results agree to rounding, not bit for bit.
  * The step (mg_decode_step_q8) and attention alone (mg_attention_q8) also run on an int8 cache
  * with one float32 scale per block and kv head: each key block is dequantized into the thread's
  * scratch, then attended as above; the step quantizes each row's new K/V into its blocks with
- * metagen/engine/kv_quant.py's arithmetic (write_q8), just before the row attends.
+ * metagen/engine/kv_quant.py's arithmetic (write_q8), as the q|k|v product makes them.
  *
  * Threads (pool.h): every thread walks the layers' stages (q|k|v product, in units of whole
- * heads, each head then normed, rotated and written to a float32 cache by its unit |
- * prefix-group attention | int8 cache write and own-position attention | o product + residual |
+ * heads, each head then normed, rotated and written to the cache by its unit |
+ * prefix-group attention | own-position attention | o product + residual |
  * gate|up product | down product + residual), claiming units of each and waiting for the stage
  * to finish before the next; the RMSNorms and the SiLU gate, a few rows' worth, are made by each
  * thread for itself where a product reads them, instead of in stages of their own (each stage
  * ends in a wait). Products are cut by output columns, so each weight row is read once per step,
  * in whole-cache-line slices (whole panels of a panel-major weight, mg_layer's *_p: then each
- * thread's slice is one contiguous region); attention by (group or row, run of kv heads). Each
+ * thread's slice is one contiguous region); attention by (group or row, run of kv heads), or,
+ * with fewer rows than threads, by (chunk of a row's positions, run of kv heads). Each
  * output element is computed by the one-thread path's instructions in its order, so the result
  * is the same bit for bit on any number of threads. Int8 products whose activations are
  * quantized too (act8, q8_act.c) quantize their input into the thread's own buffer at the first
@@ -399,6 +402,59 @@ static void attend(const mg_model *M, const mg_plan *P, const float *const *q, f
   }
 }
 
+/* A row's own positions are attended in chunks (split-K, flash-decoding): chunk k of a row whose
+ * tokens attend own_from .. own_from + n - 1 is positions own_from + k * len .. + len - 1 (len
+ * = own_chunk(n)), cut at each token's own end. Chunk 0 continues the row's state (fresh, or its
+ * prefix group's); every later chunk starts fresh, and the states are folded into the row's in
+ * chunk order (merge_states). The chunks are a function of n alone, and a chunk's arithmetic is
+ * that of attend over its positions, so a row's result is the same bits whichever threads take
+ * its chunks, and in whichever order; a row of at most OWN_CHUNK positions is one chunk, which is
+ * attend over them all. OWN_CHUNK: one row at 256 positions is four chunks and a position,
+ * two for each of two threads; OWN_CHUNKS bounds the merges, and the chunk states one step
+ * holds, at long contexts. */
+#define OWN_CHUNK 64
+#define OWN_CHUNKS 16
+
+/* Positions per chunk of a row that attends n own positions: OWN_CHUNK, or more (whole key
+ * blocks) to keep to OWN_CHUNKS chunks. */
+static int64_t own_chunk(int64_t n) {
+  const int64_t per = (n + OWN_CHUNKS - 1) / OWN_CHUNKS, len = (per + KB - 1) / KB * KB;
+  return len > OWN_CHUNK ? len : OWN_CHUNK;
+}
+
+/* own_chunk for the tests, which place contexts at and across chunk boundaries. */
+int64_t mg_own_chunk(int64_t n) { return own_chunk(n); }
+
+/* Own positions of row r (its last token's: own_from[r] .. its position) and its chunks. */
+static int64_t own_span(const mg_plan *P, int64_t r) {
+  return P->start[r] + P->tok_off[r + 1] - P->tok_off[r] - P->own_from[r];
+}
+
+static int64_t own_chunks(const mg_plan *P, int64_t r) {
+  const int64_t n = own_span(P, r), len = own_chunk(n);
+  return (n + len - 1) / len;
+}
+
+/* Fold n chunk states (cacc[i] (d), *cmx[i], *cl[i]) into the row states (acc[i], *mx[i], *l[i])
+ * of the same queries: both rescaled to the larger max, sums and outputs added. A query the chunk
+ * did not reach (max -inf) keeps its state untouched. */
+static void merge_states(float *const *acc, float *const *mx, float *const *l,
+                         float *const *cacc, float *const *cmx, float *const *cl, int64_t n,
+                         int64_t d) {
+  for (int64_t i = 0; i < n; i++) {
+    if (*cmx[i] == -INFINITY) continue;
+    const float m = *mx[i] > *cmx[i] ? *mx[i] : *cmx[i];
+    const float a = expf(*mx[i] - m), b = expf(*cmx[i] - m); /* a = 0 for a fresh row state */
+    *l[i] = *l[i] * a + *cl[i] * b;
+    *mx[i] = m;
+    for (int64_t c = 0; c < d; c += VW) {
+      const vmask k = mask_first(d - c);
+      const vec y = vmul(vload(acc[i] + c, k), vbcast(a));
+      vstore(acc[i] + c, vfma(vload(cacc[i] + c, k), vbcast(b), y), k);
+    }
+  }
+}
+
 /* at[c + r] = at[c + r] * corr + sum_{j < nb} st[j] * v_j[c + r] for r < R (R <= 8, a constant
  * at each call, so the R output vectors stay in registers): group_block's value update of R
  * output elements of VW queries, one per lane. */
@@ -514,27 +570,35 @@ static void attend_group(const mg_model *M, const mg_plan *P, const float *const
 }
 
 /* A thread's own buffers: the gathered queries of one attention work unit and their state, the
- * input of a norm's or the SiLU gate's product (x: (T, hidden) normed tokens; act: (T, inter)
- * gated), and the quantized activations (aq, ad: mg_a8_quantize's; axs: mg_w4_xsums' for int4
- * weights) of the int8-activation products. */
+ * same queries' state over one later chunk of their row (cacc, cmx, cl, pointing into cbuf or
+ * into the step's chunk states; c_to: their ends cut at the chunk's), the input of a norm's or
+ * the SiLU gate's product (x: (T, hidden) normed tokens; act: (T, inter) gated), and the
+ * quantized activations (aq, ad: mg_a8_quantize's; axs: mg_w4_xsums' for int4 weights) of the
+ * int8-activation products. */
 typedef struct {
   int8_t *aq;
   int32_t *axs;
   float *ad, *x, *act;
-  float *s, *grp, *deq;
-  int64_t *q_to; /* each gathered query's end position (exclusive) */
+  float *s, *grp, *deq, *cbuf;
+  int64_t *q_to, *c_to; /* each gathered query's end position (exclusive); in the chunk */
   const float **q;
-  float **acc, **pmx, **pl;
+  float **acc, **pmx, **pl, **cacc, **cmx, **cl;
 } lane;
 
 /* Work buffers of one step, carved from one allocation, and its threads' lanes. Attention reads
  * token t's query head i at q + t * q_stride + i * head_dim and writes it to
- * attn + (t * n_heads + i) * head_dim. */
+ * attn + (t * n_heads + i) * head_dim. Where rows' chunks are units of their own (step_job's
+ * split), row r's chunks are units chunk_off[r] .. chunk_off[r + 1] - 1; those after the first
+ * keep their states in chunk_acc (d floats each), chunk_mx, chunk_l from record chunk_rec[r] on
+ * (own_unit), and chunk_done[r * runs + run] counts the row's finished chunk units of that run
+ * of kv heads, over the layers. */
 typedef struct {
   float *qkv, *attn, *mx, *l, *tmp, *gu;
+  float *chunk_acc, *chunk_mx, *chunk_l;
   const float *q_base;
   int64_t q_stride;
-  int64_t *tok_row, *tok_pos;
+  int64_t *tok_row, *tok_pos, *chunk_off, *chunk_rec;
+  atomic_llong *chunk_done;
   lane lanes[MG_MAX_THREADS];
   void *block;
 } scratch;
@@ -545,19 +609,23 @@ static void *carve(char **p, size_t bytes) {
   return r;
 }
 
-static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
+/* The step's buffers for T tokens on nth threads, with recs chunk states (split's). */
+static int make_scratch(const mg_model *M, int64_t T, int nth, int64_t recs, scratch *S) {
   const int64_t H = M->hidden, D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   const int64_t qkv = (hq + 2 * hkv) * D, nq = T * hq;
   const int64_t kmax = H > hq * D ? (H > M->inter ? H : M->inter) /* the products' widest K */
                                    : (hq * D > M->inter ? hq * D : M->inter);
   const size_t f = sizeof(float), n[] = {
       T * qkv * f, nq * D * f, nq * f, nq * f, T * H * f, T * 2 * M->inter * f,
-      T * sizeof(int64_t), T * sizeof(int64_t)};
+      T * sizeof(int64_t), T * sizeof(int64_t), recs * D * f, recs * f, recs * f,
+      (T + 1) * sizeof(int64_t), T * sizeof(int64_t), T * hkv * sizeof(atomic_llong)};
   const size_t per_lane[] = {nq * KB * f, (size_t)group_scratch(D, hkv, T * (hq / hkv)) * f,
                              nq * sizeof(int64_t), nq * sizeof(void *), nq * sizeof(void *),
                              nq * sizeof(void *), nq * sizeof(void *), 2 * KB * D * f,
                              T * mg_a8_ldq(kmax), T * mg_a8_ldd(kmax) * f, T * H * f,
-                             T * M->inter * f, T * mg_a8_ldd(kmax) * sizeof(int32_t)};
+                             T * M->inter * f, T * mg_a8_ldd(kmax) * sizeof(int32_t),
+                             nq * (D + 2) * f, nq * sizeof(int64_t), nq * sizeof(void *),
+                             nq * sizeof(void *), nq * sizeof(void *)};
   size_t total = 0, lane_total = 0;
   for (size_t i = 0; i < sizeof n / sizeof *n; i++) total += (n[i] + 63) & ~(size_t)63;
   for (size_t i = 0; i < sizeof per_lane / sizeof *per_lane; i++)
@@ -575,6 +643,13 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
   S->gu = carve(&p, n[5]);
   S->tok_row = carve(&p, n[6]);
   S->tok_pos = carve(&p, n[7]);
+  S->chunk_acc = carve(&p, n[8]);
+  S->chunk_mx = carve(&p, n[9]);
+  S->chunk_l = carve(&p, n[10]);
+  S->chunk_off = carve(&p, n[11]);
+  S->chunk_rec = carve(&p, n[12]);
+  S->chunk_done = carve(&p, n[13]);
+  for (int64_t i = 0; i < T * hkv; i++) atomic_init(S->chunk_done + i, 0);
   for (int i = 0; i < nth; i++) {
     lane *L = S->lanes + i;
     L->s = carve(&p, per_lane[0]);
@@ -590,6 +665,11 @@ static int make_scratch(const mg_model *M, int64_t T, int nth, scratch *S) {
     L->x = carve(&p, per_lane[10]);
     L->act = carve(&p, per_lane[11]);
     L->axs = carve(&p, per_lane[12]);
+    L->cbuf = carve(&p, per_lane[13]);
+    L->c_to = carve(&p, per_lane[14]);
+    L->cacc = carve(&p, per_lane[15]);
+    L->cmx = carve(&p, per_lane[16]);
+    L->cl = carve(&p, per_lane[17]);
   }
   S->q_base = S->qkv;
   S->q_stride = qkv;
@@ -636,6 +716,8 @@ typedef struct {
   mg_stage *stage;
   int64_t kv_run;  /* kv heads per unit of own-position attention (kv_run_for) */
   int64_t grp_run; /* kv heads per unit of prefix-group attention (kv_run_for) */
+  int split;          /* own-position units are chunks of rows (own_unit), not rows */
+  int64_t own_units;  /* chunks or rows: own-position units per run of kv heads */
 } step_job;
 
 /* The kv heads per attention unit: the most (a divisor of n_kv_heads) that still leaves every
@@ -647,6 +729,37 @@ static int64_t kv_run_for(int64_t n_kv_heads, int64_t n, int nth) {
   for (int64_t runs = 1; runs < n_kv_heads; runs++)
     if (n_kv_heads % runs == 0 && n * runs >= nth) return n_kv_heads / runs;
   return 1;
+}
+
+/* The scratch S of job J (its M, P and nth set) for its T tokens, indexed, and J's attention
+ * units. Where the rows are fewer than the threads and some row has several chunks (own_chunk),
+ * each chunk of a row is an own-position unit (J->split: one row's positions shared among
+ * threads, each reading every position's whole run of kv heads), else each row is; either way
+ * the kv heads are cut into the longest runs that still leave every thread a unit (kv_run_for).
+ * Which units there are changes no query's arithmetic. Returns 0, or -1 when out of memory. */
+static int prepare(step_job *J, scratch *S) {
+  const mg_plan *P = J->P;
+  const int64_t hq = J->M->n_heads, hkv = J->M->n_kv_heads;
+  int64_t chunks = 0, recs = 0;
+  for (int64_t r = 0; r < P->n_rows; r++) {
+    const int64_t nc = own_chunks(P, r);
+    chunks += nc;
+    recs += (nc - 1) * (P->tok_off[r + 1] - P->tok_off[r]) * hq;
+  }
+  J->split = J->nth > P->n_rows && chunks > P->n_rows;
+  J->own_units = J->split ? chunks : P->n_rows;
+  J->kv_run = kv_run_for(hkv, J->own_units, J->nth);
+  J->grp_run = kv_run_for(hkv, P->n_groups, J->nth);
+  if (make_scratch(J->M, J->T, J->nth, J->split ? recs : 0, S)) return -1;
+  index_tokens(P, S);
+  S->chunk_off[0] = 0;
+  for (int64_t r = 0, rec = 0; r < P->n_rows; r++) {
+    const int64_t nc = own_chunks(P, r);
+    S->chunk_off[r + 1] = S->chunk_off[r] + nc;
+    S->chunk_rec[r] = rec;
+    rec += (nc - 1) * (P->tok_off[r + 1] - P->tok_off[r]) * hq;
+  }
+  return 0;
 }
 
 /* Claim loop over the n units of stage st: `for (STAGE(st, n, u)) {...}` runs the body for
@@ -702,19 +815,94 @@ static void init_heads(step_job *J, mg_stage *st) {
   mg_wait(st, J->T);
 }
 
+/* Chunk k of row r (own_chunk) for the lane's n gathered queries, on kv heads hk0 .. hk0 +
+ * kv_run - 1: attend over the chunk's positions, each query cut at its own end, updating the
+ * states acc[i], mx[i], l[i]. */
+static void attend_chunk(const step_job *J, const lane *L, const kv_src *C, int64_t r, int64_t k,
+                         int64_t hk0, int64_t n, float *const *acc, float *const *mx,
+                         float *const *l) {
+  const int64_t len = own_chunk(own_span(J->P, r)), c0 = J->P->own_from[r] + k * len;
+  for (int64_t i = 0; i < n; i++) L->c_to[i] = L->q_to[i] < c0 + len ? L->q_to[i] : c0 + len;
+  attend(J->M, J->P, L->q, acc, mx, l, n / J->kv_run, r, c0, L->c_to, C, hk0, J->kv_run, L->s);
+}
+
+/* Point the lane's chunk lists (cacc, cmx, cl) at n states: d floats each from acc, one each
+ * from mx and l; with `fresh`, make them fresh (-inf, 0, zeros). */
+static void chunk_states(const lane *L, float *acc, float *mx, float *l, int64_t n, int64_t d,
+                         int fresh) {
+  for (int64_t i = 0; i < n; i++) {
+    L->cacc[i] = acc + i * d, L->cmx[i] = mx + i, L->cl[i] = l + i;
+    if (fresh) {
+      mx[i] = -INFINITY, l[i] = 0.0f;
+      memset(acc + i * d, 0, (size_t)d * sizeof(float));
+    }
+  }
+}
+
+/* One unit of own-position attention: kv heads run * kv_run .. of a row (unit = the row) or,
+ * with J->split, of one chunk of a row (unit = the chunk, chunk_off). A row unit attends its
+ * chunks in order, each after the first in the lane's cbuf, folded in at once; a chunk unit
+ * attends its chunk (the first into the row's state, a later one into its own chunk state),
+ * and the row's last chunk unit of this run to finish, over the layers' count of them
+ * (chunk_done), folds the row's chunk states in order. Either way each state is folded in chunk
+ * order, so the bits are the same. Then the row's outputs of these heads are normalised. */
+static void own_unit(const step_job *J, const lane *L, const kv_src *C, int64_t unit,
+                     int64_t run, int64_t layer) {
+  const mg_plan *P = J->P;
+  const scratch *S = J->S;
+  const int64_t D = J->M->head_dim, hq = J->M->n_heads, runs = J->M->n_kv_heads / J->kv_run;
+  const int64_t hk0 = run * J->kv_run, hk1 = hk0 + J->kv_run, g = hq / J->M->n_kv_heads;
+  int64_t r = unit, k = 0, n = 0;
+  if (J->split) {
+    for (r = 0; S->chunk_off[r + 1] <= unit; r++) continue;
+    k = unit - S->chunk_off[r];
+  }
+  const int64_t nc = own_chunks(P, r);
+  for (int64_t hk = hk0; hk < hk1; hk++)
+    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
+      gather_queries(J->M, S, L, t, hk, &n);
+  if (k == 0) attend_chunk(J, L, C, r, 0, hk0, n, L->acc, L->pmx, L->pl);
+  if (!J->split)
+    for (k = 1; k < nc; k++) {
+      chunk_states(L, L->cbuf, L->cbuf + n * D, L->cbuf + n * (D + 1), n, D, 1);
+      attend_chunk(J, L, C, r, k, hk0, n, L->cacc, L->cmx, L->cl);
+      merge_states(L->acc, L->pmx, L->pl, L->cacc, L->cmx, L->cl, n, D);
+    }
+  else {
+    const int64_t rec = S->chunk_rec[r] + run * n; /* chunk k's: rec + (k - 1) * runs * n */
+    if (k > 0) {
+      const int64_t at = rec + (k - 1) * runs * n;
+      chunk_states(L, S->chunk_acc + at * D, S->chunk_mx + at, S->chunk_l + at, n, D, 1);
+      attend_chunk(J, L, C, r, k, hk0, n, L->cacc, L->cmx, L->cl);
+    }
+    /* acq_rel: this unit's states are seen by the last one, which sees every other's */
+    if (atomic_fetch_add_explicit(S->chunk_done + r * runs + run, 1, memory_order_acq_rel) + 1 <
+        nc * (layer + 1))
+      return;
+    for (k = 1; k < nc; k++) {
+      const int64_t at = rec + (k - 1) * runs * n;
+      chunk_states(L, S->chunk_acc + at * D, S->chunk_mx + at, S->chunk_l + at, n, D, 0);
+      merge_states(L->acc, L->pmx, L->pl, L->cacc, L->cmx, L->cl, n, D);
+    }
+  }
+  for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
+    for (int64_t i = t * hq + hk0 * g; i < t * hq + hk1 * g; i++) {
+      const float inv = 1.0f / S->l[i];
+      for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
+    }
+}
+
 /* Attention of every query head over two stages: (prefix group, run of kv heads) units, then
- * (row, run of kv heads) units; a unit owns the queries it gathers, so each query's arithmetic
- * is the one-thread path's. Needs the heads' initial state (init_heads). With `write` (an int8
- * cache), a (row, run) unit first writes that row's new K/V of those heads from the step's
- * q|k|v (write_q8): the row owns those blocks and no prefix group reads them, so no other unit
- * touches them. */
-static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, int tid) {
+ * own positions in own_unit's units (row or chunk of a row, run of kv heads); a unit owns the
+ * queries it gathers (a row's last chunk unit its row's, after every other chunk unit of the
+ * row is done with them), so each query's arithmetic is the one-thread path's. Needs the heads'
+ * initial state (init_heads) and, on an int8 cache, the step's new K/V written (write_heads). */
+static void attention(step_job *J, mg_stage *st, const kv_layer *c, int tid) {
   const mg_model *M = J->M;
   const mg_plan *P = J->P;
   const scratch *S = J->S;
   const lane *L = S->lanes + tid;
-  const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads, g = hq / hkv;
-  const int64_t qkv = (hq + 2 * hkv) * D;
+  const int64_t D = M->head_dim, hkv = M->n_kv_heads;
   const kv_src C = {c->kc, c->vc, c->kq, c->vq, c->ks, c->vs, L->deq};
   /* shared prefixes: once per group, in (group, run of grp_run kv heads) units */
   const int64_t gruns = hkv / J->grp_run, n_grp = P->n_groups * gruns;
@@ -740,29 +928,10 @@ static void attention(step_job *J, mg_stage *st, const kv_layer *c, int write, i
   }
   stage_wait(J, st, n_grp, tid);
   st++;
-  /* each token's own positions, causal, in (row, run of kv_run kv heads) units; a row's tokens
-   * together share the key blocks */
-  const int64_t runs = hkv / J->kv_run, n_own = P->n_rows * runs;
-  for (STAGE(st, n_own, u)) {
-    const int64_t r = u / runs, hk0 = u % runs * J->kv_run, hk1 = hk0 + J->kv_run;
-    int64_t n = 0;
-    for (int64_t hk = hk0; hk < hk1; hk++) {
-      if (write) {
-        const float *k = S->qkv + P->tok_off[r] * qkv + (hq + hk) * D; /* v: hkv heads on */
-        write_q8(P, hkv, D, r, hk, k, qkv, c->kq, c->ks);
-        write_q8(P, hkv, D, r, hk, k + hkv * D, qkv, c->vq, c->vs);
-      }
-      for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
-        gather_queries(M, S, L, t, hk, &n);
-    }
-    attend(M, P, L->q, L->acc, L->pmx, L->pl, n / J->kv_run, r, P->own_from[r], L->q_to, &C,
-           hk0, J->kv_run, L->s);
-    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
-      for (int64_t i = t * hq + hk0 * g; i < t * hq + hk1 * g; i++) {
-        const float inv = 1.0f / S->l[i];
-        for (int64_t c = 0; c < D; c++) S->attn[i * D + c] *= inv;
-      }
-  }
+  /* each row's own positions, causal: a row's tokens together share the key blocks */
+  const int64_t runs = hkv / J->kv_run, n_own = J->own_units * runs;
+  const int64_t layer = (st - J->stage) / STAGES_PER_LAYER;
+  for (STAGE(st, n_own, u)) own_unit(J, L, &C, u / runs, u % runs, layer);
   stage_wait(J, st, n_own, tid);
 }
 
@@ -855,8 +1024,8 @@ static void residual(step_job *J, mg_stage *st, const float *x, const float *w, 
 
 /* Head i (q heads, then k, then v) of token t, just computed in the step's q|k|v: a q head is
  * normed (q_norm), rotated and given a fresh online-softmax state; a k head normed (k_norm) and
- * rotated; a k or v head written to its float32 cache slot (an int8 cache is written in
- * attention()). */
+ * rotated; a k or v head written to its float32 cache slot (an int8 cache's are written by
+ * write_heads, once the unit's heads are made for every token). */
 static void head_work(const step_job *J, const mg_layer *W, const kv_layer *kv, int64_t t,
                       int64_t i) {
   const mg_model *M = J->M;
@@ -879,6 +1048,18 @@ static void head_work(const step_job *J, const mg_layer *W, const kv_layer *kv, 
   float *cache = i < hq + hkv ? kv->kc + (slot * hkv + i - hq) * D
                               : kv->vc + (slot * hkv + i - hq - hkv) * D;
   memcpy(cache, x, (size_t)D * sizeof(float));
+}
+
+/* K or V head i (of the q|k|v heads, i >= n_heads) of every row's new tokens, normed and
+ * rotated (head_work), into an int8 cache (write_q8): each row owns the blocks it writes, and
+ * the unit that computed the head is the only one to write that head's entries and scales. */
+static void write_heads(const step_job *J, const kv_layer *kv, int64_t i) {
+  const int64_t D = J->M->head_dim, hq = J->M->n_heads, hkv = J->M->n_kv_heads;
+  const int64_t qkv = (hq + 2 * hkv) * D, hk = (i - hq) % hkv;
+  const int key = i < hq + hkv;
+  for (int64_t r = 0; r < J->P->n_rows; r++)
+    write_q8(J->P, hkv, D, r, hk, J->S->qkv + J->P->tok_off[r] * qkv + i * D, qkv,
+             key ? kv->kq : kv->vq, key ? kv->ks : kv->vs);
 }
 
 /* One layer: STAGES_PER_LAYER stages from st, whose units any of the job's threads compute.
@@ -907,9 +1088,11 @@ static void layer(step_job *J, const mg_layer *W, mg_stage *st, const kv_layer *
                  S->qkv, T, M->hidden, qkv, c0, c1);
     for (int64_t t = 0; t < T; t++)
       for (int64_t i = c0 / D; i < c1 / D; i++) head_work(J, W, kv, t, i);
+    if (kv->kq)
+      for (int64_t i = c0 / D > hq ? c0 / D : hq; i < c1 / D; i++) write_heads(J, kv, i);
   }
   stage_wait(J, st++, n_qkv, tid);
-  attention(J, st, kv, kv->kq != 0, tid);
+  attention(J, st, kv, tid);
   st += 2;
   residual(J, st++, S->attn, W->o, W->o_p, W->o_q, W->o_s, W->act8, tid, hq * D, 0);
   /* gate|up in slices of its 2 I columns, one run of each weight row per unit (units of the
@@ -950,14 +1133,13 @@ static int run_step(const mg_model *M, const mg_layer *layers, const mg_plan *P,
   const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
   mg_stage *stages = calloc((size_t)(M->n_layers * STAGES_PER_LAYER), sizeof(mg_stage));
-  if (!stages || make_scratch(M, T, nth, &S)) {
+  step_job J = {.M = M, .layers = layers, .P = P, .S = &S, .T = T, .layer_stride = layer_stride,
+                .scale_stride = scale_stride, .h = h, .cache = cache, .nth = nth,
+                .stage = stages};
+  if (!stages || prepare(&J, &S)) {
     free(stages);
     return -1;
   }
-  index_tokens(P, &S);
-  step_job J = {M, layers, P, &S, T, layer_stride, scale_stride, h, cache, nth, stages,
-                kv_run_for(M->n_kv_heads, P->n_rows, nth),
-                kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, step_task, &J);
   if (M->final_norm) /* a few rows: one thread, after every layer's last stage */
     for (int64_t t = 0; t < T; t++) rms_norm(h + t * H, M->final_norm, h + t * H, H, M->eps);
@@ -992,7 +1174,7 @@ static void attention_task(void *ctx, int tid, int nth) {
   step_job *J = ctx;
   (void)nth;
   init_heads(J, J->stage);
-  attention(J, J->stage + 1, &J->cache, 0, tid);
+  attention(J, J->stage + 1, &J->cache, tid);
 }
 
 /* mg_attention and mg_attention_q8: the plan's tokens attend over a float32 cache (kc, vc) or
@@ -1004,16 +1186,13 @@ static int attention_only(const mg_model *M, const mg_plan *P, const float *q, i
   const int nth = threads < 1 ? 1 : threads > MG_MAX_THREADS ? MG_MAX_THREADS : threads;
   scratch S;
   mg_stage stages[3] = {0};
-  if (make_scratch(M, T, nth, &S)) return -1;
-  index_tokens(P, &S);
+  const kv_layer c = {(float *)kc, (float *)vc, (int8_t *)kq, (int8_t *)vq, (float *)ks,
+                      (float *)vs}; /* read only */
+  step_job J = {.M = M, .P = P, .S = &S, .T = T, .cache = c, .nth = nth, .stage = stages};
+  if (prepare(&J, &S)) return -1;
   S.q_base = q;
   S.q_stride = q_stride;
   S.attn = out;
-  const kv_layer c = {(float *)kc, (float *)vc, (int8_t *)kq, (int8_t *)vq, (float *)ks,
-                      (float *)vs}; /* read only: attention() without `write` */
-  step_job J = {M, 0, P, &S, T, 0, 0, 0, c, nth, stages,
-                kv_run_for(M->n_kv_heads, P->n_rows, nth),
-                kv_run_for(M->n_kv_heads, P->n_groups, nth)};
   mg_parallel(nth, attention_task, &J);
   free(S.block);
   return 0;
