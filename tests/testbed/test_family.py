@@ -21,12 +21,12 @@ def _present(name: str) -> bool:
     return (model_path(name) / "config.json").is_file()  # type: ignore[arg-type]
 
 
-def test_the_family_is_named_small_to_large_and_policy_m_is_a_model_name() -> None:
+def test_the_family_is_named_small_to_large_and_policy_s_is_a_model_name() -> None:
     assert list(FAMILY) == ["draft", "policy-s", "policy"]
     assert FAMILY["draft"] is DRAFT_ARCH and FAMILY["policy"] is POLICY_ARCH
     sizes = [arch.params(Codec().size) for arch in FAMILY.values()]
     # the data card's counts: 270,816 and 1,869,504; policy-s's shape gives 918,656
-    assert sizes == [270_816, 1_869_504, 4_656_384]
+    assert sizes == [270_816, 918_656, 1_869_504]
     assert "policy-s" in NAMES and "policy-s" not in PIPELINE  # a plain train makes the four
     assert model_path("policy-s") == MODELS_DIR / "policy-s"
 
@@ -45,7 +45,7 @@ def test_a_members_folder_has_the_shape_and_parameter_count_of_its_arch(name: st
     assert sum(p.numel() for p in model.parameters()) == arch.params(cfg.vocab_size)
 
 
-def test_train_only_policy_m_is_refused_into_the_shipped_folder(capsys) -> None:
+def test_train_only_policy_s_is_refused_into_the_shipped_folder(capsys) -> None:
     before = {f: f.stat().st_mtime_ns for f in MODELS_DIR.rglob("*") if f.is_file()}
     assert main(["testbed", "train", "--only", "policy-s", "--out", str(MODELS_DIR)]) == 2
     err = capsys.readouterr().err.strip()
