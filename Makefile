@@ -1,4 +1,4 @@
-.PHONY: demo test setup bench
+.PHONY: demo test test-slow setup bench
 PY := .venv/bin/python
 
 setup:
@@ -11,6 +11,10 @@ demo: setup
 # without -x; the last line is a pytest summary covering every pass (scripts/run_tests.py)
 test: setup
 	@$(PY) scripts/run_tests.py
+
+# the tests marked slow (long end-to-end checks), which `make test` leaves out
+test-slow: setup
+	$(PY) -m pytest -m slow
 
 bench: setup
 	$(PY) -m metagen bench engine

@@ -4,7 +4,9 @@ On a CPU with AVX-512 the engine and decoding tests run first a second time the 
 AVX2-only CPU computes (:data:`AVX2_CAPS`: metagen's kernels built for AVX2, ATen's and MKL's
 kernel dispatch capped at AVX2), since those numerics differ from the AVX-512 ones; on a CPU
 without AVX-512 the full run already is that run and the pass is skipped with one line saying so.
-The full suite runs last. Contract:
+The full suite runs last. Tests marked ``slow`` (long end-to-end checks: every MBPP and
+HumanEval reference through the sandbox, 200 sandbox runs, real peers) are left to
+``make test-slow``. Contract:
 
 - the exit status is non-zero if mypy, the AVX2 pass or the full run fails;
 - the last line printed is a pytest summary line: the full run's own one when everything before
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AVX2_CAPS = {"METAGEN_NATIVE_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2",
              "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 AVX2_PATHS = ("tests/engine", "tests/decoding")
+SELECT = "not slow"  # the slow end-to-end checks run with `make test-slow`
 # pytest's order of outcomes in its summary line
 ORDER = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "warnings", "errors")
 _COUNT = re.compile(r"(\d+) (failed|passed|skipped|deselected|xfailed|xpassed|warnings?|errors?)")
@@ -131,7 +134,7 @@ def main(argv: Sequence[str]) -> int:
     mypy_failed = False
     if not args.skip_mypy:
         mypy_failed = run_streamed([sys.executable, "-m", "mypy", "metagen"], os.environ)[0] != 0
-    pytest = [sys.executable, "-m", "pytest"]
+    pytest = [sys.executable, "-m", "pytest", "-m", SELECT]
     passes: list[tuple[int, str | None]] = []
     if _avx2_pass_wanted(args.avx2_pass):
         caps = " ".join(f"{k}={v}" for k, v in AVX2_CAPS.items())

@@ -72,11 +72,13 @@ def _unsafe_workdirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob(f"metagen_unsafe_{os.getpid()}_*")}
 
 
-def test_e19_two_hundred_runs_leave_nothing_behind(executor):
+@pytest.mark.parametrize("runs", [20, pytest.param(200, marks=pytest.mark.slow)],
+                         ids=lambda n: f"x{n}")
+def test_e19_many_runs_leave_nothing_behind(executor, runs):
     before_dirs = _unsafe_workdirs()
     executor.run("print(1)", limits=QUICK)  # warm up lazily opened fds
     fds = len(os.listdir("/proc/self/fd"))
-    for i in range(200):
+    for i in range(runs):
         prog = "print(1)" if i % 4 else "import os\nif os.fork() == 0:\n    import time\n" \
             "    time.sleep(100)\n"
         assert executor.run(prog, limits=Limits(wall_seconds=5)).status == "ok"
@@ -89,11 +91,13 @@ def test_e19_two_hundred_runs_leave_nothing_behind(executor):
         pass  # no children at all
 
 
-def test_e20_fifty_of_fifty_at_parallel_two(executor):
+@pytest.mark.parametrize("runs", [16, pytest.param(50, marks=pytest.mark.slow)],
+                         ids=lambda n: f"x{n}")
+def test_e20_every_run_passes_at_parallel_two(executor, runs):
     with ThreadPoolExecutor(2) as pool:
         outs = list(pool.map(lambda _: run_tests(executor, SOLUTION, TESTS, limits=QUICK),
-                             range(50)))
-    assert sum(o.passed for o in outs) == 50, [o.result for o in outs if not o.passed][:2]
+                             range(runs)))
+    assert sum(o.passed for o in outs) == runs, [o.result for o in outs if not o.passed][:2]
 
 
 def test_e21_nothing_runs_without_the_opt_in(executor, monkeypatch, tmp_path):

@@ -23,7 +23,6 @@ from metagen.testbed import format_prompt, make_problems, model_path
 from tests.server.conftest import spawned_server
 from tests.server.test_remote_reward_eval import _eval, _stored
 
-pytestmark = pytest.mark.slow
 TOL = 1e-4
 
 

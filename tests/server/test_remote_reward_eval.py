@@ -24,7 +24,6 @@ from metagen.testbed import model_path
 from tests.server.conftest import spawned_server
 from tests.tolerances import SCORE_TOL
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,15 @@ def test_assembly_of_a_body_a_full_function_and_a_fenced_one(problems):
     assert assemble_program(p, f"Sure:\n```python\n{full}```\nDone.") == p.prompt + "\n" + full
 
 
+def test_every_eighth_canonical_solution_passes(sandbox, problems):
+    """The fast form of the next test (all 164 take minutes: marked slow)."""
+    chosen = problems[::8]
+    verdicts = grade_all(sandbox, chosen, [body(p) for p in chosen], patient=True)
+    failed = {p.task_id: v.reason for p, v in zip(chosen, verdicts) if not v.passed}
+    assert failed == {} and len(verdicts) == 21
+
+
+@pytest.mark.slow
 def test_all_164_canonical_solutions_pass(sandbox, problems):
     verdicts = grade_all(sandbox, problems, [body(p) for p in problems], patient=True)
     failed = {p.task_id: v.reason for p, v in zip(problems, verdicts) if not v.passed}

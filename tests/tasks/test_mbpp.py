@@ -70,13 +70,37 @@ def test_a_completion_ends_at_done(problems):
     assert assemble_program(p, "```python\ndef f(): pass\n```\n[DONE]") == "def f(): pass\n"
 
 
+def _task_number(p) -> int:
+    return int(p.task_id.split("/")[1])
+
+
+def _grade_references(sandbox, chosen):
+    """{task number: verdict} of the references of ``chosen``; every one must be scored."""
+    verdicts = grade_all(sandbox, chosen, [p.reference for p in chosen], patient=True)
+    assert all(v.scored for v in verdicts)
+    return {_task_number(p): v for p, v in zip(chosen, verdicts)}
+
+
+def test_every_tenth_reference_and_the_listed_ones_grade_as_listed(sandbox, problems):
+    """The fast form of the next test: every tenth problem plus each listed unpassable one,
+    so every failure reason is still read (the full 500 take minutes: marked slow)."""
+    chosen = [p for i, p in enumerate(problems) if i % 10 == 0 or _task_number(p) in UNPASSABLE]
+    graded = _grade_references(sandbox, chosen)
+    assert sorted(k for k, v in graded.items() if not v.passed) == sorted(UNPASSABLE)
+    _check_reasons({k: v.reason for k, v in graded.items() if not v.passed})
+
+
+@pytest.mark.slow
 def test_every_reference_passes_but_the_listed_ones(sandbox, problems):
-    verdicts = grade_all(sandbox, problems, [p.reference for p in problems], patient=True)
-    failed = {int(p.task_id.split("/")[1]): v for p, v in zip(problems, verdicts) if not v.passed}
+    graded = _grade_references(sandbox, problems)
+    failed = {k: v for k, v in graded.items() if not v.passed}
     assert sorted(failed) == sorted(UNPASSABLE), {k: v.reason for k, v in failed.items()}
-    assert all(v.scored for v in verdicts) and sum(v.passed for v in verdicts) == 496
-    why = {k: v.reason for k, v in failed.items()}
-    assert "returned a Counter, which is not a primitive value" in why[40] and why[88]
+    assert sum(v.passed for v in graded.values()) == 496
+    _check_reasons({k: v.reason for k, v in failed.items()})
+
+
+def _check_reasons(why: dict[int, str]) -> None:
+    assert all("returned a Counter, which is not a primitive value" in why[k] for k in (40, 88))
     assert "builtins.complex is not a primitive value" in why[124]
     assert "name 'Node' is not defined" in why[367]
 
