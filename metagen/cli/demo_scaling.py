@@ -5,11 +5,14 @@ with ``--json``, ``{problems, models: {model: rows}, frontier}``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from metagen.cli.flags import parse_ns
 from metagen.errors import InvalidParameterError
+
+FIT_FRACTION = 0.5  # of the items; the rest (~320 of the default 640) score the frontier
 
 
 def scaling_laws_command(*, out: str, plot_path: str | None, json_path: str | None,
@@ -49,7 +52,7 @@ def scaling_laws_command(*, out: str, plot_path: str | None, json_path: str | No
             settings, out, models=models, plot_path=plot, concurrency=concurrency,
             force_resume=force_resume, loaders=preset.testbed_loaders(settings),
             load_generator=lambda name: preset.load_testbed_policy(backend, name),
-            progress=bars.progress)
+            progress=bars.progress, frontier=scaling_frontier)
     rows = {name: curve_rows([report for report, _ in runs.values()])
             for name, runs in done.reports.items()}
     for name, runs in done.reports.items():
@@ -69,3 +72,17 @@ def scaling_laws_command(*, out: str, plot_path: str | None, json_path: str | No
             "frontier": done.frontier[0] if done.frontier else None})
         console.print(f"json: {written}")
     return done.code
+
+
+def scaling_frontier(run_folders: Mapping[str, Sequence[Path]], *, plot_path: Path
+                     ) -> tuple[dict[str, Any], str]:
+    """The compute-optimal frontier over ``run_folders`` (label = model name -> its run
+    folders), fitted on :data:`FIT_FRACTION` of the items and scored on the rest; writes its
+    plot at ``plot_path``; returns (the report, its text)."""
+    from metagen.frontier import (frontier_curve_text, frontier_policy_text, frontier_report,
+                                  write_frontier_plot)
+
+    entries = [(label, folder) for label, folders in run_folders.items() for folder in folders]
+    report = frontier_report(entries, fit_fraction=FIT_FRACTION)
+    write_frontier_plot(report, plot_path, title="testbed: accuracy against FLOPs per item")
+    return report, frontier_policy_text(report) + "\n" + frontier_curve_text(report)

@@ -9,7 +9,8 @@ same process reward at N = :data:`SCALING_STEP_NS`), into ``OUT/scaling_laws/<mo
 and ``.../step_search``. Every size gets the same settings: the same items, run seed, reward and
 PRM (the ORM is one verifier for all sizes); only the policy differs. Each folder is an ordinary
 run folder, so a rerun resumes. Then the compute-optimal frontier over all those folders,
-labelled by model name (:func:`scaling_frontier`): at each budget, which (size, strategy) pair
+labelled by model name (the ``frontier`` given to :func:`run_scaling`; the command
+passes :func:`metagen.cli.demo_scaling.scaling_frontier`): at each budget, which (size, strategy) pair
 is best, fitted on one half of the items and scored on the other.
 """
 
@@ -31,7 +32,6 @@ SCALING_NS = (1, 2, 4, 8, 16)
 SCALING_STEP_NS = (4, 16)
 #: 640 items: a fit fraction of 0.5 holds out ~320 of them for scoring the frontier (>= 300).
 SCALING_PROBLEMS = 640
-FIT_FRACTION = 0.5
 
 Frontier = Callable[..., tuple[dict[str, Any], str]]
 
@@ -78,20 +78,6 @@ def scaling_configs(settings: DemoSettings, models: Mapping[str, Mapping[str, An
     return {name: demo_configs(settings, model) for name, model in models.items()}
 
 
-def scaling_frontier(run_folders: Mapping[str, Sequence[Path]], *, plot_path: Path
-                     ) -> tuple[dict[str, Any], str]:
-    """The compute-optimal frontier over ``run_folders`` (label = model name -> its run
-    folders), fitted on :data:`FIT_FRACTION` of the items and scored on the rest; writes its
-    plot at ``plot_path``; returns (the report, its text)."""
-    from metagen.frontier import (frontier_curve_text, frontier_policy_text, frontier_report,
-                                  write_frontier_plot)
-
-    entries = [(label, folder) for label, folders in run_folders.items() for folder in folders]
-    report = frontier_report(entries, fit_fraction=FIT_FRACTION)
-    write_frontier_plot(report, plot_path, title="testbed: accuracy against FLOPs per item")
-    return report, frontier_policy_text(report) + "\n" + frontier_curve_text(report)
-
-
 @dataclass(slots=True, frozen=True)
 class ScalingRuns:
     """What :func:`run_scaling` did: model -> run name -> (results.json object, exit status),
@@ -109,12 +95,12 @@ class ScalingRuns:
 def run_scaling(settings: DemoSettings, out: str | Path, *,
                 models: Mapping[str, Mapping[str, Any]],
                 load_generator: Callable[[str], Any], loaders: Mapping[str, Loader],
-                plot_path: Path, frontier: Frontier | None = None, concurrency: int = 32,
+                plot_path: Path, frontier: Frontier, concurrency: int = 32,
                 force_resume: bool = False,
                 progress: Callable[[str], Progress] | None = None) -> ScalingRuns:
     """Run (or resume) each model's demo runs (:func:`~metagen.eval.demo.run_demo`) into
-    :func:`scaling_folder`, small model first, then call ``frontier`` (default
-    :func:`scaling_frontier`) on every run folder labelled by model name.
+    :func:`scaling_folder`, small model first, then call ``frontier`` on every run folder
+    labelled by model name.
     ``load_generator(name)`` loads model ``name``'s policy, once, on its first run;
     ``progress("<model>/<run>")`` gives a run's progress callback. A run stopped by a signal
     stops the preset before the frontier."""
@@ -129,7 +115,7 @@ def run_scaling(settings: DemoSettings, out: str | Path, *,
             return ScalingRuns(reports, None)
     folders = {name: [scaling_folder(out, name) / run for run in runs]
                for name, runs in reports.items()}
-    return ScalingRuns(reports, (frontier or scaling_frontier)(folders, plot_path=plot_path))
+    return ScalingRuns(reports, frontier(folders, plot_path=plot_path))
 
 
 def _labelled(progress: Callable[[str], Progress], model: str, run: str) -> Progress:

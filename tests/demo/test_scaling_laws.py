@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+import metagen.cli.demo_scaling as demo_scaling
 import metagen.eval.demo as preset
 import metagen.eval.scaling_laws as scaling
 from metagen.cli import main
@@ -120,16 +121,16 @@ def test_tiny_real_run_feeds_every_folder_to_the_frontier_hook_by_model(tmp_path
     assert [r["results"] for runs in again.reports.values() for r, _ in runs.values()] == [
         r["results"] for runs in done.reports.values() for r, _ in runs.values()]
     # the real frontier over the same folders: every size's candidates, a PNG plot
-    report, text = scaling.scaling_frontier(folders, plot_path=tmp_path / "real.png")
+    report, text = demo_scaling.scaling_frontier(folders, plot_path=tmp_path / "real.png")
     assert {c.split("/")[0] for c in report["candidates"]} == set(names)
     assert (tmp_path / "real.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "held-out" in text
     if names != list(FAMILY):
         return  # the command runs the whole family; below, it resumes the runs above
-    monkeypatch.setattr(scaling, "scaling_frontier", recording_frontier)
+    monkeypatch.setattr(demo_scaling, "scaling_frontier", recording_frontier)
     capsys.readouterr()
     assert main(["demo", "--scaling-laws", "--out", str(tmp_path), "--problems", "2", "--ns",
                  "1,2", "--step-ns", "2", "--max-tokens", "80", "--json",
                  str(tmp_path / "rows.json")]) == 0
     assert loads == names and len(calls) == 3 and "frontier text" in capsys.readouterr().out
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert list(rows["models"]) == names and rows["frontier"] == {"labels": names}
+    assert sorted(rows["models"]) == sorted(names) and rows["frontier"] == {"labels": names}
