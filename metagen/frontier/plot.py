@@ -1,8 +1,8 @@
 """The PNG of a :func:`~metagen.frontier.report.frontier_report` (matplotlib, Agg): held-out
 accuracy (with stderr bars) against mean FLOPs per item on a log x axis, one line per (model,
-strategy) over N in the styles of :mod:`metagen.eval.plot` (marker and line by strategy kind,
-colour by line), the Pareto frontier as a thick grey line under them, the policy's point at each
-budget as a black cross.
+strategy) over N: colour by strategy (greedy black), marker and line style by model, so a
+strategy's curves for the several sizes read as one family; the Pareto frontier as a thick grey
+line under them, the policy's point at each budget as a black cross.
 """
 
 from __future__ import annotations
@@ -10,8 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metagen.eval.plot import COLORS, style
+from metagen.eval.plot import COLORS
 from metagen.eval.table import label
+
+#: (marker, line style) per model, in the order the models first appear
+MODEL_STYLES = (("s", ":"), ("o", "--"), ("D", "-"), ("^", "-."), ("v", (0, (1, 1))),
+                ("P", (0, (5, 1))))
 
 
 def make_frontier_figure(report: dict[str, Any], title: str = "") -> Any:
@@ -28,10 +32,17 @@ def make_frontier_figure(report: dict[str, Any], title: str = "") -> Any:
     ax.plot([s["flops"] for s in front], [100 * s["mean"] for s in front], color="#bbbbbb",
             linewidth=6, alpha=0.6, marker="o", markersize=14, zorder=1,
             label="frontier (held out)")
-    for index, (model, strategy) in enumerate(lines):
+    models = list(dict.fromkeys(model for model, _ in lines))
+    strategies = list(dict.fromkeys(strategy for _, strategy in lines if strategy != "greedy"))
+    for model, strategy in lines:
         pts = sorted((s["flops"], 100 * s["mean"], 100 * s["stderr"]) for s in stats.values()
                      if (s["model"], s["strategy"]) == (model, strategy))
-        kind = {**style(strategy, index), "color": COLORS[index % len(COLORS)]}
+        marker, line = MODEL_STYLES[models.index(model) % len(MODEL_STYLES)]
+        kind: dict[str, Any] = {"marker": marker, "linestyle": line, "color": "black"}
+        if strategy == "greedy":  # one point per model
+            kind.update(linestyle="none", markersize=9)
+        else:
+            kind["color"] = COLORS[strategies.index(strategy) % len(COLORS)]
         ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
                     capsize=2, zorder=2, label=f"{model} {label(strategy)}", **kind)
     rows = report["held_out"]
