@@ -12,6 +12,7 @@ import click
 
 from metagen.cli.flags import float_flag, int_flag
 from metagen.errors import InvalidParameterError
+from metagen.frontier.text import bin_table
 
 
 @click.command("compute-optimal")
@@ -105,14 +106,10 @@ def policy_text(report: dict[str, Any]) -> str:
     ns = sorted(int(n) for n in policy["overall"])
     cell = {(e["bin"], e["n"]): e["strategy"] for e in policy["table"]}
     binning = policy["binning"]
-    lines = [f"policy ({binning['source']} bins, fitted on {split['fit']} items; "
-             f"held out {split['held_out']}):",
-             f"{'bin':>8} " + " ".join(f"{'N=' + str(n):>18}" for n in ns)]
-    for b in binning["bins"]:
-        if any((b, n) in cell for n in ns):
-            lines.append(f"{b:>8} " + " ".join(f"{cell.get((b, n), '-'):>18}" for n in ns))
-    lines.append(f"{'*':>8} " + " ".join(f"{policy['overall'][str(n)]:>18}" for n in ns))
-    return "\n".join(lines)
+    return "\n".join([f"policy ({binning['source']} bins, fitted on {split['fit']} items; "
+                      f"held out {split['held_out']}):",
+                      *bin_table(binning["bins"], ns, [f"N={n}" for n in ns], cell,
+                                 {n: policy["overall"][str(n)] for n in ns}, 18)])
 
 
 def curve_text(report: dict[str, Any]) -> str:

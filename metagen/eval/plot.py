@@ -72,9 +72,14 @@ def make_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Any:
 
 def write_plot(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
     """Write :func:`make_figure` as a PNG at ``path`` (its folder created); returns the path."""
+    return save_figure(make_figure(rows, title), path)
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Save matplotlib Figure ``fig`` as a PNG at ``path`` (its folder created), close it;
+    returns the path."""
     import matplotlib.pyplot as plt
 
-    fig = make_figure(rows, title)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)

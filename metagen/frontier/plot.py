@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metagen.eval.plot import COLORS
+from metagen.eval.plot import COLORS, save_figure
 from metagen.eval.table import label
 
 #: (marker, line style) per model, in the order the models first appear
@@ -63,11 +63,4 @@ def make_frontier_figure(report: dict[str, Any], title: str = "") -> Any:
 def write_frontier_plot(report: dict[str, Any], path: str | Path, title: str = "") -> Path:
     """Write :func:`make_frontier_figure` as a PNG at ``path`` (its folder created); returns
     the path."""
-    import matplotlib.pyplot as plt
-
-    fig = make_frontier_figure(report, title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save_figure(make_frontier_figure(report, title), path)

@@ -3,7 +3,23 @@ columns: budgets, cells ``model/strategy@N``) and the held-out curve per budget.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+
+def bin_table(bins: Sequence[str], columns: Sequence[Any], heads: Sequence[str],
+              cell: Mapping[tuple[str, Any], str], overall: Mapping[Any, str],
+              width: int) -> list[str]:
+    """Lines of a (bin x column) table of choices: a header of ``heads``, one row per bin with
+    a cell in some column (``-`` where none), then ``*``, the ``overall`` choice of any other
+    bin; cells right-aligned to ``width``."""
+    lines = [f"{'bin':>8} " + " ".join(f"{h:>{width}}" for h in heads)]
+    for b in bins:
+        if any((b, c) in cell for c in columns):
+            lines.append(f"{b:>8} " + " ".join(f"{cell.get((b, c), '-'):>{width}}"
+                                               for c in columns))
+    lines.append(f"{'*':>8} " + " ".join(f"{overall[c]:>{width}}" for c in columns))
+    return lines
 
 
 def frontier_policy_text(report: dict[str, Any]) -> str:
@@ -17,12 +33,8 @@ def frontier_policy_text(report: dict[str, Any]) -> str:
     binning = policy["binning"]
     lines = [f"policy over (model, strategy, N) by FLOPs per item ({binning['source']} bins, "
              f"fitted on {split['fit']} items; held out {split['held_out']}):",
-             f"{'bin':>8} " + " ".join(f"{'<=' + format(b, '.3g'):>{width}}" for b in budgets)]
-    for b in binning["bins"]:
-        if any((b, x) in cell for x in budgets):
-            lines.append(f"{b:>8} " + " ".join(f"{cell.get((b, x), '-'):>{width}}"
-                                               for x in budgets))
-    lines.append(f"{'*':>8} " + " ".join(f"{overall[x]:>{width}}" for x in budgets))
+             *bin_table(binning["bins"], budgets, ["<=" + format(b, ".3g") for b in budgets],
+                        cell, overall, width)]
     if report["unfitted"]:
         lines.append("budgets allowing no candidate: "
                      + ", ".join(format(b, ".3g") for b in report["unfitted"]))
