@@ -30,7 +30,8 @@ def testbed() -> None:
 @click.option("--only", type=click.Choice(NAMES), default=None,
               help="Train one model (ORM/PRM read the policy already in --out). Without it: "
               "policy, draft, ORM, PRM; the family's middle size policy-s (the policy's recipe "
-              "at 0.92 M parameters) only with --only policy-s.")
+              "at 0.92 M parameters) only with --only policy-s; the reviser (the policy fine-tuned to "
+              "revise an attempt, from --out's policy or the shipped one) only with --only revise.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("testbed_models"), show_default=True,

@@ -31,6 +31,11 @@ CRITIQUE_TEMPLATE = ("{prompt}{attempt}\n\nReview the attempt above step by step
 REFINE_TEMPLATE = ("{prompt}{attempt}\n\nReview:{feedback}\n\nUsing the review, write an "
                    "improved attempt.\nImproved attempt:\n")
 
+#: A revision (Snell et al. 2024): the next attempt conditioned on the last one alone, no
+#: feedback; a model trained on this format (the testbed's ``revise``) writes a corrected
+#: solution after it.
+REVISION_TEMPLATE = "{prompt}{attempt}\nRevision:\n"
+
 FEEDBACK_TURN = "Feedback on your attempt:\n{feedback}\n\nWrite a revised attempt."
 CRITIQUE_TURN = ("Review your attempt step by step. If it is correct, say NO ISSUES. Otherwise "
                  "point out the mistake.")
@@ -63,6 +68,11 @@ def feedback_prompt(prompt: Prompt, attempt: str, feedback: str, template: str,
     if isinstance(prompt, str):
         return template.format(prompt=prompt, attempt=attempt, feedback=feedback)
     return conversation(prompt, attempt, turn.format(feedback=feedback))
+
+
+def revision_prompt(prompt: str, attempt: str, template: str = REVISION_TEMPLATE) -> str:
+    """The prompt that asks for a revision of ``attempt`` (text prompts only)."""
+    return template.format(prompt=prompt, attempt=attempt)
 
 
 def critique_prompt(prompt: Prompt, attempt: str, template: str, turn: str) -> Prompt:

@@ -12,7 +12,8 @@ from metagen.testbed.tokenizer import Codec as CharCodec
 ModelName = Literal["policy", "draft", "orm", "prm", "policy-s"]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 PIPELINE: tuple[str, ...] = ("policy", "draft", "orm", "prm")  # what a plain `train` makes
-NAMES: tuple[str, ...] = (*PIPELINE, "policy-s")  # policy-s: only by `train --only policy-s`
+# policy-s and revise (the policy fine-tuned to revise an attempt): only by `train --only NAME`
+NAMES: tuple[str, ...] = (*PIPELINE, "policy-s", "revise")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@
 and weights). Everything is seeded; on one CPU thread two runs give the same weights. The
 family's middle size ``policy-s`` (:data:`~metagen.testbed.modeling.FAMILY`) is trained only when
 asked for by name (``only="policy-s"``): every member of the family, draft included, gets the
-policy's recipe at its own shape.
+policy's recipe at its own shape. So is ``revise`` (``only="revise"``), the policy fine-tuned to
+revise a previous attempt (:mod:`metagen.testbed.revision`), from ``out_root/policy`` when that
+folder holds a model, else from the shipped policy.
 
 The ORM is a *generative verifier*: a second policy, same architecture, trained from seed
 ``seed + 1`` with the policy's recipe and then a second cosine cycle of as many steps (a warm
@@ -68,11 +70,31 @@ def check_out_root(out_root: str | Path, overwrite_shipped: bool) -> Path:
     return root
 
 
+def _train_revise(root: Path, seed: int, progress: Progress | None) -> float:
+    """Train ``root/revise`` from ``root/policy`` (else the shipped policy); seconds taken."""
+    from metagen.testbed.modeling import model_path
+    from metagen.testbed.revision import RevisionConfig, train_revision
+
+    policy = root / "policy" if (root / "policy" / "config.json").is_file() \
+        else model_path("policy")
+    cfg = RevisionConfig(seed=seed)
+    t0 = time.time()
+    if progress is None:
+        train_revision(policy, cfg, root / "revise")
+    else:
+        report = progress
+        report("attempts", 0, 1, 0.0)
+        train_revision(policy, cfg, root / "revise",
+                       progress=lambda s, l: report("revise", s + 1, cfg.steps, l),
+                       pool_progress=lambda: report("attempts", 1, 1, 0.0))
+    return time.time() - t0
+
+
 def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEFAULT_OUT,
               progress: Progress | None = None, data: RMDataConfig = RMDataConfig(),
               overwrite_shipped: bool = False) -> dict[str, float]:
     """Train the requested models (the four of :data:`PIPELINE` by default; ``only`` may also
-    name ``policy-s``) into ``out_root/<name>`` (default ``./testbed_models``). Returns
+    name ``policy-s`` or ``revise``) into ``out_root/<name>`` (default ``./testbed_models``). Returns
     seconds per stage. The PRM stage reads the policy from
     ``out_root/policy``. The shipped models' folder is refused (``InvalidParameterError``
     naming ``out``, before any training) unless ``overwrite_shipped``."""
@@ -99,6 +121,8 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEF
             t0 = time.time()
             train_lm(cfg, out_dir=root / name, progress=cb(name, cfg.steps + cfg.restart_steps))
             times[name] = time.time() - t0
+    if "revise" in todo:
+        times["revise"] = _train_revise(root, seed, progress)
     if "prm" not in todo:
         return times
     policy = _load_causal(root / "policy")

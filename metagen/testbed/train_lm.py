@@ -86,15 +86,22 @@ def example_stream(seed: int, difficulties, prompt_weight: float,
         yield prompt + sol, [prompt_weight] * len(prompt) + [1.0] * len(sol)
 
 
-def _batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Training rows ``(ids, weights)``, packed or one example per row (``cfg.pack``)."""
-    return _packed_batches(cfg) if cfg.pack else _single_batches(cfg)
+Example = tuple[list[int], list[float]]  # token ids (BOS ... EOS), a loss weight per token
 
 
-def _single_batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def training_rows(cfg: LMTrainConfig, stream: Iterator[Example] | None = None
+             ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Training rows ``(ids, weights)``, packed or one example per row (``cfg.pack``), from
+    ``stream`` (default: :func:`example_stream` of ``cfg``)."""
+    if stream is None:
+        stream = example_stream(cfg.seed, cfg.difficulties, cfg.prompt_weight, cfg.drill_frac)
+    return _packed_batches(cfg, stream) if cfg.pack else _single_batches(cfg, stream)
+
+
+def _single_batches(cfg: LMTrainConfig, stream: Iterator[Example]
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``batch`` examples per step, one per row starting at position 0 as at inference, right
     padded to the longest (weight 0): no example ever attends to another one."""
-    stream = example_stream(cfg.seed, cfg.difficulties, cfg.prompt_weight, cfg.drill_frac)
     pad = Codec().pad
     while True:
         exs = [next(stream) for _ in range(cfg.batch)]
@@ -108,11 +115,11 @@ def _single_batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Te
         yield ids, w
 
 
-def _packed_batches(cfg: LMTrainConfig) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _packed_batches(cfg: LMTrainConfig, stream: Iterator[Example]
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Rows of ``block + 1`` tokens holding whole examples only (an example is never split, so
     every solution token sees its question). Rows are filled first-fit from a buffer of 32
     upcoming examples; what is left of a row is padding with weight 0."""
-    stream = example_stream(cfg.seed, cfg.difficulties, cfg.prompt_weight, cfg.drill_frac)
     pad = Codec().pad
     width = cfg.block + 1
     buffer: list[tuple[list[int], list[float]]] = []
@@ -164,7 +171,7 @@ def train_lm(cfg: LMTrainConfig, out_dir: str | Path | None = None, device: str 
 
     torch.manual_seed(cfg.seed)
     model = model_on(LlamaForCausalLM(cfg.arch.llama_config()), device)
-    batches = _batches(cfg)
+    batches = training_rows(cfg)
     stages = [(0, cfg.steps, cfg.lr, cfg.warmup)]
     if cfg.restart_steps:
         stages.append((cfg.steps, cfg.restart_steps, cfg.restart_lr, cfg.warmup))
@@ -175,31 +182,45 @@ def train_lm(cfg: LMTrainConfig, out_dir: str | Path | None = None, device: str 
         stages = stages[1:]
     model.train()
     for offset, n_steps, lr, warmup in stages:
-        opt = _optimizer(model, lr, cfg.weight_decay)
-        sched = LMTrainConfig(arch=cfg.arch, steps=n_steps, lr=lr, warmup=warmup,
-                              min_lr_frac=cfg.min_lr_frac)
-        for i in range(n_steps):
-            step = offset + i
-            ids, w = next(batches)
-            ids, w = ids.to(device), w.to(device)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(i, sched)
-            logits = model(input_ids=ids[:, :-1]).logits  # (B, T, V)
-            loss_tok = torch.nn.functional.cross_entropy(
-                logits.float().reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction="none")
-            weights = w[:, 1:].reshape(-1)
-            loss = (loss_tok * weights).sum() / weights.sum().clamp(min=1.0)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if progress is not None:
-                progress(step, float(loss.detach()))
-            if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
-                model.eval()
-                checkpoint(step + 1, model)
-                model.train()
+        train_cycle(model, batches, cfg, n_steps, lr, warmup, offset=offset, device=device,
+                    progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every)
     model.eval()
     if out_dir is not None:
         save_model_folder(model, out_dir)
     return model
+
+
+def train_cycle(model, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], cfg: LMTrainConfig,
+                n_steps: int, lr: float, warmup: int, *, offset: int = 0, device: str = "cpu",
+                progress: Callable[[int, float], None] | None = None,
+                checkpoint: Callable[[int, object], None] | None = None,
+                checkpoint_every: int = 0) -> None:
+    """One cosine cycle of ``n_steps`` AdamW steps (a fresh optimizer, warmup ``warmup`` to
+    ``lr``, weight decay and ``min_lr_frac`` of ``cfg``) on ``model`` in training mode: each
+    step the weighted mean cross-entropy of the next row of ``batches``, gradients clipped at
+    norm 1. Step numbers passed to ``progress(step, loss)`` and ``checkpoint(step, model)``
+    start at ``offset``."""
+    opt = _optimizer(model, lr, cfg.weight_decay)
+    sched = LMTrainConfig(arch=cfg.arch, steps=n_steps, lr=lr, warmup=warmup,
+                          min_lr_frac=cfg.min_lr_frac)
+    for i in range(n_steps):
+        step = offset + i
+        ids, w = next(batches)
+        ids, w = ids.to(device), w.to(device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(i, sched)
+        logits = model(input_ids=ids[:, :-1]).logits  # (B, T, V)
+        loss_tok = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction="none")
+        weights = w[:, 1:].reshape(-1)
+        loss = (loss_tok * weights).sum() / weights.sum().clamp(min=1.0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if progress is not None:
+            progress(step, float(loss.detach()))
+        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
+            model.eval()
+            checkpoint(step + 1, model)
+            model.train()
