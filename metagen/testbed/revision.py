@@ -32,13 +32,16 @@ from metagen.testbed.train_lm import Example
 class RevisionConfig:
     """The revision fine-tune: the attempt pool (``problems`` x ``k`` policy samples at
     ``temperature``), the mixture (``ordinary_frac`` plain examples, ``synthetic_frac``
-    one-mistake attempts, the rest pooled policy samples) and one cosine cycle of ``steps``."""
+    one-mistake attempts, the rest pooled policy samples, whose target is a random correct path,
+or, for a right attempt with probability ``keep_right``, the attempt itself) and one cosine
+cycle of ``steps``."""
 
     problems: int = 1000
     k: int = 2
     temperature: float = 0.8
     ordinary_frac: float = 0.3
     synthetic_frac: float = 0.2
+    keep_right: float = 1.0  # chance that a right pooled attempt's target is itself
     steps: int = 600
     lr: float = 1e-3
     warmup: int = 30
@@ -49,7 +52,7 @@ class RevisionConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidParameterError(name, v, "must be a positive integer")
-        for name in ("ordinary_frac", "synthetic_frac"):
+        for name in ("ordinary_frac", "synthetic_frac", "keep_right"):
             if not 0 <= getattr(self, name) <= 1:
                 raise InvalidParameterError(name, getattr(self, name), "must be in [0, 1]")
         if self.ordinary_frac + self.synthetic_frac > 1:
@@ -94,8 +97,9 @@ def revision_stream(pool: Sequence[Sample], cfg: RevisionConfig) -> Iterator[Exa
                 yield revision_example(codec, p, bad[0], rng.choice(p.solutions))
         else:
             s = pool[rng.randrange(len(pool))]
+            keep = s.correct and rng.random() < cfg.keep_right
             yield revision_example(codec, s.problem, s.completion,
-                                   rng.choice(s.problem.solutions))
+                                   s.completion if keep else rng.choice(s.problem.solutions))
 
 
 def train_revision(policy_folder: str | Path, cfg: RevisionConfig,

@@ -17,10 +17,12 @@ def _need(name):
 
 
 def test_sizes_within_budget():
-    # the shipped folders stay small: policy, ORM and PRM ~7.5 MB each, the family's draft
-    # 1.1 MB and policy-s 3.7 MB, 27.3 MB in all; a larger family member is not shipped here
+    # the shipped folders stay small: policy, ORM, PRM and the reviser (the policy fine-tuned
+    # to revise an attempt: revision chains need a model trained for them, the policy cannot
+    # follow a revision prompt) ~7.5 MB each, the family's draft 1.1 MB and policy-s 3.7 MB,
+    # 34.9 MB in all; a larger family member is not shipped here
     total = sum(f.stat().st_size for f in model_path("policy").parent.rglob("*") if f.is_file())
-    assert total <= 30 * 1024 * 1024
+    assert total <= 36 * 1024 * 1024
 
 
 @pytest.mark.parametrize("name", ["policy", "draft"])
