@@ -9,7 +9,7 @@ from typing import Literal
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.testbed.tokenizer import Codec as CharCodec
 
-ModelName = Literal["policy", "draft", "orm", "prm", "policy-s"]
+ModelName = Literal["policy", "draft", "orm", "prm", "policy-s", "revise"]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 PIPELINE: tuple[str, ...] = ("policy", "draft", "orm", "prm")  # what a plain `train` makes
 # policy-s and revise (the policy fine-tuned to revise an attempt): only by `train --only NAME`
