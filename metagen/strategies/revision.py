@@ -46,8 +46,6 @@ from metagen.types import Completion, Result, SamplingParams, Usage
 Select = Literal["reward", "vote", "last"]
 
 
-
-
 class LastAttempt:
     """Selector: the last candidate of each group (a chain's last attempt)."""
 
