@@ -9,10 +9,12 @@ from typing import Literal
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.testbed.tokenizer import Codec as CharCodec
 
-ModelName = Literal["policy", "draft", "orm", "prm", "policy-s"]
+ModelName = Literal["policy", "draft", "orm", "prm", "policy-s", "prm-head"]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 PIPELINE: tuple[str, ...] = ("policy", "draft", "orm", "prm")  # what a plain `train` makes
-NAMES: tuple[str, ...] = (*PIPELINE, "policy-s")  # policy-s: only by `train --only policy-s`
+#: policy-s and prm-head (the step-value head over the ORM's and policy-s's confidences) are
+#: trained only when named: `train --only policy-s`, `train --only prm-head`.
+NAMES: tuple[str, ...] = (*PIPELINE, "policy-s", "prm-head")
 
 
 @dataclass(frozen=True, slots=True)
