@@ -31,6 +31,7 @@ from typing import Any
 
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.generators.base import Prompt
+from metagen.generators.flops import FlopModel, flop_model_of
 from metagen.scorers.base import check_same_length
 from metagen.scorers.callables import check_scores
 from metagen.scorers.hf_reward import split_steps
@@ -114,6 +115,18 @@ class ConfidenceHeadPRM:
         verifiers = [LikelihoodVerifier.from_pretrained(folder / s, batch_size=batch_size)
                      for s in scorers]
         return cls(verifiers, weights, bias)
+
+    @property
+    def flop_model(self) -> FlopModel | None:
+        """The LMs' passes over the same tokens as one :class:`FlopModel`: a pass's FLOPs are
+        linear in the matmul parameters and in layers x attention width, so the sums (as one
+        layer) count both passes exactly. None when an LM's model cannot be counted."""
+        models = [getattr(v, "model", None) for v in self.verifiers]
+        if any(m is None or not hasattr(m, "config") for m in models):
+            return None
+        parts = [flop_model_of(m) for m in models]
+        return FlopModel(matmul_params=sum(p.matmul_params for p in parts), layers=1,
+                         attn_dim=sum(p.layers * p.attn_dim for p in parts))
 
     @property
     def usage(self) -> Usage:

@@ -58,6 +58,23 @@ def test_two_lms_add_their_features_and_their_usage(stories_path):
     assert two.usage.scorer_flops == pytest.approx(a.usage.scorer_flops + b.usage.scorer_flops)
 
 
+def test_the_flop_model_counts_every_lms_pass(stories_path):
+    """What the eval runner charges a head's scoring of a sample (no measured usage there):
+    the sum of each LM's own FLOP model over the same tokens, exactly (FLOPs are linear in
+    both the matmul parameters and layers x attention width)."""
+    from metagen.eval.cost import flop_model_of_backend
+    from metagen.generators.flops import flop_model_of
+
+    a = LikelihoodVerifier.from_pretrained(stories_path)
+    head = ConfidenceHeadPRM([a, a], [[0.0] * 4] * 2, 0.0)
+    one = flop_model_of(a.model)
+    both = flop_model_of_backend(head)
+    assert both is not None
+    for prompt, generated in ((0, 1), (17, 40), (300, 5)):
+        assert both.sequence(prompt, generated) == pytest.approx(
+            2 * one.sequence(prompt, generated), rel=1e-12)
+
+
 def test_folder_round_trip_and_resolution(stories_path, tmp_path):
     folder = write_head(tmp_path / "head", [str(stories_path)], [[1.0, 0.0, 0.0, 0.0]], 0.0,
                         trained_on={"note": "golden"})
