@@ -68,9 +68,10 @@ DEFAULT_NS = "1,2,4,8,16,32"
               "pooling+URL?model=NAME[&positive_label=I&tokenizer=FOLDER], "
               "classify+URL?model=NAME&..., json+URL?model=NAME.")
 @click.option("--prm", "prm_kind", default="likelihood", show_default=True,
-              metavar="likelihood|trained|SPEC",
+              metavar="likelihood|trained|head|SPEC",
               help="Process reward of the step searches: the step confidence of the testbed's "
-              "verifier (the ORM model), the trained testbed PRM, or any --prm spec of "
+              "verifier (the ORM model), the trained testbed PRM (a classifier), the trained "
+              "step-value head over the ORM's and policy-s's confidences (head), or any --prm spec of "
               "metagen eval (a folder, PRESET+FOLDER, likelihood+FOLDER, "
               "pooling+URL?model=NAME&tokenizer=FOLDER, json+URL?model=NAME).")
 @click.option("--concurrency", type=int, default=32, show_default=True,

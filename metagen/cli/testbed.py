@@ -31,7 +31,9 @@ def testbed() -> None:
               help="Train one model (ORM/PRM read the policy already in --out). Without it: "
               "policy, draft, ORM, PRM; the family's middle size policy-s (the policy's recipe "
               "at 0.92 M parameters) only with --only policy-s; the reviser (the policy fine-tuned to "
-              "revise an attempt, from --out's policy or the shipped one) only with --only revise.")
+              "revise an attempt, from --out's policy or the shipped one) only with --only revise; "
+              "the step-value head over the ORM's and policy-s's confidences (reads both in --out) "
+              "only with --only prm-head.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("testbed_models"), show_default=True,
@@ -84,10 +86,13 @@ def train(only: str | None, seed: int, out: Path, overwrite_shipped: bool, threa
               "(draft, policy-s, policy), one row each, on the same --limit problems.")
 @click.option("--model", "family_models", multiple=True, type=click.Choice(tuple(FAMILY)),
               help="Like --family, for these members only (repeatable).")
+@click.option("--rank-k", type=click.IntRange(2, 64), default=None,
+              help="Instead: how each reward model ranks K policy samples of each of --limit "
+              "problems: pooled and within-problem AUROC.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_limit: int,
           models: Path | None, threads: int, family: bool, family_models: tuple[str, ...],
-          as_json: bool) -> None:
+          rank_k: int | None, as_json: bool) -> None:
     """Greedy accuracy overall and by difficulty, draft agreement, ORM/PRM AUROC; or, with
     --family / --model, the family's greedy accuracy by difficulty."""
     import torch
@@ -99,6 +104,9 @@ def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_l
     if family or family_models:
         _family_eval(family_models or tuple(FAMILY), split, limit, seed,
                      models or MODELS_DIR, as_json)
+        return
+    if rank_k:
+        _rank_eval(models or MODELS_DIR, split, limit, rank_k, temperature, seed, as_json)
         return
     res = evaluate_all(split=split, limit=limit, seed=seed, rm_limit=min(rm_limit, limit),
                        sc_k=sc_k, temperature=temperature, root=models or MODELS_DIR)
@@ -114,6 +122,28 @@ def eval_(split: str, limit: int, seed: int, sc_k: int, temperature: float, rm_l
                 "prm_min_pair_accuracy", "confidence_auroc", "confidence_pair_accuracy"):
         if key in res:
             click.echo(f"{key}: {res[key]:.3f}")
+
+
+def _rank_eval(root: Path, split: str, limit: int, k: int, temperature: float, seed: int,
+               as_json: bool) -> None:
+    from metagen.testbed.modeling import load_model
+    from metagen.testbed.problems import make_problems
+    from metagen.testbed.ranking import rank_eval, testbed_rankers
+
+    problems = make_problems(split, limit, seed=seed)  # type: ignore[arg-type]
+    res = rank_eval(load_model("policy", root / "policy"), testbed_rankers(root), problems,
+                    k=k, temperature=temperature, seed=seed)
+    res.update(split=split, n=limit)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    click.echo(f"{res['samples']} policy samples ({k} per problem, T={temperature}) of {limit} "
+               f"{split} problems, {res['sample_accuracy']:.3f} correct")
+    click.echo(f"{'scorer':<22}{'AUROC':>8}{'within':>8}{'pairs':>8}{'mixed problems':>16}")
+    for name, m in res.items():
+        if isinstance(m, dict):
+            click.echo(f"{name:<22}{m['auroc']:>8.3f}{m['within_auroc']:>8.3f}"
+                       f"{m['pair_accuracy']:>8.3f}{m['problems']:>16}")
 
 
 def _family_eval(names: tuple[str, ...], split: str, limit: int, seed: int, root: Path,

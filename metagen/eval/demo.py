@@ -46,9 +46,9 @@ class DemoSettings:
     :func:`demo_configs`). ``parallel``: the strategies of the parallel run (a subset of
     :data:`PARALLEL`). ``reward``: the outcome reward, a scorer spec
     (:mod:`metagen.scorers.scorer_spec`; None: the testbed ORM). ``prm``: the step searches'
-    process reward, the step confidence of the testbed ORM (``likelihood``), the trained
-    testbed PRM (``trained``) or a scorer spec. A bare ``likelihood`` spec reads the testbed
-    ORM."""
+    process reward, the step confidence of the testbed ORM (``likelihood``), a trained testbed
+    PRM by its keyword (:data:`TESTBED_PRMS`: ``trained``, ``head``) or a scorer spec. A bare
+    ``likelihood`` spec reads the testbed ORM."""
 
     problems: int = 100
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -76,13 +76,16 @@ class DemoSettings:
                                             f"must be among {', '.join(full_step_searches())}")
         from metagen.scorers.scorer_spec import parse_scorer_spec
 
-        if self.prm != TRAINED:
+        if self.prm not in TESTBED_PRMS:
             parse_scorer_spec(self.prm, "prm", "prm")
         if self.reward is not None:
             parse_scorer_spec(self.reward, "reward", "reward")
 
 
-TRAINED = "trained"  # --prm: the trained testbed PRM
+#: --prm keywords for the testbed's trained PRMs: the classifier (``trained``, which does not
+#: rank a problem's solutions) and the step-value head over the ORM's and policy-s's
+#: confidences (``head``).
+TESTBED_PRMS: dict[str, str] = {"trained": "prm", "head": "prm-head"}
 
 
 def scorer_specs(settings: DemoSettings) -> tuple[str, str]:
@@ -95,8 +98,8 @@ def scorer_specs(settings: DemoSettings) -> tuple[str, str]:
         return canonical_spec(parse_scorer_spec(spec, role, flag), default=testbed_model("orm"))
 
     reward = canonical(settings.reward or str(testbed_model("orm")), "reward", "reward")
-    prm = canonical(str(testbed_model("prm")) if settings.prm == TRAINED else settings.prm,
-                    "prm", "prm")
+    named = TESTBED_PRMS.get(settings.prm)
+    prm = canonical(str(testbed_model(named)) if named else settings.prm, "prm", "prm")
     return reward, prm
 
 

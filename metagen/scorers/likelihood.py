@@ -145,8 +145,13 @@ class LikelihoodVerifier(HFScorer):
         return check_scores([confidence(lp, self.aggregation, self.window) for lp in logps],
                             len(prompts), who="LikelihoodVerifier")
 
-    def score_steps(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
-                    ) -> list[list[float]]:
+    def step_logprobs(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
+                      ) -> list[list[list[float]]]:
+        """Per chain, per step: the log-probs of the step's tokens under the model (the
+        completion is ``"".join(steps)``; a token is the step's whose text holds its last
+        character; a step whose tokens all end in an earlier step has none, except that the
+        first step always holds the completion's first token). Concatenated, a chain's lists
+        are the completion's token log-probs."""
         check_step_chains(prompts, steps)
         if not prompts:
             return []
@@ -155,6 +160,17 @@ class LikelihoodVerifier(HFScorer):
         for chain, lp, enc, start, lay in zip(steps, logps, encs, starts, lays):
             ends = [max(1, pos - start + 1)
                     for pos in step_positions(lay.step_ends(chain), enc)]
-            out.append(check_scores([confidence(lp[:e], self.aggregation, self.window)
-                                     for e in ends], len(chain), who="LikelihoodVerifier"))
+            out.append([lp[a:b] for a, b in zip([0, *ends[:-1]], ends)])
+        return out
+
+    def score_steps(self, prompts: Sequence[Prompt], steps: Sequence[Sequence[str]]
+                    ) -> list[list[float]]:
+        out = []
+        for chain in self.step_logprobs(prompts, steps):
+            run: list[float] = []
+            scores = []
+            for step in chain:
+                run += step
+                scores.append(confidence(run, self.aggregation, self.window))
+            out.append(check_scores(scores, len(chain), who="LikelihoodVerifier"))
         return out

@@ -8,6 +8,9 @@ What each kind loads:
   :class:`~metagen.scorers.HFRewardModel`; any other causal LM -> a generative verifier scored
   by its confidence in the completion, its weakest token
   (:class:`~metagen.scorers.LikelihoodVerifier`: how the testbed ORM is trained and read);
+- a folder whose config declares a ``ConfidenceHeadPRM`` (either role):
+  :class:`~metagen.scorers.confidence_head.ConfidenceHeadPRM`, a logistic step-value head over
+  the confidences of the LMs it names;
 - a folder as a PRM: :func:`~metagen.scorers.load_prm` (head-readable layouts; ``PRESET+FOLDER``
   its declared layouts);
 - ``likelihood``: :class:`~metagen.scorers.LikelihoodVerifier` over the folder (bare: the
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from metagen.errors import InvalidParameterError, ModelLoadError
+from metagen.scorers.confidence_head import ConfidenceHeadPRM, is_confidence_head
 from metagen.scorers.scorer_spec import (
     Role, ScorerSpec, accepted_forms, canonical_spec, parse_scorer_spec)
 
@@ -70,6 +74,8 @@ def resolve_scorer(spec: str | ScorerSpec, role: Role, *, flag: str,
         from metagen.generators.loading import load_generator
         from metagen.scorers.judge import LMJudge
         return LMJudge(load_generator("hf", str(path))[1])
+    if parsed.kind == "folder" and parsed.format is None and is_confidence_head(path):
+        return ConfidenceHeadPRM.from_folder(path, batch_size=batch_size or LIKELIHOOD_BATCH)
     if role == "prm":
         from metagen.scorers.load_prm import load_prm
         return load_prm(path, parsed.format, batch_size=batch_size or PRM_BATCH)
@@ -92,6 +98,8 @@ def load_reward_folder(path: str | Path, batch_size: int | None = None) -> Any:
     :class:`~metagen.scorers.LikelihoodVerifier` (min token logprob of the completion).
     ``ModelLoadError`` for a folder without a readable ``config.json``."""
     folder = _folder(path)
+    if is_confidence_head(folder):
+        return ConfidenceHeadPRM.from_folder(folder, batch_size=batch_size or LIKELIHOOD_BATCH)
     try:
         archs = json.loads((folder / "config.json").read_text()).get("architectures") or []
     except (OSError, ValueError, AttributeError) as exc:

@@ -30,3 +30,30 @@ def split_steps(completion: str) -> list[str]:
     """The steps of a completion: its lines, each keeping its trailing ``\\n`` (the last may lack
     one). ``"".join(split_steps(c)) == c``."""
     return completion.splitlines(keepends=True)
+
+
+def within_problem_auroc(scores: Sequence[float], labels: Sequence[bool | int],
+                         groups: Sequence[object]) -> tuple[float, float, int]:
+    """How well ``scores`` separate right from wrong solutions *of the same problem*
+    (``groups[i]`` names sample i's problem): the mean over problems with both right and wrong
+    samples of their own :func:`auroc`, the pooled pair accuracy over all their mixed pairs
+    (= the pair-weighted mean), and the number of such problems. A score that only knows which
+    problems are hard gets 0.5 here, whatever its pooled AUROC. ``(nan, nan, 0)`` when no
+    problem is mixed."""
+    if not len(scores) == len(labels) == len(groups):
+        raise ValueError(f"scores ({len(scores)}), labels ({len(labels)}) and groups "
+                         f"({len(groups)}) differ in length")
+    by: dict[object, list[int]] = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    aucs, wins, pairs = [], 0.0, 0
+    for rows in by.values():
+        pos = sum(1 for i in rows if labels[i])
+        if 0 < pos < len(rows):
+            a = auroc([scores[i] for i in rows], [labels[i] for i in rows])
+            aucs.append(a)
+            wins += a * pos * (len(rows) - pos)
+            pairs += pos * (len(rows) - pos)
+    if not aucs:
+        return float("nan"), float("nan"), 0
+    return sum(aucs) / len(aucs), wins / pairs, len(aucs)

@@ -9,11 +9,13 @@ from typing import Literal
 from metagen.errors import InvalidParameterError, ModelLoadError
 from metagen.testbed.tokenizer import Codec as CharCodec
 
-ModelName = Literal["policy", "draft", "orm", "prm", "policy-s", "revise"]
+ModelName = Literal["policy", "draft", "orm", "prm", "policy-s", "revise", "prm-head"]
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 PIPELINE: tuple[str, ...] = ("policy", "draft", "orm", "prm")  # what a plain `train` makes
-# policy-s and revise (the policy fine-tuned to revise an attempt): only by `train --only NAME`
-NAMES: tuple[str, ...] = (*PIPELINE, "policy-s", "revise")
+#: trained only when named (`train --only NAME`): policy-s, revise (the policy fine-tuned to
+#: revise an attempt) and prm-head (the step-value head over the ORM's and policy-s's
+#: confidences).
+NAMES: tuple[str, ...] = (*PIPELINE, "policy-s", "revise", "prm-head")
 
 
 @dataclass(frozen=True, slots=True)

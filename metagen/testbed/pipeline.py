@@ -48,12 +48,17 @@ class RMDataConfig:
     add_references: bool = False  # also reference solutions as positives (for a weak policy)
 
 
-def _load_causal(folder: Path):
+def load_causal(folder: Path):
     import torch
     from transformers import LlamaForCausalLM
 
     return LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
+
+#: The step-value head (``prm-head``): the LMs whose confidences it weighs, and its data (fewer
+#: problems than the PRM's pool, twice the rollouts per step: each label is a mean of 8).
+HEAD_SCORERS: tuple[str, ...] = ("orm", "policy-s")
+HEAD_DATA = RMDataConfig(problems=400, k=4, prm_samples=800, rollouts=8, synthetic=0)
 
 DEFAULT_OUT = Path("testbed_models")  # relative to the working directory, outside the package
 
@@ -123,9 +128,14 @@ def train_all(only: str | None = None, seed: int = 0, out_root: str | Path = DEF
             times[name] = time.time() - t0
     if "revise" in todo:
         times["revise"] = _train_revise(root, seed, progress)
+    if "prm-head" in todo:
+        from metagen.testbed.train_head import train_head_folder
+        t0 = time.time()
+        train_head_folder(root, HEAD_SCORERS, HEAD_DATA, seed, progress=progress)
+        times["prm-head"] = time.time() - t0
     if "prm" not in todo:
         return times
-    policy = _load_causal(root / "policy")
+    policy = load_causal(root / "policy")
     probs = make_problems("train", data.problems, seed=1000 + seed)
     synthetic = synthetic_samples(make_problems("train", data.synthetic, seed=2000 + seed),
                                   random.Random(f"synthetic:{seed}"))

@@ -70,6 +70,18 @@ def test_step_scores_are_prefix_confidences(stories_path):
     assert steps[0][0] == pytest.approx(first, rel=1e-4)
 
 
+def test_step_logprobs_partition_the_completions_token_logprobs(stories_path):
+    """Concatenated, a chain's per-step log-probs are the completion's token log-probs from a
+    plain forward pass (batching and the shared prompt pass may differ by float rounding:
+    1e-4 relative, as the scores' own test); every step of these chains holds a token."""
+    v = LikelihoodVerifier.from_pretrained(stories_path)
+    chains = [[line + "\n" for line in t.split("\n")[:-1]] + [t.split("\n")[-1]] for t in TEXTS]
+    for p, t, chain in zip(PROMPTS, TEXTS, v.step_logprobs(PROMPTS, chains)):
+        assert len(chain) == len(t.split("\n")) and all(chain)
+        assert sum(chain, []) == pytest.approx(_reference_logprobs(stories_path, p, t), rel=1e-4,
+                                               abs=1e-5)
+
+
 def test_as_a_prm_outcome_min_over_steps_is_the_verifiers_own_score(stories_path):
     """Why best-of-N by the verifier's step confidence (min over steps) and best-of-N by the
     verifier as ORM choose alike: the weakest token of the whole is the weakest of the steps'."""

@@ -134,3 +134,47 @@ def test_prm_flags_the_first_wrong_step():
                 return torch.sigmoid(logits[pos]).tolist()
             wins += scores(steps)[0] > scores(wrong)[0]
     assert wins >= 9
+
+
+def test_step_head_ranks_policy_samples_of_the_same_problem():
+    """The trained PRM (the step-value head over the ORM's and policy-s's confidences) on the
+    ORM test's sample pairs: it prefers the right sample of a mixed pair in >= 65 % of >= 50
+    pairs (uninformative, p = 0.5: P(>= 65 %) < 0.02, binomial tail)."""
+    from metagen.scorers.confidence_head import ConfidenceHeadPRM
+    from metagen.testbed.eval_all import pair_accuracy
+    from metagen.testbed.modeling import load_model
+    from metagen.testbed.sampler import sample
+
+    if not (model_path("prm-head") / "config.json").is_file():
+        pytest.skip("prm-head not trained yet (metagen testbed train --only prm-head)")
+    policy = load_model("policy", _need("policy"))
+    probs = make_problems("test", 300, seed=0)
+    prompts = [format_prompt(p) for p in probs for _ in range(2)]
+    outs = sample(policy, prompts, temperature=0.8, seed=7)
+    labels = [grade(o, probs[i // 2].answer) for i, o in enumerate(outs)]
+    mixed = sum(labels[i] != labels[i + 1] for i in range(0, len(labels), 2))
+    head = ConfidenceHeadPRM.from_folder(model_path("prm-head"))
+    acc = pair_accuracy(head.score(prompts, [o or " " for o in outs]), labels)
+    assert mixed >= 50 and acc is not None and acc >= 0.65, (mixed, acc)
+
+
+def test_step_head_scores_a_slipped_step_below_the_right_one():
+    """A +10 slip in the first line of 30 difficulty-3 reference solutions: the head's first
+    step score falls in >= 22 of 30 (uninformative, p = 0.5: P(>= 22 of 30) < 0.01)."""
+    from metagen.scorers.confidence_head import ConfidenceHeadPRM
+    from metagen.testbed.metrics import split_steps
+
+    if not (model_path("prm-head") / "config.json").is_file():
+        pytest.skip("prm-head not trained yet (metagen testbed train --only prm-head)")
+    head = ConfidenceHeadPRM.from_folder(model_path("prm-head"))
+    prompts, right, wrong = [], [], []
+    for p in make_problems("test", 30, difficulties=(3,)):
+        steps = split_steps(p.solutions[0])
+        a, rest = steps[0].rsplit("= ", 1)
+        prompts.append(format_prompt(p))
+        right.append(steps)
+        wrong.append([f"{a}= {int(rest) + 10}\n", *steps[1:]])
+    good = head.score_steps(prompts, right)
+    bad = head.score_steps(prompts, wrong)
+    wins = sum(g[0] > b[0] for g, b in zip(good, bad))
+    assert wins >= 22, wins
