@@ -190,6 +190,18 @@ def train_lm(cfg: LMTrainConfig, out_dir: str | Path | None = None, device: str 
     return model
 
 
+def optimizer_step(model, opt, loss: torch.Tensor, step: int,
+                   progress: Callable[[int, float], None] | None = None) -> None:
+    """One optimizer step on ``loss``: gradients clipped at norm 1, then ``progress(step,
+    loss)``. The one update rule of the testbed's LM and reward-model training."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    if progress is not None:
+        progress(step, float(loss.detach()))
+
+
 def train_cycle(model, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], cfg: LMTrainConfig,
                 n_steps: int, lr: float, warmup: int, *, offset: int = 0, device: str = "cpu",
                 progress: Callable[[int, float], None] | None = None,
@@ -214,12 +226,7 @@ def train_cycle(model, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], cfg
             logits.float().reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1), reduction="none")
         weights = w[:, 1:].reshape(-1)
         loss = (loss_tok * weights).sum() / weights.sum().clamp(min=1.0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if progress is not None:
-            progress(step, float(loss.detach()))
+        optimizer_step(model, opt, loss, step, progress)
         if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
             model.eval()
             checkpoint(step + 1, model)

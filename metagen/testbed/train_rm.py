@@ -19,6 +19,7 @@ from metagen.errors import InvalidParameterError
 from metagen.testbed.problems import format_prompt
 from metagen.testbed.rm_data import StepSample
 from metagen.testbed.tokenizer import Codec
+from metagen.testbed.train_lm import optimizer_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +91,7 @@ def _loop(model, n: int, cfg: RMTrainConfig, loss_fn: Callable[[list[int]], torc
         for i in range(0, n, cfg.batch):
             for g in opt.param_groups:
                 g["lr"] = _lr(step, total, cfg)
-            loss = loss_fn(order[i:i + cfg.batch])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if progress is not None:
-                progress(step, float(loss.detach()))
+            optimizer_step(model, opt, loss_fn(order[i:i + cfg.batch]), step, progress)
             step += 1
     model.eval()
 

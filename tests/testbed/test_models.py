@@ -89,6 +89,15 @@ def test_orm_ranks_policy_samples_of_the_same_problem():
     right one in >= 65 % of pairs. Were it uninformative (p = 0.5), P(>= 65 %) over >= 50 pairs
     is < 0.02 (binomial tail); measured here: 0.786 on 56 pairs."""
     from metagen.scorers import LikelihoodVerifier
+
+    mixed, acc = _pair_accuracy_on_policy_samples(
+        LikelihoodVerifier.from_pretrained(_need("orm"), batch_size=64))
+    assert mixed >= 50 and acc is not None and acc >= 0.65, (mixed, acc)
+
+
+def _pair_accuracy_on_policy_samples(scorer):
+    """Two policy samples (T = 0.8, seed 7) of each of 300 test problems: the number of mixed
+    (one right, one wrong) pairs and ``scorer``'s accuracy over them."""
     from metagen.testbed.eval_all import pair_accuracy
     from metagen.testbed.modeling import load_model
     from metagen.testbed.sampler import sample
@@ -99,9 +108,7 @@ def test_orm_ranks_policy_samples_of_the_same_problem():
     outs = sample(policy, prompts, temperature=0.8, seed=7)
     labels = [grade(o, probs[i // 2].answer) for i, o in enumerate(outs)]
     mixed = sum(labels[i] != labels[i + 1] for i in range(0, len(labels), 2))
-    orm = LikelihoodVerifier.from_pretrained(_need("orm"), batch_size=64)
-    acc = pair_accuracy(orm.score(prompts, [o or " " for o in outs]), labels)
-    assert mixed >= 50 and acc is not None and acc >= 0.65, (mixed, acc)
+    return mixed, pair_accuracy(scorer.score(prompts, [o or " " for o in outs]), labels)
 
 
 QUALITY = pytest.mark.xfail(strict=False, reason=(
@@ -141,20 +148,11 @@ def test_step_head_ranks_policy_samples_of_the_same_problem():
     ORM test's sample pairs: it prefers the right sample of a mixed pair in >= 65 % of >= 50
     pairs (uninformative, p = 0.5: P(>= 65 %) < 0.02, binomial tail)."""
     from metagen.scorers.confidence_head import ConfidenceHeadPRM
-    from metagen.testbed.eval_all import pair_accuracy
-    from metagen.testbed.modeling import load_model
-    from metagen.testbed.sampler import sample
 
     if not (model_path("prm-head") / "config.json").is_file():
         pytest.skip("prm-head not trained yet (metagen testbed train --only prm-head)")
-    policy = load_model("policy", _need("policy"))
-    probs = make_problems("test", 300, seed=0)
-    prompts = [format_prompt(p) for p in probs for _ in range(2)]
-    outs = sample(policy, prompts, temperature=0.8, seed=7)
-    labels = [grade(o, probs[i // 2].answer) for i, o in enumerate(outs)]
-    mixed = sum(labels[i] != labels[i + 1] for i in range(0, len(labels), 2))
-    head = ConfidenceHeadPRM.from_folder(model_path("prm-head"))
-    acc = pair_accuracy(head.score(prompts, [o or " " for o in outs]), labels)
+    mixed, acc = _pair_accuracy_on_policy_samples(
+        ConfidenceHeadPRM.from_folder(model_path("prm-head")))
     assert mixed >= 50 and acc is not None and acc >= 0.65, (mixed, acc)
 
 
