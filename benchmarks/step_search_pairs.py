@@ -17,7 +17,7 @@ from benchmarks.scaling_pairs import paired
 from metagen.eval.breakdown import accuracy_table
 from metagen.eval.demo import PRM_BASELINE
 from metagen.eval.estimators import mean_stderr
-from metagen.frontier.candidates import SLOT, Candidates, load_candidates
+from metagen.frontier.candidates import SLOT, Candidates, load_candidates, parse_labelled
 
 
 def report(cands: Candidates) -> list[str]:
@@ -42,8 +42,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("runs", nargs="+", help="step-search run folders, optionally LABEL=DIR")
     args = p.parse_args(argv)
-    entries = [tuple(r.split("=", 1)) if "=" in r else (None, r) for r in args.runs]
-    print("\n".join(report(load_candidates(entries))))  # type: ignore[arg-type]
+    print("\n".join(report(load_candidates([parse_labelled(r) for r in args.runs]))))
 
 
 if __name__ == "__main__":

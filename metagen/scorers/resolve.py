@@ -74,9 +74,9 @@ def resolve_scorer(spec: str | ScorerSpec, role: Role, *, flag: str,
         from metagen.generators.loading import load_generator
         from metagen.scorers.judge import LMJudge
         return LMJudge(load_generator("hf", str(path))[1])
-    if parsed.kind == "folder" and parsed.format is None and is_confidence_head(path):
-        return ConfidenceHeadPRM.from_folder(path, batch_size=batch_size or LIKELIHOOD_BATCH)
     if role == "prm":
+        if parsed.format is None and is_confidence_head(path):
+            return ConfidenceHeadPRM.from_folder(path, batch_size=batch_size or LIKELIHOOD_BATCH)
         from metagen.scorers.load_prm import load_prm
         return load_prm(path, parsed.format, batch_size=batch_size or PRM_BATCH)
     return load_reward_folder(path, batch_size)

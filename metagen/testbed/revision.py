@@ -60,19 +60,22 @@ cycle of ``steps``."""
                                         "ordinary_frac + synthetic_frac must be <= 1")
 
 
-def revision_example(codec: Codec, problem: Problem, attempt: str, target: str) -> Example:
-    """``(ids, weights)`` of one revision example: BOS, the revision prompt of ``attempt``
-    (weight 0), then ``target`` and EOS (weight 1)."""
-    prompt = codec.encode(revision_prompt(format_prompt(problem), attempt))
+def supervised_example(codec: Codec, prompt: str, target: str) -> Example:
+    """``(ids, weights)``: BOS and ``prompt`` (weight 0), then ``target`` and EOS (weight 1)."""
+    ids = codec.encode(prompt)
     out = codec.encode(target, bos=False) + [codec.eos]
-    return prompt + out, [0.0] * len(prompt) + [1.0] * len(out)
+    return ids + out, [0.0] * len(ids) + [1.0] * len(out)
+
+
+def revision_example(codec: Codec, problem: Problem, attempt: str, target: str) -> Example:
+    """One revision example: the revision prompt of ``attempt`` (weight 0), then ``target``
+    and EOS (weight 1)."""
+    return supervised_example(codec, revision_prompt(format_prompt(problem), attempt), target)
 
 
 def ordinary_example(codec: Codec, problem: Problem, target: str) -> Example:
-    """``(ids, weights)`` of a first attempt: BOS, the prompt (weight 0), ``target``, EOS."""
-    prompt = codec.encode(format_prompt(problem))
-    out = codec.encode(target, bos=False) + [codec.eos]
-    return prompt + out, [0.0] * len(prompt) + [1.0] * len(out)
+    """A first attempt: the problem's prompt (weight 0), then ``target`` and EOS (weight 1)."""
+    return supervised_example(codec, format_prompt(problem), target)
 
 
 def revision_stream(pool: Sequence[Sample], cfg: RevisionConfig) -> Iterator[Example]:
@@ -111,15 +114,15 @@ def train_revision(policy_folder: str | Path, cfg: RevisionConfig,
     ``4000 + cfg.seed``) x ``cfg.k`` policy samples; ``pool_progress()`` is called once it is
     drawn."""
     import torch
-    from transformers import LlamaForCausalLM
 
     from metagen.testbed.modeling import save_model_folder
+    from metagen.testbed.pipeline import load_causal
     from metagen.testbed.problems import make_problems
     from metagen.testbed.rm_data import policy_samples
     from metagen.testbed.train_lm import LMTrainConfig, training_rows, train_cycle
 
     torch.manual_seed(cfg.seed)
-    model = LlamaForCausalLM.from_pretrained(policy_folder, dtype=torch.float32).eval()
+    model = load_causal(Path(policy_folder))
     problems = make_problems("train", cfg.problems, seed=4000 + cfg.seed)
     pool = policy_samples(model, problems, cfg.k, cfg.temperature, seed=cfg.seed)
     if pool_progress is not None:

@@ -54,33 +54,32 @@ def fit_logistic(x: Sequence[Sequence[float]], y: Sequence[float], l2: float = 1
 
 
 def head_rows(head: ConfidenceHeadPRM, data: Sequence[StepSample], batch: int = 256
-              ) -> tuple[list[list[float]], list[float], list[int]]:
-    """Feature rows, labels and sample indices of every step of ``data`` (steps whose value is
-    ``nan``, i.e. unlabelled, are left out)."""
+              ) -> tuple[list[list[float]], list[float]]:
+    """Feature rows and labels of every step of ``data`` (steps whose value is ``nan``, i.e.
+    unlabelled, are left out)."""
     rows: list[list[float]] = []
     labels: list[float] = []
-    owners: list[int] = []
     for start in range(0, len(data), batch):
         part = data[start:start + batch]
         feats = head.features([format_prompt(d.sample.problem) for d in part],
                               [list(d.steps) for d in part])
-        for j, (d, chain) in enumerate(zip(part, feats)):
+        for d, chain in zip(part, feats):
             for f, v in zip(chain, d.values):
                 if v == v:  # not nan
                     rows.append(f)
                     labels.append(v)
-                    owners.append(start + j)
-    return rows, labels, owners
+    return rows, labels
 
 
 def train_head(head: ConfidenceHeadPRM, data: Sequence[StepSample], l2: float = 1e-2
-               ) -> ConfidenceHeadPRM:
-    """``head``'s scoring LMs with weights fitted to ``data``'s step values."""
-    rows, labels, _ = head_rows(head, data)
+               ) -> tuple[ConfidenceHeadPRM, int]:
+    """``head``'s scoring LMs with weights fitted to ``data``'s step values, and the number of
+    labelled steps they were fitted to."""
+    rows, labels = head_rows(head, data)
     w, b = fit_logistic(rows, labels, l2)
     n = len(w) // len(head.verifiers)
     return ConfidenceHeadPRM(head.verifiers, [w[i * n:(i + 1) * n] for i in
-                                              range(len(head.verifiers))], b)
+                                              range(len(head.verifiers))], b), len(rows)
 
 
 def train_head_folder(root: Path, scorers: Sequence[str], data: RMDataConfig, seed: int = 0,
@@ -99,23 +98,24 @@ def train_head_folder(root: Path, scorers: Sequence[str], data: RMDataConfig, se
     folders = [require_model(s, root / s) for s in scorers]
     policy = load_causal(require_model("policy", root / "policy"))
     problems = make_problems("train", data.problems, seed=3000 + seed)
-    for stage in ("samples", "rollouts", "fit"):
+    def mark(stage: str, done: int) -> None:
         if progress:
-            progress(stage, 0, 1, 0.0)
-        if stage == "samples":
-            pool = policy_samples(policy, problems, data.k, data.temperature, seed=seed)
-            chosen = balance(pool, random.Random(seed + 1))[: data.prm_samples]
-        elif stage == "rollouts":
-            steps = mc_step_values(policy, chosen, data.rollouts, data.temperature, seed=seed)
-        else:
-            head = train_head(ConfidenceHeadPRM(
-                [LikelihoodVerifier.from_pretrained(f) for f in folders],
-                [[0.0] * len(FEATURES)] * len(folders), 0.0), steps, l2)
-        if progress:
-            progress(stage, 1, 1, 0.0)
+            progress(stage, done, 1, 0.0)
+
+    mark("samples", 0)
+    pool = policy_samples(policy, problems, data.k, data.temperature, seed=seed)
+    chosen = balance(pool, random.Random(seed + 1))[: data.prm_samples]
+    mark("samples", 1)
+    mark("rollouts", 0)
+    steps = mc_step_values(policy, chosen, data.rollouts, data.temperature, seed=seed)
+    mark("rollouts", 1)
+    mark("fit", 0)
+    blank = ConfidenceHeadPRM([LikelihoodVerifier.from_pretrained(f) for f in folders],
+                              [[0.0] * len(FEATURES)] * len(folders), 0.0)
+    head, labelled = train_head(blank, steps, l2)
+    mark("fit", 1)
     return write_head(root / "prm-head", [f"../{s}" for s in scorers], head.weights, head.bias,
                       trained_on={"policy": "../policy", "problems": data.problems,
                                   "samples_per_problem": data.k, "samples": len(chosen),
                                   "rollouts": data.rollouts, "temperature": data.temperature,
-                                  "seed": seed, "l2": l2, "steps": sum(
-                                      1 for s in steps for v in s.values if v == v)})
+                                  "seed": seed, "l2": l2, "steps": labelled})

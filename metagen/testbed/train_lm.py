@@ -90,7 +90,7 @@ Example = tuple[list[int], list[float]]  # token ids (BOS ... EOS), a loss weigh
 
 
 def training_rows(cfg: LMTrainConfig, stream: Iterator[Example] | None = None
-             ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Training rows ``(ids, weights)``, packed or one example per row (``cfg.pack``), from
     ``stream`` (default: :func:`example_stream` of ``cfg``)."""
     if stream is None:
