@@ -10,7 +10,8 @@ the kernel's speedup over ``x @ W`` (medians), which is what the engine would us
 and re-runs this script with ``MKL_ENABLE_INSTRUCTIONS=AVX2``, so MKL is held to the same ISA.
 ``--table PATH`` records the dispatch rule the measurement supports
 (:func:`metagen.engine.native.dispatch.rule_from`) into that JSON, replacing the table of the
-same ISA and CPU model; the shipped one is ``metagen/engine/native/dispatch_tables.json``.
+same ISA and machine class (:func:`metagen.cpuinfo.cpu_class`); the shipped one is
+``metagen/engine/native/dispatch_tables.json``.
 
 ``--baseline DIR`` also times the kernels built from the C files in DIR (an older version:
 ``git archive REV metagen/engine/native | tar -x -C /tmp/old``), for before/after ratios.
@@ -43,7 +44,7 @@ from metagen.engine.native.int8_matmul import load as load_int8_matmul
 from metagen.engine.native import SmallMatmul, dispatch, load_small_matmul
 from metagen.engine.native import small_matmul as sm
 from metagen.engine.native.build import AVX2_FLAGS, NATIVE_FLAGS, build
-from metagen.engine.native.cpu import cpu_model
+from metagen.engine.native.cpu import cpu_class, cpu_model
 from metagen.engine.native.library import SOURCES
 
 HIDDEN, FFN, VOCAB, LAYERS = 512, 1376, 32000, 8  # the benchmark target (benchmarks/factory.py)
@@ -117,7 +118,8 @@ def table_entry(result: dict[str, Any]) -> dict[str, Any]:
         speedup = {r["rows"]: round(r["speedup"], 3) for r in rows}
         rule = dispatch.rule_from(speedup)
         by_threads[t] = {"lowest": rule.lowest, "highest": rule.highest, "speedup": speedup}
-    return {"isa": result["kernel_isa"], "cpu": result["cpu"], "machine": result["machine"],
+    return {"isa": result["kernel_isa"], "cpu": result["cpu"], "class": result["class"],
+            "machine": result["machine"],
             "build_flags": result["build_flags"], "mkl_instructions": result["mkl_instructions"],
             "date": result["date"], "repeats": result["repeats"],
             "command": "python -m benchmarks.small_matmul " + " ".join(result["argv"]),
@@ -126,11 +128,12 @@ def table_entry(result: dict[str, Any]) -> dict[str, Any]:
 
 def merge_table(path: Path, entry: dict[str, Any]) -> None:
     """Put ``entry`` into the tables at ``path`` (created if missing), replacing the one of the
-    same ISA and CPU model."""
+    same ISA and machine class (a table without a class: of the same CPU model name)."""
     tables = json.loads(path.read_text())["tables"] if path.exists() else []
-    tables = [t for t in tables if (t["isa"], t["cpu"]) != (entry["isa"], entry["cpu"])]
+    tables = [t for t in tables if (t["isa"], t.get("class", t["cpu"]))
+              != (entry["isa"], entry["class"])]
     tables.append(entry)
-    tables.sort(key=lambda t: (-t["isa"], t["cpu"]))
+    tables.sort(key=lambda t: (-t["isa"], t["cpu"], t.get("class", "")))
     path.write_text(json.dumps({"tables": tables}, indent=1) + "\n")
 
 
@@ -156,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [int(r) for r in args.rows.split(",")]
     result: dict[str, Any] = {
         "argv": argv, "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
-        "machine": args.machine or f"{cpu_model()}, {os.cpu_count()} cores",
+        "class": cpu_class(), "machine": args.machine or f"{cpu_model()}, {os.cpu_count()} cores",
         "build_flags": list(AVX2_FLAGS if args.isa == "avx2" else NATIVE_FLAGS),
         "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS", "default"),
         "kernel_isa": kernel.isa if kernel else None, "repeats": args.repeats,

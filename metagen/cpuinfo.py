@@ -50,6 +50,18 @@ def cpu_model(path: str | Path = CPUINFO) -> str:
             or platform.machine())
 
 
+def cpu_class(path: str | Path = CPUINFO) -> str:
+    """The CPU's machine class: vendor, family and model numbers (``AuthenticAMD family 25 model
+    1``, a Zen 3; ``model 17``, a Zen 4), which tell apart CPUs that share a model name (a VM
+    shows every EPYC as ``AMD EPYC``); where those fields are missing (Arm, no file), the model
+    name (:func:`cpu_model`)."""
+    fields = cpuinfo_fields(path)
+    keys = ("vendor_id", "cpu family", "model")
+    if all(fields.get(k) for k in keys):
+        return f"{fields['vendor_id']} family {fields['cpu family']} model {fields['model']}"
+    return cpu_model(path)
+
+
 def cpu_flags(path: str | Path = CPUINFO) -> set[str]:
     """The CPU's feature flags (``flags``, or ``Features`` on Arm), else the empty set."""
     fields = cpuinfo_fields(path)

@@ -10,10 +10,13 @@ import platform
 import subprocess
 import sys
 
-from metagen.cpuinfo import cpu_flags, cpu_identity, cpu_model, cpuinfo_fields
+from metagen.cpuinfo import cpu_class, cpu_flags, cpu_identity, cpu_model, cpuinfo_fields
 from metagen.eval.provenance import hardware
 
 X86 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
 model name\t: Big Core 9000
 flags\t\t: fpu avx2 fma avx512f
 bogus line without a colon
@@ -33,6 +36,7 @@ def test_the_first_processor_s_fields_name_the_cpu(tmp_path):
     path.write_text(X86)
     assert cpuinfo_fields(path)["processor"] == "0"
     assert cpu_model(path) == "Big Core 9000"
+    assert cpu_class(path) == "AuthenticAMD family 25 model 1"
     assert cpu_flags(path) == {"fpu", "avx2", "fma", "avx512f"}
     assert cpu_identity(path) == "model name: Big Core 9000\nflags: fpu avx2 fma avx512f"
     hw = hardware(path)
@@ -46,6 +50,7 @@ def test_arm_features_are_its_flags_and_without_a_model_name_platform_names_it(t
     path.write_text(ARM)
     assert cpu_flags(path) == {"fp", "asimd", "sve"}
     assert cpu_model(path) == (platform.processor() or platform.machine())
+    assert cpu_class(path) == cpu_model(path)  # no vendor, family, model: the model name
     assert cpu_identity(path) == "Features: fp asimd sve\nCPU part: 0xd40"
 
 

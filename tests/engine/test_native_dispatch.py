@@ -46,6 +46,21 @@ def test_another_cpu_gets_the_most_conservative_table_of_its_isa():
     assert rows_for(512, 2, TABLES, "Graviton") == RowRule(1, 16)
 
 
+def test_a_machine_class_tells_apart_cpus_that_share_a_model_name():
+    """Two VMs name a Zen 3 and a Zen 4 both ``AMD EPYC``: each gets its own class's table, and
+    a third class of that name the narrower of the two (its model name matches both)."""
+    zen3, zen4 = "AuthenticAMD family 25 model 1", "AuthenticAMD family 25 model 17"
+    tables = (_table(256, "AMD EPYC", t1=(1, 16), t2=(1, 12)) | {"class": zen4},
+              _table(256, "AMD EPYC", t1=(2, 8), t2=(1, 16)) | {"class": zen3},
+              _table(256, "Skylake", t1=(2, 4)))
+    assert rows_for(256, 1, tables, "AMD EPYC", zen4) == RowRule(1, 16)
+    assert rows_for(256, 1, tables, "AMD EPYC", zen3) == RowRule(2, 8)
+    assert rows_for(256, 2, tables, "AMD EPYC", zen3) == RowRule(1, 16)
+    zen2 = "AuthenticAMD family 23 model 49"
+    assert rows_for(256, 2, tables, "AMD EPYC", zen2) == RowRule(1, 12)  # both EPYC tables
+    assert rows_for(256, 1, tables, "Graviton", "Graviton") == RowRule(2, 4)  # all three
+
+
 def test_an_isa_without_a_table_gets_the_documented_fallback():
     assert rows_for(256, 1, (), "Zen") == FALLBACK[256][1] == RowRule(2, 8)
     assert rows_for(512, 4, (), "Zen") == FALLBACK[512][2] == RowRule(1, 16)
@@ -64,8 +79,10 @@ def test_the_shipped_tables_cover_both_isas_and_agree_with_their_own_measurement
     tables = json.loads(dispatch.TABLES.read_text())["tables"]
     assert dispatch.load_tables() == tuple(tables)
     assert {t["isa"] for t in tables} >= {256, 512}
+    assert len({(t["isa"], t["class"]) for t in tables}) == len(tables)  # one per ISA and class
     for t in tables:
-        assert t["cpu"] and t["build_flags"] and t["date"] and "1" in t["by_threads"]
+        assert t["cpu"] and t["class"] and t["build_flags"] and t["date"]
+        assert "1" in t["by_threads"]
         for entry in t["by_threads"].values():
             speedup = {int(r): s for r, s in entry["speedup"].items()}
             assert rule_from(speedup) == RowRule(entry["lowest"], entry["highest"])

@@ -3,9 +3,9 @@ they take; read by :mod:`metagen.cpuinfo` (the one rule, shared with a run's pro
 
 from __future__ import annotations
 
-from metagen.cpuinfo import cpu_flags, cpu_identity, cpu_model
+from metagen.cpuinfo import cpu_class, cpu_flags, cpu_identity, cpu_model
 
-__all__ = ["cpu_flags", "cpu_identity", "cpu_model", "vector_isa"]
+__all__ = ["cpu_class", "cpu_flags", "cpu_identity", "cpu_model", "vector_isa"]
 
 
 def vector_isa() -> str:

@@ -4,18 +4,23 @@ Whether ``small_matmul.c`` beats MKL for M rows depends on the ISA it was built 
 count and the machine, so the rule is measured, not assumed: ``python -m benchmarks.small_matmul
 --table metagen/engine/native/dispatch_tables.json`` times both on the benchmark target's
 products and records, per thread count, the row counts the kernel wins (:func:`rule_from`).
-The shipped ``dispatch_tables.json`` holds one table per (ISA, machine), each naming its CPU
-model, build flags and date. Tables shipped (see the file for each one's speedups):
+The shipped ``dispatch_tables.json`` holds one table per (ISA, machine class), each naming its
+CPU model, its class (vendor, family and model numbers: :func:`~metagen.cpuinfo.cpu_class`, which
+tells a Zen 3 from a Zen 4 where a VM names both ``AMD EPYC``), build flags and date. Tables
+shipped (see the file for each one's speedups):
 
 - AVX-512 (``-march=native``) and AVX2 (``-mavx2 -mfma -mno-avx512f``, against MKL limited to
   AVX2 with ``MKL_ENABLE_INSTRUCTIONS=AVX2``): a 2-core AMD EPYC (Zen 4) KVM VM shared with
   other jobs, one and two threads.
+- AVX2 (``-march=native``; the CPU has no AVX-512): a 2-core AMD EPYC (Zen 3, no VNNI) KVM VM,
+  one and two threads.
 
-:func:`rows_for` picks the table of the running ISA whose CPU model is this machine's; where
-none is, the most conservative rule among that ISA's tables (the narrowest range); where the ISA
-has no table, :data:`FALLBACK` (the constants measured before the tables: 2-16 rows with
-AVX-512 and 2-8 with AVX2 on one thread, from 1 row on several). A thread count without an
-entry uses the largest measured count below it.
+:func:`rows_for` picks the tables of the running ISA measured on this machine class; where none
+is, those of this CPU model name; where none is either, all of that ISA's; among the picked, the
+most conservative rule (the narrowest range). Where the ISA has no table, :data:`FALLBACK` (the
+constants measured before the tables: 2-16 rows with AVX-512 and 2-8 with AVX2 on one thread,
+from 1 row on several). A thread count without an entry uses the largest measured count below
+it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metagen.engine.native.cpu import cpu_model
+from metagen.engine.native.cpu import cpu_class, cpu_model
 from metagen.errors import InvalidParameterError
 
 TABLES = Path(__file__).with_name("dispatch_tables.json")
@@ -99,18 +104,22 @@ def load_tables(path: Path = TABLES) -> tuple[dict[str, Any], ...]:
 
 
 def rows_for(isa: int, threads: int, tables: tuple[dict[str, Any], ...] | None = None,
-             cpu: str | None = None) -> RowRule:
+             cpu: str | None = None, machine_class: str | None = None) -> RowRule:
     """The rows the kernel built for ``isa`` (512 or 256) takes on ``threads`` threads, on the
-    CPU whose model is ``cpu`` (default: this machine's), by the tables (default: the shipped
-    ones). Raises :class:`~metagen.errors.InvalidParameterError` naming ``threads`` below 1."""
+    CPU whose model name is ``cpu`` and class ``machine_class`` (defaults: this machine's), by
+    the tables (default: the shipped ones): those of the class, else of the model name, else
+    all of the ISA, the narrowest rule among them. Raises
+    :class:`~metagen.errors.InvalidParameterError` naming ``threads`` below 1."""
     if threads < 1:
         raise InvalidParameterError("threads", threads, "must be >= 1")
     tables = load_tables() if tables is None else tables
     cpu = cpu_model() if cpu is None else cpu
+    machine_class = cpu_class() if machine_class is None else machine_class
     mine = [t for t in tables if int(t["isa"]) == isa]
-    exact = [t for t in mine if t["cpu"] == cpu]
-    if exact or mine:
-        rules = [_at(_rules(t), threads) for t in (exact or mine)]
+    picked = ([t for t in mine if t.get("class") == machine_class]
+              or [t for t in mine if t["cpu"] == cpu] or mine)
+    if picked:
+        rules = [_at(_rules(t), threads) for t in picked]
         return RowRule(max(r.lowest for r in rules), min(r.highest for r in rules))
     fallback = FALLBACK.get(isa, {1: RowRule(0, 0)})
     return _at(fallback, threads)
