@@ -67,13 +67,14 @@ def test_threaded_product_equals_the_one_thread_kernel_bitwise(lib, m, n):
             assert torch.equal(kernel(x, w, b, threads=t), ref), (t, b is None)
 
 
-@pytest.mark.parametrize("m", [1, 2, 5, 7])
+@pytest.mark.parametrize("m", [1, 2, 5, 7, 16])
 @pytest.mark.parametrize("n", [40, 130, 4101])
 @pytest.mark.parametrize("p", [16, 64])
 def test_panel_major_product_equals_the_row_major_kernel_bitwise(lib, m, n, p):
     """``mg_matmul_panels`` over a panel-major copy, whole and in slices of whole panels (one
-    row: the four-panels-at-once path where the slice holds four 64-column panels), equals the
-    row-major one-thread kernel bit for bit."""
+    row: the four-panels-at-once path where the slice holds four panels of the build's width,
+    64 on AVX-512 and 16 on AVX2; more rows than a register tile holds, on AVX2: passes over
+    each 16-column panel), equals the row-major one-thread kernel bit for bit."""
     from metagen.engine.native.decode_step import panel_major
 
     g = torch.Generator().manual_seed(m * 10_000 + n + p)
@@ -96,8 +97,8 @@ def test_panel_major_product_equals_the_row_major_kernel_bitwise(lib, m, n, p):
 
 @pytest.mark.parametrize("panel", [16, 32, 64])
 def test_panel_major_decode_step_equals_the_row_major_one_bitwise(lib, random_model_dir, panel):
-    """Every projection read from panel-major copies (16 and 32: the sliced sweep; 64: the
-    AVX-512 build's storage-order tiles, the default for o and down there), on 1, 2, 3, 7 and
+    """Every projection read from panel-major copies (16: the AVX2 build's storage-order tiles,
+    the default for o and down there; 32: the sliced sweep; 64: the AVX-512 build's tiles), on 1, 2, 3, 7 and
     16 threads, steps as the row-major weights on one thread, bit for bit (and so as PyTorch,
     within test_decode_step's tolerances)."""
     folder = random_model_dir("llama")

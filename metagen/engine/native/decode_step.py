@@ -214,13 +214,16 @@ class DecodeStep:
 
     The float32 projections named in ``panelled`` (default :data:`PANELLED`) are read from a
     copy made here, panel-major: the output columns in panels of ``panel`` floats (a multiple of
-    16; default the library's ``mg_panel_width``, 64 on AVX-512, and no copy where that is 0, the
-    AVX2 build), each panel (in, its width) row-major, one after another. A thread's share of a
+    16; default the library's ``mg_panel_width``: 64 on AVX-512, 16 on AVX2; no copy where it is
+    0), each panel (in, its width) row-major, one after another. A thread's share of a
     product is whole panels, so it streams one contiguous region of the copy, four panels at a
     time in storage order, where in the model's (in, out) layout it reads a run of each row (o
     and down, 512 columns, on two threads: 1 KB of every 2 KB row). The copy costs that many
     more bytes (o and down of the benchmark target: +30 MB beside the 101 MB of projections)
-    and changes no result: each output element is the same chain of FMAs, bit for bit.
+    and changes no result: each output element is the same chain of FMAs, bit for bit. On the
+    AVX2 build of a 2-core Zen 3 the step ran 1.04-1.05x faster so for one row (A), 1.08-1.14x
+    for four (C) and 1.03-1.04x for sixteen (B), one and two threads (medians of 40 interleaved
+    steps, ``benchmarks/README.md``).
     ``panelled=()`` reads the model's weights only.
 
     Use :func:`for_model`, which returns ``None`` where the native path cannot run.

@@ -302,12 +302,16 @@ void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y,
 
 /* Panel-major weights (mg_matmul_panels): the columns in panels, each panel (K, its width)
  * row-major, one after another, so a panel, and a run of whole panels, is one contiguous region.
- * A product of one row over panels of TILE_COLS columns reads PANEL_GROUP of them at once in
+ * A product of one row over panels of PANEL_COLS columns reads PANEL_GROUP of them at once in
  * storage order, prefetching each PANEL_AHEAD bytes ahead: on the 2-core Xeon (AVX-512, no VNNI)
  * the o and down products of workload A took 1.20x less thread CPU time so than row-major at
  * one thread and 1.22x at two (benchmarks/README.md), where one panel at a time without the
- * prefetch gained 1.08x, and the row-major sweep order over a panel lost. */
+ * prefetch gained 1.08x, and the row-major sweep order over a panel lost.
+ * PANEL_COLS: the register tile's width where that is whole cache lines (AVX-512: 64 floats),
+ * else one line (AVX2, whose tile is 24 floats: 16, two vectors). */
 #define PANEL_GROUP 4
+#define PANEL_COLS (TILE_COLS % 16 == 0 ? TILE_COLS : 16)
+#define PNR (PANEL_COLS / VW) /* vectors per panel row */
 #ifndef PANEL_AHEAD
 #define PANEL_AHEAD 4096 /* bytes; 2048 and 8192 measured 1.20x and 1.16x against 4096's 1.22x */
 #endif
@@ -315,43 +319,43 @@ void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y,
 /* How many of a panel's K rows may prefetch PANEL_AHEAD bytes past them, from w's, with `span`
  * floats of further streams beyond it, staying before `end` (the weight's end). */
 static inline int64_t ahead_rows(const float *w, const float *end, int64_t span, int64_t K) {
-  const int64_t room = (int64_t)(end - w) - span - PANEL_AHEAD / 4 - TILE_COLS; /* floats */
+  const int64_t room = (int64_t)(end - w) - span - PANEL_AHEAD / 4 - PANEL_COLS; /* floats */
   if (room < 0) return 0;
-  return room / TILE_COLS + 1 < K ? room / TILE_COLS + 1 : K;
+  return room / PANEL_COLS + 1 < K ? room / PANEL_COLS + 1 : K;
 }
 
-/* y[m, i TILE_COLS + c] (c < TILE_COLS) = bias or 0 + sum_k x[m, k] * w[i K TILE_COLS + k
- * TILE_COLS + c] for m < mr, i < g (mr g <= MR): g consecutive panels of K rows of TILE_COLS
+/* y[m, i PANEL_COLS + c] (c < PANEL_COLS) = bias or 0 + sum_k x[m, k] * w[i K PANEL_COLS + k
+ * PANEL_COLS + c] for m < mr, i < g (mr g <= MR): g consecutive panels of K rows of PANEL_COLS
  * floats, their register tiles walking them together in storage order, k = 0, 1, ... (tile()'s
- * chain of FMAs for every column): g sequential streams, K TILE_COLS floats apart, keep more
+ * chain of FMAs for every column): g sequential streams, K PANEL_COLS floats apart, keep more
  * memory requests in flight than one. */
 static inline __attribute__((always_inline)) void panel_tiles(const int mr, const int g,
                                                               const float *x, int64_t K,
                                                               const float *w, const float *bias,
                                                               float *y, int64_t ldy,
                                                               const float *end) {
-  vec acc[MR][NR];
-  const int64_t pk = K * TILE_COLS, kpf = ahead_rows(w, end, (g - 1) * pk, K);
+  vec acc[MR][PNR];
+  const int64_t pk = K * PANEL_COLS, kpf = ahead_rows(w, end, (g - 1) * pk, K);
   UNROLL
   for (int m = 0; m < mr * g; m++)
     UNROLL
-    for (int r = 0; r < NR; r++)
-      acc[m][r] = bias ? vloadu(bias + m / mr * TILE_COLS + r * VW) : vzero();
+    for (int r = 0; r < PNR; r++)
+      acc[m][r] = bias ? vloadu(bias + m / mr * PANEL_COLS + r * VW) : vzero();
   for (int64_t k = 0; k < K; k++) {
     UNROLL
     for (int i = 0; i < g; i++) {
-      const float *wk = w + i * pk + k * TILE_COLS;
+      const float *wk = w + i * pk + k * PANEL_COLS;
       if (k < kpf)
-        for (int b = 0; b < TILE_COLS; b += 16)
+        for (int b = 0; b < PANEL_COLS; b += 16)
           _mm_prefetch((const char *)(wk + PANEL_AHEAD / 4 + b), _MM_HINT_T0);
-      vec wv[NR];
+      vec wv[PNR];
       UNROLL
-      for (int r = 0; r < NR; r++) wv[r] = vloadu(wk + r * VW);
+      for (int r = 0; r < PNR; r++) wv[r] = vloadu(wk + r * VW);
       UNROLL
       for (int m = 0; m < mr; m++) {
         const vec bx = vbcast(x[m * K + k]);
         UNROLL
-        for (int r = 0; r < NR; r++) acc[i * mr + m][r] = vfma(bx, wv[r], acc[i * mr + m][r]);
+        for (int r = 0; r < PNR; r++) acc[i * mr + m][r] = vfma(bx, wv[r], acc[i * mr + m][r]);
       }
     }
   }
@@ -360,8 +364,8 @@ static inline __attribute__((always_inline)) void panel_tiles(const int mr, cons
     UNROLL
     for (int m = 0; m < mr; m++)
       UNROLL
-      for (int r = 0; r < NR; r++)
-        vstoreu(y + m * ldy + i * TILE_COLS + r * VW, acc[i * mr + m][r]);
+      for (int r = 0; r < PNR; r++)
+        vstoreu(y + m * ldy + i * PANEL_COLS + r * VW, acc[i * mr + m][r]);
 }
 
 typedef void (*panel_fn)(const float *, int64_t, const float *, const float *, float *, int64_t,
@@ -391,29 +395,35 @@ static const panel_fn PANEL_TILES[MR + 1] = {0, panels_1_1, panels_2_1, panels_3
  * w + j * p * K). c0 is a multiple of p, c1 one or N. Each panel is one contiguous run of
  * memory, so a slice of whole panels is too: a thread streams one region, where its slice of
  * a row-major W is a run of (c1 - c0) floats in every row (for a hidden-wide output on two
- * threads, 1 KB of each 2 KB row). Panels of TILE_COLS columns and up to MR rows run in storage
- * order (panel_tiles), others as mg_matmul_cols does a slice. Every element is mg_matmul_cols's
- * chain of FMAs, so the result equals the row-major product bit for bit. */
+ * threads, 1 KB of each 2 KB row). Panels of PANEL_COLS columns run in storage order
+ * (panel_tiles), up to MR rows at a time: more rows where the panel is not the register tile's
+ * width (AVX2) take further passes of at most MR rows over the panel, from cache (its K
+ * PANEL_COLS floats: 22 KB for a 1376-row down projection), where matmul_ld would run it as
+ * masked tail tiles; other panels run as mg_matmul_cols does a slice. Every element is
+ * mg_matmul_cols's chain of FMAs, so the result equals the row-major product bit for bit. */
 void mg_matmul_panels(const float *x, const float *w, const float *bias, float *y, int64_t M,
                       int64_t K, int64_t N, int64_t p, int64_t c0, int64_t c1) {
   const float *end = w + K * N;
-  if (M == 1 && p == TILE_COLS) /* PANEL_GROUP panels at once while whole ones remain */
+  if (M == 1 && p == PANEL_COLS) /* PANEL_GROUP panels at once while whole ones remain */
     for (; c0 + PANEL_GROUP * p <= c1; c0 += PANEL_GROUP * p)
       panels_1_4(x, K, w + c0 * K, bias ? bias + c0 : 0, y + c0, N, end);
   for (int64_t j = c0; j < c1; j += p) {
     const int64_t n = c1 - j < p ? c1 - j : p;
-    if (M <= MR && n == TILE_COLS)
+    if (M <= MR && n == PANEL_COLS)
       PANEL_TILES[M](x, K, w + j * K, bias ? bias + j : 0, y + j, N, end);
+    else if (PANEL_COLS != TILE_COLS && n == PANEL_COLS)
+      for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++))
+        PANEL_TILES[mr_of(M, pass)](x + m0 * K, K, w + j * K, bias ? bias + j : 0,
+                                    y + m0 * N + j, N, end);
     else
       matmul_ld(x, w + j * K, bias ? bias + j : 0, y + j, M, K, n, n, N);
   }
 }
 
-/* The panel width (floats) mg_matmul_panels runs in storage order on this build: TILE_COLS where
- * that is whole cache lines (AVX-512: 64), else 0: the AVX2 build's tile (24) is not, and a
- * panel there runs matmul_ld's sweep, which over the panels of the 2-core Xeon's AVX-512 build
- * lost to row-major weights (workload A at two threads, 0.97x thread CPU time). */
-int64_t mg_panel_width(void) { return TILE_COLS % 16 == 0 ? TILE_COLS : 0; }
+/* The panel width (floats) mg_matmul_panels runs in storage order on this build: PANEL_COLS
+ * (AVX-512: 64; AVX2: 16, where the step's o and down products of workload A at two threads of
+ * a 2-core Zen 3 ran faster so than from row-major weights: benchmarks/README.md). */
+int64_t mg_panel_width(void) { return PANEL_COLS; }
 
 typedef struct {
   const float *x, *w, *bias;
