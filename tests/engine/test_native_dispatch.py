@@ -14,8 +14,9 @@ from metagen.errors import InvalidParameterError
 
 
 def test_rule_takes_the_rows_up_to_the_first_loss():
-    measured = {1: 0.98, 2: 1.9, 4: 2.0, 8: 1.5, 12: 1.1, 16: 0.95, 24: 1.2}
+    measured = {1: 0.9, 2: 1.9, 4: 2.0, 8: 1.5, 12: 1.1, 16: 0.9, 24: 1.2}
     assert rule_from(measured) == RowRule(2, 12)
+    assert rule_from(measured | {1: 0.96, 16: 0.96}) == RowRule(1, 16)  # within the margin
     assert rule_from({1: 1.3, 2: 2.0, 16: 1.1}) == RowRule(1, 16)  # one row too, where it wins
     assert rule_from({1: 0.9, 2: 2.0, 16: 1.1, 24: 1.2}) == RowRule(2, dispatch.ROW_CAP)
     assert rule_from({1: 1.3, 2: 0.9, 3: 1.5}) == RowRule(0, 0)  # loses at 2: takes nothing

@@ -59,22 +59,32 @@ FALLBACK: dict[int, dict[int, RowRule]] = {512: {1: RowRule(2, 16), 2: RowRule(1
 # over (beams, best-of-16, step-search widths); larger counts are measured for information.
 ROW_CAP = 16
 
+# MKL's time over the kernel's below which a row count counts as the kernel's loss. Not 1.0:
+# the benchmark times each product alone, and in the engine MKL costs more than that on several
+# threads: its OpenMP workers spin into the next native call, and where the machine has fewer
+# free cores than threads nothing brings MKL back to one thread (the native pool's guard does).
+# On a 2-core Zen 3 beside one busy process, best-of-16's decode step (16 rows) took a median
+# 47.9 ms at two threads with MKL's head (measured 0.967x the kernel alone) and 33.6 ms with the
+# kernel's; a 5 % margin is also about the spread of that benchmark's medians on a shared VM.
+LOSS = 0.95
+
 
 def rule_from(speedup: dict[int, float]) -> RowRule:
     """The rule a measurement supports. ``speedup`` maps row counts (1 and 2 among them) to MKL's
-    time over the kernel's. The kernel takes one row if it wins there, and from 2 rows up to the
-    last count before its first loss, at most :data:`ROW_CAP` (measured counts only: a count
-    between two measured wins is taken, none past the last).
+    time over the kernel's; a count below :data:`LOSS` is a loss. The kernel takes one row
+    unless it loses there, and from 2 rows up to the last count before its first loss, at most
+    :data:`ROW_CAP` (measured counts only: a count between two measured wins is taken, none past
+    the last).
     Raises :class:`~metagen.errors.InvalidParameterError` naming ``speedup`` without rows 1
     and 2."""
     if not {1, 2} <= speedup.keys():
         raise InvalidParameterError("speedup", sorted(speedup), "must include rows 1 and 2")
     highest = 0
     for rows in sorted(r for r in speedup if 2 <= r <= ROW_CAP):
-        if speedup[rows] < 1.0:
+        if speedup[rows] < LOSS:
             break
         highest = rows
-    lowest = 1 if speedup[1] >= 1.0 else 2
+    lowest = 1 if speedup[1] >= LOSS else 2
     return RowRule(lowest if highest else 0, highest)
 
 

@@ -22,8 +22,20 @@
 
 typedef void (*mg_task)(void *ctx, int tid, int nth);
 
-/* Run task(ctx, tid, n) as above (n clamped to 1 .. MG_MAX_THREADS) and wait for it. */
+/* Run task(ctx, tid, n) as above (n clamped to 1 .. MG_MAX_THREADS) and wait for it. Where
+ * the machine has fewer free cores than threads the pool runs jobs on the caller alone for a
+ * while (pool.c's oversubscription guard): the same results, never a deadlock. */
 void mg_parallel(int n, mg_task task, void *ctx);
+
+/* For tests of the guard's rule (pool.c's guard_next): solo_after[i] = the jobs it would run
+ * alone after job i of n, each of walls[i] ns on `threads` threads that waited waits[i] ns in
+ * all, from a fresh guard with no job run alone in between; returns SOLO_JOBS. */
+int mg_guard_test(const int64_t *walls, const int64_t *waits, int64_t n, int threads,
+                  int *solo_after);
+
+/* out[0] = jobs run on several threads, out[1] = jobs the guard ran alone, out[2] = times it
+ * fell back to running alone (since the process started). */
+void mg_pool_stats(int64_t *out);
 
 /* One stage's counters, on their own cache line; zero-initialise before the job. */
 typedef struct {
