@@ -6,7 +6,9 @@ The kernels split their work across a pool of threads owned by the native librar
 add threads to MKL's; but torch's OpenMP workers spin for a while after each of torch's own
 parallel operators (libgomp's ``GOMP_SPINCOUNT``) and then share the cores with the pool. Each
 output element is computed by the same instructions whatever the count, so results are the same
-bit for bit on any number of threads.
+bit for bit on any number of threads. Where other processes hold the cores, the pool's guard runs
+jobs on the calling thread alone for a while (a thread taken off its core mid-stage would hold
+the others at the stage's barrier): ``pool.c``, ``python -m benchmarks.oversubscribed``.
 
 Measured (``python -m benchmarks.thread_scaling``, ``benchmarks/README.md``; a 2-core Zen 4
 VM, shared): default threads / one thread, medians of 3 interleaved rounds, was 0.72x for A
