@@ -8,8 +8,9 @@ model's own context, ``threads`` threads for decode and prefill, in a process gr
 verbose (its log says, per request, how much of the prompt it reused: :mod:`benchmarks.prefill_counters`);
 it is ready when ``GET /v1/models`` answers 200 and is stopped by the pid it started, SIGTERM
 then SIGKILL to its group (:func:`~benchmarks.peers.vllm_server.stop`). :func:`serve` is that as
-a context manager (stopped also when the caller fails). It runs one request at a time and ignores
-``n`` (OpenAIGenerator sends one request per sample anyway).
+a context manager (stopped also when the caller fails). It runs one request at a time (a new
+request never interrupts a running one) and ignores ``n`` (OpenAIGenerator sends one request per
+sample anyway).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def serve(folder: str | Path, name: str, log: Path, *, threads: int,
             [str(python), "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", name,
              "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(context),
              "--n_batch", str(context), "--n_threads", str(threads),
-             "--n_threads_batch", str(threads), "--type_k", "0", "--type_v", "0"],
+             "--n_threads_batch", str(threads), "--type_k", "0", "--type_v", "0",
+             "--interrupt_requests", "false"],
             stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         root = f"http://127.0.0.1:{port}"

@@ -139,6 +139,9 @@ def test_metagen_backend_on_two_problems(tmp_path) -> None:
     Best-of-2 makes one generate call per problem, sending each prompt once and prefilling it
     once; the step search sends more prompt tokens than it computes (its steps extend cached
     contexts); the engine's counters add up; accuracy is problems solved over problems."""
+    from transformers import AutoTokenizer
+
+    from metagen.eval.demo import testbed_model
     from metagen.eval.tasks import get_task
     from metagen.generators.tokenize import encode_prompt
 
@@ -147,10 +150,9 @@ def test_metagen_backend_on_two_problems(tmp_path) -> None:
     assert result["skipped"] == {}
     best, search = result["rows"]
     assert (best["strategy"], search["strategy"]) == ("best_of_n", "step_beam_search")
-    from metagen.eval.demo import load_testbed_policy
-    with load_testbed_policy("local") as gen:
-        items = get_task("testbed").items(None, 2)
-        prompt_lens = [len(encode_prompt(gen.tokenizer, it.prompt)) for it in items]
+    tokenizer = AutoTokenizer.from_pretrained(testbed_model("policy"))
+    prompt_lens = [len(encode_prompt(tokenizer, it.prompt))
+                   for it in get_task("testbed").items(None, 2)]
     for row in (best, search):
         assert row["backend"] == "metagen" and row["n"] == 2 and row["problems"] == 2
         assert row["failed"] == 0 and row["failures"] == {}
