@@ -15,18 +15,20 @@ also on failure.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.prefill_counters import (Prefill, engine_prefill, llama_cpp_prefill,
-                                         parse_prometheus, vllm_prefill)
+from benchmarks.prefill_counters import (VLLM_COUNTERS, Prefill, engine_prefill,
+                                         llama_cpp_prefill, parse_prometheus, vllm_prefill)
 
 BACKENDS = ("metagen", "vllm", "llama.cpp")
 SERVED_NAME = "policy"
 CALL_TIMEOUT_S = 900.0  # one generate call of up to 16 samples of 160 tokens on two shared cores
+SETTLE_S, SETTLE_READS = 0.2, 25  # /metrics read again until two readings agree (5 s at most)
 
 
 @dataclass(slots=True)
@@ -94,13 +96,27 @@ def _vllm(policy: Path, n: int, logs: Path) -> Iterator[Backend]:
     from benchmarks.peers.vllm_server import serve
     from metagen.generators.openai import OpenAIGenerator
 
+    names = {name for name, _ in VLLM_COUNTERS.values()}
     with serve(policy, SERVED_NAME, logs / "vllm.log", max_num_seqs=n, log_stats=True) as server, \
             OpenAIGenerator(server.url, SERVED_NAME, timeout=CALL_TIMEOUT_S,
                             max_concurrency=n) as gen:
-        def read() -> Any:
+        def fetch() -> Any:
             resp = httpx.get(server.root + "/metrics", timeout=30.0)
             resp.raise_for_status()
             return parse_prometheus(resp.text)
+
+        def counted(samples: Any) -> Any:
+            return {k: v for k, v in samples.items() if k[0] in names}
+
+        def read() -> Any:  # settled: vLLM may record a step's stats after its response
+            last = fetch()
+            for _ in range(SETTLE_READS):
+                time.sleep(SETTLE_S)
+                now = fetch()
+                if counted(now) == counted(last):
+                    break
+                last = now
+            return last
         yield Backend("vllm", gen, read, vllm_prefill,
                       {"startup_s": server.startup_s, "log": str(server.log),
                        "source": "/metrics", "threads": "vLLM's own (all cores)"})
