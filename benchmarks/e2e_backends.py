@@ -56,9 +56,12 @@ def missing(name: str) -> str | None:
 
 
 @contextmanager
-def open_backend(name: str, *, n: int, threads: int, logs: Path) -> Iterator[Backend]:
+def open_backend(name: str, *, n: int, threads: int, logs: Path,
+                 vllm_block_size: int | None = None) -> Iterator[Backend]:
     """Backend ``name`` (one of :data:`BACKENDS`) serving the testbed policy for the block;
-    servers log into ``logs``. ``n``: the samples a call asks for (vLLM's sequence cap)."""
+    servers log into ``logs``. ``n``: the samples a call asks for (vLLM's sequence cap);
+    ``vllm_block_size``: vLLM's KV block (None: its default, 128 tokens on CPU; its prefix
+    cache reuses whole blocks only)."""
     from metagen.eval.demo import testbed_model
 
     policy = testbed_model("policy")
@@ -66,7 +69,7 @@ def open_backend(name: str, *, n: int, threads: int, logs: Path) -> Iterator[Bac
         with _metagen(threads) as backend:
             yield backend
     elif name == "vllm":
-        with _vllm(policy, n, logs) as backend:
+        with _vllm(policy, n, logs, vllm_block_size) as backend:
             yield backend
     elif name == "llama.cpp":
         with _llama_cpp(policy, n, threads, logs) as backend:
@@ -90,14 +93,16 @@ def _metagen(threads: int) -> Iterator[Backend]:
 
 
 @contextmanager
-def _vllm(policy: Path, n: int, logs: Path) -> Iterator[Backend]:
+def _vllm(policy: Path, n: int, logs: Path, block_size: int | None) -> Iterator[Backend]:
     import httpx
 
     from benchmarks.peers.vllm_server import serve
     from metagen.generators.openai import OpenAIGenerator
 
     names = {name for name, _ in VLLM_COUNTERS.values()}
-    with serve(policy, SERVED_NAME, logs / "vllm.log", max_num_seqs=n, log_stats=True) as server, \
+    extra = ("--block-size", str(block_size)) if block_size is not None else ()
+    with serve(policy, SERVED_NAME, logs / "vllm.log", max_num_seqs=n, log_stats=True,
+               extra=extra) as server, \
             OpenAIGenerator(server.url, SERVED_NAME, timeout=CALL_TIMEOUT_S,
                             max_concurrency=n) as gen:
         def fetch() -> Any:
@@ -119,7 +124,8 @@ def _vllm(policy: Path, n: int, logs: Path) -> Iterator[Backend]:
             return last
         yield Backend("vllm", gen, read, vllm_prefill,
                       {"startup_s": server.startup_s, "log": str(server.log),
-                       "source": "/metrics", "threads": "vLLM's own (all cores)"})
+                       "source": "/metrics", "threads": "vLLM's own (all cores)",
+                       "block_size": block_size or "vLLM's default"})
 
 
 @contextmanager

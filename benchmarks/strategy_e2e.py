@@ -2,6 +2,7 @@
 
     python -m benchmarks.strategy_e2e [--problems 100] [--n 16] [--quick] [--json PATH]
         [--backends metagen,vllm,llama.cpp] [--strategies best_of_n,step_beam_search]
+    [--vllm-block-size 128] [--logs DIR]
 
 Runs each meta-generator over the first ``--problems`` held-out testbed problems on each backend
 (:mod:`benchmarks.e2e_backends`: metagen's engine in-process, vLLM's CPU server, llama-cpp-python's
@@ -49,9 +50,12 @@ class Settings:
     n: int = 16
     backends: tuple[str, ...] = BACKENDS
     strategies: tuple[str, ...] = STRATEGIES
+    vllm_block_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("problems", self.problems), ("n", self.n)):
+        sizes = [("problems", self.problems), ("n", self.n)] + (
+            [] if self.vllm_block_size is None else [("vllm_block_size", self.vllm_block_size)])
+        for name, value in sizes:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidParameterError(name, value, "must be a positive integer")
         for name, given, known in (("backends", self.backends, BACKENDS),
@@ -161,7 +165,8 @@ def run(settings: Settings, *, logs: Path | None = None,
             if name in skipped:
                 continue
             log(f"F: {strategy} on {name}, {len(items)} problems, n={settings.n}")
-            with open_backend(name, n=settings.n, threads=threads, logs=logs) as backend:
+            with open_backend(name, n=settings.n, threads=threads, logs=logs / strategy,
+                              vllm_block_size=settings.vllm_block_size) as backend:
                 rows.append(run_cell(strategy, backend, config, task, items, scorers))
                 backends[f"{strategy}/{name}"] = backend.meta
     params, seed = configs[settings.strategies[0]].params, configs[settings.strategies[0]].seed
@@ -217,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 problems, n 4")
     ap.add_argument("--json", default=None)
     ap.add_argument("--logs", default=None, help="folder for the servers' logs (a temp dir)")
+    ap.add_argument("--vllm-block-size", type=int, default=None,
+                    help="vLLM's KV block in tokens (its CPU default: 128)")
     args = ap.parse_args(argv)
     sizes = dict(QUICK) if args.quick else {}
     if args.problems is not None:
@@ -225,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes["n"] = args.n
     try:
         settings = Settings(backends=_names(args.backends), strategies=_names(args.strategies),
-                            **sizes)
+                            vllm_block_size=args.vllm_block_size, **sizes)
     except InvalidParameterError as exc:
         ap.error(str(exc))
     result = run(settings, logs=Path(args.logs) if args.logs else None,

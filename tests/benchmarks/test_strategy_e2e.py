@@ -127,7 +127,8 @@ def test_ratios_are_over_metagen_on_the_same_strategy() -> None:
 
 @pytest.mark.parametrize("field,value", [("problems", 0), ("n", True), ("backends", ("tgi",)),
                                          ("strategies", ()),
-                                         ("backends", ("vllm", "vllm"))])
+                                         ("backends", ("vllm", "vllm")),
+                                         ("vllm_block_size", 0)])
 def test_settings_name_the_bad_parameter(field, value) -> None:
     with pytest.raises(InvalidParameterError) as err:
         strategy_e2e.Settings(**{field: value})
