@@ -53,13 +53,15 @@ def free_port() -> int:
 
 
 def command(python: Path, folder: Path, name: str, port: int, runner: str,
-            extra: Sequence[str] = ()) -> list[str]:
+            extra: Sequence[str] = (), log_stats: bool = False) -> list[str]:
     """The server's command line: fp32 (the checkpoints' and metagen's dtype), eager (no
     torch.compile: a minute less to start), the model's own context length, loopback only;
-    ``extra`` is appended (e.g. ``--max-num-seqs 16``)."""
+    ``extra`` is appended (e.g. ``--max-num-seqs 16``). Without ``log_stats`` the engine keeps
+    no statistics (``--disable-log-stats``): its ``/metrics`` counters then stay at zero."""
     return [str(python), "-m", MODULE, "--model", str(folder), "--served-model-name", name,
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-            "--runner", runner, "--enforce-eager", "--disable-log-stats", *extra]
+            "--runner", runner, "--enforce-eager",
+            *(() if log_stats else ("--disable-log-stats",)), *extra]
 
 
 def unchunked(folder: Path, max_num_seqs: int | None) -> tuple[str, ...]:
@@ -85,23 +87,24 @@ def _log_tail(log: Path, chars: int = 3000) -> str:
         return "<no log>"
 
 
-def wait_healthy(root: str, proc: subprocess.Popen[bytes], log: Path, seconds: float) -> float:
-    """Seconds until ``GET root/health`` answered 200; :class:`VLLMStartError` if the process
-    exits first or ``seconds`` pass."""
+def wait_healthy(root: str, proc: subprocess.Popen[bytes], log: Path, seconds: float,
+                 path: str = "/health", who: str = "vLLM") -> float:
+    """Seconds until ``GET root + path`` answered 200; :class:`VLLMStartError` (naming the
+    server ``who``) if the process exits first or ``seconds`` pass."""
     import httpx
 
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         if proc.poll() is not None:
-            raise VLLMStartError(f"vLLM exited ({proc.returncode}) while starting:\n"
+            raise VLLMStartError(f"{who} exited ({proc.returncode}) while starting:\n"
                                  + _log_tail(log))
         try:
-            if httpx.get(root + "/health", timeout=2.0).status_code == 200:
+            if httpx.get(root + path, timeout=2.0).status_code == 200:
                 return time.monotonic() - start
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    raise VLLMStartError(f"vLLM not healthy within {seconds:g}s:\n" + _log_tail(log))
+    raise VLLMStartError(f"{who} not healthy within {seconds:g}s:\n" + _log_tail(log))
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
@@ -127,17 +130,19 @@ class VLLMServer:
     """One vLLM server process (see the module docstring): :meth:`start` launches it (several
     can start side by side), :meth:`wait` blocks until it is healthy, :meth:`stop` ends its
     process group. ``root`` is ``http://127.0.0.1:PORT``, ``url`` the OpenAI root ``root/v1``,
-    ``model`` the served name, ``startup_s`` the seconds to healthy."""
+    ``model`` the served name, ``startup_s`` the seconds to healthy. ``log_stats`` keeps the
+    engine's statistics (``root/metrics`` counts prompt, cached and generated tokens)."""
 
     def __init__(self, folder: str | Path, name: str, log: Path, *, runner: str = "generate",
                  kv_cache_gib: int = 1, max_num_seqs: int | None = 8,
-                 extra: Sequence[str] = ()) -> None:
+                 extra: Sequence[str] = (), log_stats: bool = False) -> None:
         self.folder = Path(folder)
         self.model = name
         self.log = log
         self.runner = runner
         self.kv_cache_gib = kv_cache_gib
         self.extra = unchunked(self.folder, max_num_seqs) + tuple(extra)
+        self.log_stats = log_stats
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s = float("nan")
@@ -164,7 +169,8 @@ class VLLMServer:
         self._started = time.monotonic()
         with self.log.open("wb") as sink:
             self.proc = subprocess.Popen(
-                command(python, self.folder, self.model, self.port, self.runner, self.extra),
+                command(python, self.folder, self.model, self.port, self.runner, self.extra,
+                        self.log_stats),
                 stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self
 
@@ -189,11 +195,11 @@ class VLLMServer:
 @contextmanager
 def serve(folder: str | Path, name: str, log: Path, *, runner: str = "generate",
           ready_timeout: float = 300.0, kv_cache_gib: int = 1, max_num_seqs: int | None = 8,
-          extra: Sequence[str] = ()) -> Iterator[VLLMServer]:
+          extra: Sequence[str] = (), log_stats: bool = False) -> Iterator[VLLMServer]:
     """A healthy :class:`VLLMServer` on ``folder`` as ``name`` for the block, stopped after it
     (also when the block or the start fails)."""
     server = VLLMServer(folder, name, log, runner=runner, kv_cache_gib=kv_cache_gib,
-                        max_num_seqs=max_num_seqs, extra=extra)
+                        max_num_seqs=max_num_seqs, extra=extra, log_stats=log_stats)
     try:
         yield server.start().wait(ready_timeout)
     finally:

@@ -8,7 +8,9 @@ tokenizer, so the folder is mirrored into a temporary directory (symlinks) next 
 ``tokenizer.model`` of the config's ``vocab_size`` pieces (:mod:`_llama_cpp_vocab`); the workloads
 use token ids only, so the vocabulary's text never matters. A model served over text (the
 llama.cpp server tests) keeps its own vocabulary instead: ``own_vocab=True`` restates its Llama
-``tokenizer.json`` as that ``tokenizer.model``. The result is cached per model (and vocabulary) by
+``tokenizer.json`` as that ``tokenizer.model``, or, for a byte-level BPE ``tokenizer.json`` (the
+testbed's), converts the folder as it is with that vocabulary as GPT-2 BPE
+(:mod:`_llama_cpp_bytelevel`). The result is cached per model (and vocabulary) by
 :func:`_serve.converted_dir`.
 
 As a script, ``python _llama_cpp_convert.py HF_FOLDER [--own-vocab]`` prints the GGUF's path.
@@ -22,10 +24,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _llama_cpp_bytelevel import is_byte_level
 from _llama_cpp_vocab import model_proto, tokenizer_json_pieces
 from _serve import converted_dir, mirror_without_tokenizer
 
 CONVERTER = Path(sys.executable).parent.parent / "llama.cpp-convert" / "convert_hf_to_gguf.py"
+BYTELEVEL = Path(__file__).with_name("_llama_cpp_bytelevel.py")
 
 
 def gguf_for(hf_folder: str, own_vocab: bool = False, weights: str = "f32") -> Path:
@@ -44,12 +48,18 @@ def gguf_for(hf_folder: str, own_vocab: bool = False, weights: str = "f32") -> P
     if not CONVERTER.is_file():
         raise FileNotFoundError(f"{CONVERTER} missing: run benchmarks/setup_peers.sh llama.cpp")
     out_dir.mkdir(parents=True, exist_ok=True)
-    vocab = tokenizer_json_pieces(json.loads((Path(hf_folder) / "tokenizer.json").read_text())) \
-        if own_vocab else json.loads((Path(hf_folder) / "config.json").read_text())["vocab_size"]
+    partial = out.with_name(out.name + ".partial")
+    tokenizer = json.loads((Path(hf_folder) / "tokenizer.json").read_text()) if own_vocab else {}
+    if own_vocab and is_byte_level(tokenizer):
+        subprocess.run([sys.executable, str(BYTELEVEL), str(CONVERTER), hf_folder, "--outtype",
+                        weights, "--outfile", str(partial)], check=True, stdout=sys.stderr)
+        partial.rename(out)
+        return out
+    vocab = tokenizer_json_pieces(tokenizer) if own_vocab \
+        else json.loads((Path(hf_folder) / "config.json").read_text())["vocab_size"]
     with tempfile.TemporaryDirectory(prefix="llama-cpp-hf-") as tmp:
         mirror_without_tokenizer(hf_folder, Path(tmp))
         (Path(tmp) / "tokenizer.model").write_bytes(model_proto(vocab))
-        partial = out.with_name(out.name + ".partial")
         # the converter logs to stdout: send it to stderr (the protocol owns our stdout)
         subprocess.run([sys.executable, str(CONVERTER), tmp, "--outtype", weights,
                         "--outfile", str(partial)], check=True, stdout=sys.stderr)
