@@ -11,6 +11,7 @@ beside busy processes, is the slow test at the end and ``python -m benchmarks.ov
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 
@@ -67,9 +68,8 @@ def test_beside_busy_processes_the_pool_falls_back_and_results_stay_the_same(lib
     step ends before a late thread wakes, and the caller alone does it). Slow (it loads every
     core) and dependent on the OS's scheduling: a guard that never falls back under full load
     fails it."""
-    import os
-
     from benchmarks.factory import Sizes, build_models
+    from benchmarks.oversubscribed import pool_stats
     from metagen.engine.kv_cache import KVCache
     from metagen.engine.model_runner import ExtendRequest, ModelRunner
     from metagen.engine.models.loader import load_model
@@ -86,9 +86,7 @@ def test_beside_busy_processes_the_pool_falls_back_and_results_stay_the_same(lib
         runner.extend([ExtendRequest([0, 1], 0, list(range(3, 35)))])  # a 32-token prompt
         runners.append(runner)
     reqs = [ExtendRequest([0, 1, 2 + r], 32, [5 + r]) for r in range(16)]
-    stats = (ctypes.c_int64 * 3)()
-    lib.mg_pool_stats(stats)
-    before = stats[2]
+    fallbacks = pool_stats()[2]
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(os.cpu_count() or 2)]
     try:
@@ -99,5 +97,4 @@ def test_beside_busy_processes_the_pool_falls_back_and_results_stay_the_same(lib
         for p in busy:
             p.kill()
             p.wait()
-    lib.mg_pool_stats(stats)
-    assert stats[2] > before
+    assert pool_stats()[2] > fallbacks

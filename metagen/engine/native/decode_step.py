@@ -221,9 +221,9 @@ class DecodeStep:
     and down, 512 columns, on two threads: 1 KB of every 2 KB row). The copy costs that many
     more bytes (o and down of the benchmark target: +30 MB beside the 101 MB of projections)
     and changes no result: each output element is the same chain of FMAs, bit for bit. On the
-    AVX2 build of a 2-core Zen 3 the step ran 1.04-1.05x faster so for one row (A), 1.08-1.14x
-    for four (C) and 1.03-1.04x for sixteen (B), one and two threads (medians of 40 interleaved
-    steps, ``benchmarks/README.md``).
+    AVX2 build of a 2-core Zen 3 the step ran 1.06x faster so for one row (A), 1.03-1.09x for
+    four (C) and 1.04-1.06x for sixteen (B), one and two threads (medians of 21 interleaved
+    repeats, ``benchmarks/README.md``).
     ``panelled=()`` reads the model's weights only.
 
     Use :func:`for_model`, which returns ``None`` where the native path cannot run.

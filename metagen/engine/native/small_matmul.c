@@ -409,9 +409,7 @@ void mg_matmul_panels(const float *x, const float *w, const float *bias, float *
       panels_1_4(x, K, w + c0 * K, bias ? bias + c0 : 0, y + c0, N, end);
   for (int64_t j = c0; j < c1; j += p) {
     const int64_t n = c1 - j < p ? c1 - j : p;
-    if (M <= MR && n == PANEL_COLS)
-      PANEL_TILES[M](x, K, w + j * K, bias ? bias + j : 0, y + j, N, end);
-    else if (PANEL_COLS != TILE_COLS && n == PANEL_COLS)
+    if (n == PANEL_COLS && (M <= MR || PANEL_COLS != TILE_COLS)) /* M <= MR: one pass */
       for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++))
         PANEL_TILES[mr_of(M, pass)](x + m0 * K, K, w + j * K, bias ? bias + j : 0,
                                     y + m0 * N + j, N, end);
