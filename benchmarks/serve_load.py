@@ -1,9 +1,16 @@
-"""Serving under load: ``metagen serve`` on loopback with C concurrent streaming clients.
+"""Serving under load: ``metagen serve`` (and vLLM's server) on loopback with C concurrent
+streaming clients.
 
-    python -m benchmarks.serve_load [--quick] [--clients C] [--duration S] [--json PATH]
+    python -m benchmarks.serve_load [--quick] [--clients C] [--duration S]
+                                    [--targets metagen,vllm] [--json PATH]
 
-The server runs in its own process (``metagen serve <testbed policy> --orm orm=<testbed
-ORM>`` on a free loopback port). The run measures, in order:
+Each target is a server in its own process(es) on a free loopback port serving the testbed
+policy: ``metagen`` is ``metagen serve <testbed policy> --orm orm=<testbed ORM>``; ``vllm`` is
+vLLM's CPU server from the vLLM peer environment (``benchmarks/peers/vllm_server.py``: float32,
+its prefix cache on, at most ``C`` sequences, no prompt's prefill split), skipped with its
+install command when that environment is missing. The targets run one after another (never
+side by side: they share the cores), each through the same client code, and the run measures,
+per target, in order:
 
 1. one stream: a single client asking streamed completions back to back for a while (tokens/s);
 2. load: ``C`` clients (default 64) asking streamed completions back to back for ``S`` seconds
@@ -11,13 +18,17 @@ ORM>`` on a free loopback port). The run measures, in order:
    between content chunks (inter-token latency) p50 / p99, aggregate tokens/s and its ratio to
    one stream, the server's resident memory and open files at the start and the end of the load
    (once it closed the clients' connections, at most 5 s later);
-3. best-of-16: the same best-of-16 requests (one per seed) through the server with the openai SDK
-   and through the library's ``best_of_n`` on a ``LocalGenerator`` of the same model in this
-   process (the server is idle then); the ratio server / library is the HTTP overhead, and the
-   run checks that both chose the same text.
+3. samples: 20 prompts x ``n = 16`` seeded samples, all 20 requests at once (what a best-of-16
+   or voting client asks of a server): tokens/s;
+4. (``metagen`` only) best-of-16 in the server: the same best-of-16 requests (one per seed)
+   through the server with the openai SDK and through the library's ``best_of_n`` on a
+   ``LocalGenerator`` of the same model in this process (the server is idle then); the ratio
+   server / library is the HTTP overhead, and the run checks that both chose the same text.
 
 Completions are seeded, temperature 0.8, ``max_tokens`` 64, EOS ignored (every request costs
-the same). Nothing here is asserted in tests but the ``--quick`` run's consistency.
+the same on every target). With two targets the run reports metagen's rates over vLLM's. Memory
+and open files are the server's whole process tree's (vLLM's engine core is a child process).
+Nothing here is asserted in tests but the ``--quick`` run's consistency.
 """
 
 from __future__ import annotations
@@ -32,7 +43,10 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +57,8 @@ from metagen.testbed import format_prompt, make_problems, model_path
 
 MODEL = "policy"
 MAX_TOKENS = 64
+SAMPLE_PROMPTS, SAMPLE_N = 20, 16
+TARGETS = ("metagen", "vllm")
 
 
 @dataclass
@@ -70,11 +86,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its living descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])  # the field after the state
+        children.setdefault(parent, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, ()))
+    return tree
+
+
 def process_stats(pid: int) -> dict[str, int]:
-    """Resident memory (KiB) and open file descriptors of process ``pid`` (Linux /proc)."""
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text()
-               .splitlines() if line.startswith("VmRSS:"))
-    return {"rss_kib": rss, "open_fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    """Resident memory (KiB) and open file descriptors of process ``pid`` and its descendants,
+    summed (Linux /proc)."""
+    rss = fds = 0
+    for p in process_tree(pid):
+        try:
+            rss += next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text()
+                        .splitlines() if line.startswith("VmRSS:"))
+            fds += len(os.listdir(f"/proc/{p}/fd"))
+        except (OSError, StopIteration):  # exited meanwhile, or a zombie (no VmRSS)
+            continue
+    return {"rss_kib": rss, "open_fds": fds}
 
 
 def settled_stats(pid: int, fds: int, seconds: float = 5.0) -> dict[str, int]:
@@ -88,7 +131,7 @@ def settled_stats(pid: int, fds: int, seconds: float = 5.0) -> dict[str, int]:
     return stats
 
 
-def start_server(port: int) -> subprocess.Popen[bytes]:
+def start_metagen(port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-c", "import sys; from metagen.cli import main; sys.exit(main())",
            "serve", str(model_path("policy")),
            "--port", str(port), "--served-model-name", MODEL,
@@ -112,8 +155,51 @@ def start_server(port: int) -> subprocess.Popen[bytes]:
         raise
 
 
+@contextmanager
+def served(target: str, clients: int, logs: Path) -> Iterator[tuple[str, int]]:
+    """The ``target``'s server, healthy, for the block: its root URL and its process id; stopped
+    after the block (also when it fails)."""
+    if target == "metagen":
+        port = free_port()
+        proc = start_metagen(port)
+        try:
+            yield f"http://127.0.0.1:{port}", proc.pid
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    elif target == "vllm":
+        from benchmarks.peers.vllm_server import serve
+
+        # prefix caching is vLLM's default; at most ``clients`` sequences, as many as the load
+        # keeps in flight (and the samples' 20 x 16 queue behind them)
+        with serve(model_path("policy"), MODEL, logs / "vllm.log",
+                   max_num_seqs=max(clients, SAMPLE_N)) as server:
+            assert server.proc is not None
+            yield server.root, server.proc.pid
+    else:
+        raise ValueError(f"targets: unknown target {target!r} (known: {', '.join(TARGETS)})")
+
+
 def prompts(count: int) -> list[str]:
     return [format_prompt(p) for p in make_problems("test", count, seed=11)]
+
+
+async def samples(url: str, texts: list[str], n: int) -> dict[str, Any]:
+    """``n`` seeded samples of each of ``texts``, every request at once: tokens and tokens/s."""
+    async with httpx.AsyncClient(base_url=url, timeout=600,
+                                 limits=httpx.Limits(max_connections=len(texts) + 4)) as client:
+        async def one(seed: int, prompt: str) -> int:
+            resp = await client.post("/v1/completions", json={
+                "model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "n": n,
+                "temperature": 0.8, "seed": seed, "ignore_eos": True})
+            resp.raise_for_status()
+            return int(resp.json()["usage"]["completion_tokens"])
+
+        start = time.perf_counter()
+        tokens = sum(await asyncio.gather(*(one(s, t) for s, t in enumerate(texts))))
+        wall = time.perf_counter() - start
+    return {"requests": len(texts), "n": n, "tokens": tokens, "wall_s": wall,
+            "tokens_per_s": tokens / wall}
 
 
 async def stream_once(client: httpx.AsyncClient, prompt: str, seed: int, tally: Tally) -> None:
@@ -201,30 +287,23 @@ def best_of_16(url: str, texts: list[str]) -> dict[str, Any]:
             "server_over_library": server_s / library_s, "same_choice": served == chosen}
 
 
-def run(quick: bool = False, clients: int = 64, duration: float = 120.0) -> dict[str, Any]:
-    if quick:
-        clients, duration = min(clients, 4), min(duration, 3.0)
+def run_target(target: str, quick: bool, clients: int, duration: float,
+               logs: Path) -> dict[str, Any]:
+    """One target's measures (module docstring), its server started and stopped here."""
     single_s = 3.0 if quick else 20.0
-    texts = prompts(16)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = start_server(port)
-    try:
+    texts = prompts(SAMPLE_PROMPTS)
+    with served(target, clients, logs) as (url, pid):
         asyncio.run(load(url, 1, 1.0, texts))  # warm-up, not counted
         one, one_wall = asyncio.run(load(url, 1, single_s, texts))
-        start = process_stats(proc.pid)
+        start = process_stats(pid)
         tally, wall = asyncio.run(load(url, clients, duration, texts))
-        end = settled_stats(proc.pid, start["open_fds"])
-        bo16 = best_of_16(url, texts[: 1 if quick else 4])
-    finally:
-        proc.terminate()
-        proc.wait(60)
+        end = settled_stats(pid, start["open_fds"])
+        sampled = asyncio.run(samples(url, texts[: 2 if quick else SAMPLE_PROMPTS],
+                                      4 if quick else SAMPLE_N))
+        bo16 = best_of_16(url, texts[: 1 if quick else 4]) if target == "metagen" else None
     one_rate, rate = one.tokens / one_wall, tally.tokens / wall
     ms = 1000.0
     return {
-        "meta": {"quick": quick, "clients": clients, "duration_s": duration,
-                 "max_tokens": MAX_TOKENS, "cpu_count": os.cpu_count(),
-                 "model": "testbed policy"},
         "one_stream": {"requests": one.ok, "tokens": one.tokens, "tokens_per_s": one_rate,
                        "non_2xx": one.statuses},
         "load": {"requests_ok": tally.ok, "non_2xx": sum(tally.statuses.values()),
@@ -234,9 +313,40 @@ def run(quick: bool = False, clients: int = 64, duration: float = 120.0) -> dict
                  "ttft_ms_p99": _scaled(percentile(tally.ttft, 0.99), ms),
                  "itl_ms_p50": _scaled(percentile(tally.itl, 0.5), ms),
                  "itl_ms_p99": _scaled(percentile(tally.itl, 0.99), ms)},
+        "samples": sampled,
         "server_process": {"start": start, "end": end},
         "best_of_16": bo16,
     }
+
+
+def run(quick: bool = False, clients: int = 64, duration: float = 120.0,
+        targets: tuple[str, ...] = ("metagen",), logs: Path | None = None) -> dict[str, Any]:
+    """Every target's measures, one target after another, and metagen's rates over the other
+    targets' (``ratios``); a vLLM target whose environment is missing is listed in ``skipped``
+    with its install command."""
+    from benchmarks.peers.vllm_server import SETUP, vllm_python
+
+    if quick:
+        clients, duration = min(clients, 4), min(duration, 3.0)
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        raise ValueError(f"targets: unknown {unknown} (known: {', '.join(TARGETS)})")
+    skipped = {"vllm": SETUP} if "vllm" in targets and vllm_python() is None else {}
+    logs = logs or Path(tempfile.mkdtemp(prefix="serve_load_"))
+    results = {t: run_target(t, quick, clients, duration, logs)
+               for t in targets if t not in skipped}
+    ratios = {}
+    if "metagen" in results:
+        mine = results["metagen"]
+        for other, theirs in results.items():
+            if other != "metagen":
+                ratios[other] = {
+                    key: mine[key]["tokens_per_s"] / theirs[key]["tokens_per_s"]
+                    for key in ("one_stream", "load", "samples")}
+    return {"meta": {"quick": quick, "clients": clients, "duration_s": duration,
+                     "max_tokens": MAX_TOKENS, "cpu_count": os.cpu_count(),
+                     "model": "testbed policy", "targets": list(targets)},
+            "targets": results, "skipped": skipped, "ratios": ratios}
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -244,30 +354,49 @@ def _scaled(value: float | None, factor: float) -> float | None:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The run as a Markdown table."""
-    ld, sp, bo = result["load"], result["server_process"], result["best_of_16"]
-    m = result["meta"]
+    """The run as a Markdown table, a column per target (and metagen's ratio to each other)."""
+    m, targets = result["meta"], result["targets"]
+    names = list(targets)
 
     def f(v: Any, fmt: str = ".1f") -> str:
         return "-" if v is None else format(v, fmt)
 
-    rows = [
-        ("clients x seconds", f"{m['clients']} x {m['duration_s']:g}"),
-        ("requests ok / non-2xx", f"{ld['requests_ok']} / {ld['non_2xx']}"),
-        ("TTFT p50 / p99 (ms)", f"{f(ld['ttft_ms_p50'])} / {f(ld['ttft_ms_p99'])}"),
-        ("inter-token p50 / p99 (ms)", f"{f(ld['itl_ms_p50'])} / {f(ld['itl_ms_p99'])}"),
-        ("tokens/s: load / one stream",
-         f"{f(ld['tokens_per_s'])} / {f(result['one_stream']['tokens_per_s'])} "
-         f"(**{f(ld['over_one_stream'], '.2f')}x**)"),
-        ("server RSS MiB start / end",
-         f"{sp['start']['rss_kib'] / 1024:.0f} / {sp['end']['rss_kib'] / 1024:.0f}"),
-        ("server open fds start / end", f"{sp['start']['open_fds']} / {sp['end']['open_fds']}"),
-        ("best-of-16: server / library (s)",
-         f"{bo['server_s']:.2f} / {bo['library_s']:.2f} (**{bo['server_over_library']:.2f}x**)"
-         f", same choice: {bo['same_choice']}"),
-    ]
-    return "\n".join(["| measure | value |", "| --- | --- |"]
-                     + [f"| {k} | {v} |" for k, v in rows])
+    def row(label: str, cell: Any) -> str:
+        return f"| {label} | " + " | ".join(cell(targets[t]) for t in names) + " |"
+
+    lines = ["| measure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
+             "| clients x seconds | " + " | ".join(
+                 f"{m['clients']} x {m['duration_s']:g}" for _ in names) + " |",
+             row("requests ok / non-2xx",
+                 lambda r: f"{r['load']['requests_ok']} / {r['load']['non_2xx']}"),
+             row("TTFT p50 / p99 (ms)",
+                 lambda r: f"{f(r['load']['ttft_ms_p50'])} / {f(r['load']['ttft_ms_p99'])}"),
+             row("inter-token p50 / p99 (ms)",
+                 lambda r: f"{f(r['load']['itl_ms_p50'])} / {f(r['load']['itl_ms_p99'])}"),
+             row("tokens/s: load / one stream",
+                 lambda r: f"{f(r['load']['tokens_per_s'])} / "
+                           f"{f(r['one_stream']['tokens_per_s'])} "
+                           f"(**{f(r['load']['over_one_stream'], '.2f')}x**)"),
+             row("samples: prompts x n, tokens/s",
+                 lambda r: f"{r['samples']['requests']} x {r['samples']['n']}, "
+                           f"{f(r['samples']['tokens_per_s'])}"),
+             row("server RSS MiB start / end",
+                 lambda r: f"{r['server_process']['start']['rss_kib'] / 1024:.0f} / "
+                           f"{r['server_process']['end']['rss_kib'] / 1024:.0f}"),
+             row("server open fds start / end",
+                 lambda r: f"{r['server_process']['start']['open_fds']} / "
+                           f"{r['server_process']['end']['open_fds']}"),
+             row("best-of-16: server / library (s)",
+                 lambda r: "-" if r["best_of_16"] is None else
+                 f"{r['best_of_16']['server_s']:.2f} / {r['best_of_16']['library_s']:.2f} "
+                 f"(**{r['best_of_16']['server_over_library']:.2f}x**), same choice: "
+                 f"{r['best_of_16']['same_choice']}")]
+    for other, ratio in result["ratios"].items():
+        lines.append(f"\nmetagen / {other}, tokens/s: one stream **{ratio['one_stream']:.2f}x**, "
+                     f"load **{ratio['load']:.2f}x**, samples **{ratio['samples']:.2f}x**")
+    for name, why in result["skipped"].items():
+        lines.append(f"\n{name}: skipped, its environment is missing ({why})")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -275,11 +404,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--duration", type=float, default=120.0)
+    ap.add_argument("--targets", default="metagen",
+                    help="comma-separated, of: " + ", ".join(TARGETS))
+    ap.add_argument("--logs", type=Path,
+                    help="folder for the vLLM server's log (default: a new temporary folder)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     # SIGTERM unwinds like Ctrl-C, so run()'s finally stops the server it started
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    result = run(args.quick, args.clients, args.duration)
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
+    result = run(args.quick, args.clients, args.duration, targets, args.logs)
     print(table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
