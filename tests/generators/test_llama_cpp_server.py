@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install 'metagen[openai]'")
 
-from benchmarks.peers.remote import WORKERS, peers_dir  # noqa: E402
+from benchmarks.peers.llama_cpp_server import SETUP, llama_cpp_python, serve  # noqa: E402
 from metagen.errors import CapabilityError  # noqa: E402
 from metagen.generators.openai import OpenAIGenerator  # noqa: E402
 from metagen.strategies import best_of_n  # noqa: E402
@@ -35,8 +30,6 @@ from tests.tolerances import FLOAT_LOGPROB_TOL
 
 pytestmark = pytest.mark.slow
 
-SETUP = "bash benchmarks/setup_peers.sh llama.cpp"
-CONVERT = WORKERS / "_llama_cpp_convert.py"
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
 PROMPTS = ["Once upon a time", "Tom had a dog", "The sun was"]
 SENTENCES = StepDefinition(stop=(".",), max_step_tokens=30, final_marker=None)
@@ -47,62 +40,15 @@ def _length_value(prompt: str, steps: list[str]) -> list[float]:
     return [-abs(len(s) - 40) / 40 for s in steps]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama_cpp.server exited ({proc.returncode}):\n"
-                               + log.read_text()[-2000:])
-        try:
-            if httpx.get(url + "/models", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"llama_cpp.server not ready in {seconds:g}s:\n" + log.read_text()[-2000:])
-
-
 @pytest.fixture(scope="module")
 def server(stories_path, tmp_path_factory) -> Iterator[dict[str, Any]]:
-    """``{"url", "version", "model"}`` of a running llama-cpp-python server on stories260K."""
-    env = peers_dir() / "llama.cpp"
-    python = env / "bin" / "python"
-    if not python.is_file():
+    """``{"url", "version", "model"}`` of a running llama-cpp-python server on stories260K (one
+    thread, its fp32 KV cache, the model's 512-token context)."""
+    if llama_cpp_python() is None:
         pytest.skip(f"llama.cpp peer environment not installed ({SETUP})")
-    probe = subprocess.run([str(python), "-c", "import llama_cpp, llama_cpp.server.app; "
-                            "print(llama_cpp.__version__)"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"llama-cpp-python's server dependencies missing ({SETUP})")
-    convert = subprocess.run(
-        [str(python), str(CONVERT), str(stories_path), "--own-vocab"], capture_output=True,
-        text=True, check=True, cwd=CONVERT.parent,
-        env={**os.environ, "METAGEN_PEER_CACHE": str(env / "models")})
-    gguf = convert.stdout.strip().splitlines()[-1]
-    port = _free_port()
     log = tmp_path_factory.mktemp("llama_server") / "server.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [str(python), "-m", "llama_cpp.server", "--model", gguf, "--model_alias",
-             "stories260K", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512",
-             "--n_threads", "1", "--n_batch", "512", "--type_k", "0", "--type_v", "0"],
-            stdout=sink, stderr=subprocess.STDOUT)  # fp32 KV cache (type 0), as the engine
-    try:
-        url = f"http://127.0.0.1:{port}/v1"
-        _wait_ready(url, proc, log, 120.0)
-        yield {"url": url, "version": probe.stdout.strip(), "model": "stories260K"}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serve(stories_path, "stories260K", log, threads=1, ready_timeout=120.0) as running:
+        yield {"url": running.url, "version": running.version, "model": running.model}
 
 
 @pytest.fixture(scope="module")
