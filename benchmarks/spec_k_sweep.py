@@ -1,0 +1,94 @@
+"""Workload D over the number of drafts ``k``: which ``k`` pays on this CPU.
+
+    python -m benchmarks.spec_k_sweep [--threads 1] [--ks 1,2,3,4] [--repeats 3] [--json PATH]
+
+On workload D's good pair (the engine benchmark's models, its 256-token random prompt, 128
+greedy tokens), metagen's own greedy and speculative greedy with the float32 draft and the
+int8 draft at each ``k``, interleaved round by round (every configuration once per round, after
+one untimed round); reports each configuration's median wall time, its speed over own greedy
+and its acceptance rate. Every speculative output is checked equal to greedy's.
+
+Why: a round of ``k`` drafts verifies ``k + 1`` rows in one target step. Where one row is bound
+by the weights' bandwidth and ``k + 1`` rows by the multiply rate (AVX2 has half AVX-512's), the
+verify step grows with ``k`` and a smaller ``k`` pays; ``adaptive_k.VERIFY_COST`` (0.1 step per
+row) was measured on AVX-512. Timings are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MODES = ("draft", "draft-int8")
+
+
+def run(threads: int, ks: list[int], repeats: int) -> dict[str, Any]:
+    from benchmarks.factory import FULL, build_models
+    from benchmarks.peers.inprocess import MetagenPeer
+    from benchmarks.workloads import FULL_SETTINGS as s
+    from benchmarks.workloads import random_prompt
+
+    torch.set_num_threads(threads)
+    # the engine benchmark's models and cache folder (benchmarks.engine_bench.run)
+    paths = build_models(Path(tempfile.gettempdir()) / "metagen-bench-models", FULL, perturb=0.2)
+    peer = MetagenPeer()
+    peer.load(paths)
+    prompt = random_prompt(s.d_prompt, 32000, 4)
+    configs = [("greedy", 0)] + [(m, k) for m in MODES for k in ks]
+    greedy = peer.greedy("good_target", prompt, s.d_new)
+
+    def once(mode: str, k: int) -> tuple[float, float | None]:
+        start = time.perf_counter()
+        if mode == "greedy":
+            out, rate = peer.greedy("good_target", prompt, s.d_new), None
+        else:
+            out = peer.speculative("good_target", prompt, s.d_new, k, mode)
+            rate = float(peer.last["acceptance_rate"])
+        took = time.perf_counter() - start
+        if out != greedy:
+            raise AssertionError(f"{mode} k={k}: speculative output differs from greedy")
+        return took, rate
+
+    for mode, k in configs:  # untimed round
+        once(mode, k)
+    times: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    rates: dict[tuple[str, int], float | None] = {}
+    for _ in range(repeats):
+        for c in configs:
+            took, rates[c] = once(*c)
+            times[c].append(took)
+    base = statistics.median(times[("greedy", 0)])
+    rows = [{"mode": m, "k": k, "time_s": statistics.median(times[(m, k)]),
+             "times_s": times[(m, k)], "x_own_greedy": base / statistics.median(times[(m, k)]),
+             "acceptance_rate": rates[(m, k)]} for m, k in configs]
+    return {"threads": threads, "repeats": repeats, "d_prompt": s.d_prompt, "d_new": s.d_new,
+            "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ks", default="1,2,3,4")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    result = run(args.threads, [int(k) for k in args.ks.split(",")], args.repeats)
+    print(f"| draft | k | median s | x own greedy | acceptance |  ({args.threads} thread(s))")
+    print("|---|---|---|---|---|")
+    for r in result["rows"]:
+        rate = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+        print(f"| {r['mode']} | {r['k']} | {r['time_s']:.3f} | {r['x_own_greedy']:.2f}x | "
+              f"{rate} |")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
