@@ -32,6 +32,20 @@ int mg_isa(void) { return MG_ISA; }
 #define NC (TILE_COLS * (4096 / TILE_COLS)) /* columns per chunk: about 4096, whole tiles */
 /* The tile loops run over compile-time bounds; unrolled, the accumulators live in registers. */
 #define UNROLL _Pragma("GCC unroll 16")
+#ifndef NOKEEP
+#if MG_ISA == 256
+/* Keep a loaded weight vector in its register. Without it GCC 12 folds the load into every FMA
+ * that uses the vector, as a memory operand: a 4 x 3 AVX2 tile then issued 12 vector loads and
+ * 4 broadcasts for 12 FMAs per k, more than the two 256-bit loads a cycle that a Zen 3 core
+ * feeds, so the FMAs waited on loads (16 rows at ~45 GFLOP/s a core). The empty asm claims to
+ * change the register, so it is loaded once; it emits no instruction and changes no FMA. */
+#define KEEP(v) __asm__("" : "+x"(v))
+#else
+#define KEEP(v) ((void)0)
+#endif
+#else
+#define KEEP(v) ((void)0)
+#endif
 
 /* The register tile: y[m, 0:cols] = (first ? bias or 0 : y[m, 0:cols])
  *                                    + sum_{k < kc} x[m, k] * w[k, 0:cols], for m < mr.
@@ -57,7 +71,10 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int f
     if (PF_SPREAD && 2 * k + 1 < npf) __builtin_prefetch(pf + 32 * k + 16, 0, 2);
     vec wv[NR];
     UNROLL
-    for (int r = 0; r < NR; r++) wv[r] = LOAD(wk + r * VW, r);
+    for (int r = 0; r < NR; r++) {
+      wv[r] = LOAD(wk + r * VW, r);
+      if (mr > 1) KEEP(wv[r]); /* one row uses each vector once: nothing to keep */
+    }
     UNROLL
     for (int m = 0; m < mr; m++) {
       vec b = vbcast(x[m * ldx + k]);
@@ -136,7 +153,10 @@ static inline __attribute__((always_inline)) void sweep(const int mr, const int 
     if (pf) __builtin_prefetch(wk + r * ldw + SPF, 0, 3);
     vec wv[2];
     UNROLL
-    for (int s = 0; s < sw; s++) wv[s] = LOAD(wk + r * ldw + s * VW);
+    for (int s = 0; s < sw; s++) {
+      wv[s] = LOAD(wk + r * ldw + s * VW);
+      if (mr > 1) KEEP(wv[s]);
+    }
     UNROLL
     for (int m = 0; m < mr; m++)
       UNROLL
@@ -263,12 +283,21 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; line in its row */
     const int64_t share = (left + tiles - 1) / tiles + PF_SPREAD; /* +1: runs end at rows' ends */
     const float *row = w + nx.k0 * ldw + nx.c0;
+#ifdef JOUTER
+    for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
+      const int64_t cols = c.c0 + c.nc - j;
+      vmask mask[NR];
+      for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
+      for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
+        const int mr = mr_of(M, pass);
+#else
     for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
       const int mr = mr_of(M, pass);
       for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
         const int64_t cols = c.c0 + c.nc - j;
         vmask mask[NR];
         for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
+#endif
         int64_t npf = share < row_lines - col ? share : row_lines - col; /* spread: one run */
         npf = !PF_SPREAD ? 0 : npf < left ? npf : left;
         npf = npf < 2 * c.kc ? npf : 2 * c.kc;
@@ -350,7 +379,10 @@ static inline __attribute__((always_inline)) void panel_tiles(const int mr, cons
           _mm_prefetch((const char *)(wk + PANEL_AHEAD / 4 + b), _MM_HINT_T0);
       vec wv[PNR];
       UNROLL
-      for (int r = 0; r < PNR; r++) wv[r] = vloadu(wk + r * VW);
+      for (int r = 0; r < PNR; r++) {
+        wv[r] = vloadu(wk + r * VW);
+        if (mr > 1) KEEP(wv[r]);
+      }
       UNROLL
       for (int m = 0; m < mr; m++) {
         const vec bx = vbcast(x[m * K + k]);
