@@ -131,7 +131,7 @@ def settled_stats(pid: int, fds: int, seconds: float = 5.0) -> dict[str, int]:
     return stats
 
 
-def start_metagen(port: int) -> subprocess.Popen[bytes]:
+def start_server(port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-c", "import sys; from metagen.cli import main; sys.exit(main())",
            "serve", str(model_path("policy")),
            "--port", str(port), "--served-model-name", MODEL,
@@ -161,7 +161,7 @@ def served(target: str, clients: int, logs: Path) -> Iterator[tuple[str, int]]:
     after the block (also when it fails)."""
     if target == "metagen":
         port = free_port()
-        proc = start_metagen(port)
+        proc = start_server(port)
         try:
             yield f"http://127.0.0.1:{port}", proc.pid
         finally:
