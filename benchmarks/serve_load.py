@@ -39,7 +39,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.peers.vllm_server import free_port
 from metagen.testbed import format_prompt, make_problems, model_path
 
 MODEL = "policy"
@@ -78,12 +78,6 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def process_tree(pid: int) -> list[int]:

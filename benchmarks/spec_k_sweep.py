@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,17 +29,18 @@ MODES = ("draft", "draft-int8")
 
 
 def run(threads: int, ks: list[int], repeats: int) -> dict[str, Any]:
+    from benchmarks.engine_bench import models_dir
     from benchmarks.factory import FULL, build_models
     from benchmarks.peers.inprocess import MetagenPeer
     from benchmarks.workloads import FULL_SETTINGS as s
     from benchmarks.workloads import random_prompt
 
     torch.set_num_threads(threads)
-    # the engine benchmark's models and cache folder (benchmarks.engine_bench.run)
-    paths = build_models(Path(tempfile.gettempdir()) / "metagen-bench-models", FULL, perturb=0.2)
+    # the engine benchmark's models (its full sizes and perturbation) in its cache folder
+    paths = build_models(models_dir(), FULL, perturb=0.2)
     peer = MetagenPeer()
     peer.load(paths)
-    prompt = random_prompt(s.d_prompt, 32000, 4)
+    prompt = random_prompt(s.d_prompt, FULL.vocab, 4)
     configs = [("greedy", 0)] + [(m, k) for m in MODES for k in ks]
     greedy = peer.greedy("good_target", prompt, s.d_new)
 

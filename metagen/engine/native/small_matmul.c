@@ -32,7 +32,6 @@ int mg_isa(void) { return MG_ISA; }
 #define NC (TILE_COLS * (4096 / TILE_COLS)) /* columns per chunk: about 4096, whole tiles */
 /* The tile loops run over compile-time bounds; unrolled, the accumulators live in registers. */
 #define UNROLL _Pragma("GCC unroll 16")
-#ifndef NOKEEP
 #if MG_ISA == 256
 /* Keep a loaded weight vector in its register. Without it GCC 12 folds the load into every FMA
  * that uses the vector, as a memory operand: a 4 x 3 AVX2 tile then issued 12 vector loads and
@@ -40,9 +39,6 @@ int mg_isa(void) { return MG_ISA; }
  * feeds, so the FMAs waited on loads (16 rows at ~45 GFLOP/s a core). The empty asm claims to
  * change the register, so it is loaded once; it emits no instruction and changes no FMA. */
 #define KEEP(v) __asm__("" : "+x"(v))
-#else
-#define KEEP(v) ((void)0)
-#endif
 #else
 #define KEEP(v) ((void)0)
 #endif
@@ -283,21 +279,12 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; line in its row */
     const int64_t share = (left + tiles - 1) / tiles + PF_SPREAD; /* +1: runs end at rows' ends */
     const float *row = w + nx.k0 * ldw + nx.c0;
-#ifdef JOUTER
-    for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
-      const int64_t cols = c.c0 + c.nc - j;
-      vmask mask[NR];
-      for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
-      for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
-        const int mr = mr_of(M, pass);
-#else
     for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
       const int mr = mr_of(M, pass);
       for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
         const int64_t cols = c.c0 + c.nc - j;
         vmask mask[NR];
         for (int r = 0; r < NR; r++) mask[r] = mask_first(cols - r * VW);
-#endif
         int64_t npf = share < row_lines - col ? share : row_lines - col; /* spread: one run */
         npf = !PF_SPREAD ? 0 : npf < left ? npf : left;
         npf = npf < 2 * c.kc ? npf : 2 * c.kc;
