@@ -9,8 +9,10 @@ import torch
 
 
 def save_random_model(folder: Path, kind: str, seed: int = 0) -> Path:
-    """A tiny random-weight model of ``kind`` in {llama, llama3rope, linrope, qwen2, qwen3, mistral},
-    with GQA (8 query heads, 2 KV heads), saved as config.json + model.safetensors."""
+    """A tiny random-weight model of ``kind`` in {llama, llama3rope, linrope, qwen2, qwen3,
+    qwen3hd12, mistral}, with GQA (8 query heads, 2 KV heads), saved as config.json +
+    model.safetensors. qwen3hd12: head_dim 12, a whole vector on no ISA (the kernels' masked
+    paths); the others' 8 and 16 are whole AVX2 vectors."""
     from transformers import (AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config,
                               Qwen3Config)
 
@@ -30,6 +32,8 @@ def save_random_model(folder: Path, kind: str, seed: int = 0) -> Path:
         cfg = Qwen2Config(**common, tie_word_embeddings=True)
     elif kind == "qwen3":
         cfg = Qwen3Config(**common, head_dim=16, tie_word_embeddings=False)
+    elif kind == "qwen3hd12":
+        cfg = Qwen3Config(**common, head_dim=12, tie_word_embeddings=False)
     elif kind == "mistral":
         cfg = MistralConfig(**common, sliding_window=None)
     else:

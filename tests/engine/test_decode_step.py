@@ -56,7 +56,7 @@ class _Seq:
         self.table, self.cached = table, cached
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "llama3rope"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "qwen3hd12", "llama3rope"])
 @pytest.mark.parametrize("hydragen", [True, False])
 @pytest.mark.parametrize("path", ["step", "attention"])
 @pytest.mark.parametrize("isa", [name for name, _ in variants()])
@@ -239,8 +239,9 @@ def test_which_path_a_step_takes(random_model_dir):
 
 def test_stories_greedy_200_tokens_through_the_native_step_equal_transformers(
         stories_path, stories_engine_factory, hf_greedy):
-    """stories260K has head_dim 8: every vector in the step is a partial (masked) one. At
-    torch's default thread count (never forced to one): the step runs on those threads."""
+    """stories260K has head_dim 8: on AVX-512 every vector in the step is a partial (masked)
+    one. At torch's default thread count (never forced to one): the step runs on those
+    threads."""
     from metagen.types import SamplingParams
 
     engine = stories_engine_factory(block_size=16)

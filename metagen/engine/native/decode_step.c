@@ -327,6 +327,18 @@ static void add_value(float *acc, float p, const float *v, int64_t d) {
   }
 }
 
+/* dot and add_value where n is whole vectors: plain loads and stores, the same arithmetic. */
+static inline float dot_whole(const float *a, const float *b, int64_t n) {
+  vec acc = vzero();
+  for (int64_t i = 0; i < n; i += VW) acc = vfma(vloadu(a + i), vloadu(b + i), acc);
+  return vsum(acc);
+}
+
+static inline void add_value_whole(float *acc, float p, const float *v, int64_t n) {
+  const vec pv = vbcast(p);
+  for (int64_t c = 0; c < n; c += VW) vstoreu(acc + c, vfma(pv, vloadu(v + c), vloadu(acc + c)));
+}
+
 /* attend's float32-cache path, position-major: the nh * nq queries take each key block as it
  * lies in memory, position by position, the unit's kv heads of a position in turn (adjacent in
  * the cache), each position's run prefetched PMPF positions ahead, keys in the score pass and
@@ -336,13 +348,18 @@ static void add_value(float *acc, float p, const float *v, int64_t d) {
  * over 256 positions 646 us of a 2-core Zen 4's step against 303 us now (1.08x the step; two
  * threads 1.02-1.05x). The same arithmetic as attend_block in the same order for each query:
  * each score the one dot product, each output element scaled by corr then taking the block's
- * values in key order, one FMA each; so the same bits. */
+ * values in key order, one FMA each; so the same bits. A head_dim of whole vectors (64, 128)
+ * takes plain loads and stores: AVX2 has no cheap masked ones (the mask built per vector, a
+ * vmaskmovps per load), and one row's 8 layers of own attention over 256 positions took
+ * 1.2x less thread time so on a Zen 3, five tokens of a row (a verify step) 1.5x less
+ * (benchmarks/README.md). */
 /* Prefetch into L1 the n floats from p (a position's run of kv heads), a line at a time. */
 static inline void prefetch_run(const float *p, int64_t n) {
   for (int64_t c = 0; c < n; c += 16) __builtin_prefetch(p + c, 0, 3); /* 16 floats: a line */
 }
 
-static void attend_pm(const mg_model *M, const mg_plan *P, const float *const *q,
+static inline __attribute__((always_inline)) void attend_pm_body(
+    const int whole, const mg_model *M, const mg_plan *P, const float *const *q,
                       float *const *acc, float *const *mx, float *const *l, int64_t nq,
                       int64_t row, int64_t from, int64_t end, const int64_t *to, const kv_src *C,
                       int64_t hk, int64_t nh, float *s) {
@@ -354,7 +371,10 @@ static void attend_pm(const mg_model *M, const mg_plan *P, const float *const *q
     for (int64_t j = 0; j < nb; j++) {
       if (j + PMPF < nb) prefetch_run(kp[j + PMPF], nh * d);
       for (int64_t i = 0; i < n; i++)
-        if (p0 + j < to[i]) s[i * KB + j] = dot(q[i], kp[j] + i / nq * d, d) * M->scale;
+        if (p0 + j < to[i])
+          s[i * KB + j] =
+              (whole ? dot_whole(q[i], kp[j] + i / nq * d, d) : dot(q[i], kp[j] + i / nq * d, d)) *
+              M->scale;
     }
     for (int64_t i = 0; i < n; i++)
       if (to[i] > p0)
@@ -363,9 +383,24 @@ static void attend_pm(const mg_model *M, const mg_plan *P, const float *const *q
     for (int64_t j = 0; j < nb; j++) {
       if (j + PMPF < nb) prefetch_run(vp[j + PMPF], nh * d);
       for (int64_t i = 0; i < n; i++)
-        if (p0 + j < to[i]) add_value(acc[i], s[i * KB + j], vp[j] + i / nq * d, d);
+        if (p0 + j < to[i]) {
+          if (whole)
+            add_value_whole(acc[i], s[i * KB + j], vp[j] + i / nq * d, d);
+          else
+            add_value(acc[i], s[i * KB + j], vp[j] + i / nq * d, d);
+        }
     }
   }
+}
+
+static void attend_pm(const mg_model *M, const mg_plan *P, const float *const *q,
+                      float *const *acc, float *const *mx, float *const *l, int64_t nq,
+                      int64_t row, int64_t from, int64_t end, const int64_t *to, const kv_src *C,
+                      int64_t hk, int64_t nh, float *s) {
+  if (M->head_dim % VW == 0)
+    attend_pm_body(1, M, P, q, acc, mx, l, nq, row, from, end, to, C, hk, nh, s);
+  else
+    attend_pm_body(0, M, P, q, acc, mx, l, nq, row, from, end, to, C, hk, nh, s);
 }
 
 /* Online-softmax attention of nh * nq query heads q[i] (d floats) over positions from ..

@@ -4,7 +4,7 @@
  * Why: for a few rows (2 <= M <= 16: beams, samples, speculative verification) MKL repacks the
  * weight on every call and runs at about half the memory bandwidth; decoding is bound by
  * streaming the weights once, which this kernel does for any M. Two schedules:
- *  - up to MR rows (stream_rows): w is read once, in storage order, GR rows at a time, each
+ *  - up to SMR rows (stream_rows): w is read once, in storage order, GR rows at a time, each
  *    vector of those rows feeding the accumulators of every x row; one sequential stream is
  *    what the hardware prefetchers follow best (one row: MKL's GEMV speed);
  *  - more rows: w is read in chunks of KC rows x NC columns: every weight row is read as one
@@ -119,6 +119,13 @@ static const tile_fn TAIL[MR + 1] = {0, tail_1, tail_2, tail_3, tail_4};
 #endif
 
 #define GR 8 /* weight rows per sweep of stream_rows */
+/* Most rows stream_rows takes; more go to the chunked tiles. On AVX2 the stream's 1 x sw tile
+ * holds its rows' accumulators in registers up to 8 rows (8 + a weight vector + a broadcast of
+ * the 16), where the chunked tiles' MR = 4 made 5 rows two passes (3 + 2) over each chunk:
+ * products of 5, 6 and 7 rows (the verify step of 4-6 drafts) 1.40x, 1.15-1.22x, 1.06-1.09x
+ * faster on one thread of a Zen 3, 8 rows the same (benchmarks/README.md). AVX-512: MR (not
+ * measured beyond it). */
+#define SMR (MG_ISA == 256 ? 8 : MR)
 /* Floats ahead that a sweep of two or more rows prefetches on each of its GR weight rows, while
  * that stays within the row (stream_rows passes `pf`: no pointer past the weights). Where
  * the FMAs are a good part of the time (a Zen 4 retires one 512-bit FMA a cycle), the hardware
@@ -138,7 +145,7 @@ static inline __attribute__((always_inline)) void sweep(const int mr, const int 
                                                         int64_t ldw, const float *bias, float *y,
                                                         int64_t ld, int first, vmask msk) {
 #define LOAD(p) (full ? vloadu(p) : vload(p, msk))
-  vec a[MR][2];
+  vec a[SMR][2];
   UNROLL
   for (int m = 0; m < mr; m++)
     UNROLL
@@ -156,7 +163,7 @@ static inline __attribute__((always_inline)) void sweep(const int mr, const int 
     UNROLL
     for (int m = 0; m < mr; m++)
       UNROLL
-      for (int s = 0; s < sw; s++) a[m][s] = vfma(vbcast(xs[r * MR + m]), wv[s], a[m][s]);
+      for (int s = 0; s < sw; s++) a[m][s] = vfma(vbcast(xs[r * SMR + m]), wv[s], a[m][s]);
   }
   UNROLL
   for (int m = 0; m < mr; m++)
@@ -182,11 +189,11 @@ static inline __attribute__((always_inline)) void stream_rows(const int mr, cons
                                                               int64_t ldw, int64_t ld) {
   const int64_t body = N / VW * VW;
   const vmask tail = mask_first(N - body), all = mask_first(VW);
-  float xs[GR * MR]; /* x[0:mr, k:k+gr] by weight row, so each FMA broadcasts from one base */
+  float xs[GR * SMR]; /* x[0:mr, k:k+gr] by weight row, so each FMA broadcasts from one base */
   for (int64_t k = 0; k < K; k += GR) {
     const int gr = K - k < GR ? (int)(K - k) : GR;
     for (int r = 0; r < gr; r++)
-      for (int m = 0; m < mr; m++) xs[r * MR + m] = x[m * K + k + r];
+      for (int m = 0; m < mr; m++) xs[r * SMR + m] = x[m * K + k + r];
     const float *wk = w + k * ldw;
     const int first = k == 0;
     const int sw = SW(mr);
@@ -224,13 +231,16 @@ STREAM(1)
 STREAM(2)
 STREAM(3)
 STREAM(4)
-#if MR > 4
 STREAM(5)
 STREAM(6)
-static const stream_fn STREAMS[MR + 1] = {0, stream_1, stream_2, stream_3, stream_4, stream_5,
-                                          stream_6};
+#if SMR > 6
+STREAM(7)
+STREAM(8)
+static const stream_fn STREAMS[SMR + 1] = {0,        stream_1, stream_2, stream_3, stream_4,
+                                           stream_5, stream_6, stream_7, stream_8};
 #else
-static const stream_fn STREAMS[MR + 1] = {0, stream_1, stream_2, stream_3, stream_4};
+static const stream_fn STREAMS[SMR + 1] = {0,        stream_1, stream_2, stream_3,
+                                           stream_4, stream_5, stream_6};
 #endif
 
 /* Chunk (k0, c0) of w: kc rows of nc columns from row k0, column c0. */
@@ -246,18 +256,18 @@ static chunk next_chunk(chunk c, int64_t K, int64_t N) {
   return n;
 }
 
-/* Rows in pass `pass` of the fewest passes of at most MR rows that cover M rows, balanced (9 rows
- * with MR = 4: 3 + 3 + 3, not 4 + 4 + 1, whose one-row tile has too few accumulators to hide the
+/* Rows in pass `pass` of the fewest passes of at most cap rows that cover M rows, balanced (9 rows
+ * with cap 4: 3 + 3 + 3, not 4 + 4 + 1, whose one-row tile has too few accumulators to hide the
  * FMA latency). */
-static inline int mr_of(int64_t M, int64_t pass) {
-  const int64_t passes = (M + MR - 1) / MR;
+static inline int mr_of(int64_t M, int64_t pass, int64_t cap) {
+  const int64_t passes = (M + cap - 1) / cap;
   return (int)(M / passes + (pass < M % passes));
 }
 
 /* y (M, N) = x (M, K) @ w (K, N) [+ bias (N,), may be NULL], where w has rows of ldw >= N floats
  * and y rows of ld >= N (N of them used: a slice of columns of wider matrices, or one panel of a
  * panel-major weight, mg_matmul_panel). M, K, N >= 1.
- * Up to MR rows: stream_rows. More: chunked tiles, where the passes after the first over a chunk
+ * Up to SMR rows: stream_rows. More: chunked tiles, where the passes after the first over a chunk
  * are arithmetic on cached weights while the first waits on memory; so the tiles also prefetch
  * the next chunk into L2, and the next chunk's first pass finds it there (16 rows: 44 -> 33 ms
  * for the benchmark target's products; table in benchmarks/README.md). Each tile takes its share
@@ -267,7 +277,7 @@ static inline int mr_of(int64_t M, int64_t pass) {
  * AVX2 that burst, which the spread did not beat there (0.94-0.98x). */
 static void matmul_ld(const float *x, const float *w, const float *bias, float *y, int64_t M,
                       int64_t K, int64_t N, int64_t ldw, int64_t ld) {
-  if (M <= MR) {
+  if (M <= SMR) {
     STREAMS[M](x, w, bias, y, K, N, ldw, ld);
     return;
   }
@@ -279,8 +289,8 @@ static void matmul_ld(const float *x, const float *w, const float *bias, float *
     int64_t left = nx.kc * row_lines, col = 0; /* lines still to prefetch; line in its row */
     const int64_t share = (left + tiles - 1) / tiles + PF_SPREAD; /* +1: runs end at rows' ends */
     const float *row = w + nx.k0 * ldw + nx.c0;
-    for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++)) {
-      const int mr = mr_of(M, pass);
+    for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++, MR)) {
+      const int mr = mr_of(M, pass, MR);
       for (int64_t j = c.c0; j < c.c0 + c.nc; j += TILE_COLS) {
         const int64_t cols = c.c0 + c.nc - j;
         vmask mask[NR];
@@ -328,6 +338,12 @@ void mg_matmul_cols(const float *x, const float *w, const float *bias, float *y,
 #define PANEL_GROUP 4
 #define PANEL_COLS (TILE_COLS % 16 == 0 ? TILE_COLS : 16)
 #define PNR (PANEL_COLS / VW) /* vectors per panel row */
+/* Most rows per pass over a panel: AVX2's panel is two vectors wide, so 6 rows' accumulators fit
+ * (12 + 2 weight vectors + a broadcast of the 16 registers), where MR = 4 made 5 rows two passes
+ * (3 + 2): the o and down products of a 5-row step (4 drafts' verification) cost 1.74-1.78x one
+ * row's on one thread of a Zen 3, the row-major products streaming 5 rows 1.23-1.33x
+ * (benchmarks/README.md). AVX-512: MR (its panel is the whole register tile). */
+#define PMR (MG_ISA == 256 ? 6 : MR)
 #ifndef PANEL_AHEAD
 #define PANEL_AHEAD 4096 /* bytes; 2048 and 8192 measured 1.20x and 1.16x against 4096's 1.22x */
 #endif
@@ -341,7 +357,7 @@ static inline int64_t ahead_rows(const float *w, const float *end, int64_t span,
 }
 
 /* y[m, i PANEL_COLS + c] (c < PANEL_COLS) = bias or 0 + sum_k x[m, k] * w[i K PANEL_COLS + k
- * PANEL_COLS + c] for m < mr, i < g (mr g <= MR): g consecutive panels of K rows of PANEL_COLS
+ * PANEL_COLS + c] for m < mr, i < g (mr g <= PMR): g consecutive panels of K rows of PANEL_COLS
  * floats, their register tiles walking them together in storage order, k = 0, 1, ... (tile()'s
  * chain of FMAs for every column): g sequential streams, K PANEL_COLS floats apart, keep more
  * memory requests in flight than one. */
@@ -350,7 +366,7 @@ static inline __attribute__((always_inline)) void panel_tiles(const int mr, cons
                                                               const float *w, const float *bias,
                                                               float *y, int64_t ldy,
                                                               const float *end) {
-  vec acc[MR][PNR];
+  vec acc[PMR][PNR];
   const int64_t pk = K * PANEL_COLS, kpf = ahead_rows(w, end, (g - 1) * pk, K);
   UNROLL
   for (int m = 0; m < mr * g; m++)
@@ -399,14 +415,10 @@ PANELS(1, 1)
 PANELS(2, 1)
 PANELS(3, 1)
 PANELS(4, 1)
-#if MR > 4
 PANELS(5, 1)
 PANELS(6, 1)
-static const panel_fn PANEL_TILES[MR + 1] = {0,           panels_1_1, panels_2_1, panels_3_1,
-                                             panels_4_1, panels_5_1, panels_6_1};
-#else
-static const panel_fn PANEL_TILES[MR + 1] = {0, panels_1_1, panels_2_1, panels_3_1, panels_4_1};
-#endif
+static const panel_fn PANEL_TILES[PMR + 1] = {0,          panels_1_1, panels_2_1, panels_3_1,
+                                              panels_4_1, panels_5_1, panels_6_1};
 
 /* Columns [c0, c1) of y = x @ W [+ bias] (M, K, N as mg_matmul) for W stored panel-major: the
  * columns in panels of p (a multiple of 16) floats, the last one narrower where p does not
@@ -415,8 +427,8 @@ static const panel_fn PANEL_TILES[MR + 1] = {0, panels_1_1, panels_2_1, panels_3
  * memory, so a slice of whole panels is too: a thread streams one region, where its slice of
  * a row-major W is a run of (c1 - c0) floats in every row (for a hidden-wide output on two
  * threads, 1 KB of each 2 KB row). Panels of PANEL_COLS columns run in storage order
- * (panel_tiles), up to MR rows at a time: more rows where the panel is not the register tile's
- * width (AVX2) take further passes of at most MR rows over the panel, from cache (its K
+ * (panel_tiles), up to PMR rows at a time: more rows where the panel is not the register tile's
+ * width (AVX2) take further passes of at most PMR rows over the panel, from cache (its K
  * PANEL_COLS floats: 22 KB for a 1376-row down projection), where matmul_ld would run it as
  * masked tail tiles; other panels run as mg_matmul_cols does a slice. Every element is
  * mg_matmul_cols's chain of FMAs, so the result equals the row-major product bit for bit. */
@@ -428,9 +440,9 @@ void mg_matmul_panels(const float *x, const float *w, const float *bias, float *
       panels_1_4(x, K, w + c0 * K, bias ? bias + c0 : 0, y + c0, N, end);
   for (int64_t j = c0; j < c1; j += p) {
     const int64_t n = c1 - j < p ? c1 - j : p;
-    if (n == PANEL_COLS && (M <= MR || PANEL_COLS != TILE_COLS)) /* M <= MR: one pass */
-      for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++))
-        PANEL_TILES[mr_of(M, pass)](x + m0 * K, K, w + j * K, bias ? bias + j : 0,
+    if (n == PANEL_COLS && (M <= PMR || PANEL_COLS != TILE_COLS)) /* M <= PMR: one pass */
+      for (int64_t m0 = 0, pass = 0; m0 < M; m0 += mr_of(M, pass++, PMR))
+        PANEL_TILES[mr_of(M, pass, PMR)](x + m0 * K, K, w + j * K, bias ? bias + j : 0,
                                     y + m0 * N + j, N, end);
     else
       matmul_ld(x, w + j * K, bias ? bias + j : 0, y + j, M, K, n, n, N);
