@@ -3,7 +3,8 @@
 Each scenario is a step of the engine's :class:`~metagen.engine.model_runner.ModelRunner` (all
 layers and the head) over a prefilled paged KV cache, as workloads A-C run it: one row after a
 256-token prompt (A), four beams after 256 (C), sixteen samples sharing a 512-token prompt
-(B, through Hydragen). Both paths run interleaved in one process on one thread (or
+(B, through Hydragen), and workload D's verification of four drafts: five new tokens of one row
+after 256 (D). Both paths run interleaved in one process on one thread (or
 ``--threads``: torch's products and the native step alike); the table gives
 the best of a few repeats, the speedup, and the floor: the same step's products alone
 (``benchmarks.small_matmul``'s native kernel, or MKL for one row), which no implementation that
@@ -16,7 +17,7 @@ is bound through DIR's own ``decode_step.py`` where DIR has one (its C structs m
 Both builds (this checkout and ``--baseline``) take ``METAGEN_NATIVE_ISA``'s flags: ``avx2`` times
 the AVX2 path on an AVX-512 machine.
 
-``python -m benchmarks.decode_step [--threads N] [--json PATH] [--baseline DIR] [--scenarios B]``.
+``python -m benchmarks.decode_step [--threads N] [--json PATH] [--baseline DIR] [--scenarios ABCD]``.
 """
 
 from __future__ import annotations
@@ -42,13 +43,17 @@ from metagen.engine.native.decode_step import DecodeStep
 from metagen.engine.native.library import SOURCES, requested_flags
 
 BLOCK = 16
-SCENARIOS = {"A: 1 row, 256 cached": (1, 256), "C: 4 beams sharing 256": (4, 256),
-             "B: 16 samples sharing 512": (16, 512)}  # rows, prompt tokens
+SCENARIOS = {"A: 1 row, 256 cached": (1, 256, 1), "C: 4 beams sharing 256": (4, 256, 1),
+             "B: 16 samples sharing 512": (16, 512, 1),
+             "D: 5 tokens of 1 row after 256": (1, 256, 5)}  # rows, prompt, new tokens per row
 
 
-def _setup(model, rows: int, prompt: int, native: bool) -> tuple[ModelRunner, list]:
+def _setup(model, rows: int, prompt: int, native: bool,
+           tokens: int = 1) -> tuple[ModelRunner, list]:
     """A runner whose cache holds the prompt once, its blocks shared by every row (forked from
-    it), plus one own block per row; returns it and the step's requests."""
+    it), plus one own block per row; returns it and the step's requests: ``tokens`` (at most a
+    block) new tokens per row."""
+    assert 1 <= tokens <= BLOCK, tokens
     cfg = model.cfg
     nblk = prompt // BLOCK
     kv = KVCache(cfg.num_layers, rows * (nblk + 2) + 2, BLOCK, cfg.num_kv_heads, cfg.head_dim,
@@ -59,11 +64,12 @@ def _setup(model, rows: int, prompt: int, native: bool) -> tuple[ModelRunner, li
     shared = list(range(nblk))
     runner.extend([ExtendRequest(shared, 0, ids)])
     tables = [shared + [nblk + r] for r in range(rows)]
-    return runner, [ExtendRequest(t, prompt, [int(ids[r])]) for r, t in enumerate(tables)]
+    return runner, [ExtendRequest(t, prompt, [int(i) for i in ids[r:r + tokens]])
+                    for r, t in enumerate(tables)]
 
 
 def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
-            scenarios: str = "ABC") -> list[dict[str, float | str]]:
+            scenarios: str = "ABCD") -> list[dict[str, float | str]]:
     torch.set_num_threads(threads)
     paths = build_models(Path("/tmp/metagen-bench-models"))
     model = load_model(paths["target"])
@@ -71,15 +77,15 @@ def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
     old = ctypes.CDLL(str(build([baseline / p.name for p in SOURCES], requested_flags()))) \
         if baseline else None
     out = []
-    for name, (rows, prompt) in SCENARIOS.items():
+    for name, (rows, prompt, tokens) in SCENARIOS.items():
         if name[0] not in scenarios:
             continue
-        ways = {"pytorch": _setup(model, rows, prompt, False),
-                "native": _setup(model, rows, prompt, True)}
+        ways = {"pytorch": _setup(model, rows, prompt, False, tokens),
+                "native": _setup(model, rows, prompt, True, tokens)}
         if old is not None:
-            ways["baseline"] = _setup(model, rows, prompt, True)
+            ways["baseline"] = _setup(model, rows, prompt, True, tokens)
             ways["baseline"][0].native = binding(baseline, old, model)
-        xs = [torch.randn(rows, w.shape[0]) for w in _weights(model)]
+        xs = [torch.randn(rows * tokens, w.shape[0]) for w in _weights(model)]
 
         def products() -> None:
             for x, w in zip(xs, _weights(model)):
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a folder of older native C files to time interleaved")
-    ap.add_argument("--scenarios", default="ABC", help="which of A, B, C to run")
+    ap.add_argument("--scenarios", default="ABCD", help="which of A, B, C, D to run")
     args = ap.parse_args(argv)
     rows = measure(args.repeats, args.threads, args.baseline, args.scenarios)
     print("scenario | pytorch ms | native ms | native speedup | products alone ms | "

@@ -47,10 +47,10 @@ def measure(busy: int, steps: int, scenarios: str, model: Any) -> list[dict[str,
                for _ in range(busy)]
     rows = []
     try:
-        for name, (n_rows, prompt) in SCENARIOS.items():
+        for name, (n_rows, prompt, tokens) in SCENARIOS.items():
             if name[0] not in scenarios:
                 continue
-            runner, reqs = _setup(model, n_rows, prompt, True)
+            runner, reqs = _setup(model, n_rows, prompt, True, tokens)
             before = pool_stats()
             ms: dict[int, list[float]] = {1: [], 2: []}
             for i in range(steps):

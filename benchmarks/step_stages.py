@@ -11,8 +11,10 @@ rounds, giving each round's ratio of the medians of total work, baseline / this.
 Both builds (this checkout and ``--baseline``) take ``METAGEN_NATIVE_ISA``'s flags: ``avx2`` times
 the AVX2 path on an AVX-512 machine.
 
-``python -m benchmarks.step_stages [--threads 2] [--rows 1] [--rounds 16] [--steps 40]
-[--baseline DIR] [--quantization int8|w8a8|int4] [--json PATH]``.
+``--tokens N``: N new tokens per row (5, one row: workload D's verification of four drafts).
+
+``python -m benchmarks.step_stages [--threads 2] [--rows 1] [--tokens 1] [--rounds 16]
+[--steps 40] [--baseline DIR] [--quantization int8|w8a8|int4] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def _read(lib: ctypes.CDLL, threads: int, steps: int) -> np.ndarray:
 
 
 def measure(threads: int, rows: int, rounds: int, steps: int,
-            baseline: Path | None, quantization: str | None = None) -> dict[str, object]:
+            baseline: Path | None, quantization: str | None = None,
+            tokens: int = 1) -> dict[str, object]:
     torch.set_num_threads(threads)
     model = load_model(build_models(Path("/tmp/metagen-bench-models"))["target"],
                        quantization=quantization)  # type: ignore[arg-type]
@@ -65,7 +68,7 @@ def measure(threads: int, rows: int, rounds: int, steps: int,
     ways: dict[str, tuple[ctypes.CDLL, ModelRunner, list[ExtendRequest], list[np.ndarray]]] = {}
     for name, folder in folders.items():
         lib = _clocked(folder)
-        runner, reqs = _setup(model, rows, 512 if rows > 4 else 256, True)
+        runner, reqs = _setup(model, rows, 512 if rows > 4 else 256, True, tokens)
         runner.native = binding(folder, lib, model) if name == "baseline" else \
             DecodeStep(lib, model)
         runner.native.threads = threads
@@ -83,7 +86,8 @@ def measure(threads: int, rows: int, rounds: int, steps: int,
             per_round.append(_read(lib, threads, steps))
         if baseline is not None:
             ratios.append(ways["baseline"][3][-1][:, 0].sum() / ways["this"][3][-1][:, 0].sum())
-    out: dict[str, object] = {"threads": threads, "rows": rows, "quantization": quantization,
+    out: dict[str, object] = {"threads": threads, "rows": rows, "tokens": tokens,
+                              "quantization": quantization,
                               "rounds": rounds,
                               "steps_per_round": steps}
     for name, (_, _, _, per_round) in ways.items():
@@ -104,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=1, help="1: workload A; 4: C; 16: B's shape")
+    ap.add_argument("--tokens", type=int, default=1, help="new tokens per row (at most 16)")
     ap.add_argument("--rounds", type=int, default=16)
     ap.add_argument("--steps", type=int, default=40, help="steps per round")
     ap.add_argument("--baseline", type=Path, default=None,
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     res = measure(args.threads, args.rows, args.rounds, args.steps, args.baseline,
-                  args.quantization)
+                  args.quantization, args.tokens)
     for name in ("this", "baseline"):
         if name not in res:
             continue
