@@ -26,6 +26,8 @@ class Worker:
     """Base of a peer worker: ``load`` gets the models' Hugging Face folders; workload methods
     return token ids and may set ``self.last`` (counters reported with the row)."""
 
+    last: dict[str, Any]  # reset to {} by serve before each request
+
     def load(self, paths: dict[str, str], threads: int, quantization: str | None = None) -> None:
         """Load (converting on first use) every model of ``paths`` in the weight format
         ``quantization`` (None: float32, as the checkpoint; a quantized peer names its own)."""
@@ -86,7 +88,7 @@ def serve(worker: Worker) -> None:
         reply: dict[str, Any]
         try:
             req = json.loads(line)
-            worker.last = {}  # type: ignore[attr-defined]
+            worker.last = {}
             result = getattr(worker, req["method"])(**req.get("args", {}))
             reply = {"ok": True, "result": result, "last": getattr(worker, "last", {})}
         except Unsupported as e:

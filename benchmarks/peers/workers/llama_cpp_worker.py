@@ -77,7 +77,8 @@ class LlamaCppWorker(Worker):
         self.gguf = {name: str(gguf_for(folder, weights=weights))
                      for name, folder in paths.items()}
         self.llms: dict[tuple[str, str], llama_cpp.Llama] = {}
-        self.ctxs: dict[tuple[str, int, int], tuple[object, object]] = {}
+        self.ctxs: dict[tuple[str, int, int],
+                        tuple[internals.LlamaContext, internals.LlamaBatch]] = {}
         for name in paths:
             self.llm(name)
 
