@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,7 +70,7 @@ def _setup(model, rows: int, prompt: int, native: bool,
 
 
 def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
-            scenarios: str = "ABCD") -> list[dict[str, float | str]]:
+            scenarios: str = "ABCD") -> list[dict[str, Any]]:
     torch.set_num_threads(threads)
     paths = build_models(Path("/tmp/metagen-bench-models"))
     model = load_model(paths["target"])
@@ -83,6 +84,7 @@ def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
         ways = {"pytorch": _setup(model, rows, prompt, False, tokens),
                 "native": _setup(model, rows, prompt, True, tokens)}
         if old is not None:
+            assert baseline is not None  # old is built from it
             ways["baseline"] = _setup(model, rows, prompt, True, tokens)
             ways["baseline"][0].native = binding(baseline, old, model)
         xs = [torch.randn(rows * tokens, w.shape[0]) for w in _weights(model)]
@@ -108,7 +110,7 @@ def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
             t0 = time.perf_counter()
             products()
             best["products"] = min(best["products"], (time.perf_counter() - t0) * 1e3)
-        row: dict[str, float | str] = {"scenario": name, **best}
+        row: dict[str, Any] = {"scenario": name, **best}  # the name, then milliseconds
         if ratios:
             row |= {"baseline_over_native_median": statistics.median(ratios),
                     "baseline_over_native_min": min(ratios),

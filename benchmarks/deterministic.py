@@ -56,10 +56,10 @@ def measure(repeats: int) -> dict[str, Any]:
         for gen in gens.values():
             gen.generate(prompts, params)  # warm-up
         for _ in range(repeats):
-            for det, gen in gens.items():
+            for flag, gen in gens.items():
                 t = time.perf_counter()
                 gen.generate(prompts, params)
-                times[det].append(time.perf_counter() - t)
+                times[flag].append(time.perf_counter() - t)
         default, det = statistics.median(times[False]), statistics.median(times[True])
         out[name] = {"default_s": default, "deterministic_s": det, "ratio": det / default}
         print(f"{name:12s} deterministic / default time: {det / default:.2f}x "

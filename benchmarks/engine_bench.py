@@ -174,8 +174,9 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
              peer_bytes: dict[str, int], quick: bool, workload_names: str,
              log: Callable[[str], None]) -> dict[str, Any]:
     """``peer_bytes``: the decode bytes of each quantized peer's own model, its roofline's."""
-    roofs = {None: roof.decode_tokens_per_s(decode_bytes),
-             **{name: roof.decode_tokens_per_s(b) for name, b in peer_bytes.items()}}
+    roofs: dict[str | None, float] = {
+        None: roof.decode_tokens_per_s(decode_bytes),
+        **{name: roof.decode_tokens_per_s(b) for name, b in peer_bytes.items()}}
     rows: list[dict[str, Any]] = []
     not_run: list[dict[str, Any]] = []
     checks: dict[str, bool | float | None] = {}

@@ -70,10 +70,10 @@ def measure(threads: int, workload: str, repeats: int, cache: Path) -> dict[str,
     per: dict[str, list[float]] = collections.defaultdict(list)
     step = llm_engine.LLMEngine.step
 
-    def timed_step(engine: Any) -> Any:
+    def timed_step(self: Any) -> Any:  # `self` as in LLMEngine.step, which it replaces
         cur.clear()
         t = _clock()
-        out = step(engine)
+        out = step(self)
         total = _clock() - t
         if cur.get("native step"):  # a decode step (a prefill runs in PyTorch)
             for k, v in [("step", total), *cur.items(),

@@ -17,8 +17,12 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from metagen.engine.models.interface import CausalLM
 
 
 @dataclass(slots=True, frozen=True)
@@ -152,9 +156,11 @@ def quantized_decode_read_bytes(path: str | Path, quantization: str) -> int:
     return held_decode_read_bytes(load_model(path, quantization=quantization))  # type: ignore[arg-type]
 
 
-def held_decode_read_bytes(model: torch.nn.Module) -> int:
+def held_decode_read_bytes(model: CausalLM) -> int:
     """The bytes a batch-1 decode step of a loaded metagen ``model`` streams: its stored tensors
     (int8 projections and their float32 scales when quantized, float32 norms and biases) but the
-    input embedding table."""
+    input embedding table. Raises TypeError unless ``model`` is a ``torch.nn.Module``."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     tensors = [*model.named_parameters(), *model.named_buffers()]
     return sum(t.numel() * t.element_size() for name, t in tensors if name != "embed")

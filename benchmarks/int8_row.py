@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -75,7 +75,8 @@ def measure(isa: str, baseline: Path, threads: int, repeats: int, resident: bool
         "plain read": lambda: [read(buf, threads) for _ in range(reps)]}
     for tag, fn in probes.items():
         for act8, name in ((0, "int8"), (1, "w8a8")):
-            ways[tag + name] = (lambda fn=fn, act8=act8: fn(
+            # cast: mypy cannot infer a lambda with default arguments against this Callable
+            ways[tag + name] = cast("Callable[[], object]", lambda fn=fn, act8=act8: fn(
                 x.data_ptr(), w.data_ptr(), s.data_ptr(), y.data_ptr(), dims.data_ptr(),
                 len(shapes), act8, threads, int(resident)))
     clock = time.thread_time if threads == 1 else time.perf_counter

@@ -20,19 +20,21 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 
 from benchmarks import factory
+from metagen.engine.config import Quantization
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
-from metagen.engine.models.llama import LlamaModel
+from metagen.engine.models.interface import CausalLM
 from metagen.engine.models.loader import load_model
 
 BLOCK = 16
 
 
-def _runner(model: LlamaModel, kv_dtype: torch.dtype, positions: int
+def _runner(model: CausalLM, kv_dtype: torch.dtype, positions: int
             ) -> tuple[ModelRunner, ExtendRequest]:
     """A runner whose cache holds a random prompt of ``positions`` tokens, and the request
     that decodes the next token (rewriting the same slot on each repeat)."""
@@ -48,7 +50,7 @@ def _runner(model: LlamaModel, kv_dtype: torch.dtype, positions: int
     return runner, ExtendRequest(table, positions, [5])
 
 
-def measure(quantization: str | None, positions: int, repeats: int) -> dict[str, float]:
+def measure(quantization: Quantization | None, positions: int, repeats: int) -> dict[str, float]:
     """Milliseconds of CPU time per part (min over ``repeats`` interleaved rounds)."""
     torch.set_num_threads(1)
     paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
@@ -60,9 +62,12 @@ def measure(quantization: str | None, positions: int, repeats: int) -> dict[str,
         runner, req = _runner(model, kv_dtype, positions)
         step, plan, kv = runner.native, runner._plan([req]), runner.kv
         assert step is not None, "the native step (needs the native library)"
-        parts[f"step, {name} KV"] = (
+        # cast: mypy cannot infer a lambda with default arguments against this Callable
+        parts[f"step, {name} KV"] = cast(
+            "Callable[[], object]",
             lambda step=step, plan=plan, kv=kv: step(h.clone(), plan, kv.k, kv.v, scales=kv.scales))
-        parts[f"extend, {name} KV"] = lambda runner=runner, req=req: runner.extend([req])
+        parts[f"extend, {name} KV"] = cast("Callable[[], object]",
+                                           lambda runner=runner, req=req: runner.extend([req]))
     best = dict.fromkeys(parts, float("inf"))
     for _ in range(repeats):
         for name, fn in parts.items():

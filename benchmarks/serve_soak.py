@@ -205,7 +205,8 @@ async def soak(url: str, pid: int, requests: int, concurrency: int, every: int, 
         t0 = time.perf_counter()
         await run(0, warmup, Tally(), None, t0)
         start = await settled(probe, pid, 0, time.perf_counter(), None)
-        tally, checkpoints = Tally(), []
+        tally = Tally()
+        checkpoints: list[dict[str, Any]] = []
         t1 = time.perf_counter()
         await run(warmup, requests, tally, checkpoints, t1)
         wall = time.perf_counter() - t1

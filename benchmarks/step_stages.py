@@ -31,6 +31,7 @@ import torch
 from benchmarks.decode_step import _setup, binding
 from benchmarks.factory import build_models
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
+from metagen.engine.models.llama import LlamaModel
 from metagen.engine.models.loader import load_model
 from metagen.engine.native.build import build
 from metagen.engine.native.decode_step import DecodeStep
@@ -62,6 +63,7 @@ def measure(threads: int, rows: int, rounds: int, steps: int,
     torch.set_num_threads(threads)
     model = load_model(build_models(Path("/tmp/metagen-bench-models"))["target"],
                        quantization=quantization)  # type: ignore[arg-type]
+    assert isinstance(model, LlamaModel), "DecodeStep binds a LlamaModel's weights"
     folders = {"this": Path(SOURCES[0]).parent}
     if baseline is not None:
         folders["baseline"] = baseline

@@ -28,9 +28,9 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -69,7 +69,7 @@ def _thp_mode() -> str:
         return "unknown"
 
 
-def _time(ways: dict[str, Callable[[], object]], rounds: int, threads: int
+def _time(ways: Mapping[str, Callable[[], object]], rounds: int, threads: int
           ) -> dict[str, dict[str, list[float]]]:
     """Each way's CPU and wall milliseconds per round, the ways interleaved in every round."""
     times: dict[str, dict[str, list[float]]] = {w: {"cpu": [], "wall": []} for w in ways}
@@ -102,8 +102,10 @@ def measure(isa: str, threads: int, rows: list[int], rounds: int, mbytes: int
     probe = read_probe(isa)
     n = mbytes * (1 << 20) // 4
     bufs = {"plain": torch.ones(n), "arena": WeightArena([(n,)]).take((n,)).fill_(1.0)}
+    # cast: mypy cannot infer a lambda with a default argument against Callable[[], object]
     result: dict[str, Any] = {"read": _summary(_time(
-        {w: (lambda b=b: probe(b, threads)) for w, b in bufs.items()}, rounds, threads), 4 * n)}
+        {w: cast("Callable[[], object]", lambda b=b: probe(b, threads)) for w, b in bufs.items()},
+        rounds, threads), 4 * n)}
     del bufs
     kernel = kernel_for(isa)
     assert kernel is not None, "no native kernel on this machine"
