@@ -140,7 +140,7 @@ def replay_row(name: str, sc_results: list[Result], problems: list[Any]) -> dict
     correct: list[float] = []
     tokens: list[int] = []
     for r, p in zip(sc_results, problems):
-        classes = selector._classes(r.candidates)[1]
+        classes = selector.answer_classes(r.candidates)[1]
         k = samples_needed(classes, 4, **REPLAYS[name])
         pick = selector.select([format_prompt(p)], [r.candidates[:k]])[0]
         correct.append(float(bool(grade(r.candidates[:k][pick.index].text, p.answer))))
