@@ -1,4 +1,5 @@
-"""``make test``: mypy, then the test suite, reporting every failure (no ``-x``).
+"""``make test``: mypy (``metagen`` and ``benchmarks``), then the test suite, reporting every
+failure (no ``-x``).
 
 On a CPU with AVX-512 the engine and decoding tests run first a second time the way an
 AVX2-only CPU computes (:data:`AVX2_CAPS`: metagen's kernels built for AVX2, ATen's and MKL's
@@ -133,7 +134,8 @@ def main(argv: Sequence[str]) -> int:
     start = time.monotonic()
     mypy_failed = False
     if not args.skip_mypy:
-        mypy_failed = run_streamed([sys.executable, "-m", "mypy", "metagen"], os.environ)[0] != 0
+        mypy = [sys.executable, "-m", "mypy", "metagen", "benchmarks"]
+        mypy_failed = run_streamed(mypy, os.environ)[0] != 0
     pytest = [sys.executable, "-m", "pytest", "-m", SELECT]
     passes: list[tuple[int, str | None]] = []
     if _avx2_pass_wanted(args.avx2_pass):
