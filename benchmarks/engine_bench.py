@@ -278,6 +278,8 @@ def print_table(result: dict[str, Any], console=None) -> None:
             extra.append(f"decode {row['decode_tok_s']['median']:.1f} tok/s")
         if "acceptance_rate" in row:
             extra.append(f"accept {row['acceptance_rate']:.2f}")
+        if row.get("acceptance_by_depth"):  # metagen: per draft depth, once reached
+            extra.append("by depth " + "/".join(f"{a:.2f}" for a in row["acceptance_by_depth"]))
         if "vs_best_peer" in row:
             extra.append(f"{row['vs_best_peer']:.2f}x best peer ({row['best_peer']})")
         elif "vs_transformers" in row and row["peer"] != "transformers":

@@ -6,7 +6,8 @@ On workload D's good pair (the engine benchmark's models, its 256-token random p
 greedy tokens), metagen's own greedy and speculative greedy with the float32 draft and the
 int8 draft at each ``k``, interleaved round by round (every configuration once per round, after
 one untimed round); reports each configuration's median wall time, its speed over own greedy
-and its acceptance rate. Every speculative output is checked equal to greedy's.
+and its acceptance rate, overall and per draft depth (of the drafts a round tested at depth d,
+the fraction accepted). Every speculative output is checked equal to greedy's.
 
 Why: a round of ``k`` drafts verifies ``k + 1`` rows in one target step. Where one row is bound
 by the weights' bandwidth and ``k + 1`` rows by the multiply rate (AVX2 has half AVX-512's), the
@@ -44,30 +45,33 @@ def run(threads: int, ks: list[int], repeats: int) -> dict[str, Any]:
     configs = [("greedy", 0)] + [(m, k) for m in MODES for k in ks]
     greedy = peer.greedy("good_target", prompt, s.d_new)
 
-    def once(mode: str, k: int) -> tuple[float, float | None]:
+    def once(mode: str, k: int) -> tuple[float, float | None, list[float]]:
         start = time.perf_counter()
         if mode == "greedy":
-            out, rate = peer.greedy("good_target", prompt, s.d_new), None
+            out, rate, depth = peer.greedy("good_target", prompt, s.d_new), None, []
         else:
             out = peer.speculative("good_target", prompt, s.d_new, k, mode)
             rate = float(peer.last["acceptance_rate"])
+            depth = list(peer.last["acceptance_by_depth"])
         took = time.perf_counter() - start
         if out != greedy:
             raise AssertionError(f"{mode} k={k}: speculative output differs from greedy")
-        return took, rate
+        return took, rate, depth
 
     for mode, k in configs:  # untimed round
         once(mode, k)
     times: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
     rates: dict[tuple[str, int], float | None] = {}
+    depths: dict[tuple[str, int], list[float]] = {}  # greedy drafts: the same every repeat
     for _ in range(repeats):
         for c in configs:
-            took, rates[c] = once(*c)
+            took, rates[c], depths[c] = once(*c)
             times[c].append(took)
     base = statistics.median(times[("greedy", 0)])
     rows = [{"mode": m, "k": k, "time_s": statistics.median(times[(m, k)]),
              "times_s": times[(m, k)], "x_own_greedy": base / statistics.median(times[(m, k)]),
-             "acceptance_rate": rates[(m, k)]} for m, k in configs]
+             "acceptance_rate": rates[(m, k)], "acceptance_by_depth": depths[(m, k)]}
+            for m, k in configs]
     return {"threads": threads, "repeats": repeats, "d_prompt": s.d_prompt, "d_new": s.d_new,
             "rows": rows}
 
@@ -80,12 +84,14 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     result = run(args.threads, [int(k) for k in args.ks.split(",")], args.repeats)
-    print(f"| draft | k | median s | x own greedy | acceptance |  ({args.threads} thread(s))")
-    print("|---|---|---|---|---|")
+    print(f"| draft | k | median s | x own greedy | acceptance | by depth |  ({args.threads} "
+          "thread(s))")
+    print("|---|---|---|---|---|---|")
     for r in result["rows"]:
         rate = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+        depth = "/".join(f"{a:.2f}" for a in r["acceptance_by_depth"]) or "-"
         print(f"| {r['mode']} | {r['k']} | {r['time_s']:.3f} | {r['x_own_greedy']:.2f}x | "
-              f"{rate} |")
+              f"{rate} | {depth} |")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -158,7 +158,8 @@ class MetagenPeer(Peer):
         eng = self.engine(model, num_blocks=blocks, speculator=Speculator(proposer, k))
         out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
         stats = eng.speculator.stats
-        self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds}
+        self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds,
+                     "acceptance_by_depth": [round(a, 3) for a in stats.acceptance_by_depth]}
         return list(out[0].outputs[0].token_ids)
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,16 +58,39 @@ MAX_SPECULATIVE_TOKENS = 64
 
 @dataclass(slots=True)
 class SpecStats:
-    """Work of speculation: verification rounds, drafts proposed and accepted, tokens emitted."""
+    """Work of speculation: verification rounds, drafts proposed and accepted, tokens emitted;
+    and per draft depth ``d`` (0: a round's first draft) how many drafts were tested there
+    (``tested[d]``: every earlier draft of their round accepted) and how many of those were
+    accepted (``accepted_at[d]``)."""
 
     rounds: int = 0
     proposed: int = 0
     accepted: int = 0
     emitted: int = 0
+    tested: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def acceptance_by_depth(self) -> list[float]:
+        """Per depth ``d``, the fraction of drafts tested there that were accepted: the chance a
+        round goes on past depth ``d`` once it reached it."""
+        return [a / t for a, t in zip(self.accepted_at, self.tested)]
+
+    def add_round(self, proposed: int, accepted: int) -> None:
+        """Count one row's round: ``proposed`` drafts, the first ``accepted`` of them accepted
+        (0 <= accepted <= proposed)."""
+        self.proposed += proposed
+        self.accepted += accepted
+        depth = min(accepted + 1, proposed)  # drafts tested: the accepted ones and the first miss
+        for lst in (self.tested, self.accepted_at):
+            lst.extend([0] * (depth - len(lst)))
+        for d in range(depth):
+            self.tested[d] += 1
+            self.accepted_at[d] += int(d < accepted)
 
 
 class Speculator:
@@ -281,8 +304,7 @@ class Speculator:
             del seq.token_ids[base:]
             seq.num_draft, seq.draft_probs = 0, None
             seq.num_computed_tokens = base  # the accepted drafts' KV is claimed one by one
-            self.stats.proposed += nd
-            self.stats.accepted += na
+            self.stats.add_round(nd, na)
             if self.adaptive:
                 self._trackers.setdefault(seq.seq_id, AcceptanceTracker()).update(nd, na)
             for t, tok in enumerate(toks):

@@ -83,8 +83,9 @@ def test_speculative_greedy_equals_plain_greedy(setup, proposer_kind: str) -> No
         assert list(got.outputs[0].token_ids) == hf_greedy(hf, ids, n)
     stats = target.speculator.stats
     if proposer_kind == "self":
-        assert stats.acceptance_rate == 1.0
+        assert stats.acceptance_rate == 1.0 and set(stats.acceptance_by_depth) == {1.0}
     assert stats.proposed > 0 and stats.rounds < n * len(prompts)
+    assert sum(stats.accepted_at) == stats.accepted  # every accepted draft at its depth
     assert target.counters.generated_tokens == n * len(prompts)
     target.check_integrity()
     if proposer_kind != "ngram":  # the draft's mirrors were released with their targets
@@ -181,6 +182,19 @@ def test_requests_speculation_cannot_serve_decode_normally(setup, stories_path) 
     assert len(b[2].outputs) == 3 and all(len(c.token_ids) == 20 for c in b[2].outputs)
     assert spec.speculator.stats.accepted > 0
     spec.check_integrity()
+
+
+def test_spec_stats_count_acceptance_per_depth_golden() -> None:
+    """Rounds of (proposed, accepted): a draft at depth d is tested when the d before it were
+    accepted; the first miss is tested and not accepted; drafts after it are never tested."""
+    from metagen.engine.speculative_decoding import SpecStats
+
+    stats = SpecStats()
+    for proposed, accepted in [(4, 2), (4, 4), (3, 0), (2, 1), (0, 0)]:
+        stats.add_round(proposed, accepted)
+    assert (stats.proposed, stats.accepted) == (13, 7)
+    assert stats.tested == [4, 3, 2, 1] and stats.accepted_at == [3, 2, 1, 1]
+    assert stats.acceptance_by_depth == [0.75, 2 / 3, 0.5, 1.0]
 
 
 def test_ngram_lookup_golden() -> None:
