@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -69,8 +67,7 @@ def _sequential(loop: EngineLoop, prompts: list[list[int]], params: SamplingPara
 
 def run(quick: bool = False, repeats: int = 3, cache_dir: str | None = None) -> dict[str, Any]:
     sizes = factory.QUICK if quick else factory.FULL
-    cache = Path(cache_dir or os.environ.get("METAGEN_BENCH_CACHE")
-                 or Path(tempfile.gettempdir()) / "metagen-bench-models")
+    cache = factory.models_dir(cache_dir)
     paths = factory.build_models(cache, sizes, perturb=0.3 if quick else 0.2)
     model = load_model(paths["target"])
     vocab = model.cfg.vocab_size

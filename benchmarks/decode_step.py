@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.factory import build_models
+from benchmarks.factory import build_models, models_dir
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.loader import load_model
@@ -72,7 +72,7 @@ def _setup(model, rows: int, prompt: int, native: bool,
 def measure(repeats: int = 7, threads: int = 1, baseline: Path | None = None,
             scenarios: str = "ABCD") -> list[dict[str, Any]]:
     torch.set_num_threads(threads)
-    paths = build_models(Path("/tmp/metagen-bench-models"))
+    paths = build_models(models_dir())
     model = load_model(paths["target"])
     kernel = load_small_matmul()
     old = ctypes.CDLL(str(build([baseline / p.name for p in SOURCES], requested_flags()))) \

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
+    paths = factory.build_models(factory.models_dir(),
                                  factory.FULL, perturb=0.2)
     peer = MetagenPeer()
     peer.load(paths)

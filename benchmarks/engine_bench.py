@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,13 +73,6 @@ def cpu_info() -> dict[str, Any]:
             "isa_env": {k: os.environ[k] for k in AVX2_ENV if k in os.environ}}
 
 
-def models_dir(cache_dir: str | Path | None = None) -> Path:
-    """Where the benchmark's models are written once and reused: ``cache_dir``, else
-    ``METAGEN_BENCH_CACHE``, else a folder in the system's temporary directory."""
-    return Path(cache_dir or os.environ.get("METAGEN_BENCH_CACHE")
-                or Path(tempfile.gettempdir()) / "metagen-bench-models")
-
-
 def run(quick: bool = False, cache_dir: str | Path | None = None,
         workload_names: str = "ABCDEM", log=print, repeats: int | None = None,
         warmup: bool | None = None, threads: list[int] | None = None) -> dict[str, Any]:
@@ -93,7 +85,7 @@ def run(quick: bool = False, cache_dir: str | Path | None = None,
     if repeats is not None or warmup is not None:
         s = dataclasses.replace(s, repeats=repeats or s.repeats,
                                 warmup=s.warmup if warmup is None else warmup)
-    cache = models_dir(cache_dir)
+    cache = factory.models_dir(cache_dir)
     counts = list(dict.fromkeys(threads or thread_counts()))
     log("building models ...")
     paths = factory.build_models(cache, sizes, perturb=0.3 if quick else 0.2)

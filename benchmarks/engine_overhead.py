@@ -103,9 +103,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args()
-    import tempfile
-
-    cache = Path(args.cache_dir or Path(tempfile.gettempdir()) / "metagen-bench-models")
+    cache = factory.models_dir(args.cache_dir)
     per = measure(args.threads, args.workload, args.repeats, cache)
     q = lambda v, f: sorted(v)[int(f * (len(v) - 1))]  # noqa: E731
     rows = {k: {"p10": q(v, 0.1), "median": q(v, 0.5), "steps": len(v)} for k, v in per.items()}

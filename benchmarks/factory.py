@@ -14,6 +14,8 @@ Models are written once per size to a cache folder and reused; nothing is downlo
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,13 @@ import torch
 
 if TYPE_CHECKING:
     from metagen.engine.models.interface import CausalLM
+
+
+def models_dir(cache_dir: str | Path | None = None) -> Path:
+    """Where the benchmarks' models are written once and reused: ``cache_dir``, else
+    ``METAGEN_BENCH_CACHE``, else a folder in the system's temporary directory."""
+    return Path(cache_dir or os.environ.get("METAGEN_BENCH_CACHE")
+                or Path(tempfile.gettempdir()) / "metagen-bench-models")
 
 
 @dataclass(slots=True, frozen=True)

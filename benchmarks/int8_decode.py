@@ -6,7 +6,7 @@ and w8a8: activations quantized too), interleaved.
 A 16-token prompt and 64 new tokens, so the time is decoding's; each round runs both engines
 back to back, and the ratio of the medians (and of each round) is what a loaded machine can
 still compare. The models are :mod:`benchmarks.factory`'s (built once into
-``$TMPDIR/metagen-bench-models``).
+:func:`benchmarks.factory.models_dir`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from benchmarks import factory
 from benchmarks.peers.inprocess import MetagenInt8Peer, MetagenPeer, MetagenW8A8Peer
@@ -25,7 +23,7 @@ from benchmarks.peers.inprocess import MetagenInt8Peer, MetagenPeer, MetagenW8A8
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     rounds = int(args[0]) if args else 5
-    paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
+    paths = factory.build_models(factory.models_dir(),
                                  factory.FULL, perturb=0.2)
     peers = [MetagenPeer(), MetagenInt8Peer(), MetagenW8A8Peer()]
     for p in peers:

@@ -32,7 +32,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -132,7 +131,7 @@ VARIANTS = ("float32", "int8")
 
 
 def _target() -> Path:
-    return factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
+    return factory.build_models(factory.models_dir(),
                                 factory.FULL, perturb=0.2)["target"]
 
 

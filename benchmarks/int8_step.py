@@ -9,14 +9,13 @@ Every part is timed by the calling thread's CPU time (``time.thread_time``), the
 interleaved repeats, at one thread: on a machine shared with other processes, wall time counts
 the time slices they take and CPU time does not (what they do to the caches and the memory bus
 still shows). The models are :mod:`benchmarks.factory`'s (built once into
-``$TMPDIR/metagen-bench-models``).
+:func:`benchmarks.factory.models_dir`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +52,7 @@ def _runner(model: CausalLM, kv_dtype: torch.dtype, positions: int
 def measure(quantization: Quantization | None, positions: int, repeats: int) -> dict[str, float]:
     """Milliseconds of CPU time per part (min over ``repeats`` interleaved rounds)."""
     torch.set_num_threads(1)
-    paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
+    paths = factory.build_models(factory.models_dir(),
                                  factory.FULL, perturb=0.2)
     model = load_model(paths["target"], device="cpu", quantization=quantization)
     h = torch.randn(1, model.cfg.hidden_size)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from benchmarks.decode_step import SCENARIOS, _setup
-from benchmarks.factory import build_models
+from benchmarks.factory import build_models, models_dir
 from metagen.engine.models.loader import load_model
 from metagen.engine.native.library import library
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default="AB")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    model = load_model(build_models(Path("/tmp/metagen-bench-models"))["target"])
+    model = load_model(build_models(models_dir())["target"])
     rows = [r for b in args.busy.split(",")
             for r in measure(int(b), args.steps, args.scenarios, model)]
     print("scenario | busy | 1 thread median (p90) ms | 2 threads median (p90) ms | "

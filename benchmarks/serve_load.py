@@ -39,7 +39,6 @@ import json
 import math
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile

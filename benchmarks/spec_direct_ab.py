@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ def _speculative(peer: MetagenPeer, prompt: list[int], k: int, direct: bool
 def run(rounds: int, k: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     s = workloads.FULL_SETTINGS
-    paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
+    paths = factory.build_models(factory.models_dir(),
                                  factory.FULL, perturb=0.2)
     peer = MetagenPeer()
     peer.load(paths)

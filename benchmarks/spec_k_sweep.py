@@ -30,8 +30,7 @@ MODES = ("draft", "draft-int8")
 
 
 def run(threads: int, ks: list[int], repeats: int) -> dict[str, Any]:
-    from benchmarks.engine_bench import models_dir
-    from benchmarks.factory import FULL, build_models
+    from benchmarks.factory import FULL, build_models, models_dir
     from benchmarks.peers.inprocess import MetagenPeer
     from benchmarks.workloads import FULL_SETTINGS as s
     from benchmarks.workloads import random_prompt

@@ -29,7 +29,6 @@ import argparse
 import json
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,7 +96,7 @@ def cases(problems: int) -> list[Case]:
         out.append(Case("stories lookup", STORIES, None,
                         [stok(f"Question: {q}\nAnswer:").input_ids for q in qs], 96))
     s = workloads.FULL_SETTINGS
-    paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
+    paths = factory.build_models(factory.models_dir(),
                                  factory.FULL, perturb=0.2)
     vocab = factory.FULL.vocab
     out.append(Case("random draft", paths["good_target"], paths["draft"],

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     s = workloads.FULL_SETTINGS
-    paths = factory.build_models(Path(tempfile.gettempdir()) / "metagen-bench-models",
+    paths = factory.build_models(factory.models_dir(),
                                  factory.FULL, perturb=0.2)
     prompts = [workloads.random_prompt(s.d_prompt, factory.FULL.vocab, 4 + i)
                for i in range(a.prompts)]

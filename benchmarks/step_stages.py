@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from benchmarks.decode_step import _setup, binding
-from benchmarks.factory import build_models
+from benchmarks.factory import build_models, models_dir
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.llama import LlamaModel
 from metagen.engine.models.loader import load_model
@@ -61,7 +61,7 @@ def measure(threads: int, rows: int, rounds: int, steps: int,
             baseline: Path | None, quantization: str | None = None,
             tokens: int = 1) -> dict[str, object]:
     torch.set_num_threads(threads)
-    model = load_model(build_models(Path("/tmp/metagen-bench-models"))["target"],
+    model = load_model(build_models(models_dir())["target"],
                        quantization=quantization)  # type: ignore[arg-type]
     assert isinstance(model, LlamaModel), "DecodeStep binds a LlamaModel's weights"
     folders = {"this": Path(SOURCES[0]).parent}

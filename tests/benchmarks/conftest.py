@@ -4,8 +4,6 @@ transformers reference."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,9 +16,7 @@ VOCAB = factory.QUICK.vocab
 
 @pytest.fixture(scope="module")
 def paths() -> dict[str, Path]:
-    cache = Path(os.environ.get("METAGEN_BENCH_CACHE")
-                 or Path(tempfile.gettempdir()) / "metagen-bench-models")
-    return factory.build_models(cache, factory.QUICK, perturb=0.3)
+    return factory.build_models(factory.models_dir(), factory.QUICK, perturb=0.3)
 
 
 @pytest.fixture(scope="module")
