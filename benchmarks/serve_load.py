@@ -51,7 +51,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.peers.vllm_server import free_port
+from benchmarks.peers.vllm_server import free_port, wait_healthy
 from metagen.testbed import format_prompt, make_problems, model_path
 
 MODEL = "policy"
@@ -124,25 +124,20 @@ def settled_stats(pid: int, fds: int, seconds: float = 5.0) -> dict[str, int]:
     return stats
 
 
-def start_server(port: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``metagen serve`` of the testbed policy (and its ORM) on ``port``, healthy; its output
+    goes to ``log``, whose tail a failure to start (``VLLMStartError``, a RuntimeError) shows.
+    Killed if it does not start, also on a SIGTERM / Ctrl-C while it starts."""
     cmd = [sys.executable, "-c", "import sys; from metagen.cli import main; sys.exit(main())",
            "serve", str(model_path("policy")),
            "--port", str(port), "--served-model-name", MODEL,
            "--orm", f"orm={model_path('orm')}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {proc.returncode}: {' '.join(cmd)}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    return proc
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("the server did not start in 120 s")
-    except BaseException:  # also a SIGTERM / Ctrl-C while it starts: never leave it running
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log, 120, who="metagen serve")
+        return proc
+    except BaseException:  # never leave it running
         proc.kill()
         proc.wait()
         raise
@@ -154,7 +149,7 @@ def served(target: str, clients: int, logs: Path) -> Iterator[tuple[str, int]]:
     after the block (also when it fails)."""
     if target == "metagen":
         port = free_port()
-        proc = start_server(port)
+        proc = start_server(port, logs / "metagen_serve.log")
         try:
             yield f"http://127.0.0.1:{port}", proc.pid
         finally:

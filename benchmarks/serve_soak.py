@@ -32,6 +32,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -229,7 +230,7 @@ def run(quick: bool, requests: int, concurrency: int, every: int, seed: int) -> 
     if quick:
         requests, every = min(requests, 100), min(every, 50)
     port = free_port()
-    proc = start_server(port)
+    proc = start_server(port, Path(tempfile.mkdtemp(prefix="serve_soak_")) / "metagen_serve.log")
     try:
         result = asyncio.run(soak(f"http://127.0.0.1:{port}", proc.pid, requests, concurrency,
                                   every, warmup, seed))
