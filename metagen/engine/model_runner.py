@@ -16,6 +16,11 @@ dropping (:mod:`metagen.engine.kv_window`) sets ``dropped_tokens``: that many to
 (whole blocks after its kept leading ones) are gone, ``block_table`` lists the kept blocks only
 and ``num_cached`` counts the kept tokens; its new tokens attend to the kept slots, are written
 after them, and are rotated (RoPE) at their original positions ``num_cached + dropped_tokens ..``.
+A speculative row whose drafts are a tree (:mod:`metagen.engine.speculative_decoding`) sets
+``leaf_gaps``, one per new token: 0 for a token of the row's causal chain; ``g > 0`` for a leaf
+hanging off that chain, stored at its position ``p`` but standing at ``p - g`` (its parent's
+position + 1): it is rotated at ``p - g`` and attends the row's positions before ``p - g`` and
+its own slot, never the other branches stored between.
 Rolling a sequence back
 (``truncate``) needs nothing from the runner: positions past ``num_cached`` are simply rewritten
 by the next extend.
@@ -64,6 +69,7 @@ class ExtendRequest:
     new_token_ids: Sequence[int]
     all_logits: bool = False
     dropped_tokens: int = 0
+    leaf_gaps: Sequence[int] = ()
 
 
 def _shared_prefixes(reqs: Sequence[ExtendRequest], block_size: int, min_tokens: int = 0
@@ -187,6 +193,12 @@ class ModelRunner:
         qpos = start[:, None] + ar_m  # (b, M)
         q_valid = ar_m[None] < n_new[:, None]
         mask = (kvpos[:, None, :] <= qpos[:, :, None]) & kv_valid[:, None, :]  # (b, M, C)
+        at = qpos  # the position each query stands at (a tree leaf's is below its slot's)
+        if any(r.leaf_gaps for r in sub):
+            gaps = torch.tensor([list(r.leaf_gaps) + [0] * (m - len(r.leaf_gaps)) if r.leaf_gaps
+                                 else [0] * m for r in sub], dtype=torch.long)  # (b, M)
+            at = qpos - gaps
+            mask &= (kvpos[:, None, :] < at[:, :, None]) | (kvpos[:, None, :] == qpos[:, :, None])
         flat = (torch.tensor([offsets[i] for i in rows], dtype=torch.long)[:, None] + ar_m)
         q_index = flat * q_valid
         out_pos = (torch.arange(b)[:, None] * m + ar_m)[q_valid]
@@ -201,7 +213,7 @@ class ModelRunner:
         chunk = RowChunk(q_index.to(dev), kv_slots.to(dev),
                          None if all_visible else mask.to(dev), groups,
                          _consecutive_start(kv_slots) if b == 1 and not groups else None)
-        return chunk, flat[q_valid], out_pos, slots, (qpos + dropped[:, None])[q_valid]
+        return chunk, flat[q_valid], out_pos, slots, (at + dropped[:, None])[q_valid]
 
     def _metadata(self, reqs: Sequence[ExtendRequest], native_rows: Sequence[int] = ()
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
@@ -286,7 +298,8 @@ class ModelRunner:
         for piece in split_steps(lens, native.max_tokens):
             sub = [ExtendRequest(reqs[i].block_table, reqs[i].num_cached + first,
                                  reqs[i].new_token_ids[first:first + n],
-                                 dropped_tokens=reqs[i].dropped_tokens)
+                                 dropped_tokens=reqs[i].dropped_tokens,
+                                 leaf_gaps=reqs[i].leaf_gaps[first:first + n])
                    for i, first, n in piece]
             self.native_steps += 1
             plan = self._plan(sub, with_ids=True)  # no groups: Hydragen is off
@@ -305,7 +318,8 @@ class ModelRunner:
                               [r.num_cached for r in reqs],
                               [len(r.new_token_ids) for r in reqs], self._prefix_groups(reqs),
                               [r.dropped_tokens for r in reqs],
-                              [t for r in reqs for t in r.new_token_ids] if with_ids else ())
+                              [t for r in reqs for t in r.new_token_ids] if with_ids else (),
+                              leaf_gaps=[r.leaf_gaps for r in reqs])
 
     def _row_plan(self, r: ExtendRequest) -> StepPlan:
         """The native plan of the one-row step ``r``: the last one-row plan rewritten in place
@@ -313,10 +327,11 @@ class ModelRunner:
         more blocks (a row has no Hydragen group). The plan is valid until the next call."""
         plan = self._one_row
         if plan is None or not plan.refill(r.block_table, r.num_cached, r.new_token_ids,
-                                           r.dropped_tokens):
+                                           r.dropped_tokens, r.leaf_gaps):
             plan = self._one_row = StepPlan.build(
                 self.block_size, [r.block_table], [r.num_cached], [len(r.new_token_ids)], (),
-                [r.dropped_tokens], r.new_token_ids, spare=ROW_PLAN_SPARE)
+                [r.dropped_tokens], r.new_token_ids, spare=ROW_PLAN_SPARE,
+                leaf_gaps=[r.leaf_gaps])
         return plan
 
     def _native_safe(self, reqs: Sequence[ExtendRequest]) -> bool:
@@ -347,6 +362,10 @@ class ModelRunner:
                 raise ValueError("ExtendRequest.new_token_ids must not be empty")
             if len(r.block_table) * self.block_size < r.num_cached + len(r.new_token_ids):
                 raise ValueError("ExtendRequest.block_table does not cover the new tokens")
+            if r.leaf_gaps and (len(r.leaf_gaps) != len(r.new_token_ids) or any(
+                    not 0 <= g <= j for j, g in enumerate(r.leaf_gaps))):
+                raise ValueError("ExtendRequest.leaf_gaps must give each new token a gap in "
+                                 "[0, its index]")
         hidden, offsets = self._forward(reqs)  # (T, H)
         if hidden.shape[0] == 1 and self._graph_free and self._head is None:  # one token
             return [self.model.logits(hidden)]

@@ -99,10 +99,16 @@ typedef struct {
  * own_from[r] (0 unless the row is in a prefix group) come from its group: group g holds the rows
  * group_rows[group_off[g] .. group_off[g + 1]), which share their first own_from[r] positions
  * in the same blocks. Row r's tokens are rotated (RoPE) at their position + rope_off[r] (the
- * tokens token dropping removed from the row's table before them). */
+ * tokens token dropping removed from the row's table before them).
+ * A draft tree's leaves (tok_at, NULL where the step has none): flat token t is stored at its
+ * position but stands at tok_at[t] (a leaf: tok_at[t] < its position, the position after its
+ * parent's; any other token: tok_at[t] = its position). It is rotated at tok_at[t] + rope_off[r]
+ * and attends the positions before tok_at[t] and its own: its ancestors, never the other
+ * branches stored between. */
 typedef struct {
   int64_t n_rows, block_size, max_blocks, n_groups;
   const int64_t *tables, *start, *tok_off, *own_from, *group_off, *group_rows, *rope_off;
+  const int64_t *tok_at;
 } mg_plan;
 
 #if MG_ISA
@@ -633,6 +639,7 @@ typedef struct {
   const float *q_base;
   int64_t q_stride;
   int64_t *tok_row, *tok_pos, *chunk_off, *chunk_rec;
+  const int64_t *tok_at; /* the plan's (NULL: no leaves) */
   atomic_llong *chunk_done;
   lane lanes[MG_MAX_THREADS];
   void *block;
@@ -718,16 +725,27 @@ static void index_tokens(const mg_plan *P, scratch *S) {
       S->tok_row[t] = r;
       S->tok_pos[t] = P->start[r] + (t - P->tok_off[r]);
     }
+  S->tok_at = P->tok_at;
+}
+
+/* The position token t stands at (is rotated at): its own, or a leaf's (mg_plan's tok_at). */
+static inline int64_t stands_at(const scratch *S, int64_t t) {
+  return S->tok_at ? S->tok_at[t] : S->tok_pos[t];
+}
+
+/* Whether token t is a leaf of a draft tree (stored past the position it stands at). */
+static inline int is_leaf(const scratch *S, int64_t t) {
+  return S->tok_at && S->tok_at[t] != S->tok_pos[t];
 }
 
 /* Queries of token t for kv head hk, appended to the lane's lists at index *n; each attends
- * up to the token's own position (q_to). */
+ * up to the token's own position (q_to), a leaf up to its parent's (own_unit adds its own). */
 static void gather_queries(const mg_model *M, const scratch *S, const lane *L, int64_t t,
                            int64_t hk, int64_t *n) {
   const int64_t D = M->head_dim, hq = M->n_heads, g = hq / M->n_kv_heads;
   for (int64_t j = 0; j < g; j++, (*n)++) {
     const int64_t head = t * hq + hk * g + j;
-    L->q_to[*n] = S->tok_pos[t] + 1;
+    L->q_to[*n] = is_leaf(S, t) ? S->tok_at[t] : S->tok_pos[t] + 1;
     L->q[*n] = S->q_base + t * S->q_stride + (hk * g + j) * D;
     L->acc[*n] = S->attn + head * D;
     L->pmx[*n] = S->mx + head;
@@ -920,6 +938,15 @@ static void own_unit(const step_job *J, const lane *L, const kv_src *C, int64_t 
       merge_states(L->acc, L->pmx, L->pl, L->cacc, L->cmx, L->cl, n, D);
     }
   }
+  if (S->tok_at) /* a leaf also attends its own key, stored past its parent's branch */
+    for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++) {
+      if (!is_leaf(S, t)) continue;
+      int64_t m = 0;
+      for (int64_t hk = hk0; hk < hk1; hk++) gather_queries(J->M, S, L, t, hk, &m);
+      for (int64_t i = 0; i < m; i++) L->c_to[i] = S->tok_pos[t] + 1;
+      attend(J->M, P, L->q, L->acc, L->pmx, L->pl, m / J->kv_run, r, S->tok_pos[t], L->c_to, C,
+             hk0, J->kv_run, L->s);
+    }
   for (int64_t t = P->tok_off[r]; t < P->tok_off[r + 1]; t++)
     for (int64_t i = t * hq + hk0 * g; i < t * hq + hk1 * g; i++) {
       const float inv = 1.0f / S->l[i];
@@ -1068,7 +1095,7 @@ static void head_work(const step_job *J, const mg_layer *W, const kv_layer *kv, 
   const int64_t D = M->head_dim, hq = M->n_heads, hkv = M->n_kv_heads;
   float *x = S->qkv + t * (hq + 2 * hkv) * D + i * D;
   if (i < hq + hkv) {
-    const int64_t rp = S->tok_pos[t] + J->P->rope_off[S->tok_row[t]];
+    const int64_t rp = stands_at(S, t) + J->P->rope_off[S->tok_row[t]];
     const float *norm = i < hq ? W->q_norm : W->k_norm;
     if (norm) rms_norm(x, norm, x, D, M->eps);
     rope(x, M->cos + rp * D, M->sin + rp * D, D);

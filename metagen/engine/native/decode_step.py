@@ -62,7 +62,7 @@ class _Layer(ctypes.Structure):
 class _Plan(ctypes.Structure):
     _fields_ = [("n_rows", _I), ("block_size", _I), ("max_blocks", _I), ("n_groups", _I),
                 ("tables", _P), ("start", _P), ("tok_off", _P), ("own_from", _P),
-                ("group_off", _P), ("group_rows", _P), ("rope_off", _P)]
+                ("group_off", _P), ("group_rows", _P), ("rope_off", _P), ("tok_at", _P)]
 
 
 @dataclass(slots=True)
@@ -78,7 +78,10 @@ class StepPlan:
     Row r's tokens are rotated (RoPE) at their position plus ``rope_off[r]``: the tokens of its
     context that token dropping removed from its table (:mod:`metagen.engine.kv_window`).
     ``token_ids`` are the flat tokens' ids (a NumPy view), where the plan was built with them
-    (else empty).
+    (else empty). ``tok_at`` (empty where the step has no draft-tree leaves): the position each
+    flat token stands at, below its own for a leaf (``leaf_gaps``): it is rotated there and
+    attends its row's positions before it, and its own (:class:`~metagen.engine.model_runner.
+    ExtendRequest`).
 
     Every field is a view of one buffer, ``flat``, made when it is read: the native call reads
     the buffer at the fields' offsets, so a step allocates one small array and no views. A
@@ -96,6 +99,7 @@ class StepPlan:
     token_offsets: list[int]  # tok_off as Python ints
     array: np.ndarray  # flat's NumPy view (the same memory)
     table: list[int]  # a one-row plan's block table as last written (else empty)
+    gaps: list[int]  # a one-row plan's leaf gaps (else empty)
     c_struct: _Plan | None = None  # the C view of the plan, made at the first native call
 
     @classmethod
@@ -103,11 +107,14 @@ class StepPlan:
               starts: Sequence[int], lengths: Sequence[int],
               groups: Sequence[tuple[Sequence[int], int]],
               dropped: Sequence[int] | None = None,
-              token_ids: Sequence[int] = (), spare: int = 0) -> StepPlan:
+              token_ids: Sequence[int] = (), spare: int = 0,
+              leaf_gaps: Sequence[Sequence[int]] = ()) -> StepPlan:
         """From per-row block tables, cached counts and new-token counts, the prefix groups
         as (rows, shared blocks) pairs, the rows' dropped token counts (``rope_off``; default
         none) and, optionally, the new tokens' ids in flat order. ``spare``: table room for
-        that many more blocks per row (for :meth:`refill`)."""
+        that many more blocks per row (for :meth:`refill`). ``leaf_gaps``: per row, empty or
+        each new token's gap (its position minus the one it stands at: 0 but for a draft tree's
+        leaves), which makes ``tok_at``."""
         width = max(len(t) for t in block_tables) + spare
         own_from = [0] * len(block_tables)
         rows: list[int] = []
@@ -120,29 +127,36 @@ class StepPlan:
         tok_off = [0]
         for n in lengths:
             tok_off.append(tok_off[-1] + n)
+        tok_at: list[int] = []
+        if any(leaf_gaps):
+            for s, n, gaps in zip(starts, lengths, leaf_gaps):
+                tok_at.extend(s + j - (gaps[j] if gaps else 0) for j in range(n))
         parts: list[Sequence[int]] = [
             [i for b in block_tables for i in (*b, *[0] * (width - len(b)))], starts,
             tok_off, own_from, offsets, rows,
-            dropped if dropped is not None else [0] * len(block_tables), token_ids]
+            dropped if dropped is not None else [0] * len(block_tables), token_ids, tok_at]
         bounds = [0]
         for part in parts:
             bounds.append(bounds[-1] + len(part))
         # one array through numpy (a few us; torch.tensor of a list costs several times that)
         array = np.fromiter(itertools.chain.from_iterable(parts), np.int64, bounds[-1])
         table = list(block_tables[0]) if len(block_tables) == 1 else []
+        gaps = list(leaf_gaps[0]) if len(block_tables) == 1 and tok_at else []
         return cls(block_size, len(block_tables), width, torch.from_numpy(array),
-                   tuple(bounds), tok_off, array, table)
+                   tuple(bounds), tok_off, array, table, gaps)
 
     def refill(self, block_table: Sequence[int], start: int, token_ids: Sequence[int],
-               dropped: int) -> bool:
+               dropped: int, leaf_gaps: Sequence[int] = ()) -> bool:
         """Rewrite this one-row plan (built with ``token_ids``) in place to run ``token_ids``
-        at positions ``start ..`` of the row ``block_table`` with ``dropped`` tokens dropped, as
-        :meth:`build` would plan it (the table padded to ``width``); returns whether it could:
-        False, and the plan untouched, for another number of tokens or a table longer than
-        ``width``. The plan's earlier contents are gone: a caller keeps one plan per step."""
+        at positions ``start ..`` of the row ``block_table`` with ``dropped`` tokens dropped
+        (and ``leaf_gaps``, as :meth:`build` takes a row's), as :meth:`build` would plan it (the
+        table padded to ``width``); returns whether it could: False, and the plan untouched, for
+        another number of tokens, other gaps or a table longer than ``width``. The plan's
+        earlier contents are gone: a caller keeps one plan per step."""
         b = self.bounds
         n = len(token_ids)
-        if self.n_rows != 1 or n != b[8] - b[7] or len(block_table) > self.width:
+        if self.n_rows != 1 or n != b[8] - b[7] or len(block_table) > self.width or (
+                (leaf_gaps or self.gaps) and list(leaf_gaps) != self.gaps):
             return False
         a = self.array
         if block_table != self.table:  # a new block, once every block_size tokens
@@ -156,6 +170,8 @@ class StepPlan:
             a[b[7]] = token_ids[0]
         else:
             a[b[7]:b[8]] = token_ids
+        if self.gaps:
+            a[b[8]:b[9]] = start + np.arange(n) - np.asarray(self.gaps)
         return True
 
     def _field(self, i: int) -> torch.Tensor:
@@ -199,14 +215,19 @@ class StepPlan:
         through the caches, where each dispatch costs tens of us)."""
         return self.array[self.bounds[7]:self.bounds[8]]
 
+    @property
+    def tok_at(self) -> torch.Tensor:  # (T,) or (0,)
+        return self._field(8)
+
     def positions_and_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(T,) int64 each: every flat token's RoPE position (``rope_off`` included) and its
-        cache slot."""
+        """(T,) int64 each: every flat token's RoPE position (the one it stands at,
+        ``rope_off`` included) and its cache slot."""
         lens = self.tok_off[1:] - self.tok_off[:-1]
         row = torch.repeat_interleave(torch.arange(lens.shape[0]), lens)  # (T,)
         pos = self.start[row] + torch.arange(row.shape[0]) - self.tok_off[row]
         block = self.tables[row, pos // self.block_size]
-        return pos + self.rope_off[row], block * self.block_size + pos % self.block_size
+        at = self.tok_at if self.tok_at.numel() else pos
+        return at + self.rope_off[row], block * self.block_size + pos % self.block_size
 
 
 class DecodeStep:
@@ -453,8 +474,9 @@ def _plan_struct(plan: StepPlan) -> _Plan:
     """The C view of ``plan`` (made once per plan: its buffer never moves)."""
     if plan.c_struct is None:
         n_groups = plan.bounds[5] - plan.bounds[4] - 1  # group_off's length - 1
+        tok_at = plan.address(8) if plan.bounds[9] > plan.bounds[8] else None
         plan.c_struct = _Plan(plan.n_rows, plan.block_size, plan.width, n_groups,
-                              *(plan.address(i) for i in range(7)))  # tables .. rope_off
+                              *(plan.address(i) for i in range(7)), tok_at)  # tables .. tok_at
     return plan.c_struct
 
 
