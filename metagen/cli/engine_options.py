@@ -23,15 +23,16 @@ from typing import Any, Literal
 
 import click
 
-from metagen.cli.flags import int_flag
+from metagen.cli.flags import int_flag, parse_ns
 
-Kind = Literal["int", "path", "choice", "flag"]
+Kind = Literal["int", "ints", "path", "choice", "flag"]
 
 
 @dataclass(frozen=True, slots=True)
 class EngineOption:
     """One ``EngineConfig`` field exposed as a flag: ``kind`` says how its text is read (``int``
-    by :func:`~metagen.cli.flags.int_flag`, ``path`` and ``choice`` as given, ``flag`` True when
+    by :func:`~metagen.cli.flags.int_flag`, ``ints`` comma-separated by
+    :func:`~metagen.cli.flags.parse_ns`, ``path`` and ``choice`` as given, ``flag`` True when
     present); ``vocabulary`` names the constant of :mod:`metagen.engine.config` listing a
     choice's values."""
 
@@ -71,6 +72,10 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     EngineOption("speculative_quantization", "choice", "Quantize the draft model's weights at "
                  "load: cheaper drafts, the same output (the target verifies them in its own "
                  "precision).", "QUANTIZATIONS"),
+    EngineOption("speculative_tree", "ints", "Draft a token tree: this many candidates beside "
+                 "the draft at each depth, comma-separated (2,1: two beside the first draft, "
+                 "one beside the second), verified in the same step (with "
+                 "--speculative-model)."),
     EngineOption("prompt_lookup", "int", "Speculative decoding by prompt lookup with n-grams of "
                  "up to INT tokens (instead of --speculative-model)."),
     EngineOption("adaptive_speculation", "flag", "Each row drafts as many tokens (at most "
@@ -102,7 +107,7 @@ def engine_flag(name: str) -> Callable[[Any], Any]:
     if option.kind == "choice":
         return click.option(option.flag, option.name, default=None, help=option.help,
                             cls=_ChoiceOption, vocabulary=option.vocabulary)
-    metavar = "INT" if option.kind == "int" else "PATH"
+    metavar = {"int": "INT", "ints": "INT,INT,..."}.get(option.kind, "PATH")
     return click.option(option.flag, option.name, type=str, default=None, metavar=metavar,
                         help=option.help)
 
@@ -121,7 +126,8 @@ def pop_engine_options(flags: dict[str, Any]) -> dict[str, Any]:
     field), the rest as given."""
     kinds = {o.name: o.kind for o in ENGINE_OPTIONS}
     values = {name: flags.pop(name) for name in ENGINE_OPTION_NAMES}
-    return {name: int_flag(name, value) if kinds[name] == "int" else value
+    return {name: int_flag(name, value) if kinds[name] == "int" else
+            parse_ns(value, name) if kinds[name] == "ints" and value is not None else value
             for name, value in values.items()}
 
 

@@ -40,6 +40,23 @@ def check_quantization(value: object, name: str = "quantization") -> None:
                                     f"must be None or one of: {', '.join(QUANTIZATIONS)}")
 
 
+MAX_TREE_WIDTH = 16  # candidates beside the draft at one depth
+
+
+def _check_tree(tree: object, k: int, has_draft_model: bool) -> None:
+    """``speculative_tree``: a sequence of at most ``k`` integers in [0, MAX_TREE_WIDTH],
+    only with a draft model (its distribution gives the candidates)."""
+    if not isinstance(tree, (tuple, list)) or len(tree) > k or any(
+            not isinstance(w, int) or isinstance(w, bool) or not 0 <= w <= MAX_TREE_WIDTH
+            for w in tree):
+        raise InvalidParameterError("speculative_tree", tree, f"must be a sequence of at most "
+                                    f"num_speculative_tokens={k} integers in "
+                                    f"[0, {MAX_TREE_WIDTH}]")
+    if any(tree) and not has_draft_model:
+        raise InvalidParameterError("speculative_tree", tree,
+                                    "needs speculative_model (its distribution gives the leaves)")
+
+
 def _check_kv_window(sinks: object, window: object, block_size: int, speculative: bool) -> None:
     """Raise :class:`~metagen.errors.InvalidParameterError` naming the parameter unless
     ``window`` is None or a positive multiple of ``block_size`` (and then no ``speculative``
@@ -104,6 +121,11 @@ class EngineConfig:
     rate (:mod:`metagen.engine.adaptive_k`). ``speculative_quantization`` quantizes the draft
     model's weights as ``quantization`` does the target's (only with ``speculative_model``):
     the drafts change, never the output, which the target verifies in its own precision.
+    ``speculative_tree`` (only with ``speculative_model``) makes each round's drafts a token
+    tree: ``speculative_tree[d]`` more candidates beside the draft at depth ``d`` (the draft's
+    next best tokens there, greedy; draws without replacement from its distribution, sampled),
+    each a leaf verified in the same target step (a tree attention mask) and accepted where the
+    draft's own token is not; ``()`` drafts a chain. At most ``num_speculative_tokens`` depths.
     ``quantization`` "int8" quantizes the linear projections (and an untied LM head) at load,
     weight-only, one float32 scale per output channel (:mod:`metagen.engine.models.quantize`):
     a quarter of the weight bytes to stream per decoding step; "w8a8" also quantizes each
@@ -155,6 +177,7 @@ class EngineConfig:
     prompt_lookup: int | None = None
     adaptive_speculation: bool = False
     speculative_quantization: Quantization | None = None
+    speculative_tree: tuple[int, ...] = ()
     quantization: Quantization | None = None
     kv_sink_tokens: int = 0
     kv_window_tokens: int | None = None
@@ -204,6 +227,9 @@ class EngineConfig:
         if self.speculative_quantization is not None and self.speculative_model is None:
             raise InvalidParameterError("speculative_quantization", self.speculative_quantization,
                                         "needs speculative_model (it quantizes the draft model)")
+        _check_tree(self.speculative_tree, self.num_speculative_tokens,
+                    self.speculative_model is not None)
+        object.__setattr__(self, "speculative_tree", tuple(self.speculative_tree))
         _check_kv_window(self.kv_sink_tokens, self.kv_window_tokens, self.block_size,
                          self.speculative_model is not None or self.prompt_lookup is not None)
         if not isinstance(self.kv_cache_dtype, str) or self.kv_cache_dtype not in KV_CACHE_DTYPES:

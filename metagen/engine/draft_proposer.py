@@ -10,6 +10,13 @@ and extends the mirror with it. At the start of a round the mirror follows the t
 ``truncate`` to the common prefix (keeping the draft KV of the accepted drafts) then the
 target's new tokens. A mirror is aborted when its target sequence finishes (its full blocks
 stay in the draft's prefix cache).
+
+With a ``tree`` (``EngineConfig.speculative_tree``), each draft step also names ``tree[d]``
+candidates beside the draft at depth ``d``, from the same logits (no draft step of their own):
+a greedy row's next best tokens by the draft's raw logits (any candidate is sound: the target's
+argmax decides), a sampled row's draws from ``q`` without replacement after the draft
+(:func:`~metagen.decoding.tree_speculative.draw_alternatives`, uniforms on streams
+``ALT_STREAM + j``), as the tree rule requires. The mirror follows the chain alone.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import torch
 from metagen.decoding import SequenceState, greedy_tokens, probs_for_sampling, uniforms_for
 from metagen.decoding.processors import plain_greedy
 from metagen.decoding.sampler import RowKernels, greedy_step
+from metagen.decoding.rng import uniform_for
 from metagen.decoding.speculative import sample_inverse_cdf
+from metagen.decoding.tree_speculative import draw_alternatives
 from metagen.engine import direct_steps
 from metagen.engine.mirrors import Mirrors
 from metagen.engine.proposers import Proposal
@@ -35,24 +44,29 @@ if TYPE_CHECKING:
     from metagen.engine.sequence import Sequence as Seq
 
 DRAFT_STREAM = 13  # rng stream of the draft tokens (metagen.decoding.rng)
+ALT_STREAM = 80  # + j: the j-th candidate beside a sampled draft (a draft tree)
 
 
 @dataclass(slots=True, eq=False)
 class _Row:
     """One target row being drafted this round: its state, how many drafts it wants, and the
-    drafts so far with their distributions ((V,) each; None for a greedy row's point mass)."""
+    drafts so far with their distributions ((V,) each; None for a greedy row's point mass) and
+    the candidates beside each (a draft tree)."""
 
     state: SequenceState
     want: int
     tokens: list[int] = field(default_factory=list)
     probs: list[torch.Tensor | None] = field(default_factory=list)
+    alts: list[list[int]] = field(default_factory=list)
 
 
 class DraftDriver:
-    """Drives every mirror request of one draft engine (see the module docstring)."""
+    """Drives every mirror request of one draft engine (see the module docstring); ``tree``:
+    the candidates to name beside the draft at each depth."""
 
-    def __init__(self) -> None:
+    def __init__(self, tree: Sequence[int] = ()) -> None:
         self.rows: dict[int, _Row] = {}  # mirror seq_id -> its row this round
+        self.tree = tuple(tree)
 
     def on_logits(self, engine: LLMEngine, seqs: Sequence[Seq], logits: torch.Tensor) -> None:
         live = [(i, s, self.rows[s.seq_id]) for i, s in enumerate(seqs)
@@ -71,14 +85,36 @@ class DraftDriver:
             probs: torch.Tensor | None = None
         else:
             tokens, dead, probs = self._sampled(sub, states)
+        alts = self._alternatives(sub, states, [len(r.tokens) for _, _, r in live], tokens, probs)
         for j, (_, seq, row) in enumerate(live):
             if dead[j]:
                 row.want = len(row.tokens)  # nothing sensible to draft: stop here
                 continue
             row.tokens.append(tokens[j])
             row.probs.append(None if probs is None else probs[j])
+            row.alts.append(alts[j])
             if len(row.tokens) < row.want:
                 engine.extend(seq.seq_id, [tokens[j]])
+
+    def _alternatives(self, logits: torch.Tensor, states: list[SequenceState],
+                      depths: list[int], tokens: list[int], probs: torch.Tensor | None
+                      ) -> list[list[int]]:
+        """The candidates beside each row's draft ``tokens[j]`` at its depth (module
+        docstring): the next best by ``logits`` where ``probs`` is None (greedy rows), else
+        draws from ``probs[j]`` without replacement."""
+        widths = [self.tree[d] if d < len(self.tree) else 0 for d in depths]
+        if not any(widths):
+            return [[] for _ in depths]
+        if probs is None:
+            top = torch.topk(logits, min(max(widths) + 1, logits.shape[-1]), dim=-1).indices
+            return [[t for t in top[j].tolist() if t != tokens[j]][:w]
+                    for j, w in enumerate(widths)]
+        out = []
+        for j, (st, w) in enumerate(zip(states, widths)):
+            u = [uniform_for(int(st.rng_seed or 0), st.sample_index, st.step, ALT_STREAM + i)
+                 for i in range(w)]
+            out.append(draw_alternatives(probs[j], tokens[j], w, u))
+        return out
 
     @staticmethod
     def _greedy(logits: torch.Tensor, states: list[SequenceState], kernels: RowKernels | None
@@ -122,10 +158,10 @@ class DraftModelProposer:
     scheduling; same drafts, same draft KV. Off: every draft step is a :meth:`LLMEngine.step`.
     """
 
-    def __init__(self, draft: LLMEngine, direct: bool = True) -> None:
+    def __init__(self, draft: LLMEngine, direct: bool = True, tree: Sequence[int] = ()) -> None:
         self.draft = draft
         self.direct = direct
-        self.driver = DraftDriver()
+        self.driver = DraftDriver(tree)
         self.mirrors = Mirrors(draft, self.driver)
 
     def propose(self, keys: Sequence[int], token_lists: Sequence[Sequence[int]],
@@ -176,6 +212,7 @@ class DraftModelProposer:
         num = torch.zeros(b, dtype=torch.long)
         sampled = any(p is not None for r in rows if r is not None for p in r.probs)
         probs = torch.zeros(b, kmax, self.draft.vocab_size) if sampled else None  # (B, K, V)
+        alternatives = [[] if r is None else r.alts for r in rows] if self.driver.tree else None
         for j, r in enumerate(rows):
             if r is None or not r.tokens:
                 continue
@@ -188,7 +225,7 @@ class DraftModelProposer:
                         probs[j, t, tok] = 1.0
                     else:
                         probs[j, t] = q
-        return Proposal(drafts, num, probs)
+        return Proposal(drafts, num, probs, alternatives)
 
     def forget(self, key: int) -> None:
         self.mirrors.forget(key)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from metagen.engine.kv_layout import block_bytes
+from metagen.engine.kv_quant import read_dequantized, write_quantized
 from metagen.engine.native.threads import torch_inline
 
 
@@ -48,6 +49,25 @@ class KVCache:
         scales = 0 if self.scales is None else sum(s.nelement() * s.element_size()
                                                      for s in self.scales)
         return self.k.nelement() * self.k.element_size() * 2 + scales
+
+    def move_entry(self, src: int, dst: int) -> None:
+        """Copy the K/V of cache slot ``src`` (block * block_size + offset) to slot ``dst`` in
+        every layer: an accepted draft-tree leaf, stored past its branch, to its position. The
+        entries of ``dst``'s block before it stay; those after it are past the row's tokens. An
+        int8 entry is dequantized and written as a new one (``write_quantized``: the block's
+        scale grows where it must, its earlier entries requantized)."""
+        hkv, d = self.k.shape[-2], self.k.shape[-1]
+        if self.scales is None:
+            for t in (self.k, self.v):
+                flat = t.view(t.shape[0], -1, hkv, d)
+                flat[:, dst].copy_(flat[:, src])
+            return
+        s = torch.tensor([src], dtype=torch.long, device=self.k.device)
+        ds = torch.tensor([dst], dtype=torch.long, device=self.k.device)
+        for t, scales in zip((self.k, self.v), self.scales):
+            for layer in range(t.shape[0]):
+                x = read_dequantized(t[layer], scales[layer], s, None, torch.float32)
+                write_quantized(t[layer], scales[layer], ds, x)
 
     def copy_blocks(self, src: Sequence[int], dst: Sequence[int]) -> None:
         """Copy the contents of blocks ``src[i]`` into ``dst[i]`` in every layer (copy-on-write),

@@ -62,6 +62,7 @@ from metagen.decoding.bad_text import bad_text
 from metagen.engine.block_manager import BlockManager
 from metagen.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig
 from metagen.engine.detokenizer import Detokenizer
+from metagen.engine.draft_tree import leaf_gaps
 from metagen.engine import engine_drivers
 from metagen.engine.engine_parts import EngineDrivers, Scorer
 from metagen.engine.kv_cache import KVCache, bytes_per_block
@@ -477,7 +478,9 @@ class LLMEngine:
             reqs.append(ExtendRequest(s.block_table, done - s.dropped_blocks * bs,
                                       s.token_ids[done:done + n],
                                       s.score_from is not None or s.num_draft > 0,
-                                      s.dropped_blocks * bs))
+                                      s.dropped_blocks * bs,
+                                      leaf_gaps(s.num_draft, s.draft_leaves) if s.draft_leaves
+                                      else ()))
         return reqs, self.runner.extend(reqs)
 
     def _consume(self, batch: list[tuple[Seq, int]], reqs: list[ExtendRequest],

@@ -28,11 +28,15 @@ from metagen.errors import InvalidParameterError
 @dataclass(slots=True, frozen=True)
 class Proposal:
     """Drafts of a batch: ``tokens`` (B, K) (padded with 0 past ``num_draft``), ``num_draft``
-    (B,), and ``probs`` (B, K, V), the distributions the drafts were sampled from, or None."""
+    (B,), and ``probs`` (B, K, V), the distributions the drafts were sampled from, or None.
+    ``alternatives`` (a draft tree, else None): per row and depth ``d < num_draft``, the
+    candidates beside the draft ``tokens[b, d]``, each a leaf (the draft's next best tokens
+    there, or draws from ``probs[b, d]`` without replacement after the draft)."""
 
     tokens: torch.Tensor
     num_draft: torch.Tensor
     probs: torch.Tensor | None = None
+    alternatives: list[list[list[int]]] | None = None
 
 
 class Proposer(Protocol):

@@ -35,7 +35,10 @@ class Sequence:
 
     Speculative decoding: ``num_draft`` trailing ``token_ids`` are draft tokens (not in
     ``state.output_ids``), verified in this step and then removed or adopted; ``draft_probs``
-    (num_draft, V) are the distributions they were drawn from (None: point masses).
+    (num_draft, V) are the distributions they were drawn from (None: point masses). A draft
+    tree's trailing ``len(draft_leaves)`` drafts are leaves: ``draft_leaves[j]`` is the parent of
+    the j-th (0: the row's last token, ``d``: the ``d``-th draft of the chain before them), and
+    ``draft_probs`` has the chain's rows only.
     """
 
     seq_id: int
@@ -52,6 +55,7 @@ class Sequence:
     score_from: int | None = None
     num_draft: int = 0
     draft_probs: Any = None  # torch.Tensor (num_draft, V) or None
+    draft_leaves: list[int] = field(default_factory=list)  # a draft tree's leaves' parents
     score_logprobs: list[float] = field(default_factory=list)
     score_top: int | None = None  # also collect each scored position's top-k and token rank
     score_tops: list[dict[int, float]] = field(default_factory=list)

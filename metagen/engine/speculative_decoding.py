@@ -22,6 +22,17 @@ scoring requests, prefill chunks, and a request's first step before its ``n`` sa
 (they speculate from their next step on). Drafts that the step's token budget cannot hold are
 dropped before the forward (:meth:`Speculator.fit`).
 
+Draft trees (SpecInfer, Miao et al. 2024; Sequoia, Chen et al. 2024): where the proposal names
+candidates beside the drafts (``Proposal.alternatives``, ``EngineConfig.speculative_tree``), they
+are appended after the chain as leaves (``Sequence.draft_leaves``; layout in
+:mod:`metagen.engine.draft_tree`) and verified in the same step, each attending its ancestors
+alone (``ExtendRequest.leaf_gaps``). :func:`~metagen.decoding.tree_speculative.tree_accept`
+(recursive rejection sampling over each depth's candidates; greedy: the candidate that is the
+argmax) walks the tree: still exactly the target's distribution, and greedy output still plain
+greedy's. An accepted leaf's K/V is moved to its position (``KVCache.move_entry``); the other
+leaves' are dropped with the rejected drafts. Acceptance per depth counts a depth as accepted
+where any of its candidates was.
+
 With ``adaptive``, each row drafts the ``k`` (at most ``num_speculative_tokens``) that maximises
 its expected tokens per cost, from its own running acceptance rate and the cost of a draft step
 (:mod:`metagen.engine.adaptive_k`); otherwise every row drafts ``num_speculative_tokens``.
@@ -40,9 +51,12 @@ import torch
 from metagen.decoding import (
     SequenceState, greedy_tokens, log_softmax_rows, probs_for_sampling, uniforms_for,
 )
+from metagen.decoding.rng import uniform_for
 from metagen.decoding.sampler import greedy_step, top_logprobs_rows
 from metagen.decoding.speculative import speculative_accept
+from metagen.decoding.tree_speculative import TreeOutcome, tree_accept, tree_accept_greedy
 from metagen.engine.adaptive_k import AcceptanceTracker, best_k, draft_step_cost
+from metagen.engine.draft_tree import leaf_move, node_paths
 from metagen.engine.proposers import NgramProposer, Proposer
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
 
@@ -53,6 +67,7 @@ if TYPE_CHECKING:
     from metagen.engine.sequence import Sequence as Seq
 
 ACCEPT_STREAM, RESAMPLE_STREAM = 11, 12  # rng streams (metagen.decoding.rng)
+LEAF_STREAM = 40  # + j: the accept test of a depth's j-th leaf (a draft tree)
 MAX_SPECULATIVE_TOKENS = 64
 
 
@@ -61,12 +76,14 @@ class SpecStats:
     """Work of speculation: verification rounds, drafts proposed and accepted, tokens emitted;
     and per draft depth ``d`` (0: a round's first draft) how many drafts were tested there
     (``tested[d]``: every earlier draft of their round accepted) and how many of those were
-    accepted (``accepted_at[d]``)."""
+    accepted (``accepted_at[d]``); with draft trees, ``leaves_accepted`` counts the rounds whose
+    path ended on a leaf (a candidate beside the draft)."""
 
     rounds: int = 0
     proposed: int = 0
     accepted: int = 0
     emitted: int = 0
+    leaves_accepted: int = 0
     tested: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
 
@@ -80,12 +97,13 @@ class SpecStats:
         round goes on past depth ``d`` once it reached it."""
         return [a / t for a, t in zip(self.accepted_at, self.tested)]
 
-    def add_round(self, proposed: int, accepted: int) -> None:
-        """Count one row's round: ``proposed`` drafts, the first ``accepted`` of them accepted
-        (0 <= accepted <= proposed)."""
+    def add_round(self, proposed: int, accepted: int, tested: int | None = None) -> None:
+        """Count one row's round: ``proposed`` drafts, ``accepted`` of them accepted (a chain's
+        first ones; a tree's path, one per depth) and the depths ``tested`` (default a chain's:
+        the accepted ones and the first miss)."""
         self.proposed += proposed
         self.accepted += accepted
-        depth = min(accepted + 1, proposed)  # drafts tested: the accepted ones and the first miss
+        depth = min(accepted + 1, proposed) if tested is None else tested
         for lst in (self.tested, self.accepted_at):
             lst.extend([0] * (depth - len(lst)))
         for d in range(depth):
@@ -149,8 +167,13 @@ class Speculator:
         for j, seq in enumerate(rows):
             nd = min(int(nums[j]), ks[j])
             if nd > 0:
-                seq.token_ids.extend(prop.tokens[j, :nd].tolist())
-                seq.num_draft = nd
+                leaves = [] if prop.alternatives is None else [
+                    (d, t) for d, alts in enumerate(prop.alternatives[j][:nd]) for t in alts]
+                room = engine.max_model_len - len(seq.token_ids) - 1 - nd  # leaves' slots
+                leaves = leaves[:max(room, 0)]
+                seq.token_ids.extend(prop.tokens[j, :nd].tolist() + [t for _, t in leaves])
+                seq.num_draft = nd + len(leaves)
+                seq.draft_leaves = [d for d, _ in leaves]
                 seq.draft_probs = None if prop.probs is None else prop.probs[j, :nd]
                 self._drafted.append(seq)
 
@@ -162,11 +185,13 @@ class Speculator:
             base = len(seq.token_ids) - seq.num_draft
             end = 0 if n is None else seq.num_computed_tokens + n
             keep = min(max(end - base, 0), seq.num_draft)
-            if keep < seq.num_draft:
+            if keep < seq.num_draft:  # a tree's leaves go first: they follow the chain
+                chain = seq.num_draft - len(seq.draft_leaves)
                 del seq.token_ids[base + keep:]
                 seq.num_draft = keep
+                seq.draft_leaves = seq.draft_leaves[:max(keep - chain, 0)]
                 seq.draft_probs = None if seq.draft_probs is None or keep == 0 else \
-                    seq.draft_probs[:keep]
+                    seq.draft_probs[:min(keep, chain)]
         self._drafted = []
 
     def forget(self, seq: Seq) -> None:
@@ -184,12 +209,12 @@ class Speculator:
         states: list[SequenceState] = []
         for seq, _ in rows:
             st, base = seq.state, len(seq.token_ids) - seq.num_draft
-            drafts = seq.token_ids[base:]
-            states += [SequenceState(st.params, st.prompt_ids, st.output_ids + drafts[:t],
+            paths = node_paths(seq.token_ids[base:], seq.draft_leaves)
+            states += [SequenceState(st.params, st.prompt_ids, st.output_ids + path,
                                      st.sample_index, st.eos_token_ids, st.bad_words_ids,
                                      rng_seed=st.rng_seed, constraint=st.constraint,
                                      heal=st.heal, bad_text=st.bad_text)
-                       for t in range(seq.num_draft + 1)]  # one matcher, synced row by row
+                       for path in paths]  # one matcher, synced row by row
         owners = [seq for seq, _ in rows for _ in range(seq.num_draft + 1)]
         flat = engine.apply_logits_hook(torch.cat([lg for _, lg in rows]), states,
                                         owners)  # (N, V); a failed hook call's rows are NaN
@@ -220,8 +245,9 @@ class Speculator:
         emitted = (self._accept_greedy(good, offsets, target.tolist()) if greedy
                    else self._accept_sampled(good, offsets, target))
         logprobs = []
-        for seq, off, toks in zip(good, offsets, emitted):
-            lp = raw_lp[off:off + len(toks)]
+        for seq, off, out in zip(good, offsets, emitted):
+            toks = out.tokens
+            lp = raw_lp[torch.tensor([off + i for i in (0, *out.nodes)], device=raw_lp.device)]
             chosen = lp.gather(1, torch.tensor(toks, device=lp.device)[:, None])[:, 0].tolist()
             ks = [seq.state.params.logprobs] * len(toks)
             logprobs.append((chosen, top_logprobs_rows(lp, ks)))
@@ -247,30 +273,43 @@ class Speculator:
         offsets = list(itertools.accumulate([seq.num_draft + 1 for seq in seqs], initial=0))[:-1]
         emitted = self._accept_greedy(seqs, offsets, best)
         none: list[dict[int, float] | None] = [None] * len(flat)  # no row lists its top-k
-        self._emit(engine, seqs, emitted, [(lps[off:off + len(toks)], none)
-                                           for off, toks in zip(offsets, emitted)])
+        self._emit(engine, seqs, emitted, [([lps[off + i] for i in (0, *out.nodes)], none)
+                                           for off, out in zip(offsets, emitted)])
         return True
 
     @staticmethod
     def _accept_greedy(seqs: list[Seq], offsets: list[int], best: list[int]
-                       ) -> list[list[int]]:
+                       ) -> list[TreeOutcome]:
         """Greedy rows (``best`` (N,): the processed argmax at every verified position): per
         row, its drafts while they equal the argmax, then the argmax where they stop --
-        :func:`~metagen.decoding.speculative.greedy_accept`, on lists (a round is a few tokens)."""
+        :func:`~metagen.decoding.speculative.greedy_accept`, on lists (a round is a few tokens);
+        a tree's row, :func:`~metagen.decoding.tree_speculative.tree_accept_greedy`."""
         out = []
         for seq, off in zip(seqs, offsets):
             drafts = seq.token_ids[len(seq.token_ids) - seq.num_draft:]
+            if seq.draft_leaves:
+                chain, leaves = _tree_of(seq)
+                out.append(tree_accept_greedy(chain, leaves, best[off:off + len(drafts) + 1]))
+                continue
             na = 0
             while na < len(drafts) and drafts[na] == best[off + na]:
                 na += 1
-            out.append(drafts[:na] + [best[off + na]])
+            out.append(TreeOutcome(drafts[:na] + [best[off + na]], list(range(1, na + 1))))
         return out
 
-    @staticmethod
-    def _accept_sampled(seqs: list[Seq], offsets: list[int], probs: torch.Tensor
-                        ) -> list[list[int]]:
+    def _accept_sampled(self, seqs: list[Seq], offsets: list[int], probs: torch.Tensor
+                        ) -> list[TreeOutcome]:
         """Any rows (``probs`` (N, V): the processed distributions at every verified position,
-        one-hot for greedy rows): per row, the tokens :func:`speculative_accept` emits."""
+        one-hot for greedy rows): per row, the tokens :func:`speculative_accept` emits (a tree's
+        row: :func:`~metagen.decoding.tree_speculative.tree_accept`'s)."""
+        trees = [j for j, s in enumerate(seqs) if s.draft_leaves]
+        if trees:
+            chains = [j for j in range(len(seqs)) if j not in set(trees)]
+            got = dict(zip(trees, (_accept_tree(seqs[j], offsets[j], probs) for j in trees)))
+            if chains:
+                got.update(zip(chains, self._accept_sampled([seqs[j] for j in chains],
+                                                            [offsets[j] for j in chains], probs)))
+            return [got[j] for j in range(len(seqs))]
         b, kmax, vocab = len(seqs), max(s.num_draft for s in seqs), probs.shape[1]
         drafts = torch.zeros(b, kmax, dtype=torch.long)  # (B, K)
         target = torch.zeros(b, kmax + 1, vocab, dtype=torch.float64)  # (B, K+1, V)
@@ -289,24 +328,32 @@ class Speculator:
         res_u = torch.from_numpy(uniforms_for(seeds, idx, steps, RESAMPLE_STREAM))
         num_draft = torch.tensor([s.num_draft for s in seqs], dtype=torch.long)
         out = speculative_accept(drafts, q, target, acc_u, res_u, num_draft=num_draft)
-        return [out.tokens[j, :na + 1].tolist() for j, na in enumerate(out.num_accepted.tolist())]
+        return [TreeOutcome(out.tokens[j, :na + 1].tolist(), list(range(1, na + 1)))
+                for j, na in enumerate(out.num_accepted.tolist())]
 
-    def _emit(self, engine: LLMEngine, seqs: list[Seq], emitted: list[list[int]],
+    def _emit(self, engine: LLMEngine, seqs: list[Seq], emitted: list[TreeOutcome],
               logprobs: list[tuple[list[float], list[dict[int, float] | None]]]) -> None:
-        """Drop every row's drafts, then emit ``emitted[j]`` (its accepted drafts and its
-        corrected or bonus token) with ``logprobs[j]`` (each token's logprob and its top-k
-        listing) through the engine's append path, claiming the accepted drafts' KV one by one;
-        free the blocks past what a row kept."""
+        """Drop every row's drafts, then emit ``emitted[j].tokens`` (its accepted drafts and
+        its corrected or bonus token) with ``logprobs[j]`` (each token's logprob and its top-k
+        listing) through the engine's append path, claiming the accepted drafts' KV one by one
+        (an accepted leaf's moved to its position first); free the blocks past what a row
+        kept."""
         self.stats.rounds += 1
-        for seq, toks, (chosen, tops) in zip(seqs, emitted, logprobs):
-            na, nd = len(toks) - 1, seq.num_draft
+        for seq, out, (chosen, tops) in zip(seqs, emitted, logprobs):
+            toks, na, nd, leaves = out.tokens, len(out.nodes), seq.num_draft, seq.draft_leaves
             base = len(seq.token_ids) - nd
+            move = leaf_move(nd, leaves, out.nodes)
+            if move is not None:  # offsets from the root, at position base - 1
+                self.stats.leaves_accepted += 1
+                engine.kv.move_entry(*(_slot(seq, engine.config.block_size, base - 1 + m)
+                                           for m in move))
             del seq.token_ids[base:]
-            seq.num_draft, seq.draft_probs = 0, None
+            seq.num_draft, seq.draft_probs, seq.draft_leaves = 0, None, []
             seq.num_computed_tokens = base  # the accepted drafts' KV is claimed one by one
-            self.stats.add_round(nd, na)
+            self.stats.add_round(nd, na, _depths_tested(nd, leaves, out.nodes))
             if self.adaptive:
-                self._trackers.setdefault(seq.seq_id, AcceptanceTracker()).update(nd, na)
+                self._trackers.setdefault(seq.seq_id, AcceptanceTracker()).update(
+                    nd - len(leaves), na)
             for t, tok in enumerate(toks):
                 engine.emit(seq, tok, chosen[t], tops[t])
                 self.stats.emitted += 1
@@ -316,6 +363,45 @@ class Speculator:
                     seq.num_computed_tokens += 1
             if not seq.is_finished:
                 engine.release_tail(seq)
+
+
+def _tree_of(seq: Seq) -> tuple[list[int], list[tuple[int, int]]]:
+    """A drafted row's tree: its chain, and its leaves as (parent, token)."""
+    drafts = seq.token_ids[len(seq.token_ids) - seq.num_draft:]
+    k = len(drafts) - len(seq.draft_leaves)
+    return drafts[:k], list(zip(seq.draft_leaves, drafts[k:]))
+
+
+def _accept_tree(seq: Seq, off: int, probs: torch.Tensor) -> TreeOutcome:
+    """One tree row's sampled verification (``probs``: the step's processed distributions;
+    its nodes' are rows ``off ..``): node ``i``'s test takes the uniform of its depth ``d`` at
+    step ``step + d``, the chain's on ACCEPT_STREAM (as a chain's round), the ``j``-th leaf of a
+    depth's on ``LEAF_STREAM + j``; the last draw RESAMPLE_STREAM's at ``step``."""
+    chain, leaves = _tree_of(seq)
+    st = seq.state
+    seed, idx, step = int(st.rng_seed or 0), st.sample_index, st.step
+    u = [0.0] + [uniform_for(seed, idx, step + d, ACCEPT_STREAM) for d in range(len(chain))]
+    rank: dict[int, int] = {}
+    for parent, _ in leaves:
+        u.append(uniform_for(seed, idx, step + parent, LEAF_STREAM + rank.get(parent, 0)))
+        rank[parent] = rank.get(parent, 0) + 1
+    target = probs[off:off + 1 + len(chain) + len(leaves)].double()
+    return tree_accept(chain, leaves, target, seq.draft_probs, u,
+                       uniform_for(seed, idx, step, RESAMPLE_STREAM))
+
+
+def _depths_tested(num_draft: int, parents: Sequence[int], nodes: Sequence[int]) -> int:
+    """The depths a round tested: those of its accepted ``nodes`` and, unless it ended on a
+    leaf (a bonus token follows it) or past its candidates, the next one."""
+    k, na = num_draft - len(parents), len(nodes)
+    if nodes and nodes[-1] > k:
+        return na
+    return na + int(na < k or na in parents)
+
+
+def _slot(seq: Seq, block_size: int, pos: int) -> int:
+    """The cache slot of position ``pos`` of ``seq`` (no token dropping: speculative rows)."""
+    return seq.block_table[pos // block_size] * block_size + pos % block_size
 
 
 def build_speculator(cfg: EngineConfig, target: CausalLM) -> Speculator | None:
@@ -343,6 +429,7 @@ def build_speculator(cfg: EngineConfig, target: CausalLM) -> Speculator | None:
     if draft.vocab_size != vocab:
         raise ModelLoadError(f"speculative_model {cfg.speculative_model!r} has a vocabulary of "
                              f"{draft.vocab_size} tokens; the target's has {vocab}")
-    return Speculator(DraftModelProposer(draft), cfg.num_speculative_tokens,
+    return Speculator(DraftModelProposer(draft, tree=cfg.speculative_tree),
+                      cfg.num_speculative_tokens,
                       adaptive=cfg.adaptive_speculation,
                       draft_cost=draft_step_cost(draft.model, target))

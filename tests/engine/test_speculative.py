@@ -221,12 +221,15 @@ def _exact_three_token_law(hf, ids: list[int], top_k: int, temperature: float
 
 
 @pytest.mark.parametrize("proposer_kind, adaptive", [("bad", False), ("ngram", False),
-                                                     ("bad", True), ("bad int8", False)])
+                                                     ("bad", True), ("bad int8", False),
+                                                     ("bad tree", False)])
 def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind: str,
                                              adaptive: bool) -> None:
     """With ``adaptive`` (a draft step costing 0.5 target steps), a row's first round drafts 1
     token (the prior acceptance 0.7 pays for no more), so x2 and x3 come from one round or two
-    instead of one round of 2 drafts: the law of (x1, x2, x3) is the target's either way."""
+    instead of one round of 2 drafts: the law of (x1, x2, x3) is the target's either way. A
+    tree (``bad tree``: two leaves beside the first draft, one beside the second, drawn from q
+    without replacement) verifies them by recursive rejection sampling: the same law."""
     tok, hf, target_model, _ = setup
     noisy = load_model(stories_path)  # a draft that agrees often but not always
     gen = torch.Generator().manual_seed(0)
@@ -239,7 +242,8 @@ def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind:
     n, top_k, temperature = 3000, 4, 1.5
     law = _exact_three_token_law(hf, ids, top_k, temperature)
     proposer = (NgramProposer(max_ngram=2) if proposer_kind == "ngram" else
-                draft(noisy, 1024, 16))
+                DraftModelProposer(engine(noisy, 1024, 16), tree=(2, 1))
+                if proposer_kind == "bad tree" else draft(noisy, 1024, 16))
     target = engine(target_model, 1024, 16, proposer=proposer, k=3, adaptive=adaptive)
     # the first token is sampled after the prefill; x2 and x3 come from one verification round
     # (two drafts: accepted, or rejected and resampled, then the bonus token)
@@ -264,6 +268,8 @@ def test_speculative_sampling_matches_target(setup, stories_path, proposer_kind:
     assert stat < crit, (stat, crit)
     if proposer_kind != "ngram":
         assert 0 < stats.accepted < stats.proposed  # the rule really rejected and accepted
+    if proposer_kind == "bad tree":
+        assert stats.leaves_accepted > 0  # and leaves carried rounds
     if adaptive:  # one draft in a row's first round, at most one more after a rejection
         assert stats.proposed < 2 * n
     elif proposer_kind != "ngram":  # two drafts in every row's first round (max_tokens: no more)
