@@ -137,29 +137,32 @@ class MetagenPeer(Peer):
         return list(out[0].outputs[0].token_ids)
 
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
-                    mode: str) -> list[int]:
+                    mode: str, tree: tuple[int, ...] = ()) -> list[int]:
         """Greedy decoding on an engine built with a speculator: ``mode`` "draft" (the draft
         model on its own small engine, held as this peer holds its models), "draft-int8" (the
         same draft quantized to int8, as ``EngineConfig.speculative_quantization="int8"``
-        loads it) or "ngram" (prompt lookup)."""
+        loads it) or "ngram" (prompt lookup); a draft's ``tree`` as
+        ``EngineConfig.speculative_tree``."""
         from metagen.engine.draft_proposer import DraftModelProposer
         from metagen.engine.proposers import NgramProposer
         from metagen.engine.speculative_decoding import Speculator
         from metagen.types import SamplingParams
 
-        blocks = self.blocks_for(len(prompt) + max_new + k + 16)
+        blocks = self.blocks_for(len(prompt) + max_new + k + sum(tree) + 16)
         if mode == "draft-int8" and "draft-int8" not in self.models:
             from metagen.engine.models.loader import load_model
 
             self.models["draft-int8"] = load_model(self.paths["draft"], device=bench_device(),
                                                    quantization="int8")
-        proposer = (DraftModelProposer(self.engine(mode, num_blocks=blocks))
+        proposer = (DraftModelProposer(self.engine(mode, num_blocks=blocks), tree=tree)
                     if mode in ("draft", "draft-int8") else NgramProposer(max_ngram=3))
         eng = self.engine(model, num_blocks=blocks, speculator=Speculator(proposer, k))
         out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
         stats = eng.speculator.stats
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds,
-                     "acceptance_by_depth": [round(a, 3) for a in stats.acceptance_by_depth]}
+                     "acceptance_by_depth": [round(a, 3) for a in stats.acceptance_by_depth],
+                     "tokens_per_round": stats.emitted / max(stats.rounds, 1),
+                     "leaves_accepted": stats.leaves_accepted}
         return list(out[0].outputs[0].token_ids)
 
 

@@ -73,6 +73,58 @@ def test_tree_greedy_equals_plain_greedy(setup, stories_path, tree, draft_kind, 
     proposer.draft.check_integrity()
 
 
+def _configured(target_model, draft_model, tree, **config):
+    """A tree engine whose target runs with the ``EngineConfig`` fields ``config``."""
+    from metagen.engine.build import build_engine
+    from metagen.engine.speculative_decoding import Speculator
+
+    proposer = DraftModelProposer(engine(draft_model, 256), tree=tree)
+    eng = build_engine(target_model, None, EngineConfig(device="cpu", **config),
+                       speculator=Speculator(proposer, 4))
+    return eng, proposer
+
+
+@pytest.mark.parametrize("case", ["rows in prefix groups", "a tight token budget",
+                                  "an end token mid-round"])
+def test_tree_rows_in_groups_budgets_and_stops(setup, stories_path, case) -> None:  # noqa: F811
+    """Greedy equals plain greedy where tree rows meet the engine's other paths: three
+    requests of each prompt, whose rows share the prompt's cached blocks as Hydragen prefix
+    groups (``hydragen_min_prefix`` 0); a token budget of 7 tokens a
+    step, so ``Speculator.fit`` cuts the leaves (and then the chain) of rows the step cannot
+    hold; an end token that an accepted path reaches before the round's last token."""
+    tok, hf, target_model, _ = setup
+    draft_model = noisy_draft(stories_path, 0.3)
+    n = 30
+    prompts = [tok(p).input_ids for p in PROMPTS]
+    refs = [hf_greedy(hf, ids, n) for ids in prompts]
+    if case == "rows in prefix groups":
+        eng, proposer = _configured(target_model, draft_model, (2, 1, 1), num_blocks=256,
+                                    block_size=4, hydragen_min_prefix=0)
+        params = SamplingParams(temperature=0, max_tokens=n)
+        eng.generate(prompts, params)  # the prompts' blocks go to the prefix cache
+        rows = eng.runner.hydragen_rows
+        out = eng.generate([ids for ids in prompts for _ in range(3)], params)
+        assert [list(o.outputs[0].token_ids) for o in out] == [r for r in refs for _ in range(3)]
+        assert eng.runner.hydragen_rows > rows  # the three copies' rows attended as groups
+    elif case == "a tight token budget":
+        eng, proposer = _configured(target_model, draft_model, (2, 2, 2, 2), num_blocks=256,
+                                    block_size=8, max_num_batched_tokens=7)
+        out = eng.generate(prompts, SamplingParams(temperature=0, max_tokens=n))
+        assert [list(o.outputs[0].token_ids) for o in out] == refs
+    else:
+        eos = refs[0][9]  # the 10th greedy token as the end token
+        eng, proposer = _configured(target_model, draft_model, (2, 1, 1), num_blocks=256,
+                                    block_size=8)
+        eng.eos_token_ids = (eos,)
+        out = eng.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=n))
+        assert list(out[0].outputs[0].token_ids) == refs[0][:refs[0].index(eos) + 1]
+        assert out[0].outputs[0].finish_reason == "stop"
+    assert eng.speculator.stats.rounds > 0
+    eng.check_integrity()
+    assert not proposer.draft.requests
+    proposer.draft.check_integrity()
+
+
 def test_tree_beats_chain_on_tokens_per_round(setup, stories_path) -> None:  # noqa: F811
     """With a draft whose second choice is often the target's first, a tree's rounds emit
     more tokens than a chain's of the same depth (the leaves' only purpose; greedy, so both
