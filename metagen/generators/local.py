@@ -69,8 +69,8 @@ class LocalGenerator:
         """Load a Hugging Face folder; ``engine_options`` are :class:`EngineConfig` fields
         (``num_blocks``/``kv_cache_bytes``, ``dtype``, ``device``, ``max_num_seqs``, ...;
         speculative decoding: ``speculative_model=PATH`` (its weights in int8 with
-        ``speculative_quantization="int8"``) or ``prompt_lookup=N``, with
-        ``num_speculative_tokens=K``).
+        ``speculative_quantization="int8"``; a token tree of drafts with
+        ``speculative_tree=(2, 1)``) or ``prompt_lookup=N``, with ``num_speculative_tokens=K``).
         An unsupported architecture raises ``ModelLoadError`` suggesting ``metagen.HFGenerator``."""
         folder = Path(path)
         if not (folder / "config.json").is_file():
