@@ -898,7 +898,9 @@ static void chunk_states(const lane *L, float *acc, float *mx, float *l, int64_t
  * attends its chunk (the first into the row's state, a later one into its own chunk state),
  * and the row's last chunk unit of this run to finish, over the layers' count of them
  * (chunk_done), folds the row's chunk states in order. Either way each state is folded in chunk
- * order, so the bits are the same. Then the row's outputs of these heads are normalised. */
+ * order, so the bits are the same. A draft tree's leaf (mg_plan's tok_at) then attends its own
+ * key, stored past its branch, continuing its state. Then the row's outputs of these heads are
+ * normalised. */
 static void own_unit(const step_job *J, const lane *L, const kv_src *C, int64_t unit,
                      int64_t run, int64_t layer) {
   const mg_plan *P = J->P;
