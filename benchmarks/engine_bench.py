@@ -195,7 +195,7 @@ def _measure(peers: list[Peer], skipped: dict[str, str], paths: dict[str, Path],
         log("workload D ...")
         r, out = workloads.workload_d(peers, s, v, not_run)
         rows += r
-        for mode in ("draft", "draft-int8", "ngram"):
+        for mode in ("draft", "draft-int8", "draft-int8-tree", "ngram"):
             checks[f"D {mode}: speculative == greedy, all peers"] = _check_same(
                 out, [k for k in full_precision(out) if f"/{mode}/" in k])
     metagen = next((p for p in peers if isinstance(p, MetagenPeer)), None)
@@ -272,6 +272,8 @@ def print_table(result: dict[str, Any], console=None) -> None:
             extra.append(f"accept {row['acceptance_rate']:.2f}")
         if row.get("acceptance_by_depth"):  # metagen: per draft depth, once reached
             extra.append("by depth " + "/".join(f"{a:.2f}" for a in row["acceptance_by_depth"]))
+        if row.get("tokens_per_round"):  # metagen: tokens a row's round emits (trees: more)
+            extra.append(f"{row['tokens_per_round']:.2f} tok/round")
         if "vs_best_peer" in row:
             extra.append(f"{row['vs_best_peer']:.2f}x best peer ({row['best_peer']})")
         elif "vs_transformers" in row and row["peer"] != "transformers":

@@ -38,6 +38,7 @@ class Settings:
     d_new: int = 128
     d_k: int = 2
     d_int8_k: int = 4  # drafts per round with the int8 draft (a cheaper draft step pays for more)
+    d_tree: tuple[int, ...] = (1,)  # the int8 draft's tree row: candidates beside each depth
     e_prompts: int = 8
     e_prompt_len: int = 64
     e_beams: int = 4
@@ -242,28 +243,43 @@ def workload_d(peers: list[Peer], s: Settings, vocab: int,
                not_run: list[dict[str, Any]]) -> tuple[list[dict], dict]:
     """Speculative greedy vs the same engine's own greedy: good draft and prompt lookup, and
     (metagen only: ``EngineConfig.speculative_quantization``) the good draft quantized to int8
-    with its own ``k``; the target stays in each peer's own precision."""
+    with its own ``k``, as a chain and as a tree (``d_tree``: ``EngineConfig.
+    speculative_tree``); the target stays in each peer's own precision."""
     rows, outputs = [], {}
-    cases = [("draft", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7, s.d_k),
-             ("draft-int8", "good_target", random_prompt(s.d_prompt, vocab, 4), 1.7, s.d_int8_k),
-             ("ngram", "target", repetitive_prompt(s.d_prompt, vocab, 5), 1.9, s.d_k)]
-    for mode, model, prompt, goal, k in cases:
-        mine = [p for p in peers if mode != "draft-int8" or isinstance(p, MetagenPeer)]
+    good = random_prompt(s.d_prompt, vocab, 4)
+    cases: list[tuple[str, str, list[int], float, int, tuple[int, ...]]] = [
+        ("draft", "good_target", good, 1.7, s.d_k, ()),
+        ("draft-int8", "good_target", good, 1.7, s.d_int8_k, ()),
+        ("draft-int8-tree", "good_target", good, 1.7, s.d_int8_k, s.d_tree),
+        ("ngram", "target", repetitive_prompt(s.d_prompt, vocab, 5), 1.9, s.d_k, ())]
+    for mode, model, prompt, goal, k, tree in cases:
+        mine = [p for p in peers if not mode.startswith("draft-int8") or isinstance(p, MetagenPeer)]
+        draft = mode.removesuffix("-tree")
         got = rounds(mine, lambda peer: (
             lambda: peer.greedy(model, prompt, s.d_new),
-            lambda: peer.speculative(model, prompt, s.d_new, k, mode)),
+            lambda: _speculative(peer, model, prompt, s.d_new, k, draft, tree)),
             s.repeats, s.warmup, not_run, f"D {mode}")
         for peer in (p for p in mine if p.name in got):
             (t_base, t_spec), (base, spec) = got[peer.name]
             speed = [b / t for b, t in zip(t_base, t_spec)]
             outputs[f"{peer.name}/{mode}/greedy"] = base
             outputs[f"{peer.name}/{mode}/spec"] = spec
-            rows.append(_row("D", peer, f"spec {mode} k={k} ({model})", t_spec, s.d_new,
+            shape = f" tree {','.join(map(str, tree))}" if tree else ""
+            rows.append(_row("D", peer, f"spec {draft} k={k}{shape} ({model})", t_spec, s.d_new,
                              ratio_runs=speed, ratio=summary(speed), ratio_name="x own greedy",
                              target=f">= {goal}x" if peer.name == "metagen" else None,
                              greedy_times=t_base,
                              **dict(peer.last)))
     return rows, outputs
+
+
+def _speculative(peer: Peer, model: str, prompt: list[int], max_new: int, k: int, mode: str,
+                 tree: tuple[int, ...]) -> list[int]:
+    """``peer.speculative``; with a ``tree``, metagen's (the only peer that drafts trees)."""
+    if not tree:
+        return peer.speculative(model, prompt, max_new, k, mode)
+    assert isinstance(peer, MetagenPeer)
+    return peer.speculative(model, prompt, max_new, k, mode, tree)
 
 
 def e_prompts(s: Settings, vocab: int) -> list[list[int]]:

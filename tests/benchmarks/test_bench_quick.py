@@ -28,6 +28,8 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     assert all(ok is not False for ok in data["checks"].values()), data["checks"]
     assert data["checks"]["A greedy tokens equal across peers, 1 thread"] is True  # float32
     assert data["checks"]["D draft-int8: speculative == greedy, all peers, 1 thread"] is True
+    assert data["checks"]["D draft-int8-tree: speculative == greedy, all peers, 1 thread"] is True
+    assert any("tree 1 " in r["variant"] for r in data["rows"] if r["peer"] == "metagen")
     assert {r["peer"] for r in data["rows"] if "draft-int8" in r["variant"]} == {
         "metagen", "metagen-int8", "metagen-w8a8", "metagen-int4"}  # the int8 draft is metagen's
     # (speculative_quantization)
