@@ -121,8 +121,10 @@ def test_stochastic_beam_on_cuda_equals_cpu(random_model_dir):
     assert gpu[0].beams == cpu[0].beams and len(set(gpu[0].beams)) == 8
 
 
-@pytest.mark.parametrize("mode", ["ngram", "draft"])
+@pytest.mark.parametrize("mode", ["ngram", "draft", "draft tree"])
 def test_speculative_greedy_equals_plain_greedy_on_cuda(stories_path, mode):
+    """Speculative greedy on the GPU is plain greedy; ``draft tree``: the draft's next best
+    tokens beside its first two drafts, verified under the PyTorch path's tree mask."""
     from metagen.engine.draft_proposer import DraftModelProposer
     from metagen.engine.proposers import NgramProposer
     from metagen.engine.speculative_decoding import Speculator
@@ -130,14 +132,18 @@ def test_speculative_greedy_equals_plain_greedy_on_cuda(stories_path, mode):
     prompt = [1, 403, 407, 261, 378] * 3
     params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
     plain = _engine(stories_path, "cuda", block_size=16).generate([prompt], params)
-    proposer = (DraftModelProposer(_engine(stories_path, "cuda", block_size=16))
-                if mode == "draft" else NgramProposer(max_ngram=3))
+    proposer = (DraftModelProposer(_engine(stories_path, "cuda", block_size=16),
+                                   tree=(2, 1) if mode == "draft tree" else ())
+                if mode.startswith("draft") else NgramProposer(max_ngram=3))
     target = _engine(stories_path, "cuda", block_size=16)
     spec = build_engine(target.model, None, target.config, speculator=Speculator(proposer, 3))
     out = spec.generate([prompt], params)
     assert _tokens(out) == _tokens(plain)
     if mode == "draft":  # the draft is the target itself: every proposal is accepted
         assert spec.speculator.stats.acceptance_rate == 1.0
+    if mode == "draft tree":  # ... every chain draft: no round ends on a leaf
+        assert spec.speculator.stats.leaves_accepted == 0
+        assert set(spec.speculator.stats.acceptance_by_depth) == {1.0}
 
 
 def test_bfloat16_on_cuda_follows_float32(stories_path):
