@@ -162,7 +162,7 @@ class MetagenPeer(Peer):
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds,
                      "acceptance_by_depth": [round(a, 3) for a in stats.acceptance_by_depth],
                      # tokens a row's round emits (a round of every row tests depth 0)
-                     "tokens_per_round": stats.emitted / max(stats.tested[:1] or [1]),
+                     "tokens_per_round": stats.emitted / (stats.tested[0] if stats.tested else 1),
                      "leaves_accepted": stats.leaves_accepted}
         return list(out[0].outputs[0].token_ids)
 

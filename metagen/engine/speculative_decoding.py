@@ -281,21 +281,11 @@ class Speculator:
     def _accept_greedy(seqs: list[Seq], offsets: list[int], best: list[int]
                        ) -> list[TreeOutcome]:
         """Greedy rows (``best`` (N,): the processed argmax at every verified position): per
-        row, its drafts while they equal the argmax, then the argmax where they stop --
-        :func:`~metagen.decoding.speculative.greedy_accept`, on lists (a round is a few tokens);
-        a tree's row, :func:`~metagen.decoding.tree_speculative.tree_accept_greedy`."""
-        out = []
-        for seq, off in zip(seqs, offsets):
-            drafts = seq.token_ids[len(seq.token_ids) - seq.num_draft:]
-            if seq.draft_leaves:
-                chain, leaves = _tree_of(seq)
-                out.append(tree_accept_greedy(chain, leaves, best[off:off + len(drafts) + 1]))
-                continue
-            na = 0
-            while na < len(drafts) and drafts[na] == best[off + na]:
-                na += 1
-            out.append(TreeOutcome(drafts[:na] + [best[off + na]], list(range(1, na + 1))))
-        return out
+        row, :func:`~metagen.decoding.tree_speculative.tree_accept_greedy` on lists (a round is
+        a few tokens): a chain's drafts while they equal the argmax, then the argmax where they
+        stop (:func:`~metagen.decoding.speculative.greedy_accept`'s rule), a tree's walk."""
+        return [tree_accept_greedy(*_tree_of(seq), best[off:off + seq.num_draft + 1])
+                for seq, off in zip(seqs, offsets)]
 
     def _accept_sampled(self, seqs: list[Seq], offsets: list[int], probs: torch.Tensor
                         ) -> list[TreeOutcome]:
