@@ -1,6 +1,7 @@
 """The native pool's oversubscription guard: where a job's threads spend more than a quarter of
 their time waiting on each other (another process holds a core), twice in a row, the pool runs
-the next jobs on the caller alone, then tries its threads again.
+the next jobs on the caller alone, then tries its threads again, backing off exponentially while
+the tries strike and coming back as jobs run clean.
 
 The rule is a pure function of each job's wall time and waits, tested here on scripted timings
 (``mg_guard_test``, no job runs). That the guard changes no result follows from every job being
@@ -21,6 +22,7 @@ import torch
 from metagen.engine.native.library import library
 
 MS = 1_000_000  # ns
+QUIET, LOST = (10 * MS, 1 * MS), (10 * MS, 8 * MS)  # 5 % and 40 % of 2 threads' time
 
 
 @pytest.fixture(scope="module")
@@ -31,32 +33,70 @@ def lib() -> ctypes.CDLL:
     return lib
 
 
-def _solo_after(lib: ctypes.CDLL, jobs: list[tuple[int, int]], threads: int = 2
-                ) -> tuple[list[int], int]:
+@pytest.fixture(scope="module")
+def limits(lib: ctypes.CDLL) -> tuple[int, int, int]:
+    """(jobs alone at a first fallback, at most, strikes in a row that start the first)."""
+    out = (ctypes.c_int * 3)()
+    lib.mg_guard_limits(out)
+    return out[0], out[1], out[2]
+
+
+def _solo_after(lib: ctypes.CDLL, jobs: list[tuple[int, int]], threads: int = 2) -> list[int]:
+    """Jobs run alone after each of ``jobs`` (wall, waits), each tried after the last's ran."""
     n = len(jobs)
     walls = (ctypes.c_int64 * n)(*(w for w, _ in jobs))
     waits = (ctypes.c_int64 * n)(*(w for _, w in jobs))
     out = (ctypes.c_int * n)()
-    solo_jobs = lib.mg_guard_test(walls, waits, ctypes.c_int64(n), threads, out)
-    return list(out), solo_jobs
+    lib.mg_guard_test(walls, waits, ctypes.c_int64(n), threads, out)
+    return list(out)
 
 
-def test_scripted_timings_two_strikes_in_a_row_fall_back_one_does_not(lib):
-    quiet, lost = (10 * MS, 1 * MS), (10 * MS, 8 * MS)  # 5 % and 40 % of 2 threads' time
-    solo, solo_jobs = _solo_after(lib, [quiet, lost, quiet, lost, quiet])
-    assert solo_jobs > 0 and solo == [0, 0, 0, 0, 0]  # strikes, never two in a row
-    solo, _ = _solo_after(lib, [quiet, lost, lost, quiet])
-    assert solo == [0, 0, solo_jobs, solo_jobs]  # the second strike in a row falls back
+def test_limits_are_a_real_backoff(limits):
+    first, most, strikes = limits
+    assert strikes == 2 and 1 <= first < most
 
 
-def test_scripted_timings_the_threshold_is_a_quarter_of_the_threads_time(lib):
+def test_scripted_timings_two_strikes_in_a_row_fall_back_one_does_not(lib, limits):
+    first = limits[0]
+    assert _solo_after(lib, [QUIET, LOST, QUIET, LOST, QUIET]) == [0] * 5  # never two in a row
+    assert _solo_after(lib, [QUIET, LOST, LOST, QUIET]) == [0, 0, first, 0]
+
+
+def test_scripted_timings_the_threshold_is_a_quarter_of_the_threads_time(lib, limits):
     at = (10 * MS, 5 * MS)  # 5 ms of 2 x 10 ms: exactly 25 %, not a strike
     above = (10 * MS, 5 * MS + 1)
-    assert _solo_after(lib, [at, at, at])[0] == [0, 0, 0]
-    solo, solo_jobs = _solo_after(lib, [above, above])
-    assert solo == [0, solo_jobs]
+    assert _solo_after(lib, [at, at, at]) == [0, 0, 0]
+    assert _solo_after(lib, [above, above]) == [0, limits[0]]
     # the bound scales with the threads: 5 ms + 1 of 4 x 10 ms is 12.5 %
-    assert _solo_after(lib, [above, above], threads=4)[0] == [0, 0]
+    assert _solo_after(lib, [above, above], threads=4) == [0, 0]
+
+
+def test_strikes_on_every_try_double_the_jobs_alone_up_to_the_most(lib, limits):
+    """A busy process that stays: each try after a fallback strikes at once, and the fallback
+    doubles until it reaches the most, where it stays: one job on threads every ``most``."""
+    first, most, _ = limits
+    solo = _solo_after(lib, [LOST] * 12)
+    expect, n = [0], first
+    while len(expect) < 12:
+        expect.append(n)
+        n = min(2 * n, most)
+    assert solo == expect and solo[-1] == most
+
+
+def test_clean_jobs_halve_the_backoff_and_contention_that_passes_costs_the_first_fallback(
+        lib, limits):
+    """Contention that passes (a prefill's products beside torch's spinning workers): after its
+    fallback the tries run clean, and the next contention starts again from the first length
+    after enough clean jobs, with two strikes in a row again."""
+    first, most, _ = limits
+    # grown to 4 x first, then clean: halved twice back to first, once more to none
+    solo = _solo_after(lib, [LOST, LOST, LOST, LOST] + [QUIET] * 3 + [LOST, LOST])
+    assert solo[:4] == [0, first, 2 * first, 4 * first]
+    assert solo[4:7] == [0, 0, 0]
+    assert solo[7:] == [0, first]  # forgotten: two strikes in a row again, from the first
+    # one clean job between tries only halves it: the next strike doubles it back
+    solo = _solo_after(lib, [LOST, LOST, LOST, QUIET, LOST])
+    assert solo == [0, first, 2 * first, 0, 2 * first]
 
 
 @pytest.mark.slow

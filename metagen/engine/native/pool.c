@@ -12,9 +12,15 @@
  * is back, while the others spin. On a 2-core Zen 3 beside one busy process, a 16-row decode
  * step took 51 ms on two threads against 33 ms on one. So the pool watches each job's waits:
  * a job whose threads spent more than LOST_PCT % of their time (wall time x threads) waiting on
- * each other is a strike, and after STRIKES jobs in a row the pool runs the next SOLO_JOBS jobs
- * on the caller alone, then tries its threads again (guard_next, a pure function). Results do
- * not change: every job's result is the same bit for bit on any number of threads.
+ * each other is a strike, and after STRIKES jobs in a row the pool runs the next jobs on the
+ * caller alone, then tries its threads again (guard_next, a pure function). How many alone backs
+ * off exponentially: SOLO_MIN after a first fallback, twice the last after a strike on the first
+ * job tried again, up to SOLO_MAX; each clean job halves it back. So a busy process beside us
+ * costs one job on threads every SOLO_MAX, while contention that passes (torch's OpenMP workers
+ * spinning after a PyTorch prefill's operators, which made an int4 prefill's products strike)
+ * costs SOLO_MIN jobs alone, not the SOLO_MAX decode steps after it: with a fixed 256, workload
+ * A on int4 weights ran its whole decode on one thread. Results do not change: every job's
+ * result is the same bit for bit on any number of threads.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "pool.h"
@@ -33,12 +39,14 @@
 #define CLOSED 0x80000000u
 #define SPIN_YIELD 2000 /* pause hints before a waiting thread yields its core */
 #define LOST_PCT 25     /* a job waiting more than this % of its thread time is a strike */
-#define STRIKES 2       /* strikes in a row before the pool runs jobs alone */
-#define SOLO_JOBS 256   /* jobs run alone before the threads are tried again */
+#define STRIKES 2       /* strikes in a row before the pool first runs jobs alone */
+#define SOLO_MIN 8      /* jobs run alone at a first fallback */
+#define SOLO_MAX 256    /* ... and at most, after strikes on every try */
 
-/* The oversubscription guard's state: strikes in a row; jobs still to run alone. */
+/* The oversubscription guard's state: strikes in a row; jobs still to run alone; the length of
+ * the last fallback, halved by each clean job (below SOLO_MIN: none, the next takes STRIKES). */
 typedef struct {
-  int strikes, solo;
+  int strikes, solo, backoff;
 } mg_guard;
 
 static struct {
@@ -67,23 +75,36 @@ static int64_t now_ns(void) {
 }
 
 /* The guard after a job of wall_ns on `threads` threads whose threads waited wait_ns in all: a
- * strike where they waited more than LOST_PCT % of wall_ns * threads, and after STRIKES in a
- * row, SOLO_JOBS jobs alone (mg_parallel counts them down as they run). */
+ * strike where they waited more than LOST_PCT % of wall_ns * threads. STRIKES in a row (one,
+ * while a fallback is still remembered in `backoff`) start a fallback of SOLO_MIN jobs alone, or
+ * twice the last one's, at most SOLO_MAX (mg_parallel counts them down as they run); a clean
+ * job halves `backoff`. */
 static mg_guard guard_next(mg_guard g, int64_t wall_ns, int64_t wait_ns, int threads) {
   const int strike = 100 * wait_ns > (int64_t)LOST_PCT * wall_ns * threads;
-  g.strikes = strike ? g.strikes + 1 : 0;
-  if (g.strikes >= STRIKES) g.strikes = 0, g.solo = SOLO_JOBS;
+  if (!strike) {
+    g.strikes = 0;
+    g.backoff = g.backoff / 2 >= SOLO_MIN ? g.backoff / 2 : 0;
+    return g;
+  }
+  if (++g.strikes >= (g.backoff ? 1 : STRIKES)) {
+    g.backoff = !g.backoff ? SOLO_MIN : 2 * g.backoff < SOLO_MAX ? 2 * g.backoff : SOLO_MAX;
+    g.strikes = 0, g.solo = g.backoff;
+  }
   return g;
 }
 
-int mg_guard_test(const int64_t *walls, const int64_t *waits, int64_t n, int threads,
-                  int *solo_after) {
-  mg_guard g = {0, 0};
+void mg_guard_test(const int64_t *walls, const int64_t *waits, int64_t n, int threads,
+                   int *solo_after) {
+  mg_guard g = {0, 0, 0};
   for (int64_t i = 0; i < n; i++) {
     g = guard_next(g, walls[i], waits[i], threads);
     solo_after[i] = g.solo;
+    g.solo = 0; /* the next job is the one tried after these ran alone */
   }
-  return SOLO_JOBS;
+}
+
+void mg_guard_limits(int *out) {
+  out[0] = SOLO_MIN, out[1] = SOLO_MAX, out[2] = STRIKES;
 }
 
 void mg_pool_stats(int64_t *out) {
@@ -123,7 +144,7 @@ static void *worker(void *arg) {
 
 /* In a forked child only the forking thread exists: start the pool afresh. */
 static void after_fork_in_child(void) {
-  pool.guard = (mg_guard){0, 0};
+  pool.guard = (mg_guard){0, 0, 0};
   pthread_mutex_init(&pool.busy, 0);
   pthread_mutex_init(&pool.mu, 0);
   pthread_cond_init(&pool.wake, 0);

@@ -29,9 +29,13 @@ void mg_parallel(int n, mg_task task, void *ctx);
 
 /* For tests of the guard's rule (pool.c's guard_next): solo_after[i] = the jobs it would run
  * alone after job i of n, each of walls[i] ns on `threads` threads that waited waits[i] ns in
- * all, from a fresh guard with no job run alone in between; returns SOLO_JOBS. */
-int mg_guard_test(const int64_t *walls, const int64_t *waits, int64_t n, int threads,
-                  int *solo_after);
+ * all, from a fresh guard; job i + 1 is the one tried on threads after those ran alone. */
+void mg_guard_test(const int64_t *walls, const int64_t *waits, int64_t n, int threads,
+                   int *solo_after);
+
+/* out[0] = jobs alone at a first fallback, out[1] = at most, out[2] = strikes in a row that
+ * start a first fallback. */
+void mg_guard_limits(int *out);
 
 /* out[0] = jobs run on several threads, out[1] = jobs the guard ran alone, out[2] = times it
  * fell back to running alone (since the process started). */
