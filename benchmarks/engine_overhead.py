@@ -1,6 +1,7 @@
 """The engine's per-step work outside the native decode step and the LM head, by piece.
 
-    python -m benchmarks.engine_overhead [--threads 1] [--workload A|B] [--repeats 2] [--json PATH]
+    python -m benchmarks.engine_overhead [--threads 1] [--workload A|B] [--repeats 2]
+        [--quantization int8|w8a8|int4] [--clock cpu|wall] [--json PATH]
 
 Runs workload A (batch-1 greedy, 256-token prompt, 128 new tokens) or B (best-of-16, 512-token
 prompt, 64 new tokens) through the engine exactly as ``engine_bench``'s metagen peer does, and
@@ -9,7 +10,9 @@ loaded machine's waiting is not counted; work on the native pool's other threads
 the step, the native step (``DecodeStep.__call__``), the LM head, the scheduler, the plan, the
 sampler, emit. ``outside`` = step - native step - head: the per-token budget this benchmark is
 for. Prints the 10th percentile and the median over the timed runs' decode steps (the 10th: the
-least disturbed by other processes). Reported, never asserted.
+least disturbed by other processes). ``--clock wall`` times the same pieces by the wall clock
+instead: at two threads the native step's wall time includes its waits for the pool, which the
+calling thread's CPU time does not see. Reported, never asserted.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import torch
 from benchmarks import factory, workloads
 from benchmarks.peers.inprocess import MetagenPeer
 
-_clock = time.thread_time_ns
+CLOCKS = {"cpu": time.thread_time_ns, "wall": time.perf_counter_ns}
+_clock = CLOCKS["cpu"]
 
 
 def _wrap(cur: dict[str, int], owner: Any, name: str, key: str) -> None:
@@ -44,8 +48,10 @@ def _wrap(cur: dict[str, int], owner: Any, name: str, key: str) -> None:
     setattr(owner, name, timed)
 
 
-def measure(threads: int, workload: str, repeats: int, cache: Path) -> dict[str, list[float]]:
-    """Per piece, its CPU time (us) in every decode step of ``repeats`` runs after a warm-up."""
+def measure(threads: int, workload: str, repeats: int, cache: Path,
+            quantization: str | None = None) -> dict[str, list[float]]:
+    """Per piece, its time (us, by ``_clock``) in every decode step of ``repeats`` runs after a
+    warm-up; ``quantization`` as the metagen-int8 / -w8a8 / -int4 peers load the model."""
     from metagen.engine import llm_engine, model_runner, scheduler
     from metagen.engine.models import llama
     from metagen.engine.native import decode_step
@@ -53,6 +59,7 @@ def measure(threads: int, workload: str, repeats: int, cache: Path) -> dict[str,
     torch.set_num_threads(threads)
     paths = factory.build_models(cache, factory.FULL, perturb=0.2)
     peer = MetagenPeer()
+    peer.quantization = quantization
     peer.load({"target": paths["target"]})
     s = workloads.FULL_SETTINGS
     cur: dict[str, int] = collections.defaultdict(int)
@@ -100,20 +107,27 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workload", choices=["A", "B"], default="A")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--quantization", choices=["int8", "w8a8", "int4"], default=None)
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     ap.add_argument("--json", default=None)
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args()
     cache = factory.models_dir(args.cache_dir)
-    per = measure(args.threads, args.workload, args.repeats, cache)
+    global _clock
+    _clock = CLOCKS[args.clock]
+    per = measure(args.threads, args.workload, args.repeats, cache, args.quantization)
     q = lambda v, f: sorted(v)[int(f * (len(v) - 1))]  # noqa: E731
     rows = {k: {"p10": q(v, 0.1), "median": q(v, 0.5), "steps": len(v)} for k, v in per.items()}
-    print(f"workload {args.workload}, {args.threads} thread(s): CPU us per decode step")
+    print(f"workload {args.workload} ({args.quantization or 'float32'}), {args.threads} "
+          f"thread(s): {args.clock} us per decode step")
     print(f"{'piece':12s} {'p10':>9s} {'median':>9s}")
     for k, r in rows.items():
         print(f"{k:12s} {r['p10']:9.1f} {r['median']:9.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"workload": args.workload, "threads": args.threads,
-                                               "us_per_step": rows}, indent=1))
+                                               "quantization": args.quantization,
+                                               "clock": args.clock, "us_per_step": rows},
+                                              indent=1))
 
 
 if __name__ == "__main__":

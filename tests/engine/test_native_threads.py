@@ -384,3 +384,69 @@ def test_stage_clock_build_decodes_as_the_plain_build_bitwise(variant, random_mo
     assert (ns >= 0).all()
     work = ns[:, 0].sum(0)
     assert (work[[0, 2, 3, 4, 5]] > 0).all(), work  # q|k|v, own attention, o, gate|up, down
+
+
+def test_torch_ops_inline_keeps_the_native_count_nests_and_restores():
+    """Inside, torch runs on one thread and ``resolve(None)`` (what a native kernel without an
+    explicit count uses) is the count torch had; a nested block keeps the outer one's; both are
+    restored after, on an exception too."""
+    from metagen.engine.native.threads import resolve, torch_ops_inline
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with torch_ops_inline():
+            assert (torch.get_num_threads(), resolve(None), resolve(2)) == (1, 3, 2)
+            with torch_ops_inline():
+                assert (torch.get_num_threads(), resolve(None)) == (1, 3)
+            assert (torch.get_num_threads(), resolve(None)) == (1, 3)
+        assert (torch.get_num_threads(), resolve(None)) == (3, 3)
+        with pytest.raises(RuntimeError), torch_ops_inline():
+            raise RuntimeError("inside")
+        assert (torch.get_num_threads(), resolve(None)) == (3, 3)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_prefill_over_native_int4_products_runs_torch_inline(random_model_dir, monkeypatch):
+    """A PyTorch-path forward whose products are native (int4 weights: any row count) runs
+    torch's operators on one thread and the products on the caller's count (spied on the norms
+    and the kernel's resolved count); a float32 prefill, whose products are torch's, keeps
+    torch's count for everything; the logits of the prefill equal a one-thread run's to float32
+    rounding (the products are bitwise equal on any count; torch's operators may sum in another
+    order at another count: a few ulps of values of order 1, far inside 1e-4)."""
+    from metagen.engine.models import llama
+    from metagen.engine.native import int4_matmul
+    from metagen.engine.native.threads import resolve
+
+    folder = random_model_dir("llama")
+    norms: list[int] = []
+    products: list[int] = []
+    norm = llama.rms_norm
+    monkeypatch.setattr(llama, "rms_norm",
+                        lambda *a: norms.append(torch.get_num_threads()) or norm(*a))
+    call = int4_matmul.Int4Matmul.__call__
+    monkeypatch.setattr(int4_matmul.Int4Matmul, "__call__", lambda self, *a, **k: (
+        products.append(resolve(k.get("threads"))), call(self, *a, **k))[1])
+
+    def prefill(quantization: str | None, threads: int) -> torch.Tensor:
+        model = load_model(folder, quantization=quantization)
+        kv = KVCache(model.cfg.num_layers, 16, BLOCK, model.cfg.num_kv_heads, model.cfg.head_dim,
+                     torch.float32, "cpu")
+        runner = ModelRunner(model, kv, native=False)
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return runner.extend([ExtendRequest(list(range(10)), 0, list(range(3, 40)))])[0]
+        finally:
+            torch.set_num_threads(before)
+
+    if int4_matmul.load() is None:
+        pytest.skip("no native int4 kernel on this machine")
+    int4 = prefill("int4", 2)
+    assert norms and set(norms) == {1} and products and set(products) == {2}
+    norms.clear()
+    assert torch.allclose(int4, prefill("int4", 1), rtol=0, atol=1e-4)
+    norms.clear()
+    prefill(None, 2)
+    assert norms and set(norms) == {2}

@@ -123,13 +123,21 @@ class Int4Weight(nn.Module):
         q, scale = unpack_int4(self.packed, self.ws, self.out_features, self.in_features)
         return dequantize_int4(q, scale, dtype)
 
+    def native_kernel(self, x: torch.Tensor, bias: torch.Tensor | None = None
+                      ) -> Int4Matmul | None:
+        """The native kernel :meth:`apply_to` runs ``(x, bias)`` with, or None (then torch)."""
+        kernel: Int4Matmul | None = load_int4_matmul()
+        if (kernel is not None and kernel.applies(x) and self.packed.device.type == "cpu"
+                and (bias is None or bias.dtype == torch.float32)):
+            return kernel
+        return None
+
     def apply_to(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x (T, in) -> quantize_activations(x) @ dequantized (in, out) [+ bias (out,)], in x's
         dtype. Natively for float32 CPU rows (:meth:`Int4Matmul.applies`: any count), else by
         torch with a transient dequantized copy of the weight."""
-        kernel: Int4Matmul | None = load_int4_matmul()
-        if (kernel is not None and kernel.applies(x) and self.packed.device.type == "cpu"
-                and (bias is None or bias.dtype == torch.float32)):
+        kernel = self.native_kernel(x, bias)
+        if kernel is not None:
             return kernel(x, self.packed, self.ws, self.out_features, bias)
         xq = quantize_activations(x).to(x.dtype)
         y = torch.mm(xq, self.dequantized(x.dtype).t())

@@ -106,16 +106,24 @@ class Int8Weight(nn.Module):
         """``(in, out)``, as the float projection it replaces."""
         return self.q.shape[1], self.q.shape[0]
 
+    def native_kernel(self, x: torch.Tensor, bias: torch.Tensor | None = None
+                      ) -> Int8Matmul | None:
+        """The native kernel :meth:`apply_to` runs ``(x, bias)`` with, or None (then torch)."""
+        kernel: Int8Matmul | None = load_int8_matmul()
+        if (kernel is not None and kernel.applies(x, self.act8) and self.q.device.type == "cpu"
+                and self.scale.dtype == torch.float32
+                and (bias is None or bias.dtype == torch.float32)):
+            return kernel
+        return None
+
     def apply_to(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x (T, in) -> x @ dequantized (in, out) [+ bias (out,)], in x's dtype (with ``act8``,
         :func:`quantize_activations` (x) @ ...). Natively for the kernel's rows
         (:meth:`~metagen.engine.native.int8_matmul.Int8Matmul.applies`: 1-16 contiguous float32
         CPU rows, 1-32 with AVX-512, any number with ``act8`` on a VNNI build; a float32 bias),
         else by :func:`dequantized_product`."""
-        kernel: Int8Matmul | None = load_int8_matmul()
-        if (kernel is not None and kernel.applies(x, self.act8) and self.q.device.type == "cpu"
-                and self.scale.dtype == torch.float32
-                and (bias is None or bias.dtype == torch.float32)):
+        kernel = self.native_kernel(x, bias)
+        if kernel is not None:
             return kernel(x, self.q, self.scale, bias, quantize_activations=self.act8)
         if self.act8:
             x = quantize_activations(x).to(x.dtype)

@@ -28,6 +28,7 @@ from metagen.engine.models.config import ModelConfig
 from metagen.engine.models.rope import apply_rope, attention_scaling, inv_frequencies, rope_tables
 from metagen.engine.native import load_small_matmul
 from metagen.engine.native.decode_step import DecodeStep, StepPlan, for_model
+from metagen.engine.native.threads import torch_ops_inline
 
 
 Weight = torch.Tensor | Int8Weight | Int4Weight  # float (in, out), or quantized to int8 / int4
@@ -45,6 +46,15 @@ def project(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None
     if kernel is not None and kernel.applies(x, weight, bias):
         return kernel(x, weight, bias)
     return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+
+
+def on_native_pool(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> bool:
+    """Whether :func:`project` (x, weight, bias) runs a native kernel (on the native pool's
+    threads) rather than a torch product."""
+    if isinstance(weight, (Int8Weight, Int4Weight)):
+        return weight.native_kernel(x, bias) is not None
+    kernel = load_small_matmul()
+    return kernel is not None and kernel.applies(x, weight, bias)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -144,6 +154,16 @@ class LlamaModel(nn.Module):
         cos = self.cos.index_select(0, positions)  # (T, D)
         sin = self.sin.index_select(0, positions)
         h = self.embed.index_select(0, input_ids)  # (T, H)
+        first = self.layers[0]
+        assert isinstance(first, DecoderLayer)
+        if not on_native_pool(h, first.qkv, first.qkv_bias):
+            return self._layers(h, cos, sin, k_cache, v_cache, meta, kv_scales)
+        with torch_ops_inline():  # no OpenMP worker left spinning beside the pool's products
+            return self._layers(h, cos, sin, k_cache, v_cache, meta, kv_scales)
+
+    def _layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                kv_scales: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
             scales = None if kv_scales is None else (kv_scales[0][i], kv_scales[1][i])
             h = layer(h, cos, sin, k_cache[i], v_cache[i], meta, scales)
