@@ -4,7 +4,9 @@ node onnxruntime-genai's int4 models are made of), on the benchmark target's sha
 
     python -m benchmarks.int4_kernel [--rounds 3] [--copies 16] [--calls 200] [--json PATH]
 
-Each shape (K inputs -> N outputs: q|k|v, o, gate|up, down, the LM head) is held in ``--copies``
+Each shape (K inputs -> N outputs: q|k|v, o, gate|up, down, the LM head; and "call", 16
+outputs, which is mostly each call's fixed cost: the decode step calls the kernel from C and
+does not pay metagen's Python part of it) is held in ``--copies``
 distinct random weights, called in turn, so the weights stream from memory as a model's do (a
 single copy of most shapes would sit in L2). onnxruntime runs in its peer's environment
 (``.peers/onnxruntime-genai``, ``bash benchmarks/setup_peers.sh onnxruntime-genai``): one graph
@@ -27,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 HIDDEN, FFN, VOCAB = 512, 1376, 32000  # benchmarks.factory.FULL
-SHAPES = {"qkv": (HIDDEN, 3 * HIDDEN), "o": (HIDDEN, HIDDEN), "gate|up": (HIDDEN, 2 * FFN),
-          "down": (FFN, HIDDEN), "head": (HIDDEN, VOCAB)}  # name: (K, N)
+# name: (K, N); "call": one group of 16 channels, nearly all a call's fixed cost (metagen's:
+# Python, ctypes, the output tensor, quantizing the row; onnxruntime's: a node inside a graph)
+SHAPES = {"call": (HIDDEN, 16), "qkv": (HIDDEN, 3 * HIDDEN), "o": (HIDDEN, HIDDEN),
+          "gate|up": (HIDDEN, 2 * FFN), "down": (FFN, HIDDEN), "head": (HIDDEN, VOCAB)}
 ROOT = Path(__file__).resolve().parent.parent
 
 ORT_SCRIPT = r'''
