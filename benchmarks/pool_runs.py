@@ -62,27 +62,10 @@ def one(threads: int, quantization: str | None, runs: int) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quantization", choices=["none", "int8", "w8a8", "int4"], default="int4")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=8)
-    ap.add_argument("--spincount0", action="store_true")
-    ap.add_argument("--before", type=Path, default=None, help="an older checkout")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    quantization = None if args.quantization == "none" else args.quantization
-    if args.child:
-        print(json.dumps(one(args.child, quantization, args.runs)))
-        return 0
-    configs = {k: v for k, v in CONFIGS.items() if args.spincount0 or "GOMP" not in k}
-    trees = {"": HERE}
-    if args.before:  # the older metagen under this harness
-        old = Path(tempfile.mkdtemp(prefix="pool-runs-")) / "before"
-        shutil.copytree(args.before, old, ignore=shutil.ignore_patterns(".venv", "benchmarks"))
-        shutil.copytree(HERE / "benchmarks", old / "benchmarks")
-        trees = {"before: ": old, "": HERE}
+def _rounds(args: argparse.Namespace, configs: dict[str, tuple[str, dict[str, str]]],
+            trees: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Every (tree, configuration) once a round, each a fresh child process; their runs and
+    pool counters summed per configuration."""
     got: dict[str, dict[str, Any]] = {}
     for _ in range(args.rounds):
         for label, tree in trees.items():
@@ -101,6 +84,36 @@ def main(argv: list[str] | None = None) -> int:
                     acc = row.setdefault(kind, {"ms": [], "pool": [0, 0, 0]})
                     acc["ms"] += r["ms"]
                     acc["pool"] = [a + b for a, b in zip(acc["pool"], r["pool"])]
+    return got
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quantization", choices=["none", "int8", "w8a8", "int4"], default="int4")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--spincount0", action="store_true")
+    ap.add_argument("--before", type=Path, default=None, help="an older checkout")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    quantization = None if args.quantization == "none" else args.quantization
+    if args.child:
+        print(json.dumps(one(args.child, quantization, args.runs)))
+        return 0
+    configs = {k: v for k, v in CONFIGS.items() if args.spincount0 or "GOMP" not in k}
+    trees = {"": HERE}
+    work = Path(tempfile.mkdtemp(prefix="pool-runs-"))
+    try:
+        if args.before:  # the older metagen under this harness
+            old = work / "before"
+            shutil.copytree(args.before, old, ignore=shutil.ignore_patterns(
+                ".venv", ".peers", ".git", "benchmarks"))
+            shutil.copytree(HERE / "benchmarks", old / "benchmarks")
+            trees = {"before: ": old, "": HERE}
+        got = _rounds(args, configs, trees)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"workload A ({args.quantization}), {args.rounds} rounds x {args.runs} runs: "
           "median (min) ms | pool: threaded, alone, fallbacks")
     for name, kinds in got.items():
