@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.thread_scaling import under_this_harness
+
 HERE = Path(__file__).resolve().parent.parent
 CONFIGS = {"1 thread": ("1", {}), "2 threads": ("2", {}),
            "2 threads, GOMP_SPINCOUNT=0": ("2", {"GOMP_SPINCOUNT": "0"})}
@@ -105,12 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"": HERE}
     work = Path(tempfile.mkdtemp(prefix="pool-runs-"))
     try:
-        if args.before:  # the older metagen under this harness
-            old = work / "before"
-            shutil.copytree(args.before, old, ignore=shutil.ignore_patterns(
-                ".venv", ".peers", ".git", "benchmarks"))
-            shutil.copytree(HERE / "benchmarks", old / "benchmarks")
-            trees = {"before: ": old, "": HERE}
+        if args.before:
+            trees = {"before: ": under_this_harness(args.before, work / "before"), "": HERE}
         got = _rounds(args, configs, trees)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -27,6 +27,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent.parent
 
 
+def under_this_harness(before: Path, dest: Path) -> Path:
+    """``dest``: a copy of the checkout ``before`` (without its environments and history) whose
+    ``benchmarks`` is this checkout's, so the older ``metagen`` runs under today's harness."""
+    shutil.copytree(before, dest, ignore=shutil.ignore_patterns(
+        ".venv", ".peers", ".git", "benchmarks"))
+    shutil.copytree(HERE / "benchmarks", dest / "benchmarks")
+    return dest
+
+
 def _metric(row: dict[str, Any]) -> float:
     """A's decode tok/s (the benchmark's roofline-comparable number), else tok/s."""
     return float(row["decode_tok_s"]["median"] if "decode_tok_s" in row else row["tokens_per_s"])
@@ -58,10 +67,7 @@ def main() -> None:
     trees = {"after": HERE}
     work = Path(tempfile.mkdtemp(prefix="thread-scaling-"))
     if args.before:  # the older metagen under this harness: same workloads, same measurement
-        trees = {"before": work / "before", **trees}
-        shutil.copytree(args.before, trees["before"], ignore=shutil.ignore_patterns(".venv"))
-        shutil.rmtree(trees["before"] / "benchmarks")
-        shutil.copytree(HERE / "benchmarks", trees["before"] / "benchmarks")
+        trees = {"before": under_this_harness(args.before, work / "before"), **trees}
     runs: list[dict[str, Any]] = []
     for rnd in range(args.rounds):
         for name, tree in trees.items():
