@@ -31,27 +31,29 @@ from benchmarks import factory, workloads
 from benchmarks.peers.inprocess import MetagenPeer
 
 CLOCKS = {"cpu": time.thread_time_ns, "wall": time.perf_counter_ns}
-_clock = CLOCKS["cpu"]
 
 
-def _wrap(cur: dict[str, int], owner: Any, name: str, key: str) -> None:
-    """Replace ``owner.name`` by a function adding its CPU time to ``cur[key]``."""
+def _wrap(cur: dict[str, int], owner: Any, name: str, key: str,
+          clock: Callable[[], int]) -> None:
+    """Replace ``owner.name`` by a function adding its time by ``clock`` to ``cur[key]``."""
     orig = getattr(owner, name)
 
     def timed(*args: Any, **kwargs: Any) -> Any:
-        t = _clock()
+        t = clock()
         try:
             return orig(*args, **kwargs)
         finally:
-            cur[key] += _clock() - t
+            cur[key] += clock() - t
 
     setattr(owner, name, timed)
 
 
 def measure(threads: int, workload: str, repeats: int, cache: Path,
-            quantization: str | None = None) -> dict[str, list[float]]:
-    """Per piece, its time (us, by ``_clock``) in every decode step of ``repeats`` runs after a
-    warm-up; ``quantization`` as the metagen-int8 / -w8a8 / -int4 peers load the model."""
+            quantization: str | None = None, clock: str = "cpu") -> dict[str, list[float]]:
+    """Per piece, its time (us, by ``CLOCKS[clock]``) in every decode step of ``repeats`` runs
+    after a warm-up; ``quantization`` as the metagen-int8 / -w8a8 / -int4 peers load the
+    model."""
+    tick = CLOCKS[clock]
     from metagen.engine import llm_engine, model_runner, scheduler
     from metagen.engine.models import llama
     from metagen.engine.native import decode_step
@@ -70,18 +72,18 @@ def measure(threads: int, workload: str, repeats: int, cache: Path,
             (model_runner.ModelRunner, "_plan", "plan"), (llama, "rms_norm", "final norm"),
             (llm_engine.LLMEngine, "_sample", "sample"),
             (llm_engine, "decode_step", "sampler"), (llm_engine.LLMEngine, "emit", "emit")]:
-        _wrap(cur, owner, name, key)
+        _wrap(cur, owner, name, key, tick)
     if hasattr(llm_engine, "greedy_step"):  # plain greedy rows' early exit: sampler and sample
-        _wrap(cur, llm_engine, "greedy_step", "sampler")
-        _wrap(cur, llm_engine.LLMEngine, "_sample_greedy", "sample")
+        _wrap(cur, llm_engine, "greedy_step", "sampler", tick)
+        _wrap(cur, llm_engine.LLMEngine, "_sample_greedy", "sample", tick)
     per: dict[str, list[float]] = collections.defaultdict(list)
     step = llm_engine.LLMEngine.step
 
     def timed_step(self: Any) -> Any:  # `self` as in LLMEngine.step, which it replaces
         cur.clear()
-        t = _clock()
+        t = tick()
         out = step(self)
-        total = _clock() - t
+        total = tick() - t
         if cur.get("native step"):  # a decode step (a prefill runs in PyTorch)
             for k, v in [("step", total), *cur.items(),
                          ("outside", total - cur["native step"] - cur["head"])]:
@@ -113,9 +115,8 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args()
     cache = factory.models_dir(args.cache_dir)
-    global _clock
-    _clock = CLOCKS[args.clock]
-    per = measure(args.threads, args.workload, args.repeats, cache, args.quantization)
+    per = measure(args.threads, args.workload, args.repeats, cache, args.quantization,
+                  args.clock)
     q = lambda v, f: sorted(v)[int(f * (len(v) - 1))]  # noqa: E731
     rows = {k: {"p10": q(v, 0.1), "median": q(v, 0.5), "steps": len(v)} for k, v in per.items()}
     print(f"workload {args.workload} ({args.quantization or 'float32'}), {args.threads} "
