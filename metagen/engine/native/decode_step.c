@@ -347,9 +347,14 @@ static inline void add_value_whole(float *acc, float p, const float *v, int64_t 
 
 /* attend's float32-cache path, position-major: the nh * nq queries take each key block as it
  * lies in memory, position by position, the unit's kv heads of a position in turn (adjacent in
- * the cache), each position's run prefetched PMPF positions ahead, keys in the score pass and
- * values in the value pass. Taking a block head by head read head_dim floats per position at a
- * stride of n_kv_heads * head_dim, which the hardware prefetchers lose at every page: from memory
+ * the cache), each position's run prefetched PMPF positions ahead along the order the passes
+ * read it: a block's keys, its values, the next block's keys, so that no pass starts on lines
+ * not yet asked for (prefetching within each pass alone left a gap of PMPF positions at each
+ * pass's start: one row's 8 layers over 256 positions, int4 step, one thread of a Zen 3, own
+ * attention 871-923 us against 751-823 now; five new tokens 2749 against 2237; medians of 8-12
+ * rounds of benchmarks.step_stages, one run each). Taking a block head by head read head_dim
+ * floats per position at a stride of n_kv_heads * head_dim, which the hardware prefetchers lose
+ * at every page: from memory
  * (a decode step's weights push the cache out of L3) it ran latency-bound, one row's 8 layers
  * over 256 positions 646 us of a 2-core Zen 4's step against 303 us now (1.08x the step; two
  * threads 1.02-1.05x). The same arithmetic as attend_block in the same order for each query:
@@ -369,17 +374,25 @@ static inline __attribute__((always_inline)) void attend_pm_body(
                       float *const *acc, float *const *mx, float *const *l, int64_t nq,
                       int64_t row, int64_t from, int64_t end, const int64_t *to, const kv_src *C,
                       int64_t hk, int64_t nh, float *s) {
-  const int64_t d = M->head_dim, n = nh * nq;
-  for (int64_t p0 = from; p0 < end; p0 += KB) {
-    const int64_t nb = end - p0 < KB ? end - p0 : KB;
-    const float *kp[KB], *vp[KB]; /* kv head hk's; head hk + h is h * d floats on */
-    key_block(M, P, row, p0, nb, C, hk, kp, vp);
+  const int64_t d = M->head_dim, n = nh * nq, run = nh * d;
+  /* kv head hk's keys and values of this block (cur) and the next (cur ^ 1); head hk + h is
+   * h * d floats on. */
+  const float *kp[2][KB], *vp[2][KB];
+  int cur = 0;
+  if (from < end) key_block(M, P, row, from, end - from < KB ? end - from : KB, C, hk, kp[0], vp[0]);
+  for (int64_t p0 = from; p0 < end; p0 += KB, cur ^= 1) {
+    const int64_t nb = end - p0 < KB ? end - p0 : KB, p1 = p0 + KB;
+    const int64_t nb1 = p1 < end ? (end - p1 < KB ? end - p1 : KB) : 0;
+    if (nb1) key_block(M, P, row, p1, nb1, C, hk, kp[cur ^ 1], vp[cur ^ 1]);
+    const float *const *K = kp[cur], *const *V = vp[cur], *const *K1 = kp[cur ^ 1];
     for (int64_t j = 0; j < nb; j++) {
-      if (j + PMPF < nb) prefetch_run(kp[j + PMPF], nh * d);
+      const int64_t a = j + PMPF;
+      if (a < nb) prefetch_run(K[a], run);
+      else if (a - nb < nb) prefetch_run(V[a - nb], run);
       for (int64_t i = 0; i < n; i++)
         if (p0 + j < to[i])
           s[i * KB + j] =
-              (whole ? dot_whole(q[i], kp[j] + i / nq * d, d) : dot(q[i], kp[j] + i / nq * d, d)) *
+              (whole ? dot_whole(q[i], K[j] + i / nq * d, d) : dot(q[i], K[j] + i / nq * d, d)) *
               M->scale;
     }
     for (int64_t i = 0; i < n; i++)
@@ -387,13 +400,15 @@ static inline __attribute__((always_inline)) void attend_pm_body(
         rescale(acc[i], softmax_block(s + i * KB, to[i] - p0 < nb ? to[i] - p0 : nb, mx[i], l[i]),
                 d);
     for (int64_t j = 0; j < nb; j++) {
-      if (j + PMPF < nb) prefetch_run(vp[j + PMPF], nh * d);
+      const int64_t a = j + PMPF;
+      if (a < nb) prefetch_run(V[a], run);
+      else if (a - nb < nb1) prefetch_run(K1[a - nb], run);
       for (int64_t i = 0; i < n; i++)
         if (p0 + j < to[i]) {
           if (whole)
-            add_value_whole(acc[i], s[i * KB + j], vp[j] + i / nq * d, d);
+            add_value_whole(acc[i], s[i * KB + j], V[j] + i / nq * d, d);
           else
-            add_value(acc[i], s[i * KB + j], vp[j] + i / nq * d, d);
+            add_value(acc[i], s[i * KB + j], V[j] + i / nq * d, d);
         }
     }
   }
