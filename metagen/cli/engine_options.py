@@ -51,9 +51,9 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  "budget)."),
     EngineOption("max_num_seqs", "int", "Sequences in the running batch (default 256)."),
     EngineOption("quantization", "choice", "Quantize the weights at load: int8 (weight-only, "
-                 "per-channel scales), w8a8 (also each product's activations, per block of 32) "
-                 "or int4 (a scale per channel and block of 32 inputs, int8 activations, the LM "
-                 "head in w8a8).", "QUANTIZATIONS"),
+                 "per-channel scales), w8a8 (also each product's activations, per block of 32), "
+                 "int4 (a scale per channel and block of 32 inputs, int8 activations, the LM "
+                 "head in w8a8) or int4-all (the LM head in int4 too).", "QUANTIZATIONS"),
     EngineOption("deterministic", "flag", "Batch-invariant engine steps: seeded samples the "
                  "same bits whatever the prefix cache holds, the batch and the thread count "
                  "(float32, no speculative decoding)."),

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from metagen.engine.models.config import ModelConfig
 
 DType = Literal["float32", "bfloat16", "float16"]
-Quantization = Literal["int8", "w8a8", "int4"]
-QUANTIZATIONS: tuple[str, ...] = ("int8", "w8a8", "int4")
+Quantization = Literal["int8", "w8a8", "int4", "int4-all"]
+QUANTIZATIONS: tuple[str, ...] = ("int8", "w8a8", "int4", "int4-all")
 KVCacheDType = Literal["auto", "int8"]
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "int8")
 DEFAULT_KV_CACHE_BYTES = 64 << 20  # the KV budget when neither num_blocks nor kv_cache_bytes
@@ -135,7 +135,10 @@ class EngineConfig:
     (``benchmarks/README.md``), so it is a choice, not the default; "int4" stores the four
     projections as int4 with a float32 scale per output channel and block of 32 inputs
     (:mod:`metagen.engine.models.int4`; an eighth of the float32 bytes, w8a8's int8 activations,
-    an untied LM head in w8a8); ``None`` keeps the weights as loaded.
+    an untied LM head in w8a8); "int4-all" is "int4" with an untied LM head in int4 too (as
+    onnxruntime-genai's int4 models and llama.cpp's ``--pure`` store it: the head is the largest
+    single matrix of a small model, and int4 reads it in about half w8a8's bytes, at the
+    precision of the matrix that decides every token); ``None`` keeps the weights as loaded.
     Token dropping (:mod:`metagen.engine.kv_window`, StreamingLLM): with ``kv_window_tokens``
     set (a positive multiple of ``block_size``), each sequence keeps the blocks of its first
     ``kv_sink_tokens`` tokens (rounded up to whole blocks; 0 = no sinks) and of its most recent

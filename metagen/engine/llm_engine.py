@@ -69,7 +69,7 @@ from metagen.engine.kv_cache import KVCache, bytes_per_block
 from metagen.engine.kv_window import held_blocks, longest_sequence, released_blocks
 from metagen.engine.model_runner import ExtendRequest, ModelRunner
 from metagen.engine.models.interface import CausalLM
-from metagen.engine.models.quantize import quantization_of
+from metagen.engine.models.quantize import quantization_of, stores
 from metagen.engine.native.sample_rows import SampleRows, load as load_sample_rows
 from metagen.engine.native.threads import torch_inline, torch_threads
 from metagen.engine.outputs import EngineSnapshot, EngineStats, RequestOutput, StreamDelta
@@ -100,7 +100,7 @@ class LLMEngine:
                  drivers: EngineDrivers | None = None) -> None:
         cfg = config or EngineConfig()
         mc = model.cfg
-        if quantization_of(model) != cfg.quantization:
+        if not stores(model, cfg.quantization):
             raise InvalidParameterError(
                 "quantization", cfg.quantization, f"the model's projections are stored as "
                 f"{quantization_of(model) or 'loaded'}: quantization applies when loading "

@@ -1,6 +1,6 @@
-"""``--quantization int8`` (and ``w8a8``, ``int4``) reaches the engine from ``metagen generate``
-(and names itself when it cannot apply); the testbed policy decodes the same greedy answer in
-int8, w8a8 and int4 as in float32."""
+"""``--quantization int8`` (and ``w8a8``, ``int4``, ``int4-all``) reaches the engine from
+``metagen generate`` (and names itself when it cannot apply); the testbed policy decodes the same
+greedy answer in int8, w8a8 and int4 as in float32 (int4-all stores a tied head as int4 does)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("quantization", ["int8", "w8a8", "int4"])
+@pytest.mark.parametrize("quantization", ["int8", "w8a8", "int4", "int4-all"])
 def test_int8_generate_runs_on_the_engine_and_matches_float32(capsys, quantization) -> None:
     code, out, err = _run(capsys, "--quantization", quantization)
     assert code == 0, err

@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metagen.engine.config import EngineConfig
 from metagen.engine.kv_cache import KVCache
 from metagen.engine.llm_engine import LLMEngine
 from metagen.engine.model_runner import ModelRunner
@@ -26,7 +27,7 @@ from metagen.engine.models.int4 import (
 )
 from metagen.engine.models.int8 import Int8Weight, quantize_activations
 from metagen.engine.models.llama import PROJECTIONS
-from metagen.engine.models.quantize import quantization_of
+from metagen.engine.models.quantize import quantization_of, stores
 from metagen.engine.native import int4_matmul as i4
 from metagen.engine.native.decode_step import DecodeStep
 from metagen.engine.native.int4_matmul import Int4Matmul
@@ -294,3 +295,49 @@ def test_int4_projections_share_one_huge_page_arena(random_model_dir):
     assert all(t.dtype == torch.uint8 and t.is_contiguous() and t.data_ptr() % ALIGN == 0
                for t in packed)
     assert model.lm_head.q.dtype == torch.int8 and model.lm_head.q.data_ptr() % ALIGN == 0
+
+
+def test_int4_all_stores_the_untied_head_in_int4_too(random_model_dir):
+    folder = random_model_dir("llama")  # untied LM head
+    ref, int4 = load_model(folder), load_model(folder, quantization="int4")
+    model = load_model(folder, quantization="int4-all")
+    assert quantization_of(model) == "int4-all" and stores(model, "int4-all")
+    assert not stores(model, "int4") and not stores(int4, "int4-all")
+    for a, b in zip(int4.layers, model.layers):  # the layers are int4's, bit for bit
+        for name in PROJECTIONS:
+            assert torch.equal(getattr(a, name).packed, getattr(b, name).packed)
+    assert isinstance(model.lm_head, Int4Weight) and model.lm_head.shape == ref.lm_head.shape
+    q, scale = quantize_int4(ref.lm_head.t())
+    assert torch.equal(model.lm_head.dequantized(), dequantize_int4(q, scale))
+    packed = [getattr(layer, n).packed for layer in model.layers for n in PROJECTIONS]
+    assert len({t.untyped_storage().data_ptr() for t in [*packed, model.lm_head.packed]}) == 1
+    # the engine takes it as "int4-all" only, and refuses to call it "int4"
+    LLMEngine(model, config=EngineConfig(quantization="int4-all", num_blocks=8))
+    with pytest.raises(InvalidParameterError, match="quantization"):
+        LLMEngine(model, config=EngineConfig(quantization="int4", num_blocks=8))
+    # a tied head is the embedding table, as loaded by both: the same storage as "int4"
+    tied = load_model(random_model_dir("qwen2"), quantization="int4-all")
+    assert tied.lm_head is None and quantization_of(tied) == "int4"
+    assert stores(tied, "int4-all") and stores(tied, "int4")
+
+
+def test_engine_decodes_int4_all_as_its_pytorch_path(random_model_dir, monkeypatch):
+    """Greedy tokens of an "int4-all" engine with the native kernels (the head's product on
+    the pool) against the same engine on the PyTorch path (torch products of the dequantized
+    weights after the same activation quantization): the two differ only in float32 summation
+    order, so a sequence may leave the other only at a near-tie (random weights at the loader's
+    scale: measured all 8 of 8 sequences the same)."""
+    folder = random_model_dir("llama")
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 96, (int(k),), generator=g).tolist()  # vocabulary 96
+               for k in torch.randint(2, 30, (8,), generator=g)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    native = LLMEngine.from_pretrained(folder, device="cpu", quantization="int4-all")
+    assert native.runner.native is not None and isinstance(native.model.lm_head, Int4Weight)
+    got = [list(o.outputs[0].token_ids) for o in native.generate(prompts, greedy)]
+    plain = LLMEngine.from_pretrained(folder, device="cpu", quantization="int4-all")
+    plain.runner.native = None
+    monkeypatch.setattr("metagen.engine.models.int4.load_int4_matmul", lambda: None)
+    monkeypatch.setattr("metagen.engine.models.int8.load_int8_matmul", lambda: None)
+    want = [list(o.outputs[0].token_ids) for o in plain.generate(prompts, greedy)]
+    assert sum(x == y for x, y in zip(got, want)) >= 6

@@ -213,7 +213,7 @@ def test_quantization_is_a_typed_error_naming_it(stories_path) -> None:
     """The hf backend has no quantized weights: asking is an InvalidParameterError naming
     ``quantization`` (was a bare TypeError from the constructor), before any load."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    for q in ("int8", "w8a8", "int4"):
+    for q in ("int8", "w8a8", "int4", "int4-all"):
         with pytest.raises(InvalidParameterError, match="quantization") as caught:
             HFGenerator.from_pretrained(stories_path, quantization=q)
         assert caught.value.param == "quantization" and "LocalGenerator" in str(caught.value)

@@ -145,7 +145,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32,
 
     ``max_positions`` is the number of positions the caller will run (the RoPE tables cover
     exactly that many; default: the config's ``max_position_embeddings``). ``quantization``
-    (``"int8"``, ``"w8a8"``, ``"int4"``) quantizes the projections once loaded
+    (``"int8"``, ``"w8a8"``, ``"int4"``, ``"int4-all"``) quantizes the projections once loaded
     (:mod:`~.quantize`; ``None``: as loaded).
     :meth:`~metagen.engine.llm_engine.LLMEngine.from_pretrained` passes
     :meth:`~metagen.engine.config.EngineConfig.max_positions`, so a config that claims 10^9

@@ -5,11 +5,13 @@ projection (q|k|v, o, gate|up, down, and an untied LM head) by an
 the four projections by :class:`~metagen.engine.models.int4.Int4Weight` (int4, a scale per
 output channel and block of 32 inputs, int8 activations) and an untied LM head by w8a8's int8
 (as llama.cpp's Q4_0 mix keeps its output matrix at higher precision: the head decides every
-token). Embeddings, norms and biases stay as loaded; a tied LM head is the embedding table and
-stays too. Works on any checkpoint :func:`~metagen.engine.models.loader.load_model` loads, since it
-runs on the loaded model (its :meth:`~metagen.engine.models.interface.CausalLM.projections`
-and untied head), one projection at a time (the float copy of each is freed as it goes).
-On CPU the quantized weights share one buffer on huge pages, as the loader's float ones do
+token); ``"int4-all"`` stores an untied LM head in int4 as well (as onnxruntime-genai's int4
+models do: about half the head's w8a8 bytes to read per token). Embeddings, norms and biases stay
+as loaded; a tied LM head is the embedding table and stays too (so on a tied model "int4-all"
+stores what "int4" does). Works on any checkpoint
+:func:`~metagen.engine.models.loader.load_model` loads, since it runs on the loaded model (its
+:meth:`~metagen.engine.models.interface.CausalLM.projections` and untied head), one projection
+at a time (the float copy of each is freed as it goes). On CPU the quantized weights share one buffer on huge pages, as the loader's float ones do
 (:class:`~metagen.engine.models.weight_arena.WeightArena`: decoding streams them all).
 """
 
@@ -44,13 +46,26 @@ def _swap(module: nn.Module, name: str, quantized: Int8Weight | Int4Weight,
 
 
 def quantization_of(model: CausalLM) -> Quantization | None:
-    """How ``model``'s projections are stored: ``"int8"``, ``"w8a8"`` or ``"int4"`` once
-    :func:`quantize_model` ran on it, else ``None`` (as loaded)."""
+    """How ``model``'s weights are stored: ``"int8"``, ``"w8a8"``, ``"int4"`` or ``"int4-all"``
+    (int4 projections and an int4 untied head) once :func:`quantize_model` ran on it, else
+    ``None`` (as loaded). A tied model quantized "int4-all" reads as "int4" (the same storage:
+    see :func:`stores`)."""
     module, name = model.projections()[0]
     qkv = getattr(module, name)
     if isinstance(qkv, Int4Weight):
-        return "int4"
+        head = model.untied_head()
+        return "int4-all" if head is not None and isinstance(getattr(*head), Int4Weight) \
+            else "int4"
     return None if not isinstance(qkv, Int8Weight) else "w8a8" if qkv.act8 else "int8"
+
+
+def stores(model: CausalLM, quantization: Quantization | None) -> bool:
+    """Whether ``model``'s weights are stored as :func:`quantize_model` with ``quantization``
+    stores them: :func:`quantization_of` is ``quantization``, or "int4" on a tied model asked
+    for "int4-all" (its head is the embedding table, kept as loaded by both)."""
+    have = quantization_of(model)
+    return have == quantization or (quantization == "int4-all" and have == "int4"
+                                    and model.untied_head() is None)
 
 
 def quantize_model(model: CausalLM, quantization: Quantization | None) -> CausalLM:
@@ -60,11 +75,13 @@ def quantize_model(model: CausalLM, quantization: Quantization | None) -> Causal
     check_quantization(quantization)
     if quantization is None:
         return model
-    targets: list[tuple[nn.Module, str, str]] = [(module, name, quantization)
+    layers = "int4" if quantization == "int4-all" else quantization
+    targets: list[tuple[nn.Module, str, str]] = [(module, name, layers)
                                                  for module, name in model.projections()]
     head = model.untied_head()
     if head is not None:
-        targets.append((*head, "w8a8" if quantization == "int4" else quantization))
+        targets.append((*head, {"int4": "w8a8", "int4-all": "int4"}.get(quantization,
+                                                                         quantization)))
     arena = None
     if model.device.type == "cpu":
         arena = WeightArena([_stored_shape(getattr(m, n).shape, kind)
