@@ -1,7 +1,7 @@
 """What quantized weights cost in accuracy on the testbed: float32 against int8 and w8a8, paired.
 
     python -m benchmarks.quantized_accuracy [--problems 500] [--out DIR]
-        [--quantizations int8,w8a8,int4] [--max-tokens 160] [--json PATH]
+        [--quantizations int8,w8a8,int4] [--max-tokens 160] [--untie] [--json PATH]
 
 Runs ``metagen eval testbed`` on the testbed policy for each weight format (float32, then each
 of ``--quantizations``), twice: greedy, and best-of-16 (ORM) with self-consistency over one
@@ -13,6 +13,11 @@ and, where each problem is right or wrong (not an expectation over subsamples, a
 the samples drawn), the discordant problems (right in one format only) and McNemar's exact
 two-sided p-value over them; and the share of samples whose text is the same in both formats.
 Never asserted in tests.
+
+``--untie``: every format runs on an untied copy of the policy written under ``--out`` (its
+LM head a copy of the embedding table, as a separate matrix: in float32 the same function),
+so that a scheme that quantizes an untied head (``int4-all``) is measured: the testbed's models
+tie their heads, which every scheme keeps as loaded.
 """
 
 from __future__ import annotations
@@ -99,13 +104,38 @@ def compare_runs(base: RunStore, other: RunStore) -> dict[str, Any]:
     return {"rows": rows, "same_text": same, "samples_compared": len(shared)}
 
 
+def untied_copy(src: Path, dst: Path) -> Path:
+    """``dst``: the model folder ``src`` (tied LM head) with its head stored apart, as
+    ``lm_head.weight``, a copy of the embedding table, and ``tie_word_embeddings`` false; the
+    tokenizer files copied. Written once (an existing ``dst`` is taken as is)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    if (dst / "model.safetensors").exists():
+        return dst
+    dst.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((src / "config.json").read_text())
+    if not cfg.get("tie_word_embeddings", False):
+        raise ValueError(f"{src} is already untied")
+    for f in src.iterdir():
+        if f.name not in ("config.json", "model.safetensors") and f.is_file():
+            shutil.copy(f, dst / f.name)
+    weights = load_file(str(src / "model.safetensors"))
+    weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
+    (dst / "config.json").write_text(json.dumps(cfg | {"tie_word_embeddings": False}, indent=2))
+    save_file(weights, str(dst / "model.safetensors.tmp"), metadata={"format": "pt"})
+    (dst / "model.safetensors.tmp").rename(dst / "model.safetensors")
+    return dst
+
+
 def run_eval(out: Path, kind: str, quantization: str | None, problems: int,
-             max_tokens: int) -> Path:
-    """One ``metagen eval testbed`` run (resumed if ``out`` holds part of it); returns its
-    folder. Raises ``RuntimeError`` with the command's stderr if it fails."""
+             max_tokens: int, model: Path = MODELS / "policy") -> Path:
+    """One ``metagen eval testbed`` run of ``model`` (resumed if ``out`` holds part of it);
+    returns its folder. Raises ``RuntimeError`` with the command's stderr if it fails."""
     folder = out / f"{kind}_{quantization or 'float32'}"
     cmd = [sys.executable, "-m", "metagen", "eval", "testbed", "--model",
-           str(MODELS / "policy"), *RUNS[kind], "--limit", str(problems),
+           str(model), *RUNS[kind], "--limit", str(problems),
            "--max-tokens", str(max_tokens), "--out", str(folder)]
     if quantization:
         cmd += ["--quantization", quantization]
@@ -121,15 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quantizations", default="int8,w8a8")
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--out", type=Path, default=Path("quantized_accuracy_runs"))
+    ap.add_argument("--untie", action="store_true",
+                    help="run every format on an untied copy of the policy (see above)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     quants = [q for q in args.quantizations.split(",") if q]
+    model = (untied_copy(MODELS / "policy", args.out / "policy-untied") if args.untie
+             else MODELS / "policy")
     result: dict[str, Any] = {"problems": args.problems, "max_tokens": args.max_tokens,
-                              "comparisons": {}}
+                              "untied": args.untie, "comparisons": {}}
     for kind in RUNS:
-        base = run_eval(args.out, kind, None, args.problems, args.max_tokens)
+        base = run_eval(args.out, kind, None, args.problems, args.max_tokens, model)
         for q in quants:
-            other = run_eval(args.out, kind, q, args.problems, args.max_tokens)
+            other = run_eval(args.out, kind, q, args.problems, args.max_tokens, model)
             with RunStore(base / "run.sqlite") as a, RunStore(other / "run.sqlite") as b:
                 cmp = compare_runs(a, b)
             result["comparisons"][f"{kind}: float32 vs {q}"] = cmp

@@ -129,6 +129,7 @@ def attempt(peer: Peer, not_run: list[dict[str, Any]], workload: str,
 
 GOALS_VS_BEST_PEER = {"B": 1.2, "C": 1.1}
 GOALS_INT8_VS_BEST_PEER = {"A": 1.1}  # metagen-int8 against the best 8-bit peer
+GOALS_INT4_VS_BEST_PEER = {"A": 1.1}  # metagen-int4(-all) against the best 4-bit peer
 
 
 def speed(row: dict[str, Any]) -> float:
@@ -140,10 +141,11 @@ def speed(row: dict[str, Any]) -> float:
 def compare_peers(rows: list[dict[str, Any]], bits: dict[str, int]) -> None:
     """Add ``vs_transformers`` (tokens/s over transformers') to every row of B and C; to
     metagen's row of A, B and C ``vs_best_peer`` (:func:`speed` over the fastest other peer with
-    float32 weights, transformers included) with its goal; to metagen-int8's row of A, B and C
-    ``vs_metagen_fp32`` and ``vs_best_peer`` over the fastest other peer with 8-bit weights
-    (``bits``: each peer's :func:`benchmarks.peers.weight_bits`; a 4-bit peer is nobody's
-    reference). ``best_peer`` names the reference."""
+    float32 weights, transformers included) with its goal; to metagen-int8's row
+    ``vs_metagen_fp32`` and ``vs_best_peer`` over the fastest other peer with 8-bit weights, and
+    to metagen-int4's and metagen-int4-all's ``vs_best_peer`` over the fastest other 4-bit peer
+    (``bits``: each peer's :func:`benchmarks.peers.weight_bits`; a peer is compared within its
+    width only). ``best_peer`` names the reference."""
     for wl in ("A", "B", "C"):
         mine = [r for r in rows if r["workload"] == wl]
         ref = next((r for r in mine if r["peer"] == "transformers"), None)
@@ -154,8 +156,11 @@ def compare_peers(rows: list[dict[str, Any]], bits: dict[str, int]) -> None:
         q8 = next((r for r in mine if r["peer"] == "metagen-int8"), None)
         if me is not None and q8 is not None:
             q8["vs_metagen_fp32"] = speed(q8) / speed(me)
-        for row, width, goal in ((me, 32, GOALS_VS_BEST_PEER.get(wl)),
-                                 (q8, 8, GOALS_INT8_VS_BEST_PEER.get(wl))):
+        for name, width, goal in (("metagen", 32, GOALS_VS_BEST_PEER.get(wl)),
+                                  ("metagen-int8", 8, GOALS_INT8_VS_BEST_PEER.get(wl)),
+                                  ("metagen-int4", 4, GOALS_INT4_VS_BEST_PEER.get(wl)),
+                                  ("metagen-int4-all", 4, GOALS_INT4_VS_BEST_PEER.get(wl))):
+            row = next((r for r in mine if r["peer"] == name), None)
             others = [r for r in mine
                       if not r["peer"].startswith("metagen") and bits[r["peer"]] == width]
             if row is None or not others:
@@ -164,7 +169,7 @@ def compare_peers(rows: list[dict[str, Any]], bits: dict[str, int]) -> None:
             row["vs_best_peer"] = speed(row) / speed(best)
             row["best_peer"] = best["peer"]
             if goal is not None:
-                row["target"] = f">= {goal}x best {'8-bit ' if width == 8 else ''}peer"
+                row["target"] = f">= {goal}x best {'' if width == 32 else f'{width}-bit '}peer"
 
 
 def random_prompt(n: int, vocab: int, seed: int) -> list[int]:

@@ -16,7 +16,8 @@ class Unsupported(Exception):
     """This peer does not run this workload."""
 
 
-_WEIGHT_BITS = {None: 32, "int8": 8, "w8a8": 8, "q8_0": 8, "q4_0": 4, "int4": 4}
+_WEIGHT_BITS = {None: 32, "int8": 8, "w8a8": 8, "q8_0": 8, "q4_0": 4, "int4": 4,
+                "int4-all": 4}
 
 
 def weight_bits(quantization: str | None) -> int:

@@ -189,3 +189,11 @@ class MetagenInt4Peer(MetagenPeer):
 
     name = "metagen-int4"
     quantization = "int4"
+
+
+class MetagenInt4AllPeer(MetagenPeer):
+    """metagen's engine with ``quantization="int4-all"``: as metagen-int4, the LM head in int4
+    too (as onnxruntime-genai's int4 model stores it)."""
+
+    name = "metagen-int4-all"
+    quantization = "int4-all"

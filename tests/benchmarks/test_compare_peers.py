@@ -1,6 +1,7 @@
 """How the engine benchmark names a workload's reference peer: metagen's float32 engine against
 the fastest float32 peer, metagen-int8 against the fastest 8-bit peer (int8 or Q8_0), never a
-4-bit one, on A's decode rate and on B's and C's tokens/s."""
+4-bit one, metagen-int4 and metagen-int4-all against the fastest 4-bit peer, on A's decode rate
+and on B's and C's tokens/s."""
 
 from __future__ import annotations
 
@@ -39,6 +40,18 @@ def test_a_compares_decode_rates_and_int8_gets_its_goal() -> None:
     assert rows[1]["target"] == ">= 1.1x best 8-bit peer"
     assert rows[1]["vs_metagen_fp32"] == 66.0 / 40.0
     assert all("vs_transformers" not in r for r in rows)
+
+
+def test_both_int4_engines_are_compared_with_the_fastest_4_bit_peer() -> None:
+    rows = [_row("A", "metagen-int4", 1.0, decode=220.0),
+            _row("A", "metagen-int4-all", 1.0, decode=250.0),
+            _row("A", "onnxruntime-genai-int4", 1.0, decode=200.0),
+            _row("A", "llama.cpp-q4_0", 1.0, decode=180.0),
+            _row("A", "onnxruntime-genai-int8", 1.0, decode=400.0)]
+    compare_peers(rows, BITS)
+    for row, mine in ((rows[0], 220.0), (rows[1], 250.0)):
+        assert (row["best_peer"], row["vs_best_peer"]) == ("onnxruntime-genai-int4", mine / 200.0)
+        assert row["target"] == ">= 1.1x best 4-bit peer"
 
 
 def test_no_reference_of_the_same_width_leaves_the_row_alone() -> None:

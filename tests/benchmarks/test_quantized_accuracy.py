@@ -1,6 +1,7 @@
-"""``benchmarks.quantized_accuracy``: McNemar's exact p-value on golden counts, and the paired
+"""``benchmarks.quantized_accuracy``: McNemar's exact p-value on golden counts, the paired
 comparison over real ``metagen eval testbed`` runs (the testbed policy, float32 and int8, a few
-problems) against what the runs' own results say."""
+problems) against what the runs' own results say, and the untied copy of the policy that
+``--untie`` measures (the same logits as the tied policy in transformers)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 
 import pytest
 
-from benchmarks.quantized_accuracy import compare_runs, mcnemar_exact, run_eval
+from benchmarks.quantized_accuracy import MODELS, compare_runs, mcnemar_exact, run_eval, untied_copy
 from metagen.eval.store import RunStore
 
 
@@ -23,6 +24,29 @@ def test_mcnemar_exact_golden_values_and_symmetry(a, b, p):
 def test_mcnemar_exact_rejects_negative_counts():
     with pytest.raises(ValueError, match="discordant counts"):
         mcnemar_exact(-1, 3)
+
+
+def test_the_untied_copy_is_the_policy_with_its_head_apart(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from metagen.engine.models import load_model
+    from metagen.engine.models.int4 import Int4Weight
+
+    dst = untied_copy(MODELS / "policy", tmp_path / "untied")
+    tied = AutoModelForCausalLM.from_pretrained(MODELS / "policy").eval()
+    untied = AutoModelForCausalLM.from_pretrained(dst).eval()
+    assert not untied.config.tie_word_embeddings
+    assert untied.lm_head.weight.data_ptr() != untied.model.embed_tokens.weight.data_ptr()
+    ids = torch.tensor([[1, 40, 41, 42, 17, 30, 50]])
+    with torch.no_grad():  # the same weights through the same F.linear: the same bits
+        assert torch.equal(tied(ids).logits, untied(ids).logits)
+    assert isinstance(load_model(dst, quantization="int4-all").lm_head, Int4Weight)
+    stamp = (dst / "model.safetensors").stat().st_mtime_ns
+    assert untied_copy(MODELS / "policy", dst) == dst  # written once
+    assert (dst / "model.safetensors").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="already untied"):
+        untied_copy(dst, tmp_path / "again")
 
 
 @pytest.fixture(scope="module")
