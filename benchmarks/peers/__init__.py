@@ -33,8 +33,7 @@ PEERS: list[type[Peer]] = [TransformersPeer, MetagenPeer, MetagenInt8Peer, Metag
                            LlamaCppQ8Peer, LlamaCppQ4Peer, CTranslate2Peer]
 
 __all__ = ["PEERS", "CTranslate2Peer", "LlamaCppPeer", "LlamaCppQ4Peer", "LlamaCppQ8Peer",
-           "MetagenInt4AllPeer", "MetagenInt4Peer", "MetagenInt8Peer", "MetagenPeer", "MetagenW8A8Peer",
-           "OnnxRuntimeGenAIInt4Peer", "OnnxRuntimeGenAIInt8Peer",
-           "OnnxRuntimeGenAIPeer",
-           "OpenVINOGenAIInt8Peer", "OpenVINOGenAIPeer", "Peer", "PeerError", "RemotePeer", "TransformersPeer",
-           "Unsupported", "weight_bits"]
+           "MetagenInt4AllPeer", "MetagenInt4Peer", "MetagenInt8Peer", "MetagenPeer",
+           "MetagenW8A8Peer", "OnnxRuntimeGenAIInt4Peer", "OnnxRuntimeGenAIInt8Peer",
+           "OnnxRuntimeGenAIPeer", "OpenVINOGenAIInt8Peer", "OpenVINOGenAIPeer", "Peer",
+           "PeerError", "RemotePeer", "TransformersPeer", "Unsupported", "weight_bits"]

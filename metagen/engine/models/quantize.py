@@ -11,7 +11,8 @@ as loaded; a tied LM head is the embedding table and stays too (so on a tied mod
 stores what "int4" does). Works on any checkpoint
 :func:`~metagen.engine.models.loader.load_model` loads, since it runs on the loaded model (its
 :meth:`~metagen.engine.models.interface.CausalLM.projections` and untied head), one projection
-at a time (the float copy of each is freed as it goes). On CPU the quantized weights share one buffer on huge pages, as the loader's float ones do
+at a time (the float copy of each is freed as it goes). On CPU the quantized weights share one
+buffer on huge pages, as the loader's float ones do
 (:class:`~metagen.engine.models.weight_arena.WeightArena`: decoding streams them all).
 """
 

@@ -345,25 +345,23 @@ static inline void add_value_whole(float *acc, float p, const float *v, int64_t 
   for (int64_t c = 0; c < n; c += VW) vstoreu(acc + c, vfma(pv, vloadu(v + c), vloadu(acc + c)));
 }
 
-/* attend's float32-cache path, position-major: the nh * nq queries take each key block as it
- * lies in memory, position by position, the unit's kv heads of a position in turn (adjacent in
- * the cache), each position's run prefetched PMPF positions ahead along the order the passes
- * read it: a block's keys, its values, the next block's keys, so that no pass starts on lines
- * not yet asked for (prefetching within each pass alone left a gap of PMPF positions at each
- * pass's start: one row's 8 layers over 256 positions, int4 step, one thread of a Zen 3, own
- * attention 871-923 us against 751-823 now; five new tokens 2749 against 2237; medians of 8-12
- * rounds of benchmarks.step_stages, one run each). Taking a block head by head read head_dim
- * floats per position at a stride of n_kv_heads * head_dim, which the hardware prefetchers lose
- * at every page: from memory
- * (a decode step's weights push the cache out of L3) it ran latency-bound, one row's 8 layers
- * over 256 positions 646 us of a 2-core Zen 4's step against 303 us now (1.08x the step; two
- * threads 1.02-1.05x). The same arithmetic as attend_block in the same order for each query:
- * each score the one dot product, each output element scaled by corr then taking the block's
- * values in key order, one FMA each; so the same bits. A head_dim of whole vectors (64, 128)
- * takes plain loads and stores: AVX2 has no cheap masked ones (the mask built per vector, a
- * vmaskmovps per load), and one row's 8 layers of own attention over 256 positions took
- * 1.2x less thread time so on a Zen 3, five tokens of a row (a verify step) 1.5x less
- * (benchmarks/README.md). */
+/* attend's float32-cache path, position-major: the nh * nq queries take each key block as it lies
+ * in memory, position by position, the unit's kv heads of a position in turn (adjacent in the
+ * cache), each position's run prefetched PMPF positions ahead along the order the passes read it: a
+ * block's keys, its values, the next block's keys, so that no pass starts on lines not yet asked
+ * for (prefetching within each pass alone left a gap of PMPF positions at each pass's start: one
+ * row's 8 layers over 256 positions, int4 step, one thread of a Zen 3, own attention 871-923 us
+ * against 751-823 now; five new tokens 2749 against 2237; medians of 8-12 rounds of
+ * benchmarks.step_stages, one run each). Taking a block head by head read head_dim floats per
+ * position at a stride of n_kv_heads * head_dim, which the hardware prefetchers lose at every page:
+ * from memory (a decode step's weights push the cache out of L3) it ran latency-bound, one row's 8
+ * layers over 256 positions 646 us of a 2-core Zen 4's step against 303 us now (1.08x the step; two
+ * threads 1.02-1.05x). The same arithmetic as attend_block in the same order for each query: each
+ * score the one dot product, each output element scaled by corr then taking the block's values in
+ * key order, one FMA each; so the same bits. A head_dim of whole vectors (64, 128) takes plain
+ * loads and stores: AVX2 has no cheap masked ones (the mask built per vector, a vmaskmovps per
+ * load), and one row's 8 layers of own attention over 256 positions took 1.2x less thread time so
+ * on a Zen 3, five tokens of a row (a verify step) 1.5x less (benchmarks/README.md). */
 /* Prefetch into L1 the n floats from p (a position's run of kv heads), a line at a time. */
 static inline void prefetch_run(const float *p, int64_t n) {
   for (int64_t c = 0; c < n; c += 16) __builtin_prefetch(p + c, 0, 3); /* 16 floats: a line */
@@ -379,7 +377,8 @@ static inline __attribute__((always_inline)) void attend_pm_body(
    * h * d floats on. */
   const float *kp[2][KB], *vp[2][KB];
   int cur = 0;
-  if (from < end) key_block(M, P, row, from, end - from < KB ? end - from : KB, C, hk, kp[0], vp[0]);
+  if (from < end)
+    key_block(M, P, row, from, end - from < KB ? end - from : KB, C, hk, kp[0], vp[0]);
   for (int64_t p0 = from; p0 < end; p0 += KB, cur ^= 1) {
     const int64_t nb = end - p0 < KB ? end - p0 : KB, p1 = p0 + KB;
     const int64_t nb1 = p1 < end ? (end - p1 < KB ? end - p1 : KB) : 0;
