@@ -24,22 +24,25 @@ def test_bench_engine_quick_writes_json(tmp_path) -> None:
     assert data["roofline"]["bandwidth_gb_s"] > 0 and data["roofline"]["matmul_gflop_s"] > 0
     assert {r["workload"] for r in data["rows"]} == {"A", "C", "D", "E"}
     assert {r["peer"] for r in data["rows"] if r["workload"] == "A"} == {
-        "transformers", "metagen", "metagen-int8", "metagen-w8a8", "metagen-int4"}
+        "transformers", "metagen", "metagen-int8", "metagen-w8a8", "metagen-int4",
+        "metagen-int4-all"}
     assert all(ok is not False for ok in data["checks"].values()), data["checks"]
     assert data["checks"]["A greedy tokens equal across peers, 1 thread"] is True  # float32
     assert data["checks"]["D draft-int8: speculative == greedy, all peers, 1 thread"] is True
     assert data["checks"]["D draft-int8-tree: speculative == greedy, all peers, 1 thread"] is True
     assert any("tree 1 " in r["variant"] for r in data["rows"] if r["peer"] == "metagen")
     assert {r["peer"] for r in data["rows"] if "draft-int8" in r["variant"]} == {
-        "metagen", "metagen-int8", "metagen-w8a8", "metagen-int4"}  # the int8 draft is metagen's
+        "metagen", "metagen-int8", "metagen-w8a8", "metagen-int4",
+        "metagen-int4-all"}  # the int8 draft is metagen's
     # (speculative_quantization)
     assert 0 <= data["checks"]["A int8 greedy tokens equal metagen float32 (share), 1 thread"] <= 1
     roof = data["roofline"]  # int8 streams about a quarter of the float32 bytes per token
     assert roof["decode_read_bytes"] / 4 < roof["int8_decode_read_bytes"] < roof[
         "decode_read_bytes"] / 3
     peer_bytes = roof["peer_decode_read_bytes"]
-    # int4 layers and an int8 head: fewer bytes than int8 throughout
-    assert peer_bytes.pop("metagen-int4") < roof["int8_decode_read_bytes"]
+    # int4 layers and an int8 head: fewer bytes than int8 throughout; the head in int4 too, fewer
+    assert peer_bytes.pop("metagen-int4-all") < peer_bytes.pop("metagen-int4") < roof[
+        "int8_decode_read_bytes"]
     assert peer_bytes == {"metagen-int8": roof["int8_decode_read_bytes"],
                           "metagen-w8a8": roof["int8_decode_read_bytes"]}
     for row in data["rows"]:
@@ -63,13 +66,15 @@ def test_every_workload_runs_at_each_thread_count_under_the_cpus_isa(tmp_path, c
     assert {k: r["threads"] for k, r in data["rooflines"].items()} == {"1": 1, "2": 2}
     runs = sorted((r["threads"], r["peer"]) for r in data["rows"] if r["workload"] == "A")
     assert runs == [(t, p) for t in (1, 2)
-                    for p in ("metagen", "metagen-int4", "metagen-int8", "metagen-w8a8",
-                              "transformers")]
+                    for p in ("metagen", "metagen-int4", "metagen-int4-all", "metagen-int8",
+                              "metagen-w8a8", "transformers")]
     assert {k for k in data["checks"]} == {
         f"A {what}, {t}" for what in ("greedy tokens equal across peers",
                                       "int8 greedy tokens equal metagen float32 (share)",
                                       "metagen-w8a8 greedy tokens equal metagen float32 (share)",
-                                      "metagen-int4 greedy tokens equal metagen float32 (share)")
+                                      "metagen-int4 greedy tokens equal metagen float32 (share)",
+                                      "metagen-int4-all greedy tokens equal metagen float32 "
+                                      "(share)")
         for t in ("1 thread", "2 threads")}
     assert data["memory"]["peak_rss"] > 0  # M runs once, at the first count
     table = capsys.readouterr().out
