@@ -273,15 +273,23 @@ def test_engine_decodes_int4_as_its_pytorch_path(stories_path, monkeypatch):
     prompts = [[1] + torch.randint(3, 512, (int(k),), generator=g).tolist()
                for k in torch.randint(3, 40, (16,), generator=g)]
     greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
-    native = LLMEngine.from_pretrained(stories_path, device="cpu", quantization="int4")
+    got, want = _native_and_pytorch_greedy(stories_path, "int4", prompts, greedy, monkeypatch)
+    assert sum(x == y for x, y in zip(got, want)) >= 12
+
+
+def _native_and_pytorch_greedy(folder, quantization, prompts, greedy, monkeypatch):
+    """Token ids of each prompt from an engine on ``folder`` quantized as ``quantization``:
+    with the native kernels, then on the PyTorch path (no native step, torch products of the
+    dequantized weights after the same activation quantization)."""
+    native = LLMEngine.from_pretrained(folder, device="cpu", quantization=quantization)
     assert native.runner.native is not None
     got = [list(o.outputs[0].token_ids) for o in native.generate(prompts, greedy)]
-    plain = LLMEngine.from_pretrained(stories_path, device="cpu", quantization="int4")
+    plain = LLMEngine.from_pretrained(folder, device="cpu", quantization=quantization)
     plain.runner.native = None
     monkeypatch.setattr("metagen.engine.models.int4.load_int4_matmul", lambda: None)
     monkeypatch.setattr("metagen.engine.models.int8.load_int8_matmul", lambda: None)
     want = [list(o.outputs[0].token_ids) for o in plain.generate(prompts, greedy)]
-    assert sum(x == y for x, y in zip(got, want)) >= 12
+    return got, want
 
 
 def test_int4_projections_share_one_huge_page_arena(random_model_dir):
@@ -332,12 +340,6 @@ def test_engine_decodes_int4_all_as_its_pytorch_path(random_model_dir, monkeypat
     prompts = [torch.randint(3, 96, (int(k),), generator=g).tolist()  # vocabulary 96
                for k in torch.randint(2, 30, (8,), generator=g)]
     greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
-    native = LLMEngine.from_pretrained(folder, device="cpu", quantization="int4-all")
-    assert native.runner.native is not None and isinstance(native.model.lm_head, Int4Weight)
-    got = [list(o.outputs[0].token_ids) for o in native.generate(prompts, greedy)]
-    plain = LLMEngine.from_pretrained(folder, device="cpu", quantization="int4-all")
-    plain.runner.native = None
-    monkeypatch.setattr("metagen.engine.models.int4.load_int4_matmul", lambda: None)
-    monkeypatch.setattr("metagen.engine.models.int8.load_int8_matmul", lambda: None)
-    want = [list(o.outputs[0].token_ids) for o in plain.generate(prompts, greedy)]
+    assert isinstance(load_model(folder, quantization="int4-all").lm_head, Int4Weight)
+    got, want = _native_and_pytorch_greedy(folder, "int4-all", prompts, greedy, monkeypatch)
     assert sum(x == y for x, y in zip(got, want)) >= 6
