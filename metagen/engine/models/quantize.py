@@ -29,6 +29,12 @@ from metagen.engine.models.weight_arena import WeightArena
 from metagen.engine.native.int4_matmul import packed_bytes
 
 
+# Each scheme's storage: (the projections' kind, an untied LM head's kind); a kind is what
+# _quantized makes: "int4", or "int8" / "w8a8".
+_KINDS: dict[str, tuple[str, str]] = {"int8": ("int8", "int8"), "w8a8": ("w8a8", "w8a8"),
+                                     "int4": ("int4", "w8a8"), "int4-all": ("int4", "int4")}
+
+
 def _quantized(weight: torch.Tensor, kind: str) -> Int8Weight | Int4Weight:
     """``weight`` (in, out) as ``kind``: "int4", or "int8" / "w8a8"."""
     return Int4Weight.from_in_out(weight) if kind == "int4" else \
@@ -76,13 +82,12 @@ def quantize_model(model: CausalLM, quantization: Quantization | None) -> Causal
     check_quantization(quantization)
     if quantization is None:
         return model
-    layers = "int4" if quantization == "int4-all" else quantization
+    layers, head_kind = _KINDS[quantization]
     targets: list[tuple[nn.Module, str, str]] = [(module, name, layers)
                                                  for module, name in model.projections()]
     head = model.untied_head()
     if head is not None:
-        targets.append((*head, {"int4": "w8a8", "int4-all": "int4"}.get(quantization,
-                                                                         quantization)))
+        targets.append((*head, head_kind))
     arena = None
     if model.device.type == "cpu":
         arena = WeightArena([_stored_shape(getattr(m, n).shape, kind)

@@ -362,6 +362,11 @@ static inline void add_value_whole(float *acc, float p, const float *v, int64_t 
  * loads and stores: AVX2 has no cheap masked ones (the mask built per vector, a vmaskmovps per
  * load), and one row's 8 layers of own attention over 256 positions took 1.2x less thread time so
  * on a Zen 3, five tokens of a row (a verify step) 1.5x less (benchmarks/README.md). */
+/* Positions in the key block from p: KB, fewer at the end, 0 from end on. */
+static inline int64_t block_len(int64_t p, int64_t end) {
+  return end - p < KB ? (end > p ? end - p : 0) : KB;
+}
+
 /* Prefetch into L1 the n floats from p (a position's run of kv heads), a line at a time. */
 static inline void prefetch_run(const float *p, int64_t n) {
   for (int64_t c = 0; c < n; c += 16) __builtin_prefetch(p + c, 0, 3); /* 16 floats: a line */
@@ -377,12 +382,10 @@ static inline __attribute__((always_inline)) void attend_pm_body(
    * h * d floats on. */
   const float *kp[2][KB], *vp[2][KB];
   int cur = 0;
-  if (from < end)
-    key_block(M, P, row, from, end - from < KB ? end - from : KB, C, hk, kp[0], vp[0]);
+  if (from < end) key_block(M, P, row, from, block_len(from, end), C, hk, kp[0], vp[0]);
   for (int64_t p0 = from; p0 < end; p0 += KB, cur ^= 1) {
-    const int64_t nb = end - p0 < KB ? end - p0 : KB, p1 = p0 + KB;
-    const int64_t nb1 = p1 < end ? (end - p1 < KB ? end - p1 : KB) : 0;
-    if (nb1) key_block(M, P, row, p1, nb1, C, hk, kp[cur ^ 1], vp[cur ^ 1]);
+    const int64_t nb = block_len(p0, end), nb1 = block_len(p0 + KB, end);
+    if (nb1) key_block(M, P, row, p0 + KB, nb1, C, hk, kp[cur ^ 1], vp[cur ^ 1]);
     const float *const *K = kp[cur], *const *V = vp[cur], *const *K1 = kp[cur ^ 1];
     for (int64_t j = 0; j < nb; j++) {
       const int64_t a = j + PMPF;
