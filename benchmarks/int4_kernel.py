@@ -114,13 +114,11 @@ def _ort(copies: int, calls: int) -> dict[str, float] | None:
 
 
 def _mhz() -> float | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                return float(line.split(":")[1])
-    except OSError:
-        pass
-    return None
+    """The first processor's ``cpu MHz`` (None where the file or field is missing)."""
+    from metagen.cpuinfo import cpuinfo_fields
+
+    mhz = cpuinfo_fields().get("cpu MHz")
+    return float(mhz) if mhz else None
 
 
 def main(argv: list[str] | None = None) -> int:

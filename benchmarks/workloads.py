@@ -148,19 +148,19 @@ def compare_peers(rows: list[dict[str, Any]], bits: dict[str, int]) -> None:
     width only). ``best_peer`` names the reference."""
     for wl in ("A", "B", "C"):
         mine = [r for r in rows if r["workload"] == wl]
-        ref = next((r for r in mine if r["peer"] == "transformers"), None)
+        by_peer = {r["peer"]: r for r in mine}
+        ref = by_peer.get("transformers")
         for r in mine:
             if ref is not None and wl != "A":
                 r["vs_transformers"] = r["tokens_per_s"] / ref["tokens_per_s"]
-        me = next((r for r in mine if r["peer"] == "metagen"), None)
-        q8 = next((r for r in mine if r["peer"] == "metagen-int8"), None)
+        me, q8 = by_peer.get("metagen"), by_peer.get("metagen-int8")
         if me is not None and q8 is not None:
             q8["vs_metagen_fp32"] = speed(q8) / speed(me)
         for name, width, goal in (("metagen", 32, GOALS_VS_BEST_PEER.get(wl)),
                                   ("metagen-int8", 8, GOALS_INT8_VS_BEST_PEER.get(wl)),
                                   ("metagen-int4", 4, GOALS_INT4_VS_BEST_PEER.get(wl)),
                                   ("metagen-int4-all", 4, GOALS_INT4_VS_BEST_PEER.get(wl))):
-            row = next((r for r in mine if r["peer"] == name), None)
+            row = by_peer.get(name)
             others = [r for r in mine
                       if not r["peer"].startswith("metagen") and bits[r["peer"]] == width]
             if row is None or not others:
