@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -139,9 +139,9 @@ class MetagenPeer(Peer):
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
                     mode: str, tree: tuple[int, ...] = ()) -> list[int]:
         """Greedy decoding on an engine built with a speculator: ``mode`` "draft" (the draft
-        model on its own small engine, held as this peer holds its models), "draft-int8" (the
-        same draft quantized to int8, as ``EngineConfig.speculative_quantization="int8"``
-        loads it) or "ngram" (prompt lookup); a draft's ``tree`` as
+        model on its own small engine, held as this peer holds its models), "draft-<scheme>"
+        (the same draft quantized so, as ``EngineConfig.speculative_quantization`` loads it:
+        "draft-int8") or "ngram" (prompt lookup); a draft's ``tree`` as
         ``EngineConfig.speculative_tree``."""
         from metagen.engine.draft_proposer import DraftModelProposer
         from metagen.engine.proposers import NgramProposer
@@ -149,13 +149,15 @@ class MetagenPeer(Peer):
         from metagen.types import SamplingParams
 
         blocks = self.blocks_for(len(prompt) + max_new + k + sum(tree) + 16)
-        if mode == "draft-int8" and "draft-int8" not in self.models:
+        if mode.startswith("draft-") and mode not in self.models:
+            from metagen.engine.config import Quantization
             from metagen.engine.models.loader import load_model
 
-            self.models["draft-int8"] = load_model(self.paths["draft"], device=bench_device(),
-                                                   quantization="int8")
+            scheme = cast(Quantization, mode.removeprefix("draft-"))  # load_model checks it
+            self.models[mode] = load_model(self.paths["draft"], device=bench_device(),
+                                           quantization=scheme)
         proposer = (DraftModelProposer(self.engine(mode, num_blocks=blocks), tree=tree)
-                    if mode in ("draft", "draft-int8") else NgramProposer(max_ngram=3))
+                    if mode.startswith("draft") else NgramProposer(max_ngram=3))
         eng = self.engine(model, num_blocks=blocks, speculator=Speculator(proposer, k))
         out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
         stats = eng.speculator.stats

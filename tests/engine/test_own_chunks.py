@@ -201,3 +201,40 @@ def test_one_row_decoding_across_chunks_is_thread_independent(lib, model, dtype)
         assert torch.equal(r.kv.k, native[0].kv.k) and torch.equal(r.kv.v, native[0].kv.v)
         if dtype == torch.int8:
             assert all(torch.equal(a, b) for a, b in zip(r.kv.scales, native[0].kv.scales))
+
+
+@pytest.mark.parametrize("head_dim", [64, 24])
+def test_grouped_query_attention_equals_its_heads_attending_alone(lib, head_dim):
+    """A query's output does not depend on how many queries share its kv head: 8 query heads on
+    2 kv heads (4 per kv head, where decode_step.c takes values query by query with the output
+    in registers) equal, bit for bit, the same queries on 8 kv heads that repeat the 2 (one per
+    kv head: values position by position), for a decoding row and a row of three new tokens, at
+    contexts across key blocks and chunks, on 1 and 2 threads. A head_dim of whole vectors (64)
+    and one that is not (24 floats: 3 AVX2 vectors, 1.5 AVX-512 ones: masked loads)."""
+    from metagen.engine.native.decode_step import _Model, _plan_struct
+
+    fn = lib.mg_attention
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [
+        ctypes.c_int]
+    hq, hkv, d = 8, 2, head_dim
+    g = torch.Generator().manual_seed(5)
+    kc, vc = (torch.randn(NUM_BLOCKS, BLOCK, hkv, d, generator=g) for _ in range(2))
+    wide = [c.repeat_interleave(hq // hkv, dim=2).contiguous() for c in (kc, vc)]
+
+    def attend(kv_heads: int, q: torch.Tensor, plan: StepPlan, caches, threads: int):
+        model = _Model(hq * d, hq, kv_heads, d, 0, 1, 1e-5, d ** -0.5, None, None)
+        out = torch.empty_like(q)
+        assert fn(ctypes.byref(model), ctypes.byref(_plan_struct(plan)), q.data_ptr(),
+                  q.stride(0), out.data_ptr(), caches[0].data_ptr(), caches[1].data_ptr(),
+                  threads) == 0
+        return out
+
+    for n in (1, 31, 33, 100, 3 * _chunk(lib) + 5):
+        for tokens in (1, 3):
+            table = list(range(1, 1 + -(-(n + tokens) // BLOCK)))
+            plan = StepPlan.build(BLOCK, [table], [n], [tokens], [])
+            q = torch.randn(tokens, hq, d, generator=g)
+            for threads in (1, 2):
+                grouped = attend(hkv, q, plan, (kc, vc), threads)
+                assert torch.equal(grouped, attend(hq, q, plan, wide, threads)), (n, tokens)

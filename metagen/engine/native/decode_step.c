@@ -345,6 +345,48 @@ static inline void add_value_whole(float *acc, float p, const float *v, int64_t 
   for (int64_t c = 0; c < n; c += VW) vstoreu(acc + c, vfma(pv, vloadu(v + c), vloadu(acc + c)));
 }
 
+/* acc (d) = acc * corr + sum_{j < nb} p[j] * v[j][off..off + d), d whole vectors: accumulate's
+ * arithmetic in its order (so the same bits as rescale then add_value_whole key by key), with up
+ * to eight vectors of acc in registers across the block's keys instead of a load and a store of
+ * acc per key. */
+static inline void accumulate_whole(float *acc, float corr, const float *p, const float *const *v,
+                                    int64_t off, int64_t nb, int64_t d) {
+  for (int64_t c0 = 0; c0 < d; c0 += 8 * VW) {
+    const int nr = d - c0 >= 8 * VW ? 8 : (int)((d - c0) / VW);
+    vec a[8];
+    UNROLL8
+    for (int r = 0; r < 8; r++)
+      a[r] = r < nr ? vmul(vloadu(acc + c0 + r * VW), vbcast(corr)) : vzero();
+    for (int64_t j = 0; j < nb; j++) {
+      const vec pj = vbcast(p[j]);
+      const float *vj = v[j] + off + c0;
+      UNROLL8
+      for (int r = 0; r < 8; r++)
+        if (r < nr) a[r] = vfma(pj, vloadu(vj + r * VW), a[r]);
+    }
+    UNROLL8
+    for (int r = 0; r < 8; r++)
+      if (r < nr) vstoreu(acc + c0 + r * VW, a[r]);
+  }
+}
+
+/* dot_whole of four queries q[0..3] against keys k0 + (i0 + u) / nq * n (u = 0..3), each its
+ * own accumulator chain in dot_whole's order (so each the same bits), the four interleaved:
+ * one chain alone waits on its FMA's latency at every vector. */
+static inline void dot4_whole(const float *const *q, const float *k0, int64_t i0, int64_t nq,
+                              int64_t n, float *out) {
+  const float *k[4];
+  for (int u = 0; u < 4; u++) k[u] = k0 + (i0 + u) / nq * n;
+  vec a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+  for (int64_t c = 0; c < n; c += VW) {
+    a0 = vfma(vloadu(q[0] + c), vloadu(k[0] + c), a0);
+    a1 = vfma(vloadu(q[1] + c), vloadu(k[1] + c), a1);
+    a2 = vfma(vloadu(q[2] + c), vloadu(k[2] + c), a2);
+    a3 = vfma(vloadu(q[3] + c), vloadu(k[3] + c), a3);
+  }
+  out[0] = vsum(a0), out[1] = vsum(a1), out[2] = vsum(a2), out[3] = vsum(a3);
+}
+
 /* attend's float32-cache path, position-major: the nh * nq queries take each key block as it lies
  * in memory, position by position, the unit's kv heads of a position in turn (adjacent in the
  * cache), each position's run prefetched PMPF positions ahead along the order the passes read it: a
@@ -361,7 +403,16 @@ static inline void add_value_whole(float *acc, float p, const float *v, int64_t 
  * key order, one FMA each; so the same bits. A head_dim of whole vectors (64, 128) takes plain
  * loads and stores: AVX2 has no cheap masked ones (the mask built per vector, a vmaskmovps per
  * load), and one row's 8 layers of own attention over 256 positions took 1.2x less thread time so
- * on a Zen 3, five tokens of a row (a verify step) 1.5x less (benchmarks/README.md). */
+ * on a Zen 3, five tokens of a row (a verify step) 1.5x less (benchmarks/README.md).
+ * Scores are made four queries at a time (dot4_whole: four FMA chains in flight where one waits on
+ * its latency). Where a kv head serves several queries (nq > 1: a verify step's tokens, a GQA
+ * model's query heads) each query then takes the block's values with its output in registers
+ * (accumulate_whole) instead of a load and a store of it per key and query; the values are
+ * prefetched during the scores pass instead. Each query's arithmetic and order stay as above, so
+ * the same bits (benchmarks.own_attention checks it). One row's 8 layers over 256-1024 cached
+ * positions, cold, one thread of a Zen 3 (own_attention, 41 rounds): 8 query heads on 8 kv heads
+ * of 64, one token 1.19x less CPU time, five 1.45x; 32 on 8 of 128 (Llama-3-8B's) 1.09x, 1.31x;
+ * 16 on 2 of 64 1.64x, 1.67x. */
 /* Positions in the key block from p: KB, fewer at the end, 0 from end on. */
 static inline int64_t block_len(int64_t p, int64_t end) {
   return end - p < KB ? (end > p ? end - p : 0) : KB;
@@ -378,6 +429,7 @@ static inline __attribute__((always_inline)) void attend_pm_body(
                       int64_t row, int64_t from, int64_t end, const int64_t *to, const kv_src *C,
                       int64_t hk, int64_t nh, float *s) {
   const int64_t d = M->head_dim, n = nh * nq, run = nh * d;
+  const int by_query = whole && nq > 1; /* values query by query (accumulate_whole) */
   /* kv head hk's keys and values of this block (cur) and the next (cur ^ 1); head hk + h is
    * h * d floats on. */
   const float *kp[2][KB], *vp[2][KB];
@@ -390,12 +442,31 @@ static inline __attribute__((always_inline)) void attend_pm_body(
     for (int64_t j = 0; j < nb; j++) {
       const int64_t a = j + PMPF;
       if (a < nb) prefetch_run(K[a], run);
-      else if (a - nb < nb) prefetch_run(V[a - nb], run);
-      for (int64_t i = 0; i < n; i++)
+      else if (!by_query && a - nb < nb) prefetch_run(V[a - nb], run);
+      if (by_query) prefetch_run(V[j], run); /* read after the whole scores pass */
+      int64_t i = 0;
+      if (whole)
+        for (; i + 4 <= n; i += 4) { /* keys past a query's end are read, never stored */
+          float t[4];
+          dot4_whole(q + i, K[j], i, nq, d, t);
+          for (int u = 0; u < 4; u++)
+            if (p0 + j < to[i + u]) s[(i + u) * KB + j] = t[u] * M->scale;
+        }
+      for (; i < n; i++)
         if (p0 + j < to[i])
           s[i * KB + j] =
               (whole ? dot_whole(q[i], K[j] + i / nq * d, d) : dot(q[i], K[j] + i / nq * d, d)) *
               M->scale;
+    }
+    if (by_query) {
+      for (int64_t a = 0; a < PMPF && a < nb1; a++) prefetch_run(K1[a], run);
+      for (int64_t i = 0; i < n; i++)
+        if (to[i] > p0) {
+          const int64_t nbi = to[i] - p0 < nb ? to[i] - p0 : nb;
+          accumulate_whole(acc[i], softmax_block(s + i * KB, nbi, mx[i], l[i]), s + i * KB, V,
+                           i / nq * d, nbi, d);
+        }
+      continue;
     }
     for (int64_t i = 0; i < n; i++)
       if (to[i] > p0)
