@@ -79,7 +79,8 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     EngineOption("prompt_lookup", "int", "Speculative decoding by prompt lookup with n-grams of "
                  "up to INT tokens (instead of --speculative-model)."),
     EngineOption("adaptive_speculation", "flag", "Each row drafts as many tokens (at most "
-                 "--num-speculative-tokens) as pays for its running acceptance rate."),
+                 "--num-speculative-tokens) as pays for its running acceptance rate, none "
+                 "where no draft pays (probing with one every few steps)."),
 )
 ENGINE_OPTION_NAMES: tuple[str, ...] = tuple(o.name for o in ENGINE_OPTIONS)
 

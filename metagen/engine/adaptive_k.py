@@ -6,7 +6,9 @@ draft is accepted with probability ``a`` until the first rejection, the round em
 bonus token). Its cost, in target decode steps, is ``1 + k * (draft_cost + verify_cost)``
 (:func:`round_cost`): ``k`` draft steps of ``draft_cost`` each (0 for prompt lookup) and ``k``
 more tokens in the verification step at ``verify_cost`` each. :func:`best_k` maximises tokens
-per cost. Decoding is weight streaming plus a fixed cost per engine step (scheduling, sampling,
+per cost; with ``k_min`` = 0 it may choose no drafts at all (a plain decode step, 1 token per
+step), which wins where a round's expected tokens do not pay for its draft and verify cost (a
+draft that seldom agrees, or one that costs near a target step). Decoding is weight streaming plus a fixed cost per engine step (scheduling, sampling,
 Python), so a draft step's cost is a ratio of bytes with that fixed cost counted as
 :data:`STEP_OVERHEAD_BYTES` (:func:`draft_step_cost`): a draft of a tenth of the target's weights
 costs ~0.3 target steps on the engine benchmark's pair, a tiny model's draft almost a whole step.
@@ -18,7 +20,10 @@ other rows of a batch, so a seeded row's drafts do not depend on its batch): wit
 accepted and ``R`` rounds that ended in a rejection, the maximum-likelihood estimate of a
 geometric stop is ``A / (A + R)``; both counts decay by ``decay`` each round so the estimate
 follows the text (copying a number, then writing new words), from a prior of ``prior`` with the
-weight of one round. ``k`` only changes how fast a row decodes: greedy output is the target's
+weight of one round. A row that drafts nothing learns nothing, so a speculator that lets
+``k`` fall to 0 probes: after :data:`PROBE_EVERY` such steps of a row it drafts one token
+(:attr:`AcceptanceTracker.skipped` counts them), and the estimate can rise again when the text
+turns predictable. ``k`` only changes how fast a row decodes: greedy output is the target's
 greedy output and sampled output follows the target's distribution for every ``k``.
 """
 
@@ -35,6 +40,11 @@ if TYPE_CHECKING:
     from metagen.engine.models.interface import CausalLM
 
 VERIFY_COST = 0.1  # one more verified token, in target decode steps (module docstring)
+# Steps a row decodes without drafts (k = 0) before it drafts one token to re-measure its
+# acceptance. A probe at acceptance a costs about draft_cost + verify_cost - a target steps more
+# than a plain step; spread over this many steps that is under a tenth of a step per token for
+# any draft of at most ~0.7 target steps.
+PROBE_EVERY = 8
 # An engine step's fixed cost (~2 ms on the benchmark's 2-core machine) as the bytes of weights
 # streamed in that time (~8 GB/s there).
 STEP_OVERHEAD_BYTES = 16 << 20
@@ -52,20 +62,24 @@ def round_cost(k: int, draft_cost: float, verify_cost: float = VERIFY_COST) -> f
 
 
 def best_k(acceptance: float, k_max: int, draft_cost: float,
-           verify_cost: float = VERIFY_COST) -> int:
-    """The ``k`` in ``1..k_max`` with the most expected tokens per cost (the smallest on ties).
+           verify_cost: float = VERIFY_COST, k_min: int = 1) -> int:
+    """The ``k`` in ``k_min..k_max`` with the most expected tokens per cost (the smallest on
+    ties); ``k_min`` 0 allows no drafts (a plain step: one token at cost 1).
 
-    ``acceptance`` in [0, 1]; ``draft_cost``, ``verify_cost`` >= 0 (target decode steps)."""
+    ``acceptance`` in [0, 1]; ``draft_cost``, ``verify_cost`` >= 0 (target decode steps);
+    ``k_min`` 0 or 1."""
     if not 0.0 <= acceptance <= 1.0:
         raise InvalidParameterError("acceptance", acceptance, "must be in [0, 1]")
     if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:
         raise InvalidParameterError("k_max", k_max, "must be a positive integer")
+    if k_min not in (0, 1) or isinstance(k_min, bool):
+        raise InvalidParameterError("k_min", k_min, "must be 0 or 1")
     for name, cost in (("draft_cost", draft_cost), ("verify_cost", verify_cost)):
         if not cost >= 0.0:
             raise InvalidParameterError(name, cost, "must be >= 0")
-    rates = [expected_tokens(acceptance, k) / round_cost(k, draft_cost, verify_cost)
-             for k in range(1, k_max + 1)]
-    return 1 + max(range(k_max), key=lambda i: (rates[i], -i))
+    ks = range(k_min, k_max + 1)
+    return max(ks, key=lambda k: (expected_tokens(acceptance, k)
+                                  / round_cost(k, draft_cost, verify_cost), -k))
 
 
 def draft_step_cost(draft: CausalLM, target: CausalLM,
@@ -93,6 +107,7 @@ class AcceptanceTracker:
     decay: float = 0.8
     accepted: float = 0.0
     rejected: float = 0.0
+    skipped: int = 0  # steps without drafts since the row last drafted (module docstring)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.prior <= 1.0:

@@ -118,7 +118,8 @@ class EngineConfig:
     engine) or ``prompt_lookup`` (prompt lookup with n-grams of at most this many tokens) drafts
     up to ``num_speculative_tokens`` tokens per decoding row and step; with
     ``adaptive_speculation`` each row drafts as many of them as pays for its running acceptance
-    rate (:mod:`metagen.engine.adaptive_k`). ``speculative_quantization`` quantizes the draft
+    rate (:mod:`metagen.engine.adaptive_k`), none where no draft pays (then one every few
+    steps, to re-measure). ``speculative_quantization`` quantizes the draft
     model's weights as ``quantization`` does the target's (only with ``speculative_model``):
     the drafts change, never the output, which the target verifies in its own precision.
     ``speculative_tree`` (only with ``speculative_model``) makes each round's drafts a token

@@ -35,7 +35,8 @@ where any of its candidates was.
 
 With ``adaptive``, each row drafts the ``k`` (at most ``num_speculative_tokens``) that maximises
 its expected tokens per cost, from its own running acceptance rate and the cost of a draft step
-(:mod:`metagen.engine.adaptive_k`); otherwise every row drafts ``num_speculative_tokens``.
+(:mod:`metagen.engine.adaptive_k`), none where no round would pay for itself (then one every
+``PROBE_EVERY`` steps, to re-measure); otherwise every row drafts ``num_speculative_tokens``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from metagen.decoding.rng import uniform_for
 from metagen.decoding.sampler import greedy_step, top_logprobs_rows
 from metagen.decoding.speculative import speculative_accept
 from metagen.decoding.tree_speculative import TreeOutcome, tree_accept, tree_accept_greedy
-from metagen.engine.adaptive_k import AcceptanceTracker, best_k, draft_step_cost
+from metagen.engine.adaptive_k import PROBE_EVERY, AcceptanceTracker, best_k, draft_step_cost
 from metagen.engine.draft_tree import leaf_move, node_paths
 from metagen.engine.proposers import NgramProposer, Proposer
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
@@ -135,11 +136,19 @@ class Speculator:
 
     def row_k(self, seq: Seq) -> int:
         """The drafts ``seq`` asks for this round: ``k``, or with ``adaptive`` the best ``k``
-        for its running acceptance rate."""
+        for its running acceptance rate, 0 included (then 1 at every ``PROBE_EVERY``-th such
+        step). A function of the row's own rounds only."""
         if not self.adaptive:
             return self.k
         tracker = self._trackers.setdefault(seq.seq_id, AcceptanceTracker())
-        return best_k(tracker.rate, self.k, self.draft_cost)
+        k = best_k(tracker.rate, self.k, self.draft_cost, k_min=0)
+        if k == 0:
+            tracker.skipped += 1
+            if tracker.skipped < PROBE_EVERY:
+                return 0
+            k = 1  # a probe
+        tracker.skipped = 0
+        return k
 
     @staticmethod
     def serves(seq: Seq) -> bool:

@@ -120,3 +120,26 @@ def test_draft_step_cost_reads_one_row_of_an_untied_embedding(stories_path) -> N
         assert draft_step_cost(model, flat, overhead_bytes=0) == pytest.approx(
             (total - sum(t.numel() * t.element_size() for t in head.parameters())) / total)
         model.lm_head = head
+
+
+def test_best_k_may_choose_no_drafts_exactly_when_no_round_pays() -> None:
+    """With ``k_min`` 0, ``best_k`` is 0 exactly where no k >= 1 has more expected tokens per
+    cost than a plain step's 1 (ties go to the smaller k, so to 0), and otherwise the k that
+    ``k_min`` 1 chooses."""
+    # golden: a seldom-agreeing draft at 0.6 target steps (rate of k = 1: 1.16 / 1.7 = 0.68)
+    assert best_k(0.16, 4, draft_cost=0.6, k_min=0) == 0
+    assert best_k(0.16, 4, draft_cost=0.6) == 1
+    assert best_k(0.8, 6, draft_cost=0.3, verify_cost=0.1, k_min=0) == 2
+    for a in [i / 20 for i in range(21)]:
+        for cost in (0.0, 0.1, 0.3, 0.6, 1.0):
+            top = max(expected_tokens(a, k) / round_cost(k, cost) for k in range(1, 7))
+            k0 = best_k(a, 6, cost, k_min=0)
+            assert (k0 == 0) == (top <= 1.0), (a, cost)
+            if k0:
+                assert k0 == best_k(a, 6, cost)
+
+
+@pytest.mark.parametrize("k_min", [-1, 2, True, 0.5])
+def test_best_k_rejects_a_bad_k_min(k_min) -> None:
+    with pytest.raises(InvalidParameterError, match="k_min"):
+        best_k(0.5, 4, 0.1, k_min=k_min)

@@ -184,6 +184,32 @@ def test_requests_speculation_cannot_serve_decode_normally(setup, stories_path) 
     spec.check_integrity()
 
 
+def test_adaptive_speculation_stops_drafting_where_no_round_pays(setup) -> None:
+    """A draft of random weights, at 0.5 target steps a draft step: its first round drafts one
+    token (prior acceptance 0.7: 1.7 tokens for 1.6 steps) and the target rejects it; the
+    estimate falls to 0.31 (0.56 accepted against 1.24 rejected, decay 0.8), where one draft
+    gives 1.31 tokens for 1.6 steps, less than a plain step's 1 for 1: the row then decodes
+    without drafts and drafts one token every PROBE_EVERY steps (one accepted probe lifts the
+    estimate to 0.59: 1.59 tokens for 1.6 steps, still no round; two in a row restart). So 1 + ~63 /
+    PROBE_EVERY rounds for 64 tokens, against a round every step with a fixed k; the tokens are
+    plain greedy's either way."""
+    from metagen.engine.adaptive_k import PROBE_EVERY
+
+    tok, _, target_model, bad_model = setup
+    ids = tok("Once upon a time").input_ids
+    n = 64
+    params = SamplingParams(temperature=0, max_tokens=n)
+    plain = engine(target_model, 256).generate([ids], params)[0].outputs[0].token_ids
+    for adaptive in (True, False):
+        spec = engine(target_model, 256, proposer=draft(bad_model), k=4, adaptive=adaptive)
+        assert spec.generate([ids], params)[0].outputs[0].token_ids == plain
+        rounds = spec.speculator.stats.rounds
+        if adaptive:
+            assert 2 <= rounds <= 2 + n // PROBE_EVERY, rounds
+        else:
+            assert rounds > n // 2, rounds
+
+
 def test_spec_stats_count_acceptance_per_depth_golden() -> None:
     """Rounds of (proposed, accepted): a draft at depth d is tested when the d before it were
     accepted; the first miss is tested and not accepted; drafts after it are never tested."""
