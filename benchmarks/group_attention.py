@@ -34,12 +34,23 @@ ROWS, PREFIX, BLOCK, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 16, 512, 16, 8, 8, 8, 6
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
-def _attention(sources: list[Path], flags: tuple[str, ...]):
+def attention_fn(sources: list[Path], flags: tuple[str, ...]):
+    """``mg_attention`` of the native library built from ``sources`` with ``flags``."""
     lib = ctypes.CDLL(str(build(sources, flags)))
     fn = lib.mg_attention
     fn.restype = ctypes.c_int
     fn.argtypes = [_P, _P, _P, _I, _P, _P, _P, ctypes.c_int]
     return fn
+
+
+def attention_ways(baseline: Path | None, isa: str) -> dict:
+    """``mg_attention`` of this checkout's C files, and of ``baseline``'s (a folder of them)
+    where given, both built with ``isa``'s flags ("native" or "avx2")."""
+    flags = AVX2_FLAGS if isa == "avx2" else NATIVE_FLAGS
+    ways = {"this checkout": attention_fn(list(SOURCES), flags)}
+    if baseline:
+        ways["baseline"] = attention_fn([baseline / s.name for s in SOURCES], flags)
+    return ways
 
 
 def _setup():
@@ -64,10 +75,7 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="no flush: the caches stay in L2/L3")
     a = ap.parse_args()
     torch.set_num_threads(1)  # the flush between passes must not leave OpenMP workers spinning
-    flags = AVX2_FLAGS if a.isa == "avx2" else NATIVE_FLAGS
-    ways = {"this checkout": _attention(list(SOURCES), flags)}
-    if a.baseline:
-        ways["baseline"] = _attention([a.baseline / s.name for s in SOURCES], flags)
+    ways = attention_ways(a.baseline, a.isa)
     plan, q, caches = _setup()
     model = _Model(HEADS * HEAD_DIM, HEADS, KV_HEADS, HEAD_DIM, 0, LAYERS, 1e-5,
                    HEAD_DIM ** -0.5, None, None)

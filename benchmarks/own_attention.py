@@ -28,24 +28,14 @@ from pathlib import Path
 
 import torch
 
-from metagen.engine.native.build import AVX2_FLAGS, NATIVE_FLAGS, build
+from benchmarks.group_attention import attention_ways
 from metagen.engine.native.cpu import cpu_model
 from metagen.engine.native.decode_step import StepPlan, _Model, _plan_struct
-from metagen.engine.native.library import SOURCES
 
 BLOCK, LAYERS = 16, 8
 # (query heads, kv heads, head_dim, new tokens, cached positions)
 CASES = [(8, 8, 64, 1, 256), (8, 8, 64, 5, 256), (32, 8, 128, 1, 1024), (32, 8, 128, 5, 1024),
          (16, 2, 64, 1, 512), (16, 2, 64, 5, 512)]
-_P, _I = ctypes.c_void_p, ctypes.c_int64
-
-
-def _attention(sources: list[Path], flags: tuple[str, ...]):
-    lib = ctypes.CDLL(str(build(sources, flags)))
-    fn = lib.mg_attention
-    fn.restype = ctypes.c_int
-    fn.argtypes = [_P, _P, _P, _I, _P, _P, _P, ctypes.c_int]
-    return fn
 
 
 def _case(heads: int, kv_heads: int, head_dim: int, tokens: int, positions: int):
@@ -70,10 +60,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     torch.set_num_threads(1)  # the flush between passes must not leave OpenMP workers spinning
-    flags = AVX2_FLAGS if a.isa == "avx2" else NATIVE_FLAGS
-    ways = {"this checkout": _attention(list(SOURCES), flags)}
-    if a.baseline:
-        ways["baseline"] = _attention([a.baseline / s.name for s in SOURCES], flags)
+    ways = attention_ways(a.baseline, a.isa)
     flush = torch.ones(64 << 20 // 4)  # 64 MB: evicts the caches from L2 (and most of L3)
     results = []
     for case in CASES:
