@@ -8,10 +8,11 @@ bonus token). Its cost, in target decode steps, is ``1 + k * (draft_cost + verif
 more tokens in the verification step at ``verify_cost`` each. :func:`best_k` maximises tokens
 per cost; with ``k_min`` = 0 it may choose no drafts at all (a plain decode step, 1 token per
 step), which wins where a round's expected tokens do not pay for its draft and verify cost (a
-draft that seldom agrees, or one that costs near a target step). Decoding is weight streaming plus a fixed cost per engine step (scheduling, sampling,
-Python), so a draft step's cost is a ratio of bytes with that fixed cost counted as
-:data:`STEP_OVERHEAD_BYTES` (:func:`draft_step_cost`): a draft of a tenth of the target's weights
-costs ~0.3 target steps on the engine benchmark's pair, a tiny model's draft almost a whole step.
+draft that seldom agrees, or one that costs near a target step). Decoding is weight streaming
+plus a fixed cost per engine step (scheduling, sampling, Python), so a draft step's cost is a
+ratio of bytes with that fixed cost counted as :data:`STEP_OVERHEAD_BYTES`
+(:func:`draft_step_cost`): a draft of a tenth of the target's weights costs ~0.3 target steps on
+the engine benchmark's pair, a tiny model's draft almost a whole step.
 ``verify_cost`` = 0.1 was measured on the engine benchmark's target (a 3-token native step 7.8 ms
 against ~6.5 ms for one token, ``benchmarks/README.md``).
 
