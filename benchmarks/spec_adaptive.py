@@ -2,11 +2,11 @@
 int8 draft, k at most 4, greedy, against the same engine's greedy without a draft.
 
 Per target precision and round (rounds alternate the order), the time of plain greedy, of a
-fixed k = 4 and of ``adaptive`` (``Speculator(adaptive=True)``, the draft step's cost from
-``adaptive_k.draft_step_cost``), each speculative output checked equal to greedy's. Reported:
-the median per-round ratio greedy / speculative, and each speculative run's rounds, drafts
-proposed and acceptance. ``--probe-every N`` sets ``speculative_decoding.PROBE_EVERY`` for the
-adaptive runs (1: every step drafts at least one token, as before k could fall to 0).
+fixed k = 4 and of ``adaptive`` (``MetagenPeer.speculative(adaptive=True)``: the draft step's
+cost from ``adaptive_k.draft_step_cost``), each speculative output checked equal to greedy's.
+Reported: the median per-round ratio greedy / speculative, and each speculative run's rounds,
+drafts proposed and acceptance. ``--probe-every N`` sets ``speculative_decoding.PROBE_EVERY``
+for the adaptive runs (1: every step drafts at least one token, as before k could fall to 0).
 
 ``python -m benchmarks.spec_adaptive [--threads N] [--rounds 5] [--targets float32,int8,int4]
 [--probe-every N] [--json PATH]``.
@@ -30,10 +30,6 @@ from benchmarks.peers.inprocess import (
 )
 from benchmarks.workloads import Settings, random_prompt
 from metagen.engine.adaptive_k import draft_step_cost
-from metagen.engine.draft_proposer import DraftModelProposer
-from metagen.engine.models.loader import load_model
-from metagen.engine.speculative_decoding import Speculator
-from metagen.types import SamplingParams
 
 PEERS = {"float32": MetagenPeer, "int8": MetagenInt8Peer, "int4": MetagenInt4Peer}
 K = 4
@@ -44,19 +40,12 @@ def measure(target: str, rounds: int, paths: dict[str, Path]) -> dict[str, Any]:
     prompt = random_prompt(s.d_prompt, factory.FULL.vocab, 4)
     peer = PEERS[target]()
     peer.load(paths)
-    peer.models["draft-int8"] = load_model(paths["draft"], quantization="int8")
-    cost = draft_step_cost(peer.models["draft-int8"], peer.models["good_target"])
-    blocks = peer.blocks_for(len(prompt) + s.d_new + K + 16)
 
     def speculative(adaptive: bool) -> tuple[list[int], dict[str, Any]]:
-        proposer = DraftModelProposer(peer.engine("draft-int8", num_blocks=blocks))
-        eng = peer.engine("good_target", num_blocks=blocks,
-                          speculator=Speculator(proposer, K, adaptive=adaptive, draft_cost=cost))
-        out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=s.d_new))
-        st = eng.speculator.stats
-        return list(out[0].outputs[0].token_ids), {
-            "rounds": st.rounds, "proposed": st.proposed,
-            "acceptance": round(st.acceptance_rate, 3)}
+        tokens = peer.speculative("good_target", prompt, s.d_new, K, "draft-int8",
+                                  adaptive=adaptive)
+        return tokens, {"rounds": peer.last["rounds"], "proposed": peer.last["proposed"],
+                        "acceptance": round(peer.last["acceptance_rate"], 3)}
 
     greedy = peer.greedy("good_target", prompt, s.d_new)
     runs = {"greedy": lambda: (peer.greedy("good_target", prompt, s.d_new), {}),
@@ -70,6 +59,7 @@ def measure(target: str, rounds: int, paths: dict[str, Path]) -> dict[str, Any]:
             if r:
                 times[name].append(time.perf_counter() - t0)
             assert tokens == greedy, name  # speculation never changes greedy output
+    cost = draft_step_cost(peer.models["draft-int8"], peer.models["good_target"])
     row: dict[str, Any] = {"target": target, "draft_cost": round(cost, 3)}
     for name in ("fixed k=4", "adaptive"):
         ratios = [g / t for g, t in zip(times["greedy"], times[name])]

@@ -137,12 +137,14 @@ class MetagenPeer(Peer):
         return list(out[0].outputs[0].token_ids)
 
     def speculative(self, model: str, prompt: list[int], max_new: int, k: int,
-                    mode: str, tree: tuple[int, ...] = ()) -> list[int]:
+                    mode: str, tree: tuple[int, ...] = (), adaptive: bool = False) -> list[int]:
         """Greedy decoding on an engine built with a speculator: ``mode`` "draft" (the draft
         model on its own small engine, held as this peer holds its models), "draft-<scheme>"
         (the same draft quantized so, as ``EngineConfig.speculative_quantization`` loads it:
         "draft-int8") or "ngram" (prompt lookup); a draft's ``tree`` as
-        ``EngineConfig.speculative_tree``."""
+        ``EngineConfig.speculative_tree``; ``adaptive`` as ``EngineConfig.adaptive_speculation``
+        (k at most ``k``, a draft step's cost from ``adaptive_k.draft_step_cost``)."""
+        from metagen.engine.adaptive_k import draft_step_cost
         from metagen.engine.draft_proposer import DraftModelProposer
         from metagen.engine.proposers import NgramProposer
         from metagen.engine.speculative_decoding import Speculator
@@ -158,10 +160,14 @@ class MetagenPeer(Peer):
                                            quantization=scheme)
         proposer = (DraftModelProposer(self.engine(mode, num_blocks=blocks), tree=tree)
                     if mode.startswith("draft") else NgramProposer(max_ngram=3))
-        eng = self.engine(model, num_blocks=blocks, speculator=Speculator(proposer, k))
+        cost = draft_step_cost(self.models[mode], self.models[model]) \
+            if adaptive and mode.startswith("draft") else 0.0
+        eng = self.engine(model, num_blocks=blocks,
+                          speculator=Speculator(proposer, k, adaptive=adaptive, draft_cost=cost))
         out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
         stats = eng.speculator.stats
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds,
+                     "proposed": stats.proposed,
                      "acceptance_by_depth": [round(a, 3) for a in stats.acceptance_by_depth],
                      # tokens a row's round emits (a round of every row tests depth 0)
                      "tokens_per_round": stats.emitted / (stats.tested[0] if stats.tested else 1),
