@@ -387,6 +387,16 @@ static inline void dot4_whole(const float *const *q, const float *k0, int64_t i0
   out[0] = vsum(a0), out[1] = vsum(a1), out[2] = vsum(a2), out[3] = vsum(a3);
 }
 
+/* Positions in the key block from p: KB, fewer at the end, 0 from end on. */
+static inline int64_t block_len(int64_t p, int64_t end) {
+  return end - p < KB ? (end > p ? end - p : 0) : KB;
+}
+
+/* Prefetch into L1 the n floats from p (a position's run of kv heads), a line at a time. */
+static inline void prefetch_run(const float *p, int64_t n) {
+  for (int64_t c = 0; c < n; c += 16) __builtin_prefetch(p + c, 0, 3); /* 16 floats: a line */
+}
+
 /* attend's float32-cache path, position-major: the nh * nq queries take each key block as it lies
  * in memory, position by position, the unit's kv heads of a position in turn (adjacent in the
  * cache), each position's run prefetched PMPF positions ahead along the order the passes read it: a
@@ -410,19 +420,9 @@ static inline void dot4_whole(const float *const *q, const float *k0, int64_t i0
  * (accumulate_whole) instead of a load and a store of it per key and query; the values are
  * prefetched during the scores pass instead. Each query's arithmetic and order stay as above, so
  * the same bits (benchmarks.own_attention checks it). One row's 8 layers over 256-1024 cached
- * positions, cold, one thread of a Zen 3 (own_attention, 41 rounds): 8 query heads on 8 kv heads
- * of 64, one token 1.19x less CPU time, five 1.45x; 32 on 8 of 128 (Llama-3-8B's) 1.09x, 1.31x;
- * 16 on 2 of 64 1.64x, 1.67x. */
-/* Positions in the key block from p: KB, fewer at the end, 0 from end on. */
-static inline int64_t block_len(int64_t p, int64_t end) {
-  return end - p < KB ? (end > p ? end - p : 0) : KB;
-}
-
-/* Prefetch into L1 the n floats from p (a position's run of kv heads), a line at a time. */
-static inline void prefetch_run(const float *p, int64_t n) {
-  for (int64_t c = 0; c < n; c += 16) __builtin_prefetch(p + c, 0, 3); /* 16 floats: a line */
-}
-
+ * positions, cold, one thread of a Zen 3 (own_attention, 41 rounds, results/own_attention_zen3
+ * .json): 8 query heads on 8 kv heads of 64, one token 1.20x less CPU time, five 1.46x; 32 on 8
+ * of 128 (Llama-3-8B's) 1.12x, 1.33x; 16 on 2 of 64 1.67x, 1.70x. */
 static inline __attribute__((always_inline)) void attend_pm_body(
     const int whole, const mg_model *M, const mg_plan *P, const float *const *q,
                       float *const *acc, float *const *mx, float *const *l, int64_t nq,
