@@ -2,11 +2,13 @@
 int8 draft, k at most 4, greedy, against the same engine's greedy without a draft.
 
 Per target precision and round (rounds alternate the order), the time of plain greedy, of a
-fixed k = 4 and of ``adaptive`` (``MetagenPeer.speculative(adaptive=True)``: the draft step's
-cost from ``adaptive_k.draft_step_cost``), each speculative output checked equal to greedy's.
+fixed k = 4 and of ``adaptive`` (``MetagenPeer.speculative(adaptive=True)``: the costs from
+``adaptive_k.draft_step_cost`` and ``verify_step_cost``), each speculative output checked equal
+to greedy's.
 Reported: the median per-round ratio greedy / speculative, and each speculative run's rounds,
-drafts proposed and acceptance. ``--probe-every N`` sets ``speculative_decoding.PROBE_EVERY``
-for the adaptive runs (1: every step drafts at least one token, as before k could fall to 0).
+drafts proposed and acceptance. ``--probe-every N`` fixes the steps between a k = 0 row's probes
+(default: ``adaptive_k.probe_interval`` of the costs; 1: every step drafts at least one token, as
+before k could fall to 0).
 
 ``python -m benchmarks.spec_adaptive [--threads N] [--rounds 5] [--targets float32,int8,int4]
 [--probe-every N] [--json PATH]``.
@@ -29,7 +31,7 @@ from benchmarks.peers.inprocess import (
     MetagenInt4Peer, MetagenInt8Peer, MetagenPeer,
 )
 from benchmarks.workloads import Settings, random_prompt
-from metagen.engine.adaptive_k import draft_step_cost
+from metagen.engine.adaptive_k import draft_step_cost, verify_step_cost
 
 PEERS = {"float32": MetagenPeer, "int8": MetagenInt8Peer, "int4": MetagenInt4Peer}
 K = 4
@@ -60,7 +62,8 @@ def measure(target: str, rounds: int, paths: dict[str, Path]) -> dict[str, Any]:
                 times[name].append(time.perf_counter() - t0)
             assert tokens == greedy, name  # speculation never changes greedy output
     cost = draft_step_cost(peer.models["draft-int8"], peer.models["good_target"])
-    row: dict[str, Any] = {"target": target, "draft_cost": round(cost, 3)}
+    row: dict[str, Any] = {"target": target, "draft_cost": round(cost, 3),
+                           "verify_cost": verify_step_cost(peer.models["good_target"])}
     for name in ("fixed k=4", "adaptive"):
         ratios = [g / t for g, t in zip(times["greedy"], times[name])]
         row[name] = {"x_greedy": round(statistics.median(ratios), 3),
@@ -78,7 +81,12 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.probe_every is not None:
-        speculative_decoding.PROBE_EVERY = a.probe_every
+        every: int = a.probe_every
+
+        def fixed_interval(draft_cost: float, verify_cost: float = 0.1,
+                           k_max: int = 1) -> int | None:
+            return every
+        speculative_decoding.probe_interval = fixed_interval
     paths = factory.build_models(factory.models_dir(None), factory.FULL, perturb=0.2)
     rows = []
     for target in a.targets.split(","):
@@ -87,7 +95,7 @@ def main() -> None:
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"threads": a.threads, "rounds": a.rounds,
-                                      "probe_every": speculative_decoding.PROBE_EVERY,
+                                      "probe_every": a.probe_every,
                                       "rows": rows}, indent=1))
 
 

@@ -143,8 +143,9 @@ class MetagenPeer(Peer):
         (the same draft quantized so, as ``EngineConfig.speculative_quantization`` loads it:
         "draft-int8") or "ngram" (prompt lookup); a draft's ``tree`` as
         ``EngineConfig.speculative_tree``; ``adaptive`` as ``EngineConfig.adaptive_speculation``
-        (k at most ``k``, a draft step's cost from ``adaptive_k.draft_step_cost``)."""
-        from metagen.engine.adaptive_k import draft_step_cost
+        (k at most ``k``, the costs from ``adaptive_k.draft_step_cost`` and
+        ``verify_step_cost``)."""
+        from metagen.engine.adaptive_k import draft_step_cost, verify_step_cost
         from metagen.engine.draft_proposer import DraftModelProposer
         from metagen.engine.proposers import NgramProposer
         from metagen.engine.speculative_decoding import Speculator
@@ -162,8 +163,9 @@ class MetagenPeer(Peer):
                     if mode.startswith("draft") else NgramProposer(max_ngram=3))
         cost = draft_step_cost(self.models[mode], self.models[model]) \
             if adaptive and mode.startswith("draft") else 0.0
-        eng = self.engine(model, num_blocks=blocks,
-                          speculator=Speculator(proposer, k, adaptive=adaptive, draft_cost=cost))
+        eng = self.engine(model, num_blocks=blocks, speculator=Speculator(
+            proposer, k, adaptive=adaptive, draft_cost=cost,
+            verify_cost=verify_step_cost(self.models[model])))
         out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
         stats = eng.speculator.stats
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds,

@@ -11,10 +11,15 @@ step), which wins where a round's expected tokens do not pay for its draft and v
 draft that seldom agrees, or one that costs near a target step). Decoding is weight streaming
 plus a fixed cost per engine step (scheduling, sampling, Python), so a draft step's cost is a
 ratio of bytes with that fixed cost counted as :data:`STEP_OVERHEAD_BYTES`
-(:func:`draft_step_cost`): a draft of a tenth of the target's weights costs ~0.3 target steps on
-the engine benchmark's pair, a tiny model's draft almost a whole step.
-``verify_cost`` = 0.1 was measured on the engine benchmark's target (a 3-token native step 7.8 ms
-against ~6.5 ms for one token, ``benchmarks/README.md``).
+(:func:`draft_step_cost`): the engine benchmark's int8 draft costs 0.073 of its float32 target's
+step (0.06-0.08 measured), a tiny model's draft almost a whole step. A verified token's cost
+depends on whether the target's products are bound by bandwidth or by the multiply rate
+(:func:`verify_step_cost`): float weights at a few rows stream as one row does, and one more
+token costs :data:`VERIFY_COST` = 0.1 of a step (0.08-0.15 measured); int8 / int4 products are
+bound by the multiply rate already at one row on a CPU without VNNI, and one more token costs
+:data:`QUANTIZED_VERIFY_COST` = 0.4 (0.17-0.45 measured: ``python -m benchmarks.spec_costs``, on
+the 2-core AVX2 EPYC; not measured with VNNI, where it is likely lower and adaptive k then
+drafts less than would pay).
 
 :class:`AcceptanceTracker` estimates a row's ``a`` from its own rounds only (never from the
 other rows of a batch, so a seeded row's drafts do not depend on its batch): with ``A`` drafts
@@ -22,33 +27,40 @@ accepted and ``R`` rounds that ended in a rejection, the maximum-likelihood esti
 geometric stop is ``A / (A + R)``; both counts decay by ``decay`` each round so the estimate
 follows the text (copying a number, then writing new words), from a prior of ``prior`` with the
 weight of one round. A row that drafts nothing learns nothing, so a speculator that lets
-``k`` fall to 0 probes: after :data:`PROBE_EVERY` such steps of a row it drafts one token
-(:attr:`AcceptanceTracker.skipped` counts them), and the estimate can rise again when the text
-turns predictable. ``k`` only changes how fast a row decodes: greedy output is the target's
-greedy output and sampled output follows the target's distribution for every ``k``.
+``k`` fall to 0 probes: after :func:`probe_interval` such steps of a row (8, more where a
+probe's draft step and verified token cost over 0.16 target steps, so that probing costs at
+most 0.02 steps a token) it drafts one token (:attr:`AcceptanceTracker.skipped` counts them),
+and the estimate can rise again when the text turns predictable; where no round could pay even
+at acceptance 1 (a draft that costs about a target step), it never probes. ``k`` only changes how fast a
+row decodes: greedy output is the target's greedy output and sampled output follows the target's
+distribution for every ``k``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
+from metagen.engine.models.quantize import quantization_of
 from metagen.errors import InvalidParameterError
 
 if TYPE_CHECKING:
     from metagen.engine.models.interface import CausalLM
 
 VERIFY_COST = 0.1  # one more verified token, in target decode steps (module docstring)
-# Steps a row decodes without drafts (k = 0) before it drafts one token to re-measure its
-# acceptance. A probe at acceptance a costs about draft_cost + verify_cost - a target steps more
-# than a plain step; spread over this many steps that is under a tenth of a step per token for
-# any draft of at most ~0.7 target steps.
-PROBE_EVERY = 8
-# An engine step's fixed cost (~2 ms on the benchmark's 2-core machine) as the bytes of weights
-# streamed in that time (~8 GB/s there).
-STEP_OVERHEAD_BYTES = 16 << 20
+QUANTIZED_VERIFY_COST = 0.4  # the same for an int8 / int4 target (module docstring)
+# A row at k = 0 probes (drafts one token) after at least this many plain steps, more where a
+# probe is dear (probe_interval).
+PROBE_MIN_STEPS = 8
+# What probing may cost a row at k = 0, in target steps per token (probe_interval).
+PROBE_BUDGET = 0.02
+# An engine step's fixed cost (scheduling, sampling, Python: stories260K, whose 1 MB of weights
+# sit in L2, decodes a token in 120-150 us on the 2-core AVX2 EPYC at one thread) as the bytes of
+# weights streamed in that time (~18 GB/s there).
+STEP_OVERHEAD_BYTES = 2_500_000
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -81,6 +93,25 @@ def best_k(acceptance: float, k_max: int, draft_cost: float,
     ks = range(k_min, k_max + 1)
     return max(ks, key=lambda k: (expected_tokens(acceptance, k)
                                   / round_cost(k, draft_cost, verify_cost), -k))
+
+
+def verify_step_cost(target: CausalLM) -> float:
+    """One more verified token's cost in ``target``'s one-token decode steps:
+    :data:`VERIFY_COST` for float weights, :data:`QUANTIZED_VERIFY_COST` for int8 / int4 ones
+    (``quantization_of``), whose products are bound by the multiply rate already at one row."""
+    return VERIFY_COST if quantization_of(target) is None else QUANTIZED_VERIFY_COST
+
+
+def probe_interval(draft_cost: float, verify_cost: float = VERIFY_COST,
+                   k_max: int = 1) -> int | None:
+    """Plain steps a row at k = 0 decodes before it probes: at least :data:`PROBE_MIN_STEPS`,
+    and enough that a probe's worst case (its draft step and verified token both wasted:
+    ``draft_cost + verify_cost`` target steps) spread over them stays within
+    :data:`PROBE_BUDGET` target steps per token. None (never probe) where no round of at most
+    ``k_max`` drafts would pay even if every draft were accepted. Costs >= 0, ``k_max`` >= 1."""
+    if best_k(1.0, k_max, draft_cost, verify_cost, k_min=0) == 0:  # checks the parameters
+        return None
+    return max(PROBE_MIN_STEPS, math.ceil((draft_cost + verify_cost) / PROBE_BUDGET))
 
 
 def draft_step_cost(draft: CausalLM, target: CausalLM,

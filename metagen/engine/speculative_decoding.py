@@ -34,9 +34,10 @@ leaves' are dropped with the rejected drafts. Acceptance per depth counts a dept
 where any of its candidates was.
 
 With ``adaptive``, each row drafts the ``k`` (at most ``num_speculative_tokens``) that maximises
-its expected tokens per cost, from its own running acceptance rate and the cost of a draft step
-(:mod:`metagen.engine.adaptive_k`), none where no round would pay for itself (then one every
-``PROBE_EVERY`` steps, to re-measure); otherwise every row drafts ``num_speculative_tokens``.
+its expected tokens per cost, from its own running acceptance rate and the costs of a draft step
+and of a verified token (:mod:`metagen.engine.adaptive_k`), none where no round would pay for
+itself (then one every ``adaptive_k.probe_interval`` steps, to re-measure); otherwise every row
+drafts ``num_speculative_tokens``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ from metagen.decoding.rng import uniform_for
 from metagen.decoding.sampler import greedy_step, top_logprobs_rows
 from metagen.decoding.speculative import speculative_accept
 from metagen.decoding.tree_speculative import TreeOutcome, tree_accept, tree_accept_greedy
-from metagen.engine.adaptive_k import PROBE_EVERY, AcceptanceTracker, best_k, draft_step_cost
+from metagen.engine.adaptive_k import (
+    VERIFY_COST, AcceptanceTracker, best_k, draft_step_cost, probe_interval, verify_step_cost,
+)
 from metagen.engine.draft_tree import leaf_move, node_paths
 from metagen.engine.proposers import NgramProposer, Proposer
 from metagen.errors import InvalidParameterError, ModelLoadError, NumericalError
@@ -116,35 +119,41 @@ class Speculator:
     """Drafts, fits and verifies the speculative rows of one engine (module docstring).
 
     ``adaptive``: choose each row's ``k`` (module docstring), a draft step costing
-    ``draft_cost`` target decode steps (0: prompt lookup)."""
+    ``draft_cost`` target decode steps (0: prompt lookup) and one more verified token
+    ``verify_cost`` (``adaptive_k.verify_step_cost``)."""
 
     def __init__(self, proposer: Proposer, num_speculative_tokens: int = 4,
-                 adaptive: bool = False, draft_cost: float = 0.0) -> None:
+                 adaptive: bool = False, draft_cost: float = 0.0,
+                 verify_cost: float = VERIFY_COST) -> None:
         k = num_speculative_tokens
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
             raise InvalidParameterError("num_speculative_tokens", k,
                                         f"must be an integer in [1, {MAX_SPECULATIVE_TOKENS}]")
         if not isinstance(adaptive, bool):
             raise InvalidParameterError("adaptive", adaptive, "must be a bool")
-        if not draft_cost >= 0.0:
-            raise InvalidParameterError("draft_cost", draft_cost, "must be >= 0")
+        for name, cost in (("draft_cost", draft_cost), ("verify_cost", verify_cost)):
+            if not cost >= 0.0:
+                raise InvalidParameterError(name, cost, "must be >= 0")
         self.proposer, self.k = proposer, k
         self.adaptive, self.draft_cost = adaptive, float(draft_cost)
+        self.verify_cost = float(verify_cost)
+        self.probe_every = probe_interval(self.draft_cost, self.verify_cost, k)
         self.stats = SpecStats()
         self._drafted: list[Seq] = []
         self._trackers: dict[int, AcceptanceTracker] = {}  # seq_id -> its acceptance (adaptive)
 
     def row_k(self, seq: Seq) -> int:
         """The drafts ``seq`` asks for this round: ``k``, or with ``adaptive`` the best ``k``
-        for its running acceptance rate, 0 included (then 1 at every ``PROBE_EVERY``-th such
-        step). A function of the row's own rounds only."""
+        for its running acceptance rate, 0 included (then 1 at every ``probe_every``-th such
+        step: ``adaptive_k.probe_interval`` of the costs; never where no round could pay). A
+        function of the row's own rounds only."""
         if not self.adaptive:
             return self.k
         tracker = self._trackers.setdefault(seq.seq_id, AcceptanceTracker())
-        k = best_k(tracker.rate, self.k, self.draft_cost, k_min=0)
+        k = best_k(tracker.rate, self.k, self.draft_cost, self.verify_cost, k_min=0)
         if k == 0:
             tracker.skipped += 1
-            if tracker.skipped < PROBE_EVERY:
+            if self.probe_every is None or tracker.skipped < self.probe_every:
                 return 0
             k = 1  # a probe
         tracker.skipped = 0
@@ -408,10 +417,11 @@ def build_speculator(cfg: EngineConfig, target: CausalLM) -> Speculator | None:
     draft model (``speculative_model``, a folder with the target's vocabulary, on its own engine
     with the same block size, dtype and device, its weights quantized as
     ``speculative_quantization`` says), or None; ``adaptive_speculation`` chooses each
-    row's ``k``, a draft step costing its weights' bytes over the ``target`` model's."""
+    row's ``k``, a draft step costing its weights' bytes over the ``target`` model's and a
+    verified token as ``adaptive_k.verify_step_cost(target)``."""
     if cfg.prompt_lookup is not None:
         return Speculator(NgramProposer(max_ngram=cfg.prompt_lookup), cfg.num_speculative_tokens,
-                          adaptive=cfg.adaptive_speculation)
+                          adaptive=cfg.adaptive_speculation, verify_cost=verify_step_cost(target))
     if cfg.speculative_model is None:
         return None
     from metagen.engine.config import EngineConfig
@@ -431,4 +441,5 @@ def build_speculator(cfg: EngineConfig, target: CausalLM) -> Speculator | None:
     return Speculator(DraftModelProposer(draft, tree=cfg.speculative_tree),
                       cfg.num_speculative_tokens,
                       adaptive=cfg.adaptive_speculation,
-                      draft_cost=draft_step_cost(draft.model, target))
+                      draft_cost=draft_step_cost(draft.model, target),
+                      verify_cost=verify_step_cost(target))

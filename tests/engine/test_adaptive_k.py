@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from metagen.engine.adaptive_k import (
-    AcceptanceTracker, best_k, draft_step_cost, expected_tokens, round_cost,
+    PROBE_BUDGET, PROBE_MIN_STEPS, QUANTIZED_VERIFY_COST, VERIFY_COST, AcceptanceTracker, best_k,
+    draft_step_cost, expected_tokens, probe_interval, round_cost, verify_step_cost,
 )
 from metagen.errors import InvalidParameterError
 
@@ -143,3 +144,37 @@ def test_best_k_may_choose_no_drafts_exactly_when_no_round_pays() -> None:
 def test_best_k_rejects_a_bad_k_min(k_min) -> None:
     with pytest.raises(InvalidParameterError, match="k_min"):
         best_k(0.5, 4, 0.1, k_min=k_min)
+
+
+def test_probe_interval_spreads_a_probe_within_its_budget() -> None:
+    """Golden values: prompt lookup (free drafts) probes every PROBE_MIN_STEPS = 8 steps; the
+    benchmark's int8 draft on its float32 target (0.073 + 0.1 steps) every 9; a draft at half a
+    target step every 30; and over a grid the interval is the least n >= 8 with
+    (draft_cost + verify_cost) / n <= PROBE_BUDGET."""
+    assert probe_interval(0.0) == PROBE_MIN_STEPS == 8
+    assert probe_interval(0.073, 0.1) == 9
+    assert probe_interval(0.5, 0.1) == 30
+    # no round pays even with every draft accepted: never probe (k = 1 at 1.1 steps: 2 / 2.1;
+    # with k up to 4: 5 / 5.4)
+    assert probe_interval(1.0, 0.1) is None and probe_interval(1.0, 0.1, k_max=4) is None
+    assert probe_interval(0.8, 0.1, k_max=4) == 45  # 5 / 4.6 pays at acceptance 1
+    for d in (0.0, 0.05, 0.2, 0.35, 0.5):
+        for v in (0.0, 0.1, 0.4):
+            n = probe_interval(d, v, k_max=4)
+            assert n is not None and n >= PROBE_MIN_STEPS and (d + v) / n <= PROBE_BUDGET + 1e-12
+            assert n == PROBE_MIN_STEPS or (d + v) / (n - 1) > PROBE_BUDGET
+    with pytest.raises(InvalidParameterError, match="draft_cost"):
+        probe_interval(-0.1)
+    with pytest.raises(InvalidParameterError, match="verify_cost"):
+        probe_interval(0.1, float("nan"))
+
+
+@pytest.mark.parametrize("scheme", [None, "int8", "w8a8", "int4"])
+def test_verify_step_cost_follows_the_target_weights(stories_path, scheme) -> None:
+    """Float weights: VERIFY_COST; int8 / int4 ones, whose products are bound by the multiply
+    rate at one row on a CPU without VNNI: QUANTIZED_VERIFY_COST, the larger."""
+    from metagen.engine.models.loader import load_model
+
+    cost = verify_step_cost(load_model(stories_path, quantization=scheme))
+    assert cost == (VERIFY_COST if scheme is None else QUANTIZED_VERIFY_COST)
+    assert QUANTIZED_VERIFY_COST > VERIFY_COST

@@ -189,12 +189,10 @@ def test_adaptive_speculation_stops_drafting_where_no_round_pays(setup) -> None:
     token (prior acceptance 0.7: 1.7 tokens for 1.6 steps) and the target rejects it; the
     estimate falls to 0.31 (0.56 accepted against 1.24 rejected, decay 0.8), where one draft
     gives 1.31 tokens for 1.6 steps, less than a plain step's 1 for 1: the row then decodes
-    without drafts and drafts one token every PROBE_EVERY steps (one accepted probe lifts the
-    estimate to 0.59: 1.59 tokens for 1.6 steps, still no round; two in a row restart). So 1 + ~63 /
-    PROBE_EVERY rounds for 64 tokens, against a round every step with a fixed k; the tokens are
-    plain greedy's either way."""
-    from metagen.engine.adaptive_k import PROBE_EVERY
-
+    without drafts and drafts one token every ``probe_every`` = 30 steps (a probe's 0.6 steps
+    spread at 0.02 a token; one accepted probe lifts the estimate to 0.59: 1.59 tokens for 1.6
+    steps, still no round; two in a row restart). So 1 + ~63 / 30 rounds for 64 tokens, against a
+    round every step with a fixed k; the tokens are plain greedy's either way."""
     tok, _, target_model, bad_model = setup
     ids = tok("Once upon a time").input_ids
     n = 64
@@ -205,7 +203,8 @@ def test_adaptive_speculation_stops_drafting_where_no_round_pays(setup) -> None:
         assert spec.generate([ids], params)[0].outputs[0].token_ids == plain
         rounds = spec.speculator.stats.rounds
         if adaptive:
-            assert 2 <= rounds <= 2 + n // PROBE_EVERY, rounds
+            assert spec.speculator.probe_every == 30
+            assert 2 <= rounds <= 2 + n // 30, rounds
         else:
             assert rounds > n // 2, rounds
 

@@ -118,5 +118,10 @@ def test_random_pair_greedy_equals_plain(random_pair, adaptive: bool) -> None:
                                                    ignore_eos=True))
         assert [list(o.outputs[0].token_ids) for o in out] == ref
         st = eng.speculator.stats
-        assert 0 < st.accepted < st.proposed or "prompt_lookup" in spec
+        if eng.speculator.adaptive and eng.speculator.probe_every is None:
+            # the draft engine's step costs about the target's on these tiny models: adaptive k
+            # sees that no round could pay, even at acceptance 1, and never drafts
+            assert st.rounds == 0 and "prompt_lookup" not in spec
+        else:
+            assert 0 < st.accepted < st.proposed or "prompt_lookup" in spec
         eng.check_integrity()
