@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -96,7 +96,7 @@ def verify_costs(path: Path, target: Quantization | None, rounds: int) -> dict[i
 
 
 def measure(target: str, rounds: int, paths: dict[str, Path]) -> dict[str, Any]:
-    scheme: Quantization | None = None if target == "float32" else target  # type: ignore[assignment]
+    scheme = None if target == "float32" else cast(Quantization, target)
     steps = step_times(paths, scheme, rounds)
     verify = verify_costs(paths["good_target"], scheme, rounds)
     target_model = load_model(paths["good_target"], quantization=scheme)

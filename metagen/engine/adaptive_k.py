@@ -31,9 +31,9 @@ weight of one round. A row that drafts nothing learns nothing, so a speculator t
 probe's draft step and verified token cost over 0.16 target steps, so that probing costs at
 most 0.02 steps a token) it drafts one token (:attr:`AcceptanceTracker.skipped` counts them),
 and the estimate can rise again when the text turns predictable; where no round could pay even
-at acceptance 1 (a draft that costs about a target step), it never probes. ``k`` only changes how fast a
-row decodes: greedy output is the target's greedy output and sampled output follows the target's
-distribution for every ``k``.
+at acceptance 1 (a draft that costs about a target step), it never probes. ``k`` only changes
+how fast a row decodes: greedy output is the target's greedy output and sampled output follows
+the target's distribution for every ``k``.
 """
 
 from __future__ import annotations
