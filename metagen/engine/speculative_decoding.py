@@ -234,7 +234,8 @@ class Speculator:
                                      heal=st.heal, bad_text=st.bad_text)
                        for path in paths]  # one matcher, synced row by row
         owners = [seq for seq, _ in rows for _ in range(seq.num_draft + 1)]
-        flat = engine.apply_logits_hook(torch.cat([lg for _, lg in rows]), states,
+        flat = engine.apply_logits_hook(rows[0][1] if len(rows) == 1 else
+                                        torch.cat([lg for _, lg in rows]), states,
                                         owners)  # (N, V); a failed hook call's rows are NaN
         greedy = all(seq.state.params.is_greedy for seq, _ in rows)
         if greedy and self._verify_argmax(engine, [seq for seq, _ in rows], flat, states):
