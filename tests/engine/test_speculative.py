@@ -227,6 +227,32 @@ def test_ngram_lookup_golden() -> None:
     assert ngram_lookup([5, 1, 2, 9, 1, 2, 7, 1, 2], 3) == [7, 1, 2]  # most recent occurrence
     assert ngram_lookup([1, 2, 3], 2) == []
     assert ngram_lookup([7, 7], 3) == [7]
+    assert ngram_lookup([], 2) == [] and ngram_lookup([4], 2) == []
+    assert ngram_lookup([1, 1], 0) == []
+
+
+def test_ngram_lookup_equals_a_start_by_start_scan() -> None:
+    """Against the definition, written as the plain scan (longest n first, then the most recent
+    earlier start): random token lists over a small vocabulary (so that n-grams recur and
+    overlap), every k, n-gram range and length from 0 to 60."""
+    def scan(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
+        if k <= 0:
+            return []
+        for n in range(min(max_n, len(tokens) - 1), min_n - 1, -1):
+            for start in range(len(tokens) - n - 1, -1, -1):
+                if tokens[start:start + n] == tokens[len(tokens) - n:]:
+                    return tokens[start + n:start + n + k]
+        return []
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(600):
+        n_tok = trial % 61
+        vocab = 2 + trial % 5
+        tokens = torch.randint(0, vocab, (n_tok,), generator=gen).tolist()
+        k, max_n = trial % 6, 1 + trial % 4
+        min_n = 1 + (trial // 4) % max_n
+        assert ngram_lookup(tokens, k, max_n, min_n) == scan(tokens, k, max_n, min_n), (
+            tokens, k, max_n, min_n)
 
 
 def _exact_three_token_law(hf, ids: list[int], top_k: int, temperature: float
