@@ -40,6 +40,7 @@ from benchmarks.peers.inprocess import MetagenPeer
 from benchmarks.workloads import Settings, random_prompt
 from metagen.engine.adaptive_k import draft_step_cost, verify_step_cost
 from metagen.engine.config import Quantization
+from metagen.engine.models.interface import CausalLM
 from metagen.engine.models.loader import load_model
 
 DRAFTS: dict[str, Quantization | None] = {"draft": None, "draft-int8": "int8"}
@@ -55,15 +56,11 @@ def median_time(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def step_times(paths: dict[str, Path], target: Quantization | None,
-               rounds: int) -> dict[str, list[float]]:
-    """Per round, the per-token greedy decode time (s) of the target and of each draft, on the
-    engine (rounds alternate the order)."""
+def step_times(models: dict[str, CausalLM], rounds: int) -> dict[str, list[float]]:
+    """Per round, the per-token greedy decode time (s) of the target ("good_target") and of each
+    draft, on the engine (rounds alternate the order)."""
     peer = MetagenPeer()
-    peer.quantization = target
-    peer.load({"good_target": paths["good_target"]})
-    for name, scheme in DRAFTS.items():
-        peer.models[name] = load_model(paths["draft"], quantization=scheme)
+    peer.models = dict(models)
     prompt = random_prompt(Settings().d_prompt, factory.FULL.vocab, 4)
     samples: dict[str, list[float]] = {m: [] for m in ("good_target", *DRAFTS)}
     for r in range(rounds + 1):  # round 0 warms up, untimed
@@ -75,10 +72,9 @@ def step_times(paths: dict[str, Path], target: Quantization | None,
     return samples
 
 
-def verify_costs(path: Path, target: Quantization | None, rounds: int) -> dict[int, float]:
+def verify_costs(model: CausalLM, rounds: int) -> dict[int, float]:
     """Per extra verified token, in one-token steps of the target's runner (module docstring):
     the median over rounds of each round's ratio (rounds alternate the order)."""
-    model = load_model(path, quantization=target)
     setups = {}
     for t in (1, *VERIFY_TOKENS):
         runner, reqs = _setup(model, 1, Settings().d_prompt, True, tokens=t)
@@ -97,20 +93,21 @@ def verify_costs(path: Path, target: Quantization | None, rounds: int) -> dict[i
 
 def measure(target: str, rounds: int, paths: dict[str, Path]) -> dict[str, Any]:
     scheme = None if target == "float32" else cast(Quantization, target)
-    steps = step_times(paths, scheme, rounds)
-    verify = verify_costs(paths["good_target"], scheme, rounds)
-    target_model = load_model(paths["good_target"], quantization=scheme)
+    models = {"good_target": load_model(paths["good_target"], quantization=scheme),
+              **{name: load_model(paths["draft"], quantization=draft_scheme)
+                 for name, draft_scheme in DRAFTS.items()}}
+    steps = step_times(models, rounds)
+    verify = verify_costs(models["good_target"], rounds)
     row: dict[str, Any] = {"target": target,
                            "target_step_ms": round(statistics.median(steps["good_target"]) * 1e3,
                                                    3),
                            "verify_cost": {t: round(v, 3) for t, v in verify.items()},
-                           "verify_cost_model": verify_step_cost(target_model)}
-    for name, draft_scheme in DRAFTS.items():
-        draft = load_model(paths["draft"], quantization=draft_scheme)
+                           "verify_cost_model": verify_step_cost(models["good_target"])}
+    for name in DRAFTS:
         ratios = [d / t for d, t in zip(steps[name], steps["good_target"])]
         row[name] = {"step_ms": round(statistics.median(steps[name]) * 1e3, 3),
                      "cost": round(statistics.median(ratios), 3),
-                     "cost_model": round(draft_step_cost(draft, target_model), 3)}
+                     "cost_model": round(draft_step_cost(models[name], models["good_target"]), 3)}
     return row
 
 

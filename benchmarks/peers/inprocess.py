@@ -144,7 +144,7 @@ class MetagenPeer(Peer):
         "draft-int8") or "ngram" (prompt lookup); a draft's ``tree`` as
         ``EngineConfig.speculative_tree``; ``adaptive`` as ``EngineConfig.adaptive_speculation``
         (k at most ``k``, the costs from ``adaptive_k.draft_step_cost`` and
-        ``verify_step_cost``)."""
+        ``verify_step_cost``, which ``last`` reports beside the run's statistics)."""
         from metagen.engine.adaptive_k import draft_step_cost, verify_step_cost
         from metagen.engine.draft_proposer import DraftModelProposer
         from metagen.engine.proposers import NgramProposer
@@ -163,13 +163,13 @@ class MetagenPeer(Peer):
                     if mode.startswith("draft") else NgramProposer(max_ngram=3))
         cost = draft_step_cost(self.models[mode], self.models[model]) \
             if adaptive and mode.startswith("draft") else 0.0
+        verify = verify_step_cost(self.models[model])
         eng = self.engine(model, num_blocks=blocks, speculator=Speculator(
-            proposer, k, adaptive=adaptive, draft_cost=cost,
-            verify_cost=verify_step_cost(self.models[model])))
+            proposer, k, adaptive=adaptive, draft_cost=cost, verify_cost=verify))
         out = eng.generate([prompt], SamplingParams(temperature=0, max_tokens=max_new))
         stats = eng.speculator.stats
         self.last = {"acceptance_rate": stats.acceptance_rate, "rounds": stats.rounds,
-                     "proposed": stats.proposed,
+                     "proposed": stats.proposed, "draft_cost": cost, "verify_cost": verify,
                      "acceptance_by_depth": [round(a, 3) for a in stats.acceptance_by_depth],
                      # tokens a row's round emits (a round of every row tests depth 0)
                      "tokens_per_round": stats.emitted / (stats.tested[0] if stats.tested else 1),

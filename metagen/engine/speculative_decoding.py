@@ -131,13 +131,10 @@ class Speculator:
                                         f"must be an integer in [1, {MAX_SPECULATIVE_TOKENS}]")
         if not isinstance(adaptive, bool):
             raise InvalidParameterError("adaptive", adaptive, "must be a bool")
-        for name, cost in (("draft_cost", draft_cost), ("verify_cost", verify_cost)):
-            if not cost >= 0.0:
-                raise InvalidParameterError(name, cost, "must be >= 0")
+        self.probe_every = probe_interval(draft_cost, verify_cost, k)  # checks both costs
         self.proposer, self.k = proposer, k
         self.adaptive, self.draft_cost = adaptive, float(draft_cost)
         self.verify_cost = float(verify_cost)
-        self.probe_every = probe_interval(self.draft_cost, self.verify_cost, k)
         self.stats = SpecStats()
         self._drafted: list[Seq] = []
         self._trackers: dict[int, AcceptanceTracker] = {}  # seq_id -> its acceptance (adaptive)
